@@ -1,0 +1,132 @@
+package devalloc
+
+import "unsafe"
+
+// Kind names the backend an Allocator runs on.
+type Kind int
+
+const (
+	KindHost       Kind = iota + 1 // host memory (no GPU)
+	KindCUDAPool                   // CUDA stream-ordered pool: cudaMallocFromPoolAsync on a private cudaMemPool
+	KindCUDAMalloc                 // CUDA fallback: cudaMalloc/cudaFree with stream order kept by the ledger
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindHost:
+		return "host"
+	case KindCUDAPool:
+		return "cuda-pool"
+	case KindCUDAMalloc:
+		return "cuda-malloc"
+	}
+	return "unknown"
+}
+
+// IsDevice reports whether buffers of this kind live in GPU memory.
+func (k Kind) IsDevice() bool { return k == KindCUDAPool || k == KindCUDAMalloc }
+
+// Location says where a buffer's memory lives.
+type Location int
+
+const (
+	OnHost   Location = iota + 1 // host-backend memory: ordinary, off the Go heap
+	OnDevice                     // GPU memory: not addressable from Go
+	Pinned                       // page-locked host memory for staging
+)
+
+func (l Location) String() string {
+	switch l {
+	case OnHost:
+		return "host"
+	case OnDevice:
+		return "device"
+	case Pinned:
+		return "pinned"
+	}
+	return "unknown"
+}
+
+// HostAccessible reports whether Go code may read and write the memory.
+func (l Location) HostAccessible() bool { return l == OnHost || l == Pinned }
+
+// memRef is a byte address inside a buffer: addr always, host when Go may
+// address it.
+type memRef struct {
+	addr uintptr
+	host unsafe.Pointer
+}
+
+// poolUsage is what the backend's pool reports about itself.
+type poolUsage struct {
+	reservedCur, reservedHigh, reservedTotal int64
+	usedCur, usedHigh                        int64
+}
+
+// backend is one memory and execution backend. The Allocator owns it and
+// serialises nothing: implementations are safe for concurrent use.
+type backend interface {
+	kind() Kind
+	describe() string
+	// memInfo reports free and total memory of the device (or host); -1 if unknown.
+	memInfo() (free, total int64)
+
+	newStream() (streamImpl, error)
+
+	// alloc returns size bytes (a multiple of allocAlign) usable in the order
+	// of s. hostPtr is non-nil when Go may address the memory. An out-of-memory
+	// failure matches ErrOutOfMemory so the ladder can retry it.
+	alloc(size int64, s streamImpl) (addr uintptr, hostPtr unsafe.Pointer, err error)
+	// freeAsync releases memory in the order of the reclamation stream r,
+	// which has already been made to wait on every completion of the buffer.
+	// It never blocks the host.
+	freeAsync(addr uintptr, size int64, r streamImpl) error
+
+	// copyAsync and memsetAsync enqueue on s; the ledger has already ordered s.
+	copyAsync(dst, src memRef, n int64, s streamImpl) error
+	memsetAsync(dst memRef, val byte, n int64, s streamImpl) error
+
+	// allocPinned and freePinned manage page-locked host memory; they are slow
+	// and called only by the pinned staging pool.
+	allocPinned(size int64) (unsafe.Pointer, error)
+	freePinned(p unsafe.Pointer, size int64) error
+
+	setReleaseThreshold(bytes uint64) error
+	// prime reserves bytes in the pool using stream s and returns once reserved.
+	prime(bytes int64, s streamImpl) error
+	// trim releases unused pool memory until at most keep bytes stay reserved.
+	trim(keep int64) error
+	// syncPoint runs after the allocator's streams were synchronised; a backend
+	// that models release-at-sync does it here.
+	syncPoint()
+	usage() poolUsage
+	resetHigh()
+	close() error
+}
+
+// streamImpl is a backend's in-order work queue.
+type streamImpl interface {
+	handle() uintptr
+	record() (eventImpl, error)
+	wait(e eventImpl) error
+	// waitHost orders later work after ch is closed by a host agent.
+	waitHost(ch <-chan struct{}) error
+	enqueue(fn func() error) error
+	synchronize() error
+	destroy() error
+}
+
+// eventImpl marks a point in a stream.
+type eventImpl interface {
+	query() (bool, error)
+	synchronize() error
+	destroy() error
+}
+
+// allocAlign is the granularity of every allocation and of the budget.
+const allocAlign = 256
+
+func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
+
+// openCUDA is set by the CUDA backend when it is compiled in.
+var openCUDA func(device int, cfg Config) (backend, error)

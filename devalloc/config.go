@@ -1,0 +1,356 @@
+package devalloc
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Environment variables read by Open when Options leaves the matching field empty.
+const (
+	EnvBackend = "DISTBUF_BACKEND"    // auto | cuda | host
+	EnvConf    = "DISTBUF_ALLOC_CONF" // e.g. "policy:retain,prime:2GiB,limit:80%"
+)
+
+// Backend selects the memory backend.
+type Backend string
+
+const (
+	BackendAuto Backend = "auto" // CUDA when a usable GPU is present, else host (with a reported reason)
+	BackendCUDA Backend = "cuda" // CUDA or an error: never falls back to host
+	BackendHost Backend = "host" // host memory; no GPU needed
+)
+
+// ParseBackend accepts "auto", "cuda" and "host".
+func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(strings.ToLower(strings.TrimSpace(s))); b {
+	case BackendAuto, BackendCUDA, BackendHost:
+		return b, nil
+	}
+	return "", &ConfigError{Source: EnvBackend, Key: "backend", Value: s, Reason: "want auto, cuda or host"}
+}
+
+// Policy is the pool retention policy. It can be changed while running with
+// Allocator.SetPolicy.
+type Policy int
+
+const (
+	// Retain keeps freed memory in the pool (release threshold = max), so the
+	// next allocation is a cheap reuse with no driver round trip. Fastest for
+	// converged runs at a fixed problem size.
+	Retain Policy = iota
+	// AggressiveFree hands unused pool memory back at synchronisation points and
+	// phase boundaries, leaving the most headroom for the largest runs.
+	AggressiveFree
+)
+
+func (p Policy) String() string {
+	switch p {
+	case Retain:
+		return "retain"
+	case AggressiveFree:
+		return "free"
+	}
+	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// ParsePolicy accepts "retain", and "free" or "aggressive-free".
+func ParsePolicy(s string) (Policy, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "retain":
+		return Retain, nil
+	case "free", "aggressive-free", "aggressivefree":
+		return AggressiveFree, nil
+	}
+	return 0, fmt.Errorf("want retain or free")
+}
+
+// PoolMode says whether the CUDA backend may use a stream-ordered memory pool.
+type PoolMode int
+
+const (
+	PoolAuto PoolMode = iota // use the pool when the device supports it
+	PoolOff                  // force the cudaMalloc fallback
+)
+
+func (m PoolMode) String() string {
+	if m == PoolOff {
+		return "off"
+	}
+	return "auto"
+}
+
+// Limit is the hard per-rank budget: bytes, or a fraction of the device's (or
+// host's) total memory. The zero Limit means no budget.
+type Limit struct {
+	Bytes    int64
+	Fraction float64 // in (0, 1]; used when Bytes is 0
+}
+
+// IsZero reports whether no budget is set.
+func (l Limit) IsZero() bool { return l.Bytes == 0 && l.Fraction == 0 }
+
+func (l Limit) String() string {
+	switch {
+	case l.Bytes > 0:
+		return formatSizeExact(l.Bytes)
+	case l.Fraction > 0:
+		return strconv.FormatFloat(l.Fraction*100, 'g', -1, 64) + "%"
+	}
+	return "none"
+}
+
+// resolve turns the limit into bytes given the total memory; 0 means none.
+func (l Limit) resolve(total int64) int64 {
+	if l.Bytes > 0 {
+		return l.Bytes
+	}
+	if l.Fraction > 0 && total > 0 {
+		return int64(l.Fraction * float64(total))
+	}
+	return 0
+}
+
+// Config is the allocator configuration. The zero Config is the default:
+// retain, no priming, no budget, release threshold 0 under AggressiveFree,
+// pool when supported, 256 MiB fallback cache.
+type Config struct {
+	Policy Policy
+	// Prime is reserved in the pool once at Open (opt-in).
+	Prime int64
+	// Limit is the hard per-rank budget, independent of the retention policy.
+	Limit Limit
+	// FreeThreshold is the release threshold used under AggressiveFree.
+	FreeThreshold int64
+	// Pool forces the cudaMalloc fallback when PoolOff.
+	Pool PoolMode
+	// FallbackCache bounds the bytes the cudaMalloc fallback keeps for reuse;
+	// -1 disables the cache, 0 means the default (256 MiB).
+	FallbackCache int64
+}
+
+const defaultFallbackCache = 256 << 20
+
+// String renders the configuration in the DISTBUF_ALLOC_CONF syntax;
+// ParseConfig(c.String()) == c.
+func (c Config) String() string {
+	parts := []string{"policy:" + c.Policy.String()}
+	if c.Prime > 0 {
+		parts = append(parts, "prime:"+formatSizeExact(c.Prime))
+	}
+	if !c.Limit.IsZero() {
+		parts = append(parts, "limit:"+c.Limit.String())
+	}
+	if c.FreeThreshold > 0 {
+		parts = append(parts, "threshold:"+formatSizeExact(c.FreeThreshold))
+	}
+	if c.Pool != PoolAuto {
+		parts = append(parts, "pool:"+c.Pool.String())
+	}
+	if c.FallbackCache != 0 {
+		if c.FallbackCache < 0 {
+			parts = append(parts, "cache:off")
+		} else {
+			parts = append(parts, "cache:"+formatSizeExact(c.FallbackCache))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseConfig parses "key:value" pairs separated by commas, starting from the
+// zero Config. Keys: policy (retain|free), prime (size), limit (size, N% or
+// none), threshold (size), pool (auto|off), cache (size or off). Sizes take
+// B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024).
+// An unknown, repeated or malformed key is an error naming the key.
+func ParseConfig(s string) (Config, error) { return parseConfig(s, "config") }
+
+func parseConfig(s, source string) (Config, error) {
+	var c Config
+	seen := map[string]bool{}
+	for _, field := range strings.Split(s, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(field, ":")
+		key, val = strings.ToLower(strings.TrimSpace(key)), strings.TrimSpace(val)
+		bad := func(reason string) error {
+			return &ConfigError{Source: source, Key: key, Value: val, Reason: reason}
+		}
+		if !ok {
+			return c, &ConfigError{Source: source, Key: key, Value: "", Reason: "want key:value"}
+		}
+		if seen[key] {
+			return c, bad("key given twice")
+		}
+		seen[key] = true
+		var err error
+		switch key {
+		case "policy":
+			if c.Policy, err = ParsePolicy(val); err != nil {
+				return c, bad(err.Error())
+			}
+		case "prime":
+			if c.Prime, err = ParseBytes(val); err != nil {
+				return c, bad(err.Error())
+			}
+		case "limit":
+			if c.Limit, err = parseLimit(val); err != nil {
+				return c, bad(err.Error())
+			}
+		case "threshold":
+			if c.FreeThreshold, err = ParseBytes(val); err != nil {
+				return c, bad(err.Error())
+			}
+		case "pool":
+			switch strings.ToLower(val) {
+			case "auto", "on":
+				c.Pool = PoolAuto
+			case "off":
+				c.Pool = PoolOff
+			default:
+				return c, bad("want auto or off")
+			}
+		case "cache":
+			if strings.EqualFold(val, "off") {
+				c.FallbackCache = -1
+			} else if c.FallbackCache, err = ParseBytes(val); err != nil {
+				return c, bad(err.Error())
+			}
+		default:
+			return c, bad("unknown key (want policy, prime, limit, threshold, pool or cache)")
+		}
+	}
+	return c, nil
+}
+
+func parseLimit(val string) (Limit, error) {
+	if strings.EqualFold(val, "none") || val == "0" {
+		return Limit{}, nil
+	}
+	if pct, ok := strings.CutSuffix(val, "%"); ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if err != nil || math.IsNaN(f) || f <= 0 || f > 100 {
+			return Limit{}, fmt.Errorf("percentage must be in (0, 100]")
+		}
+		return Limit{Fraction: f / 100}, nil
+	}
+	n, err := ParseBytes(val)
+	if err != nil {
+		return Limit{}, err
+	}
+	return Limit{Bytes: n}, nil
+}
+
+var byteUnits = []struct {
+	suffix string
+	scale  float64
+}{
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40},
+	{"b", 1},
+}
+
+// ParseBytes parses a non-negative size such as "4096", "64KiB", "1.5GB" or "2G"
+// (bare K, M, G, T are powers of 1024).
+func ParseBytes(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	scale := 1.0
+	for _, u := range byteUnits {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, scale = strings.TrimSpace(rest), u.scale
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("not a size (want e.g. 4096, 64KiB, 2GiB)")
+	}
+	v := f * scale
+	if v < 0 || v > math.MaxInt64/2 {
+		return 0, fmt.Errorf("size out of range")
+	}
+	return int64(v), nil
+}
+
+// FormatBytes renders n for people, with a binary unit: "512 B", "64 KiB",
+// "1.5 GiB" (at most two decimals).
+func FormatBytes(n int64) string {
+	units := [...]string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	f, i := float64(n), 0
+	for math.Abs(f) >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	s := strconv.FormatFloat(f, 'f', 2, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + " " + units[i]
+}
+
+// formatSizeExact renders n so that ParseBytes gives n back: the largest
+// binary unit that divides it exactly.
+func formatSizeExact(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		scale  int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.scale == 0 {
+			return strconv.FormatInt(n/u.scale, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// resolveBackend applies Options, then the environment, then auto.
+func resolveBackend(b Backend) (Backend, error) {
+	if b != "" {
+		if _, err := ParseBackend(string(b)); err != nil {
+			return "", &ConfigError{Source: "Options", Key: "Backend", Value: string(b), Reason: "want auto, cuda or host"}
+		}
+		return b, nil
+	}
+	if env, ok := os.LookupEnv(EnvBackend); ok && strings.TrimSpace(env) != "" {
+		return ParseBackend(env)
+	}
+	return BackendAuto, nil
+}
+
+// resolveConfig applies Options.Config, then the environment, then defaults.
+func resolveConfig(c *Config) (Config, error) {
+	if c != nil {
+		if err := c.validate("Options"); err != nil {
+			return Config{}, err
+		}
+		return *c, nil
+	}
+	if env, ok := os.LookupEnv(EnvConf); ok {
+		return parseConfig(env, EnvConf)
+	}
+	return Config{}, nil
+}
+
+func (c Config) validate(source string) error {
+	bad := func(key, val, reason string) error {
+		return &ConfigError{Source: source, Key: key, Value: val, Reason: reason}
+	}
+	switch {
+	case c.Policy != Retain && c.Policy != AggressiveFree:
+		return bad("Policy", c.Policy.String(), "want Retain or AggressiveFree")
+	case c.Prime < 0:
+		return bad("Prime", strconv.FormatInt(c.Prime, 10), "must not be negative")
+	case c.Limit.Bytes < 0:
+		return bad("Limit", strconv.FormatInt(c.Limit.Bytes, 10), "must not be negative")
+	case c.Limit.Fraction < 0 || c.Limit.Fraction > 1 || math.IsNaN(c.Limit.Fraction):
+		return bad("Limit", c.Limit.String(), "fraction must be in (0, 1]")
+	case c.FreeThreshold < 0:
+		return bad("FreeThreshold", strconv.FormatInt(c.FreeThreshold, 10), "must not be negative")
+	case c.Pool != PoolAuto && c.Pool != PoolOff:
+		return bad("Pool", c.Pool.String(), "want PoolAuto or PoolOff")
+	case c.FallbackCache < -1:
+		return bad("FallbackCache", strconv.FormatInt(c.FallbackCache, 10), "want -1 (off), 0 (default) or a size")
+	}
+	return nil
+}

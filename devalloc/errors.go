@@ -1,0 +1,131 @@
+package devalloc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Every error returned by this package either is one of these
+// or matches one of them with errors.Is.
+var (
+	// ErrOutOfMemory matches every *OutOfMemoryError.
+	ErrOutOfMemory = errors.New("devalloc: out of memory")
+	// ErrUnavailable means the requested backend cannot run on this machine
+	// (no GPU, no driver, no runtime library).
+	ErrUnavailable = errors.New("devalloc: backend unavailable")
+	// ErrNotSupported means the backend cannot do what was asked.
+	ErrNotSupported = errors.New("devalloc: not supported by this backend")
+	// ErrFreed is returned for any use of a buffer after Free, including a second Free.
+	ErrFreed = errors.New("devalloc: buffer already freed")
+	// ErrClosed is returned for any use of an allocator, stream or event after Close.
+	ErrClosed = errors.New("devalloc: closed")
+	// ErrInvalid reports a bad argument (negative size, nil stream, foreign stream...).
+	ErrInvalid = errors.New("devalloc: invalid argument")
+	// ErrConflict reports an access that would race with an access still open on
+	// another stream (one that has not called Access.Done).
+	ErrConflict = errors.New("devalloc: conflicting open access")
+	// ErrBadConfig matches every *ConfigError.
+	ErrBadConfig = errors.New("devalloc: bad configuration")
+	// ErrLeak matches the *LeakError returned by Close.
+	ErrLeak = errors.New("devalloc: leaked buffers")
+)
+
+// OutOfMemoryError is returned by Alloc once the whole out-of-memory ladder
+// (sync and retry, trim and retry, user callback) has failed.
+type OutOfMemoryError struct {
+	Requested int64 // bytes asked for
+	Limit     int64 // per-rank budget in bytes; 0 means none
+	Used      int64 // bytes held by live and pending-free buffers
+	Reserved  int64 // bytes the pool holds from the driver or OS
+	Free      int64 // free memory reported by the device or OS; -1 if unknown
+	Total     int64 // total memory of the device or host; -1 if unknown
+	Retries   int   // how many times the allocation was retried
+	Cause     error // the last failure: the budget, or the backend's error
+}
+
+func (e *OutOfMemoryError) Error() string {
+	limit := "none"
+	if e.Limit > 0 {
+		limit = FormatBytes(e.Limit)
+	}
+	return fmt.Sprintf("devalloc: out of memory: requested %s (limit %s, used %s, reserved %s, free %s of %s) after %d retries: %v",
+		FormatBytes(e.Requested), limit, FormatBytes(e.Used), FormatBytes(e.Reserved),
+		formatMaybe(e.Free), formatMaybe(e.Total), e.Retries, e.Cause)
+}
+
+// Is makes errors.Is(err, ErrOutOfMemory) true.
+func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
+
+// Unwrap exposes the last failure.
+func (e *OutOfMemoryError) Unwrap() error { return e.Cause }
+
+func formatMaybe(n int64) string {
+	if n < 0 {
+		return "?"
+	}
+	return FormatBytes(n)
+}
+
+// errBudget is the Cause of an OutOfMemoryError raised by the per-rank budget
+// rather than by the backend.
+var errBudget = errors.New("per-rank budget exceeded")
+
+// ConfigError names the configuration key whose value could not be used.
+type ConfigError struct {
+	Source string // "DISTBUF_ALLOC_CONF", "DISTBUF_BACKEND" or "Options"
+	Key    string
+	Value  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("devalloc: %s: key %q: bad value %q: %s", e.Source, e.Key, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrBadConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == ErrBadConfig }
+
+// LeakedBuffer describes one buffer still live when the allocator was closed.
+type LeakedBuffer struct {
+	ID       uint64
+	Bytes    int64
+	Location Location
+	Label    string
+	Held     bool // freed by the owner but still held by an outside agent
+}
+
+// LeakError is returned by Close when buffers were never freed, or were freed
+// while an outside agent (an MPI request) still held them. Their memory is not
+// released, so stale pointers cannot crash the process.
+type LeakError struct {
+	Count   int
+	Bytes   int64
+	Buffers []LeakedBuffer // at most 16, lowest IDs first
+}
+
+func (e *LeakError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "devalloc: %d leaked buffer(s), %s", e.Count, FormatBytes(e.Bytes))
+	for i, l := range e.Buffers {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "#%d %s %s", l.ID, FormatBytes(l.Bytes), l.Location)
+		if l.Label != "" {
+			fmt.Fprintf(&b, " %q", l.Label)
+		}
+		if l.Held {
+			b.WriteString(" (freed, still held)")
+		}
+	}
+	if len(e.Buffers) < e.Count {
+		fmt.Fprintf(&b, ", and %d more", e.Count-len(e.Buffers))
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrLeak) true.
+func (e *LeakError) Is(target error) bool { return target == ErrLeak }

@@ -1,0 +1,100 @@
+package devalloc
+
+import (
+	"fmt"
+	"syscall"
+	"unsafe"
+)
+
+// hostBackend keeps memory in host RAM and runs streams on goroutines.
+type hostBackend struct {
+	pool *hostPool
+}
+
+func newHostBackend() *hostBackend { return &hostBackend{pool: newHostPool()} }
+
+func (h *hostBackend) kind() Kind { return KindHost }
+
+func (h *hostBackend) describe() string { return "host memory (mmap pool, goroutine streams)" }
+
+func (h *hostBackend) memInfo() (free, total int64) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return -1, -1
+	}
+	unit := int64(si.Unit)
+	if unit == 0 {
+		unit = 1
+	}
+	return int64(si.Freeram) * unit, int64(si.Totalram) * unit
+}
+
+func (h *hostBackend) newStream() (streamImpl, error) { return newHostStream(), nil }
+
+func (h *hostBackend) alloc(size int64, _ streamImpl) (uintptr, unsafe.Pointer, error) {
+	_, ptr, err := h.pool.alloc(size)
+	if err != nil {
+		return 0, nil, err
+	}
+	return uintptr(ptr), ptr, nil
+}
+
+func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
+	return r.enqueue(func() error { return h.pool.free(addr) })
+}
+
+func (h *hostBackend) copyAsync(dst, src memRef, n int64, s streamImpl) error {
+	if dst.host == nil || src.host == nil {
+		return fmt.Errorf("host copy: device memory on the host backend: %w", ErrInvalid)
+	}
+	return s.enqueue(func() error {
+		copy(unsafe.Slice((*byte)(dst.host), n), unsafe.Slice((*byte)(src.host), n))
+		return nil
+	})
+}
+
+func (h *hostBackend) memsetAsync(dst memRef, val byte, n int64, s streamImpl) error {
+	if dst.host == nil {
+		return fmt.Errorf("host memset: device memory on the host backend: %w", ErrInvalid)
+	}
+	return s.enqueue(func() error {
+		b := unsafe.Slice((*byte)(dst.host), n)
+		if val == 0 {
+			clear(b)
+			return nil
+		}
+		b[0] = val
+		for filled := 1; filled < len(b); filled *= 2 {
+			copy(b[filled:], b[:filled])
+		}
+		return nil
+	})
+}
+
+func (h *hostBackend) allocPinned(size int64) (unsafe.Pointer, error) {
+	mem, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("host pinned: mmap %s: %v: %w", FormatBytes(size), err, ErrOutOfMemory)
+	}
+	return unsafe.Pointer(&mem[0]), nil
+}
+
+func (h *hostBackend) freePinned(p unsafe.Pointer, size int64) error {
+	return syscall.Munmap(unsafe.Slice((*byte)(p), size))
+}
+
+func (h *hostBackend) setReleaseThreshold(bytes uint64) error {
+	h.pool.setThreshold(bytes)
+	return nil
+}
+
+func (h *hostBackend) prime(bytes int64, _ streamImpl) error { return h.pool.prime(bytes) }
+func (h *hostBackend) trim(keep int64) error                 { return h.pool.trim(keep) }
+func (h *hostBackend) syncPoint()                            { h.pool.syncPoint() }
+func (h *hostBackend) usage() poolUsage                      { return h.pool.usage() }
+func (h *hostBackend) resetHigh()                            { h.pool.resetHigh() }
+
+func (h *hostBackend) close() error {
+	h.pool.release()
+	return nil
+}

@@ -1,0 +1,68 @@
+package devalloc
+
+// Stats is a snapshot of the allocator's counters. Reading it takes a few
+// atomic loads and, on CUDA, four pool-attribute queries: cheap enough for
+// every iteration.
+type Stats struct {
+	Kind   Kind
+	Policy Policy
+	Limit  int64 // per-rank budget in bytes; 0 means none
+
+	// Bytes asked for by Alloc: live now, the high-water mark since the last
+	// ResetPeak, and the sum over all allocations.
+	RequestedCurrent, RequestedPeak, RequestedTotal int64
+	// Bytes the pool holds from the driver or OS: now, the high-water mark,
+	// and the cumulative bytes obtained (on CUDA sampled when Stats is read).
+	ReservedCurrent, ReservedPeak, ReservedTotal int64
+	// Bytes the pool has handed out, including rounding and frees whose
+	// stream order has not yet reached them.
+	PoolUsedCurrent, PoolUsedPeak int64
+
+	LiveBuffers  int64 // allocated and not yet freed (device or host-backend memory and pinned)
+	AllocCalls   int64 // successful Alloc calls
+	BackendCalls int64 // calls into the backend allocator, retries and priming included
+	Frees        int64
+	PendingFrees int64 // freed but deferred until an outside hold is released
+	Trims        int64
+	OOMRetries   int64
+	Fallbacks    int64 // 1 when the backend is not the one asked for
+
+	PinnedReserved, PinnedUsed int64
+	PinnedAllocCalls           int64 // page-locked allocations from the driver or OS
+}
+
+// Stats returns a snapshot. It works after Close too, for final reports.
+func (a *Allocator) Stats() Stats {
+	u := a.be.usage()
+	pr, pu, pc := a.pinned.stats()
+	return Stats{
+		Kind:             a.be.kind(),
+		Policy:           a.Policy(),
+		Limit:            a.limit,
+		RequestedCurrent: a.c.requestedCur.Load(),
+		RequestedPeak:    a.c.requestedPeak.Load(),
+		RequestedTotal:   a.c.requestedTotal.Load(),
+		ReservedCurrent:  u.reservedCur,
+		ReservedPeak:     u.reservedHigh,
+		ReservedTotal:    u.reservedTotal,
+		PoolUsedCurrent:  u.usedCur,
+		PoolUsedPeak:     u.usedHigh,
+		LiveBuffers:      a.c.liveBuffers.Load(),
+		AllocCalls:       a.c.allocCalls.Load(),
+		BackendCalls:     a.c.backendCalls.Load(),
+		Frees:            a.c.frees.Load(),
+		PendingFrees:     a.c.heldFrees.Load(),
+		Trims:            a.c.trims.Load(),
+		OOMRetries:       a.c.oomRetries.Load(),
+		Fallbacks:        a.c.fallbacks.Load(),
+		PinnedReserved:   pr,
+		PinnedUsed:       pu,
+		PinnedAllocCalls: pc,
+	}
+}
+
+// ResetPeak starts new high-water marks at the current values.
+func (a *Allocator) ResetPeak() {
+	a.c.requestedPeak.Store(a.c.requestedCur.Load())
+	a.be.resetHigh()
+}

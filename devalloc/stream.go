@@ -1,0 +1,250 @@
+package devalloc
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Stream is an in-order queue of work on one device: a cudaStream_t on the
+// CUDA backend, a goroutine on the host backend. Work enqueued on one stream
+// runs in order; work on different streams is ordered only through events
+// and the buffer ledger. A Stream is owned by its Allocator and destroyed by
+// Stream.Close or Allocator.Close. It is safe for concurrent use.
+type Stream struct {
+	a      *Allocator
+	impl   streamImpl
+	id     int
+	closed atomic.Bool
+}
+
+// ID is a small number naming the stream in errors (the reclamation stream is -1).
+func (s *Stream) ID() int { return s.id }
+
+// Handle is the backend's native handle: the cudaStream_t on CUDA, 0 on host.
+// It stays owned by the Stream.
+func (s *Stream) Handle() uintptr { return s.impl.handle() }
+
+// Allocator returns the allocator that owns the stream.
+func (s *Stream) Allocator() *Allocator { return s.a }
+
+func (s *Stream) enter() error {
+	if err := s.a.enter(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		s.a.exit()
+		return fmt.Errorf("devalloc: stream %d: %w", s.id, ErrClosed)
+	}
+	return nil
+}
+
+// Record marks the current end of the stream. The event completes once all
+// work enqueued before it has run. Release it when done.
+func (s *Stream) Record() (*Event, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.a.exit()
+	impl, err := s.impl.record()
+	if err != nil {
+		return nil, fmt.Errorf("devalloc: record event on stream %d: %w", s.id, err)
+	}
+	return &Event{impl: impl, stream: s}, nil
+}
+
+// Wait makes work enqueued on s after this call wait for e. The host does not wait.
+func (s *Stream) Wait(e *Event) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.a.exit()
+	if err := e.check(); err != nil {
+		return err
+	}
+	if e.stream.a != s.a {
+		return fmt.Errorf("devalloc: stream %d: event from another allocator: %w", s.id, ErrInvalid)
+	}
+	if err := s.impl.wait(e.impl); err != nil {
+		return fmt.Errorf("devalloc: stream %d wait: %w", s.id, err)
+	}
+	return nil
+}
+
+// Enqueue runs fn on the host in stream order: after all work enqueued
+// before it, before all work enqueued after it. fn must not call the CUDA
+// API or block on other streams. An error or panic in fn is kept and
+// returned by the next Synchronize.
+func (s *Stream) Enqueue(fn func() error) error {
+	if fn == nil {
+		return fmt.Errorf("devalloc: stream %d: nil function: %w", s.id, ErrInvalid)
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.a.exit()
+	if err := s.impl.enqueue(fn); err != nil {
+		return fmt.Errorf("devalloc: stream %d enqueue: %w", s.id, err)
+	}
+	return nil
+}
+
+// Synchronize blocks until all work enqueued on s has run and returns the
+// first error of that work since the last Synchronize. It is a
+// synchronisation point: under AggressiveFree the pool may release memory.
+func (s *Stream) Synchronize() error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.a.exit()
+	err := s.impl.synchronize()
+	s.a.be.syncPoint()
+	if err != nil {
+		return fmt.Errorf("devalloc: stream %d: %w", s.id, err)
+	}
+	return nil
+}
+
+// Close waits for the stream's work and destroys it. The allocator's default
+// stream cannot be closed except by Allocator.Close.
+func (s *Stream) Close() error {
+	if s == s.a.defaultS {
+		return fmt.Errorf("devalloc: the default stream is closed by Allocator.Close: %w", ErrInvalid)
+	}
+	if err := s.a.enter(); err != nil {
+		return err
+	}
+	defer s.a.exit()
+	if s.closed.Swap(true) {
+		return fmt.Errorf("devalloc: stream %d: %w", s.id, ErrClosed)
+	}
+	s.a.mu.Lock()
+	delete(s.a.streams, s)
+	s.a.mu.Unlock()
+	return s.impl.destroy()
+}
+
+// Event marks a point in a stream. It is owned by whoever recorded it and
+// must be released with Release.
+type Event struct {
+	impl     eventImpl
+	stream   *Stream
+	released atomic.Bool
+}
+
+func (e *Event) check() error {
+	if e == nil {
+		return fmt.Errorf("devalloc: nil event: %w", ErrInvalid)
+	}
+	if e.released.Load() {
+		return fmt.Errorf("devalloc: event used after Release: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// Done reports, without blocking, whether the work before the event has run.
+func (e *Event) Done() (bool, error) {
+	if err := e.check(); err != nil {
+		return false, err
+	}
+	if err := e.stream.a.enter(); err != nil {
+		return false, err
+	}
+	defer e.stream.a.exit()
+	return e.impl.query()
+}
+
+// Wait blocks the calling goroutine until the event completes.
+func (e *Event) Wait() error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	if err := e.stream.a.enter(); err != nil {
+		return err
+	}
+	defer e.stream.a.exit()
+	err := e.impl.synchronize()
+	e.stream.a.be.syncPoint()
+	return err
+}
+
+// Release destroys the event. Streams already waiting on it keep waiting.
+func (e *Event) Release() error {
+	if e == nil {
+		return fmt.Errorf("devalloc: nil event: %w", ErrInvalid)
+	}
+	if e.released.Swap(true) {
+		return fmt.Errorf("devalloc: event released twice: %w", ErrInvalid)
+	}
+	return e.impl.destroy()
+}
+
+func (b *Buffer) ref(off int64) memRef {
+	r := memRef{addr: b.addr + uintptr(off)}
+	if b.hostPtr != nil {
+		r.host = unsafe.Add(b.hostPtr, off)
+	}
+	return r
+}
+
+func checkRange(what string, b *Buffer, off, n int64) error {
+	if b == nil {
+		return fmt.Errorf("devalloc: %s: nil buffer: %w", what, ErrInvalid)
+	}
+	if off < 0 || n < 0 || off > b.size || n > b.size-off {
+		return fmt.Errorf("devalloc: %s: range [%d, %d+%d) outside buffer #%d of %d bytes: %w", what, off, off, n, b.id, b.size, ErrInvalid)
+	}
+	return nil
+}
+
+// Copy enqueues a copy of n bytes from src at srcOff to dst at dstOff on s,
+// in any direction the backend supports (device, host-backend and pinned
+// memory), declaring the read of src and the write of dst in their ledgers.
+func (s *Stream) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int64) error {
+	if err := checkRange("copy destination", dst, dstOff, n); err != nil {
+		return err
+	}
+	if err := checkRange("copy source", src, srcOff, n); err != nil {
+		return err
+	}
+	if dst == src && dstOff < srcOff+n && srcOff < dstOff+n {
+		return fmt.Errorf("devalloc: copy within buffer #%d: overlapping ranges: %w", dst.id, ErrInvalid)
+	}
+	w, err := dst.Write(s)
+	if err != nil {
+		return err
+	}
+	var r *Access
+	if src != dst {
+		if r, err = src.Read(s); err != nil {
+			_ = w.Done()
+			return err
+		}
+	}
+	err = s.a.be.copyAsync(dst.ref(dstOff), src.ref(srcOff), n, s.impl)
+	if r != nil {
+		_ = r.Done()
+	}
+	_ = w.Done()
+	if err != nil {
+		return fmt.Errorf("devalloc: stream %d copy: %w", s.id, err)
+	}
+	return nil
+}
+
+// Memset enqueues setting n bytes of b at off to val on s.
+func (s *Stream) Memset(b *Buffer, off, n int64, val byte) error {
+	if err := checkRange("memset", b, off, n); err != nil {
+		return err
+	}
+	w, err := b.Write(s)
+	if err != nil {
+		return err
+	}
+	err = s.a.be.memsetAsync(b.ref(off), val, n, s.impl)
+	_ = w.Done()
+	if err != nil {
+		return fmt.Errorf("devalloc: stream %d memset: %w", s.id, err)
+	}
+	return nil
+}

@@ -1,0 +1,851 @@
+package alloctest
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/stretchr/testify/require"
+)
+
+// Harness opens allocators on the backend under test.
+type Harness struct {
+	// Backend is passed in Options.Backend.
+	Backend devalloc.Backend
+	// Kinds lists the acceptable Kind values (e.g. cuda-pool or cuda-malloc).
+	Kinds []devalloc.Kind
+	// Device is passed in Options.Device.
+	Device int
+}
+
+func (h Harness) open(t *testing.T, cfg devalloc.Config, mod ...func(*devalloc.Options)) *devalloc.Allocator {
+	t.Helper()
+	opts := devalloc.Options{Backend: h.Backend, Device: h.Device, Config: &cfg, Warn: func(msg string) { t.Log(msg) }}
+	for _, m := range mod {
+		m(&opts)
+	}
+	a, err := devalloc.Open(opts)
+	require.NoError(t, err)
+	require.Contains(t, h.Kinds, a.Kind())
+	return a
+}
+
+// closeClean closes a and requires that nothing leaked.
+func closeClean(t *testing.T, a *devalloc.Allocator) {
+	t.Helper()
+	require.NoError(t, a.Close())
+}
+
+// gate holds stream s back until the returned function is called.
+func gate(t *testing.T, s *devalloc.Stream) (open func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	require.NoError(t, s.Enqueue(func() error { <-ch; return nil }))
+	var once sync.Once
+	open = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(open)
+	return open
+}
+
+// readBack copies b into a fresh pinned buffer on s and returns its bytes
+// once s has run.
+func readBack(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream, b *devalloc.Buffer) []byte {
+	t.Helper()
+	p, err := a.AllocPinned(b.Size(), s)
+	require.NoError(t, err)
+	require.NoError(t, s.Copy(p, 0, b, 0, b.Size()))
+	require.NoError(t, s.Synchronize())
+	mem, err := p.Bytes()
+	require.NoError(t, err)
+	out := bytes.Clone(mem)
+	require.NoError(t, p.Free())
+	return out
+}
+
+func fill(n int, v byte) []byte { return bytes.Repeat([]byte{v}, n) }
+
+// Run runs every conformance test against the harness's backend.
+func Run(t *testing.T, h Harness) {
+	t.Run("Open", func(t *testing.T) { testOpen(t, h) })
+	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
+	t.Run("UseAfterFree", func(t *testing.T) { testUseAfterFree(t, h) })
+	t.Run("AfterClose", func(t *testing.T) { testAfterClose(t, h) })
+	t.Run("Events", func(t *testing.T) { testEvents(t, h) })
+	t.Run("EnqueueErrors", func(t *testing.T) { testEnqueueErrors(t, h) })
+	t.Run("ReadWaitsForWriter", func(t *testing.T) { testReadWaitsForWriter(t, h) })
+	t.Run("WriteWaitsForReaders", func(t *testing.T) { testWriteWaitsForReaders(t, h) })
+	t.Run("FreeAfterCompletions", func(t *testing.T) { testFreeAfterCompletions(t, h) })
+	t.Run("AllocStreamOrder", func(t *testing.T) { testAllocStreamOrder(t, h) })
+	t.Run("Conflicts", func(t *testing.T) { testConflicts(t, h) })
+	t.Run("HoldRead", func(t *testing.T) { testHoldRead(t, h) })
+	t.Run("HoldWrite", func(t *testing.T) { testHoldWrite(t, h) })
+	t.Run("Policy", func(t *testing.T) { testPolicy(t, h) })
+	t.Run("PrimeTrim", func(t *testing.T) { testPrimeTrim(t, h) })
+	t.Run("Budget", func(t *testing.T) { testBudget(t, h) })
+	t.Run("OOMLadder", func(t *testing.T) { testOOMLadder(t, h) })
+	t.Run("BackendOOM", func(t *testing.T) { testBackendOOM(t, h) })
+	t.Run("Stats", func(t *testing.T) { testStats(t, h) })
+	t.Run("Leaks", func(t *testing.T) { testLeaks(t, h) })
+	t.Run("Pinned", func(t *testing.T) { testPinned(t, h) })
+	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, h) })
+	t.Run("Config", func(t *testing.T) { testConfig(t, h) })
+}
+
+func testOpen(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	require.NotEmpty(t, a.Describe())
+	require.Equal(t, devalloc.Retain, a.Policy())
+	require.NotNil(t, a.DefaultStream())
+	free, total := a.MemInfo()
+	require.Positive(t, total)
+	require.LessOrEqual(t, free, total)
+	closeClean(t, a)
+}
+
+func testBadInput(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	for _, n := range []int64{0, -1, 1 << 51} {
+		_, err := a.Alloc(n, s)
+		require.ErrorIs(t, err, devalloc.ErrInvalid, "size %d", n)
+		_, err = a.AllocPinned(n, s)
+		require.ErrorIs(t, err, devalloc.ErrInvalid, "pinned size %d", n)
+	}
+	_, err := a.Alloc(64, nil)
+	require.ErrorIs(t, err, devalloc.ErrInvalid)
+
+	other := h.open(t, devalloc.Config{})
+	_, err = a.Alloc(64, other.DefaultStream())
+	require.ErrorIs(t, err, devalloc.ErrInvalid)
+	require.ErrorContains(t, err, "another allocator")
+
+	b, err := a.Alloc(100, s)
+	require.NoError(t, err)
+	_, err = b.Read(other.DefaultStream())
+	require.ErrorIs(t, err, devalloc.ErrInvalid)
+	require.ErrorIs(t, s.Memset(b, 90, 20, 0), devalloc.ErrInvalid)
+	require.ErrorIs(t, s.Memset(b, -1, 2, 0), devalloc.ErrInvalid)
+	require.ErrorIs(t, s.Copy(b, 0, b, 10, 20), devalloc.ErrInvalid, "overlap")
+	require.ErrorIs(t, s.Copy(b, 0, nil, 0, 1), devalloc.ErrInvalid)
+	_, err = b.Hold(devalloc.Mode(7))
+	require.ErrorIs(t, err, devalloc.ErrInvalid)
+	require.ErrorIs(t, s.Enqueue(nil), devalloc.ErrInvalid)
+	require.ErrorIs(t, a.Prime(0), devalloc.ErrInvalid)
+	require.ErrorIs(t, a.Trim(-1), devalloc.ErrInvalid)
+	require.ErrorIs(t, a.SetPolicy(devalloc.Policy(9)), devalloc.ErrInvalid)
+	require.ErrorIs(t, a.DefaultStream().Close(), devalloc.ErrInvalid)
+	if !a.Kind().IsDevice() {
+		_, err = b.Bytes()
+		require.NoError(t, err)
+	} else {
+		_, err = b.Bytes()
+		require.ErrorIs(t, err, devalloc.ErrNotSupported)
+	}
+	require.NoError(t, b.Free())
+	closeClean(t, other)
+	closeClean(t, a)
+}
+
+func testUseAfterFree(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	b, err := a.Alloc(4096, s)
+	require.NoError(t, err)
+	x, err := b.Write(s)
+	require.NoError(t, err)
+	require.NoError(t, b.Free())
+	err = b.Free()
+	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorContains(t, err, "double free")
+	require.ErrorIs(t, x.Done(), devalloc.ErrInvalid, "Free closed the open access")
+	_, err = b.Addr()
+	require.ErrorIs(t, err, devalloc.ErrFreed)
+	_, err = b.Bytes()
+	require.ErrorIs(t, err, devalloc.ErrFreed)
+	_, _, _, err = b.Region()
+	require.ErrorIs(t, err, devalloc.ErrFreed)
+	_, err = b.Read(s)
+	require.ErrorIs(t, err, devalloc.ErrFreed)
+	_, err = b.Write(s)
+	require.ErrorIs(t, err, devalloc.ErrFreed)
+	_, err = b.Hold(devalloc.Read)
+	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorIs(t, s.Memset(b, 0, 1, 0), devalloc.ErrFreed)
+
+	c, err := a.Alloc(64, s)
+	require.NoError(t, err)
+	x, err = c.Read(s)
+	require.NoError(t, err)
+	require.NoError(t, x.Done())
+	require.ErrorIs(t, x.Done(), devalloc.ErrInvalid, "Done twice")
+	hd, err := c.Hold(devalloc.Read)
+	require.NoError(t, err)
+	require.NoError(t, hd.Release())
+	require.ErrorIs(t, hd.Release(), devalloc.ErrInvalid, "Release twice")
+	require.ErrorIs(t, hd.Wait(), devalloc.ErrInvalid, "Wait after Release")
+	require.NoError(t, c.Free())
+	closeClean(t, a)
+}
+
+func testAfterClose(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s, err := a.NewStream()
+	require.NoError(t, err)
+	ev, err := s.Record()
+	require.NoError(t, err)
+	closeClean(t, a)
+	require.ErrorIs(t, a.Close(), devalloc.ErrClosed)
+	_, err = a.Alloc(64, s)
+	require.ErrorIs(t, err, devalloc.ErrClosed)
+	_, err = a.NewStream()
+	require.ErrorIs(t, err, devalloc.ErrClosed)
+	require.ErrorIs(t, s.Synchronize(), devalloc.ErrClosed)
+	require.ErrorIs(t, s.Enqueue(func() error { return nil }), devalloc.ErrClosed)
+	_, err = ev.Done()
+	require.ErrorIs(t, err, devalloc.ErrClosed)
+	require.ErrorIs(t, a.Trim(0), devalloc.ErrClosed)
+	require.ErrorIs(t, a.SetPolicy(devalloc.AggressiveFree), devalloc.ErrClosed)
+	_ = a.Stats() // still readable for final reports
+}
+
+func testEvents(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s1, err := a.NewStream()
+	require.NoError(t, err)
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	b, err := a.Alloc(1024, s1)
+	require.NoError(t, err)
+	require.NoError(t, s1.Memset(b, 0, 1024, 0))
+	require.NoError(t, s1.Synchronize())
+
+	open := gate(t, s1)
+	// Written on s1 behind the gate; s2 is ordered only by the user's event.
+	require.NoError(t, s1.Memset(b, 0, 1024, 0x5a))
+	ev, err := s1.Record()
+	require.NoError(t, err)
+	done, err := ev.Done()
+	require.NoError(t, err)
+	require.False(t, done, "event behind a closed gate must not be done")
+	require.NoError(t, s2.Wait(ev))
+	p, err := a.AllocPinned(1024, s2)
+	require.NoError(t, err)
+	// Copy on s2 without a ledger declaration for b: only the event orders it.
+	x, err := p.Write(s2)
+	require.NoError(t, err)
+	ev2, err := s2.Record()
+	require.NoError(t, err)
+	open()
+	require.NoError(t, ev.Wait())
+	require.NoError(t, ev2.Wait())
+	done, err = ev.Done()
+	require.NoError(t, err)
+	require.True(t, done)
+	require.NoError(t, x.Done())
+	require.NoError(t, s2.Copy(p, 0, b, 0, 1024))
+	require.NoError(t, s2.Synchronize())
+	mem, err := p.Bytes()
+	require.NoError(t, err)
+	require.Equal(t, fill(1024, 0x5a), mem)
+	require.NoError(t, ev.Release())
+	require.ErrorIs(t, ev.Release(), devalloc.ErrInvalid)
+	require.ErrorIs(t, ev.Wait(), devalloc.ErrInvalid)
+	require.ErrorIs(t, s2.Wait(ev), devalloc.ErrInvalid)
+	require.NoError(t, ev2.Release())
+	require.NoError(t, p.Free())
+	require.NoError(t, b.Free())
+	require.NoError(t, s2.Close())
+	require.ErrorIs(t, s2.Close(), devalloc.ErrClosed)
+	closeClean(t, a)
+}
+
+func testEnqueueErrors(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	boom := errors.New("boom")
+	ran := false
+	require.NoError(t, s.Enqueue(func() error { return boom }))
+	require.NoError(t, s.Enqueue(func() error { panic("kaboom") }))
+	require.NoError(t, s.Enqueue(func() error { ran = true; return nil }))
+	err := s.Synchronize()
+	require.ErrorIs(t, err, boom)
+	require.True(t, ran, "work after a failure still runs")
+	require.NoError(t, s.Enqueue(func() error { panic("kaboom") }))
+	require.ErrorContains(t, s.Synchronize(), "panicked")
+	require.NoError(t, s.Synchronize(), "errors are reported once")
+	closeClean(t, a)
+}
+
+func testReadWaitsForWriter(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s1, _ := a.NewStream()
+	s2, _ := a.NewStream()
+	const n = 64 << 10
+	b, err := a.Alloc(n, s1)
+	require.NoError(t, err)
+	require.NoError(t, s1.Memset(b, 0, n, 0x11))
+	require.NoError(t, s1.Synchronize())
+	p, err := a.AllocPinned(n, s2)
+	require.NoError(t, err)
+
+	open := gate(t, s1)
+	require.NoError(t, s1.Memset(b, 0, n, 0x22)) // the writer, held back
+	require.NoError(t, s2.Copy(p, 0, b, 0, n))   // the reader must wait for it
+	ev, err := s2.Record()
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	done, err := ev.Done()
+	require.NoError(t, err)
+	require.False(t, done, "the reader ran before the writer it must follow")
+	open()
+	require.NoError(t, s2.Synchronize())
+	mem, _ := p.Bytes()
+	require.Equal(t, fill(n, 0x22), mem)
+	require.NoError(t, ev.Release())
+	require.NoError(t, p.Free())
+	require.NoError(t, b.Free())
+	closeClean(t, a)
+}
+
+func testWriteWaitsForReaders(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s1, _ := a.NewStream()
+	s2, _ := a.NewStream()
+	s3, _ := a.NewStream()
+	const n = 64 << 10
+	b, err := a.Alloc(n, s1)
+	require.NoError(t, err)
+	require.NoError(t, s1.Memset(b, 0, n, 0x33))
+	p1, err := a.AllocPinned(n, s1)
+	require.NoError(t, err)
+	p2, err := a.AllocPinned(n, s2)
+	require.NoError(t, err)
+	require.NoError(t, a.Sync())
+
+	open1 := gate(t, s1)
+	open2 := gate(t, s2)
+	require.NoError(t, s1.Copy(p1, 0, b, 0, n)) // two readers, both held back
+	require.NoError(t, s2.Copy(p2, 0, b, 0, n))
+	require.NoError(t, s3.Memset(b, 0, n, 0x44)) // the writer must wait for both
+	require.NoError(t, s3.Copy(p1, 0, p1, 0, 0))
+	time.Sleep(10 * time.Millisecond)
+	open2()
+	require.NoError(t, s2.Synchronize())
+	open1()
+	require.NoError(t, a.Sync())
+	m1, _ := p1.Bytes()
+	m2, _ := p2.Bytes()
+	require.Equal(t, fill(n, 0x33), m1, "reader 1 saw the later write")
+	require.Equal(t, fill(n, 0x33), m2, "reader 2 saw the later write")
+	require.Equal(t, fill(n, 0x44), readBack(t, a, s3, b))
+	require.NoError(t, p1.Free())
+	require.NoError(t, p2.Free())
+	require.NoError(t, b.Free())
+	closeClean(t, a)
+}
+
+func testFreeAfterCompletions(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s1, _ := a.NewStream()
+	s2, _ := a.NewStream()
+	const n = 1 << 20
+	b, err := a.Alloc(n, s1)
+	require.NoError(t, err)
+	require.NoError(t, s1.Memset(b, 0, n, 0x77))
+	require.NoError(t, s1.Synchronize())
+	p, err := a.AllocPinned(n, s1)
+	require.NoError(t, err)
+
+	open := gate(t, s1)
+	require.NoError(t, s1.Copy(p, 0, b, 0, n)) // a pending reader
+	require.NoError(t, b.Free())               // must not release b before the copy
+	time.Sleep(10 * time.Millisecond)          // time for an early release to happen
+	// Churn allocations of the same size on another stream and overwrite them:
+	// if b's memory came back early, the pending copy would read 0xee.
+	var churn []*devalloc.Buffer
+	for range 8 {
+		c, err := a.Alloc(n, s2)
+		require.NoError(t, err)
+		require.NoError(t, s2.Memset(c, 0, n, 0xee))
+		churn = append(churn, c)
+	}
+	// The churn never waits for b's reader, so it can all land before the gate opens.
+	require.NoError(t, s2.Synchronize())
+	open()
+	require.NoError(t, a.Sync())
+	mem, _ := p.Bytes()
+	require.Equal(t, fill(n, 0x77), mem)
+	for _, c := range churn {
+		require.NoError(t, c.Free())
+	}
+	require.NoError(t, p.Free())
+	closeClean(t, a)
+}
+
+func testAllocStreamOrder(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s1, _ := a.NewStream()
+	s2, _ := a.NewStream()
+	const n = 256 << 10
+	open := gate(t, s1)
+	b, err := a.Alloc(n, s1)
+	require.NoError(t, err)
+	// Undeclared work on the allocating stream: Free must still follow it.
+	require.NoError(t, s1.Memset(b, 0, n, 0x99))
+	require.NoError(t, s2.Memset(b, 0, n, 0x12)) // declared: waits for s1's writer
+	ev, err := s2.Record()
+	require.NoError(t, err)
+	time.Sleep(10 * time.Millisecond)
+	done, _ := ev.Done()
+	require.False(t, done, "a write on another stream ran before the allocating stream's work")
+	open()
+	require.NoError(t, ev.Wait())
+	require.Equal(t, fill(n, 0x12), readBack(t, a, s2, b))
+	require.NoError(t, ev.Release())
+	require.NoError(t, b.Free())
+	closeClean(t, a)
+}
+
+func testConflicts(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s1, _ := a.NewStream()
+	s2, _ := a.NewStream()
+	b, err := a.Alloc(256, s1)
+	require.NoError(t, err)
+	w, err := b.Write(s1)
+	require.NoError(t, err)
+	_, err = b.Read(s2)
+	require.ErrorIs(t, err, devalloc.ErrConflict)
+	_, err = b.Hold(devalloc.Read)
+	require.ErrorIs(t, err, devalloc.ErrConflict)
+	r, err := b.Read(s1) // same stream: in order, no conflict
+	require.NoError(t, err)
+	require.NoError(t, r.Done())
+	require.NoError(t, w.Done())
+	r1, err := b.Read(s1)
+	require.NoError(t, err)
+	r2, err := b.Read(s2) // concurrent readers are fine
+	require.NoError(t, err)
+	_, err = b.Write(s2)
+	require.ErrorIs(t, err, devalloc.ErrConflict)
+	require.NoError(t, r1.Done())
+	require.NoError(t, r2.Done())
+
+	h1, err := b.Hold(devalloc.Read)
+	require.NoError(t, err)
+	h2, err := b.Hold(devalloc.Read)
+	require.NoError(t, err)
+	_, err = b.Hold(devalloc.Write)
+	require.ErrorIs(t, err, devalloc.ErrConflict)
+	require.NoError(t, h1.Release())
+	require.NoError(t, h2.Release())
+	hw, err := b.Hold(devalloc.Write)
+	require.NoError(t, err)
+	_, err = b.Write(s1)
+	require.ErrorIs(t, err, devalloc.ErrConflict)
+	require.NoError(t, hw.Release())
+	require.NoError(t, b.Free())
+	closeClean(t, a)
+}
+
+func testHoldRead(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	const n = 64 << 10
+	// A pinned buffer stands for a send buffer: Go can look at its memory.
+	p, err := a.AllocPinned(n, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(p, 0, n, 0x5e))
+	hd, err := p.Hold(devalloc.Read) // the "send" starts
+	require.NoError(t, err)
+	require.Equal(t, devalloc.Read, hd.Mode())
+	require.NoError(t, hd.Wait()) // the memset is complete
+	view, err := p.Bytes()
+	require.NoError(t, err)
+	require.Equal(t, fill(n, 0x5e), view)
+	addr, _ := p.Addr()
+
+	require.NoError(t, p.Free()) // freed while the send is in flight
+	require.EqualValues(t, 1, a.Stats().PendingFrees)
+	q, err := a.AllocPinned(n, s)
+	require.NoError(t, err)
+	qaddr, _ := q.Addr()
+	require.NotEqual(t, addr, qaddr, "memory held by a send was handed out again")
+	require.NoError(t, s.Memset(q, 0, n, 0xff))
+	require.NoError(t, s.Synchronize())
+	require.Equal(t, fill(n, 0x5e), view, "held memory was overwritten")
+
+	require.NoError(t, hd.Release()) // the send completes
+	require.EqualValues(t, 0, a.Stats().PendingFrees)
+	require.NoError(t, a.Sync())
+	require.NoError(t, q.Free())
+	closeClean(t, a)
+}
+
+func testHoldWrite(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s1, _ := a.NewStream()
+	s2, _ := a.NewStream()
+	const n = 4096
+	p, err := a.AllocPinned(n, s1)
+	require.NoError(t, err)
+	out, err := a.AllocPinned(n, s2)
+	require.NoError(t, err)
+	open := gate(t, s1)
+	require.NoError(t, s1.Memset(p, 0, n, 0x01)) // pending stream work
+	hw, err := p.Hold(devalloc.Write)            // the "receive" must follow it
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() { waited <- hw.Wait() }()
+	select {
+	case <-waited:
+		t.Fatal("hold Wait returned before the stream write it follows")
+	case <-time.After(20 * time.Millisecond):
+	}
+	open()
+	require.NoError(t, <-waited)
+	// A stream read declared now must wait until the receive is released.
+	require.NoError(t, s2.Copy(out, 0, p, 0, n))
+	ev, err := s2.Record()
+	require.NoError(t, err)
+	time.Sleep(10 * time.Millisecond)
+	done, _ := ev.Done()
+	require.False(t, done, "a reader ran while an outside writer held the buffer")
+	view, _ := p.Bytes()
+	copy(view, fill(n, 0x7c)) // the receive lands
+	require.NoError(t, hw.Release())
+	require.NoError(t, ev.Wait())
+	got, _ := out.Bytes()
+	require.Equal(t, fill(n, 0x7c), got)
+	require.NoError(t, ev.Release())
+	require.NoError(t, p.Free())
+	require.NoError(t, out.Free())
+	closeClean(t, a)
+}
+
+func testPolicy(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	const n = 32 << 20
+	cycle := func() {
+		b, err := a.Alloc(n, s)
+		require.NoError(t, err)
+		require.NoError(t, s.Memset(b, 0, n, 1))
+		require.NoError(t, b.Free())
+		require.NoError(t, a.Sync())
+		require.NoError(t, a.EndPhase())
+	}
+	cycle()
+	require.GreaterOrEqual(t, a.Stats().ReservedCurrent, int64(n), "retain keeps freed memory")
+
+	require.NoError(t, a.SetPolicy(devalloc.AggressiveFree))
+	require.Equal(t, devalloc.AggressiveFree, a.Policy())
+	require.Zero(t, a.Stats().ReservedCurrent, "switching to free releases unused memory")
+	cycle()
+	require.Zero(t, a.Stats().ReservedCurrent, "aggressive-free returns memory at the phase boundary")
+
+	require.NoError(t, a.SetPolicy(devalloc.Retain))
+	cycle()
+	require.GreaterOrEqual(t, a.Stats().ReservedCurrent, int64(n), "switching back retains again")
+	closeClean(t, a)
+}
+
+func testPrimeTrim(t *testing.T, h Harness) {
+	const prime = 64 << 20
+	a := h.open(t, devalloc.Config{Prime: prime})
+	s := a.DefaultStream()
+	st := a.Stats()
+	require.GreaterOrEqual(t, st.ReservedCurrent, int64(prime))
+	b, err := a.Alloc(prime/2, s)
+	require.NoError(t, err)
+	require.Equal(t, st.ReservedCurrent, a.Stats().ReservedCurrent, "allocation inside the primed pool reserves nothing new")
+	require.NoError(t, a.Trim(0))
+	require.GreaterOrEqual(t, a.Stats().ReservedCurrent, int64(prime/2), "trim never releases memory in use")
+	require.NoError(t, b.Free())
+	require.NoError(t, a.Trim(0))
+	st = a.Stats()
+	require.Zero(t, st.ReservedCurrent)
+	require.GreaterOrEqual(t, st.Trims, int64(2))
+	closeClean(t, a)
+}
+
+func testBudget(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{Limit: devalloc.Limit{Bytes: 1 << 20}})
+	require.EqualValues(t, 1<<20, a.Limit())
+	s := a.DefaultStream()
+	b1, err := a.Alloc(512<<10, s)
+	require.NoError(t, err)
+	_, err = a.Alloc(768<<10, s)
+	require.ErrorIs(t, err, devalloc.ErrOutOfMemory)
+	var oom *devalloc.OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	require.EqualValues(t, 768<<10, oom.Requested)
+	require.EqualValues(t, 1<<20, oom.Limit)
+	require.EqualValues(t, 512<<10, oom.Used)
+	require.Equal(t, 2, oom.Retries, "sync and trim were each retried once")
+	require.ErrorContains(t, err, "budget")
+	b2, err := a.Alloc(512<<10, s) // exactly up to the budget is fine
+	require.NoError(t, err)
+	require.NoError(t, b1.Free())
+	b3, err := a.Alloc(256<<10, s)
+	require.NoError(t, err)
+	require.NoError(t, b2.Free())
+	require.NoError(t, b3.Free())
+
+	// A percentage resolves against the memory the backend reports.
+	c := h.open(t, devalloc.Config{Limit: devalloc.Limit{Fraction: 0.5}})
+	_, total := c.MemInfo()
+	require.InDelta(t, float64(total)/2, float64(c.Limit()), float64(total)/1000)
+	closeClean(t, c)
+	closeClean(t, a)
+}
+
+func testOOMLadder(t *testing.T, h Harness) {
+	var a *devalloc.Allocator
+	var victim *devalloc.Buffer
+	var events []devalloc.OOMEvent
+	var trimsAtCallback []int64
+	a = h.open(t, devalloc.Config{Limit: devalloc.Limit{Bytes: 1 << 20}}, func(o *devalloc.Options) {
+		o.OnOutOfMemory = func(ev devalloc.OOMEvent) bool {
+			events = append(events, ev)
+			trimsAtCallback = append(trimsAtCallback, a.Stats().Trims)
+			if victim != nil {
+				require.NoError(t, victim.Free())
+				victim = nil
+			}
+			return true
+		}
+	})
+	s := a.DefaultStream()
+	var err error
+	victim, err = a.Alloc(768<<10, s)
+	require.NoError(t, err)
+	b, err := a.Alloc(512<<10, s) // over budget: the callback frees victim
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.EqualValues(t, 512<<10, events[0].Requested)
+	require.Equal(t, 1, events[0].Attempt)
+	require.EqualValues(t, 768<<10, events[0].Used)
+	require.EqualValues(t, 1, trimsAtCallback[0], "trim runs before the callback")
+	require.EqualValues(t, 3, a.Stats().OOMRetries)
+
+	// A callback that always asks again without freeing is bounded.
+	events = nil
+	_, err = a.Alloc(768<<10, s)
+	var oom *devalloc.OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	require.Len(t, events, 8)
+	require.Equal(t, 2+8, oom.Retries)
+	require.NoError(t, b.Free())
+	closeClean(t, a)
+}
+
+func testBackendOOM(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	_, err := a.Alloc(1<<49, a.DefaultStream()) // 512 TiB: more than any machine has
+	require.ErrorIs(t, err, devalloc.ErrOutOfMemory)
+	var oom *devalloc.OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	require.EqualValues(t, 1<<49, oom.Requested)
+	require.Zero(t, oom.Limit)
+	require.GreaterOrEqual(t, oom.Retries, 2)
+	require.Positive(t, oom.Total)
+	require.NotContains(t, err.Error(), "budget")
+	closeClean(t, a)
+}
+
+func testStats(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	st := a.Stats()
+	require.Equal(t, a.Kind(), st.Kind)
+	require.Zero(t, st.RequestedCurrent)
+	sizes := []int64{100, 4096, 1 << 20, 3}
+	var bufs []*devalloc.Buffer
+	var total int64
+	for _, n := range sizes {
+		b, err := a.Alloc(n, s)
+		require.NoError(t, err)
+		bufs = append(bufs, b)
+		total += n
+	}
+	st = a.Stats()
+	require.Equal(t, total, st.RequestedCurrent)
+	require.Equal(t, total, st.RequestedPeak)
+	require.Equal(t, total, st.RequestedTotal)
+	require.EqualValues(t, len(sizes), st.AllocCalls)
+	require.EqualValues(t, len(sizes), st.BackendCalls)
+	require.EqualValues(t, len(sizes), st.LiveBuffers)
+	require.GreaterOrEqual(t, st.PoolUsedCurrent, total)
+	require.GreaterOrEqual(t, st.ReservedCurrent, st.PoolUsedCurrent)
+	require.GreaterOrEqual(t, st.ReservedPeak, st.ReservedCurrent)
+	require.GreaterOrEqual(t, st.ReservedTotal, st.ReservedCurrent)
+
+	require.NoError(t, bufs[2].Free())
+	require.NoError(t, a.Sync())
+	st = a.Stats()
+	require.Equal(t, total-(1<<20), st.RequestedCurrent)
+	require.Equal(t, total, st.RequestedPeak)
+	require.EqualValues(t, 1, st.Frees)
+	require.EqualValues(t, len(sizes)-1, st.LiveBuffers)
+	a.ResetPeak()
+	st = a.Stats()
+	require.Equal(t, st.RequestedCurrent, st.RequestedPeak)
+	require.LessOrEqual(t, st.ReservedPeak, st.ReservedCurrent+0)
+	b, err := a.Alloc(10, s)
+	require.NoError(t, err)
+	st = a.Stats()
+	require.Equal(t, total-(1<<20)+10, st.RequestedPeak)
+	require.Equal(t, total+10, st.RequestedTotal)
+	require.NoError(t, b.Free())
+	for i, b := range bufs {
+		if i != 2 {
+			require.NoError(t, b.Free())
+		}
+	}
+	st = a.Stats()
+	require.Zero(t, st.RequestedCurrent)
+	require.Zero(t, st.LiveBuffers)
+	require.EqualValues(t, len(sizes)+1, st.Frees)
+	closeClean(t, a)
+}
+
+func testLeaks(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	b1, _ := a.Alloc(1000, s)
+	b1.SetLabel("left-env")
+	_, _ = a.Alloc(24, s)
+	b3, _ := a.Alloc(500, s)
+	require.NoError(t, b3.Free())
+	held, _ := a.Alloc(64, s)
+	hd, err := held.Hold(devalloc.Read)
+	require.NoError(t, err)
+	require.NoError(t, held.Free()) // freed, but the hold is never released
+	err = a.Close()
+	require.ErrorIs(t, err, devalloc.ErrLeak)
+	var leak *devalloc.LeakError
+	require.ErrorAs(t, err, &leak)
+	require.Equal(t, 3, leak.Count)
+	require.EqualValues(t, 1000+24+64, leak.Bytes)
+	require.Len(t, leak.Buffers, 3)
+	require.Equal(t, "left-env", leak.Buffers[0].Label)
+	require.True(t, leak.Buffers[2].Held)
+	require.ErrorContains(t, err, "3 leaked buffer(s)")
+	require.ErrorContains(t, err, "left-env")
+	require.ErrorIs(t, hd.Release(), devalloc.ErrClosed)
+}
+
+func testPinned(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	p, err := a.AllocPinned(10000, s)
+	require.NoError(t, err)
+	require.Equal(t, devalloc.Pinned, p.Location())
+	mem, err := p.Bytes()
+	require.NoError(t, err)
+	require.Len(t, mem, 10000)
+	for i := range mem {
+		mem[i] = byte(i)
+	}
+	addr, _, device, err := p.Region()
+	require.NoError(t, err)
+	require.False(t, device)
+	require.NotZero(t, addr)
+	// Round trip through device (or host-backend) memory.
+	d, err := a.Alloc(10000, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Copy(d, 0, p, 0, 10000))
+	got := readBack(t, a, s, d)
+	require.Equal(t, mem, got)
+	require.NoError(t, d.Free())
+	require.NoError(t, p.Free())
+	calls := a.Stats().PinnedAllocCalls
+	require.NoError(t, a.Sync())
+	for range 5 { // once its guard has passed, the block is reused
+		q, err := a.AllocPinned(9000, s)
+		require.NoError(t, err)
+		require.NoError(t, q.Free())
+		require.NoError(t, a.Sync())
+	}
+	st := a.Stats()
+	require.Equal(t, calls, st.PinnedAllocCalls, "pinned memory was allocated again instead of reused")
+	require.Zero(t, st.PinnedUsed)
+	require.Positive(t, st.PinnedReserved)
+	closeClean(t, a)
+}
+
+func testConcurrent(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := a.NewStream()
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := range 200 {
+				n := int64(64 << (i % 12))
+				b, err := a.Alloc(n, s)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := s.Memset(b, 0, n, byte(g)); err != nil {
+					errs <- err
+					return
+				}
+				if err := b.Free(); err != nil {
+					errs <- err
+					return
+				}
+				_ = a.Stats()
+			}
+			errs <- s.Synchronize()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	st := a.Stats()
+	require.EqualValues(t, 800, st.AllocCalls)
+	require.EqualValues(t, 800, st.Frees)
+	require.Zero(t, st.LiveBuffers)
+	closeClean(t, a)
+}
+
+func testConfig(t *testing.T, h Harness) {
+	t.Setenv(devalloc.EnvConf, "policy:free,limit:2MiB")
+	a, err := devalloc.Open(devalloc.Options{Backend: h.Backend, Device: h.Device})
+	require.NoError(t, err)
+	require.Equal(t, devalloc.AggressiveFree, a.Policy())
+	require.EqualValues(t, 2<<20, a.Limit())
+	closeClean(t, a)
+
+	t.Setenv(devalloc.EnvConf, "policy:retain,prime:lots")
+	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: h.Device})
+	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+	var ce *devalloc.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "prime", ce.Key)
+	require.Equal(t, devalloc.EnvConf, ce.Source)
+
+	t.Setenv(devalloc.EnvBackend, "quantum")
+	_, err = devalloc.Open(devalloc.Options{Device: h.Device, Config: &devalloc.Config{}})
+	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+	require.ErrorContains(t, err, "quantum")
+
+	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Config: &devalloc.Config{Limit: devalloc.Limit{Fraction: 2}}})
+	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: -1, Config: &devalloc.Config{}})
+	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+}
