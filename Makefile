@@ -3,8 +3,13 @@
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
+RANKS   ?= 4
+# The real MPI binding is used whenever pkg-config finds MPI (after deps).
+MPI_TAGS = $$(pkg-config --exists mpi 2>/dev/null && echo mpi)
+MPIRUN  ?= mpirun
+MPIRUN_FLAGS ?= $$(if [ "$$(id -u)" = 0 ]; then echo --allow-run-as-root; fi) --oversubscribe
 
-.PHONY: all deps build test unit lint bench run clean
+.PHONY: all deps build test unit mpitest fuzz lint bench bench-mpi gpu-bench run clean
 
 all: build
 
@@ -13,23 +18,41 @@ deps:
 
 build: deps
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ranktest ./cmd/ranktest
+	$(GO) build -tags "$(MPI_TAGS)" -o $(BIN)/ranktest ./cmd/ranktest
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags mpi $(PKGS)
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
 
-test: deps lint unit
+# MPI test binaries under mpirun -n 1, 2, 3 and 4, each under a timeout.
+mpitest: deps
+	@if [ -x scripts/test-mpi.sh ]; then scripts/test-mpi.sh; fi
+
+# Short runs of every fuzz target over its corpus and a few seconds of new input.
+fuzz:
+	@if [ -x scripts/fuzz-smoke.sh ]; then scripts/fuzz-smoke.sh; fi
+
+test: deps lint unit mpitest fuzz
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+bench-mpi: deps
+	@if [ -x scripts/bench-mpi.sh ]; then scripts/bench-mpi.sh; fi
+
+gpu-bench:
+	@if [ -x scripts/gpu-bench.sh ]; then scripts/gpu-bench.sh; else echo "no GPU benchmarks yet"; fi
+
 run: build
-	$(BIN)/ranktest
+	@if [ -n "$(MPI_TAGS)" ]; then \
+	  echo "$(MPIRUN) $(MPIRUN_FLAGS) -n $(RANKS) $(BIN)/ranktest"; \
+	  $(MPIRUN) $(MPIRUN_FLAGS) -n $(RANKS) $(BIN)/ranktest; \
+	else $(BIN)/ranktest; fi
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,58 @@
+package dl
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+)
+
+var (
+	// ErrNotFound matches a *NotFoundError: no candidate library loaded.
+	ErrNotFound = errors.New("dl: library not found")
+	// ErrMissingSymbol matches a *MissingSymbolsError.
+	ErrMissingSymbol = errors.New("dl: missing symbol")
+	// ErrNoCgo is returned when the binary was built without cgo.
+	ErrNoCgo = errors.New("dl: built without cgo, cannot load shared libraries")
+)
+
+// Symbol is one row of a loader's table.
+type Symbol struct {
+	Name     string
+	Ptr      *unsafe.Pointer
+	Optional bool
+}
+
+// NotFoundError lists the libraries tried and why each failed.
+type NotFoundError struct {
+	Candidates []string
+	Reasons    []string
+}
+
+func (e *NotFoundError) Error() string {
+	var parts []string
+	for i, c := range e.Candidates {
+		r := "not tried"
+		if i < len(e.Reasons) {
+			r = e.Reasons[i]
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", c, r))
+	}
+	return "dl: cannot load any of: " + strings.Join(parts, "; ")
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// MissingSymbolsError names the required symbols a library lacks.
+type MissingSymbolsError struct {
+	Library string
+	Names   []string
+}
+
+func (e *MissingSymbolsError) Error() string {
+	return fmt.Sprintf("dl: %s lacks required symbol(s): %s", e.Library, strings.Join(e.Names, ", "))
+}
+
+// Is makes errors.Is(err, ErrMissingSymbol) true.
+func (e *MissingSymbolsError) Is(target error) bool { return target == ErrMissingSymbol }
