@@ -16,7 +16,7 @@ type hostStream struct {
 	closed  bool
 	stopped chan struct{}
 	abort   chan struct{} // closed by destroy: waits on outside agents give up
-	err     error // sticky: the first failure of enqueued work since the last synchronize
+	err     error         // sticky: the first failure of enqueued work since the last synchronize
 }
 
 func newHostStream() *hostStream {
