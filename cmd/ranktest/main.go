@@ -20,6 +20,8 @@ type config struct {
 	iters   int
 	seed    uint64
 	json    bool
+	bench   string // benchmark name, "all", or "" for the solve workload
+	mode    string // benchmark mode; "" runs every mode
 }
 
 func main() {
@@ -29,8 +31,16 @@ func main() {
 	flag.IntVar(&cfg.iters, "iters", 20, "solve iterations")
 	flag.Uint64Var(&cfg.seed, "seed", 1, "workload seed")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON summary object as the last line")
+	flag.StringVar(&cfg.bench, "bench", "", "run a benchmark instead of the workload: a name or all (one JSON line per result)")
+	flag.StringVar(&cfg.mode, "mode", "", "benchmark mode (default: every mode of the benchmark)")
 	flag.Parse()
-	if err := run(cfg, os.Stdout); err != nil {
+	var err error
+	if cfg.bench != "" {
+		err = runBench(cfg, os.Stdout)
+	} else {
+		err = run(cfg, os.Stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "ranktest:", err)
 		os.Exit(1)
 	}
