@@ -1,0 +1,120 @@
+package devalloc
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestBins(t *testing.T) {
+	for _, size := range []int64{256, 257, 300, 320, 384, 448, 511, 512, 1 << 20, 1<<20 + 1, 3 << 30} {
+		b := binFloor(size)
+		require.LessOrEqual(t, binLower(b), size)
+		if b+1 < numBins {
+			require.Greater(t, binLower(b+1), size)
+		}
+		c := binCeil(size)
+		require.GreaterOrEqual(t, binLower(c), size)
+	}
+}
+
+func TestHostPoolSplitCoalesceTrim(t *testing.T) {
+	p := newHostPool()
+	c1, p1, err := p.alloc(4096)
+	require.NoError(t, err)
+	c2, p2, err := p.alloc(8192)
+	require.NoError(t, err)
+	require.Equal(t, c1.seg, c2.seg, "small allocations share a segment")
+	require.EqualValues(t, smallSegment, p.usage().reservedCur)
+	require.EqualValues(t, 4096+8192, p.usage().usedCur)
+	require.NoError(t, p.free(uintptr(p1)))
+	require.NoError(t, p.free(uintptr(p2)))
+	require.Error(t, p.free(uintptr(p2)), "unknown address")
+	// Everything coalesced back into one free chunk covering the segment.
+	whole := p.findFree(smallSegment)
+	require.NotNil(t, whole)
+	require.Zero(t, whole.off)
+	require.EqualValues(t, smallSegment, whole.size)
+	require.NoError(t, p.trim(0))
+	require.Zero(t, p.usage().reservedCur)
+	require.EqualValues(t, smallSegment, p.usage().reservedHigh)
+}
+
+func TestHostPoolRandomNoOverlap(t *testing.T) {
+	p := newHostPool()
+	rng := rand.New(rand.NewPCG(1, 2))
+	type span struct{ lo, hi uintptr }
+	live := map[uintptr]span{}
+	for i := 0; i < 5000; i++ {
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			for a := range live {
+				require.NoError(t, p.free(a))
+				delete(live, a)
+				break
+			}
+			continue
+		}
+		size := alignUp(int64(1+rng.IntN(300_000)), allocAlign)
+		_, ptr, err := p.alloc(size)
+		require.NoError(t, err)
+		s := span{uintptr(ptr), uintptr(ptr) + uintptr(size)}
+		for _, o := range live {
+			require.False(t, s.lo < o.hi && o.lo < s.hi, "overlapping allocations")
+		}
+		live[s.lo] = s
+	}
+	var used int64
+	for _, s := range live {
+		used += int64(s.hi - s.lo)
+	}
+	require.Equal(t, used, p.usage().usedCur)
+	for a := range live {
+		require.NoError(t, p.free(a))
+	}
+	require.NoError(t, p.trim(0))
+	require.Zero(t, p.usage().reservedCur)
+}
+
+func TestHostPoolThresholdAtSyncPoint(t *testing.T) {
+	p := newHostPool()
+	_, ptr, err := p.alloc(8 << 20)
+	require.NoError(t, err)
+	require.NoError(t, p.free(uintptr(ptr)))
+	p.syncPoint()
+	require.EqualValues(t, 8<<20, p.usage().reservedCur, "retain: the default threshold keeps everything")
+	p.setThreshold(0)
+	p.syncPoint()
+	require.Zero(t, p.usage().reservedCur)
+}
+
+func TestHostPoolMmapFailure(t *testing.T) {
+	p := newHostPool()
+	p.mmap = func(int64) ([]byte, error) { return nil, errors.New("ENOMEM") }
+	_, _, err := p.alloc(4096)
+	require.ErrorIs(t, err, ErrOutOfMemory)
+	require.ErrorContains(t, err, "ENOMEM")
+}
+
+// The ladder order on a real backend failure: sync, trim, then the callback.
+func TestLadderOrderOnBackendFailure(t *testing.T) {
+	var steps []string
+	var a *Allocator
+	a, err := Open(Options{Backend: BackendHost, Config: &Config{}, OnOutOfMemory: func(ev OOMEvent) bool {
+		st := a.Stats()
+		steps = append(steps, "callback")
+		require.EqualValues(t, 1, st.Trims, "trim ran before the callback")
+		require.EqualValues(t, 2, st.OOMRetries, "sync and trim retries ran before the callback")
+		return false
+	}})
+	require.NoError(t, err)
+	hb := a.be.(*hostBackend)
+	hb.pool.mmap = func(int64) ([]byte, error) { steps = append(steps, "mmap"); return nil, errors.New("ENOMEM") }
+	_, err = a.Alloc(4096, a.DefaultStream())
+	var oom *OutOfMemoryError
+	require.ErrorAs(t, err, &oom)
+	require.Equal(t, 2, oom.Retries)
+	require.Equal(t, []string{"mmap", "mmap", "mmap", "callback"}, steps)
+	require.NoError(t, a.Close())
+}

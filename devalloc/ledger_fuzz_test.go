@@ -1,0 +1,298 @@
+package devalloc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// ledgerModel drives random reads, writes, holds and frees on several host
+// streams and checks, inside the work itself, that every access sees the
+// data the ledger promises: a read sees the last write declared before it,
+// and no buffer's memory is reused while work on it is pending (reuse would
+// show up as another buffer's signature).
+type ledgerModel struct {
+	t       *testing.T
+	a       *Allocator
+	streams []*Stream
+	bufs    []*modelBuf
+	failed  atomic.Pointer[string]
+	wg      sync.WaitGroup
+	sleepy  bool
+}
+
+type modelBuf struct {
+	b       *Buffer
+	id      uint64
+	version uint64
+	holds   []*modelHold
+	freed   bool
+}
+
+type modelHold struct {
+	h     *Hold
+	ready chan struct{} // closed once the hold's own work is done
+}
+
+func (m *ledgerModel) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	m.failed.CompareAndSwap(nil, &msg)
+}
+
+func (m *ledgerModel) nap(r uint8) {
+	if m.sleepy && r%8 == 0 {
+		time.Sleep(time.Duration(r/4) * time.Microsecond)
+	}
+}
+
+func stamp(mem []byte, id, version uint64) {
+	binary.LittleEndian.PutUint64(mem[0:], id)
+	binary.LittleEndian.PutUint64(mem[8:], version)
+}
+
+func (m *ledgerModel) check(mem []byte, id, version uint64, what string) {
+	gotID, gotV := binary.LittleEndian.Uint64(mem[0:]), binary.LittleEndian.Uint64(mem[8:])
+	if gotID != id || gotV != version {
+		m.fail("%s of buffer %d: saw (buffer %d, version %d), want version %d", what, id, gotID, gotV, version)
+	}
+}
+
+func (m *ledgerModel) write(mb *modelBuf, s *Stream, r uint8) {
+	x, err := mb.b.Write(s)
+	if errors.Is(err, ErrConflict) && len(mb.holds) > 0 {
+		return // an outside writer holds it: refused by design
+	}
+	if err != nil {
+		m.fail("write: %v", err)
+		return
+	}
+	mb.version++
+	mem, _ := mb.b.Bytes()
+	id, v := mb.id, mb.version
+	_ = s.Enqueue(func() error {
+		m.nap(r)
+		m.check(mem, id, v-1, "write precondition")
+		stamp(mem, id, v)
+		return nil
+	})
+	if err := x.Done(); err != nil {
+		m.fail("write done: %v", err)
+	}
+}
+
+func (m *ledgerModel) read(mb *modelBuf, s *Stream, r uint8) {
+	x, err := mb.b.Read(s)
+	if err != nil {
+		m.fail("read: %v", err)
+		return
+	}
+	mem, _ := mb.b.Bytes()
+	id, v := mb.id, mb.version
+	_ = s.Enqueue(func() error {
+		m.nap(r)
+		m.check(mem, id, v, "read")
+		return nil
+	})
+	if err := x.Done(); err != nil {
+		m.fail("read done: %v", err)
+	}
+}
+
+func (m *ledgerModel) hold(mb *modelBuf, mode Mode, r uint8) {
+	h, err := mb.b.Hold(mode)
+	if err != nil {
+		return // conflicting holds are refused by design
+	}
+	mem, _ := mb.b.Bytes()
+	mh := &modelHold{h: h, ready: make(chan struct{})}
+	id, v := mb.id, mb.version
+	if mode == Write {
+		mb.version++
+	}
+	mb.holds = append(mb.holds, mh)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer close(mh.ready)
+		if err := h.Wait(); err != nil {
+			m.fail("hold wait: %v", err)
+			return
+		}
+		m.nap(r)
+		m.check(mem, id, v, "hold "+mode.String())
+		if mode == Write {
+			stamp(mem, id, v+1)
+		}
+	}()
+}
+
+// releaseHold releases the oldest hold of mb whose own work is done. It
+// never blocks: a hold may be waiting, through a stream, for another hold
+// the sequence has not released yet, as an MPI request would.
+func (m *ledgerModel) releaseHold(mb *modelBuf) bool {
+	for i, mh := range mb.holds {
+		select {
+		case <-mh.ready:
+		default:
+			continue
+		}
+		mb.holds = append(mb.holds[:i], mb.holds[i+1:]...)
+		if err := mh.h.Release(); err != nil {
+			m.fail("release: %v", err)
+		}
+		return true
+	}
+	return false
+}
+
+// releaseAll releases every hold. Holds only ever wait for holds created
+// before them, so releasing whatever is ready always makes progress.
+func (m *ledgerModel) releaseAll() {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pending, progressed := false, false
+		for _, mb := range m.bufs {
+			for len(mb.holds) > 0 {
+				pending = true
+				if !m.releaseHold(mb) {
+					break
+				}
+				progressed = true
+			}
+		}
+		if !pending {
+			return
+		}
+		if !progressed {
+			if time.Now().After(deadline) {
+				m.fail("holds never became ready: the ledger deadlocked")
+				return
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+func (m *ledgerModel) alloc(s *Stream, r uint8) {
+	size := int64(16 + int(r)*97)
+	b, err := m.a.Alloc(size, s)
+	if err != nil {
+		m.fail("alloc: %v", err)
+		return
+	}
+	mb := &modelBuf{b: b, id: b.ID()}
+	mem, _ := b.Bytes()
+	m.bufs = append(m.bufs, mb)
+	_ = s.Enqueue(func() error { stamp(mem, mb.id, 0); return nil })
+}
+
+func (m *ledgerModel) run(ops []byte) {
+	for i := 0; i+2 < len(ops) && m.failed.Load() == nil; i += 3 {
+		op, arg, r := ops[i], ops[i+1], ops[i+2]
+		s := m.streams[int(arg)%len(m.streams)]
+		var mb *modelBuf
+		if len(m.bufs) > 0 {
+			mb = m.bufs[int(arg/4)%len(m.bufs)]
+		}
+		if mb == nil || mb.freed {
+			if op%8 != 7 {
+				m.alloc(s, r)
+				continue
+			}
+		}
+		switch op % 8 {
+		case 0:
+			m.alloc(s, r)
+		case 1, 2:
+			m.write(mb, s, r)
+		case 3, 4:
+			m.read(mb, s, r)
+		case 5:
+			m.hold(mb, Mode(1+int(r)%2), r)
+		case 6:
+			m.releaseHold(mb)
+		case 7:
+			if mb != nil && !mb.freed && r%2 == 0 {
+				if err := mb.b.Free(); err != nil {
+					m.fail("free: %v", err)
+				}
+				mb.freed = true
+			} else if r%3 == 0 && m.noHolds() {
+				// Sync with a hold outstanding would wait for this very
+				// goroutine to release it, as MPI_Wait on oneself would.
+				if err := m.a.Sync(); err != nil {
+					m.fail("sync: %v", err)
+				}
+			}
+		}
+	}
+	m.releaseAll()
+	for _, mb := range m.bufs {
+		if !mb.freed {
+			if err := mb.b.Free(); err != nil {
+				m.fail("final free: %v", err)
+			}
+			mb.freed = true
+		}
+	}
+	m.wg.Wait()
+}
+
+func (m *ledgerModel) noHolds() bool {
+	for _, mb := range m.bufs {
+		if len(mb.holds) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func runLedgerModel(t *testing.T, ops []byte, sleepy bool) {
+	a, err := Open(Options{Backend: BackendHost, Config: &Config{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &ledgerModel{t: t, a: a, sleepy: sleepy}
+	for range 3 {
+		s, err := a.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.streams = append(m.streams, s)
+	}
+	m.run(ops)
+	if err := a.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if msg := m.failed.Load(); msg != nil {
+		t.Fatal(*msg)
+	}
+}
+
+func TestLedgerRandomSequences(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for seq := range 60 {
+		ops := make([]byte, 3*200)
+		for i := range ops {
+			ops[i] = byte(rng.UintN(256))
+		}
+		t.Run(fmt.Sprint("seq=", seq), func(t *testing.T) { runLedgerModel(t, ops, seq%2 == 0) })
+	}
+}
+
+func FuzzLedger(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 1, 1, 2, 3, 2, 3, 7, 0, 0, 0, 1, 5})
+	f.Add([]byte{5, 4, 1, 1, 4, 9, 3, 5, 8, 6, 4, 0, 7, 4, 0, 0, 1, 0})
+	f.Add([]byte{1, 1, 1, 1, 2, 2, 3, 3, 3, 5, 0, 1, 7, 0, 2, 3, 0, 4, 6, 0, 0})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 3*150 {
+			ops = ops[:3*150]
+		}
+		runLedgerModel(t, ops, true)
+	})
+}
