@@ -9,7 +9,7 @@ status=0
 while IFS= read -r line; do
   file=${line%%:*}
   target=$(sed -E 's/^.*func (Fuzz[A-Za-z0-9_]*)\(.*/\1/' <<<"$line")
-  pkg=./$(dirname "$file")
+  pkg=$(dirname "$file")
   echo "fuzz: $pkg $target ($fuzztime)"
   if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" >/tmp/fuzz-$$.log 2>&1; then
     cat /tmp/fuzz-$$.log
