@@ -1,0 +1,178 @@
+package msg
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden-v1.bin")
+
+// goldenMessage is the message kept in testdata: two float64 blocks and one
+// complex64 block from rank 1 to rank 0.
+func goldenMessage(t testing.TB) []byte {
+	entries := []Entry{
+		{ID: 7, Offset: 0, Rows: 2, Cols: 3, DType: Float64},
+		{ID: 42, Offset: 256, Rows: 1, Cols: 1, DType: Float64},
+		{ID: 1 << 40, Offset: 512, Rows: 2, Cols: 2, DType: Complex64},
+	}
+	payload := make([]byte, 544)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	h := Header{Source: 1, Dest: 0, Tag: 9, Epoch: 3, DType: Mixed, PayloadLen: uint64(len(payload)),
+		HasPayloadChecksum: true, PayloadChecksum: Checksum(payload)}
+	msg := make([]byte, PayloadOffset(len(entries))+uint64(len(payload)))
+	require.NoError(t, EncodeManifest(msg, h, entries))
+	copy(msg[PayloadOffset(len(entries)):], payload)
+	return msg
+}
+
+func TestGoldenMessage(t *testing.T) {
+	path := filepath.Join("testdata", "golden-v1.bin")
+	if *update {
+		require.NoError(t, os.WriteFile(path, goldenMessage(t), 0o644))
+	}
+	golden, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, golden, goldenMessage(t), "the encoder no longer produces the documented bytes")
+
+	m, err := DecodeManifest(golden, 1, 9)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, m.Source)
+	require.EqualValues(t, 0, m.Dest)
+	require.EqualValues(t, 9, m.Tag)
+	require.EqualValues(t, 3, m.Epoch)
+	require.Equal(t, Mixed, m.DType)
+	require.EqualValues(t, 3, m.Count)
+	require.EqualValues(t, 256, m.PayloadOffset)
+	require.EqualValues(t, 544, m.PayloadLen)
+	require.Equal(t, []Entry{
+		{ID: 7, Offset: 0, Rows: 2, Cols: 3, DType: Float64},
+		{ID: 42, Offset: 256, Rows: 1, Cols: 1, DType: Float64},
+		{ID: 1 << 40, Offset: 512, Rows: 2, Cols: 2, DType: Complex64},
+	}, m.Entries)
+	require.NoError(t, m.VerifyPayload(golden[m.PayloadOffset:], 1, 9))
+	// Spot-check documented offsets (docs/WIRE.md).
+	require.Equal(t, "DBUF", string(golden[0:4]))
+	require.EqualValues(t, 1, binary.LittleEndian.Uint16(golden[4:]))
+	require.EqualValues(t, 42, binary.LittleEndian.Uint64(golden[64+32:]))
+	require.EqualValues(t, 3, golden[64+2*32+24])
+}
+
+func TestDecodeErrorsNameTheField(t *testing.T) {
+	golden := goldenMessage(t)
+	mutate := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(golden)) }
+	reseal := func(b []byte) []byte { // recompute the manifest checksum after an edit
+		binary.LittleEndian.PutUint32(b[60:], 0)
+		end := HeaderSize + int(binary.LittleEndian.Uint32(b[24:]))*EntrySize
+		if end <= len(b) {
+			binary.LittleEndian.PutUint32(b[60:], Checksum(b[:end]))
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name, field string
+		msg         []byte
+		checksum    bool
+	}{
+		{"empty", "header", nil, false},
+		{"truncated header", "header", golden[:40], false},
+		{"truncated manifest", "block_count", golden[:100], false},
+		{"truncated payload", "payload_length", golden[:len(golden)-1], false},
+		{"extra bytes", "payload_length", append(bytes.Clone(golden), 0), false},
+		{"magic", "magic", mutate(func(b []byte) []byte { b[0] = 'X'; return b }), false},
+		{"version", "version", mutate(func(b []byte) []byte { b[4] = 2; return reseal(b) }), false},
+		{"flags", "flags", mutate(func(b []byte) []byte { b[6] = 0x80; return reseal(b) }), false},
+		{"entry size", "entry_size", mutate(func(b []byte) []byte { b[28] = 16; return reseal(b) }), false},
+		{"manifest checksum", "manifest_checksum", mutate(func(b []byte) []byte { b[64] ^= 1; return b }), true},
+		{"dtype", "entry[1].dtype", mutate(func(b []byte) []byte { b[64+32+24] = 9; return reseal(b) }), false},
+		{"header dtype", "dtype", mutate(func(b []byte) []byte { b[20] = 77; return reseal(b) }), false},
+		{"header dtype mismatch", "entry[2].dtype", mutate(func(b []byte) []byte { b[20] = byte(Float64); return reseal(b) }), false},
+		{"empty block", "entry[0].shape", mutate(func(b []byte) []byte { b[64+16] = 0; return reseal(b) }), false},
+		{"overlap", "entry[1].offset", mutate(func(b []byte) []byte { b[64+32+9] = 0; b[64+32+8] = 8; return reseal(b) }), false},
+		{"past payload", "entry[2].offset", mutate(func(b []byte) []byte { b[64+2*32+20] = 200; return reseal(b) }), false},
+		{"duplicate id", "entry[1].id", mutate(func(b []byte) []byte { b[64+32] = 7; return reseal(b) }), false},
+		{"reserved", "entry[0].reserved", mutate(func(b []byte) []byte { b[64+30] = 1; return reseal(b) }), false},
+		{"padding", "padding", mutate(func(b []byte) []byte { b[255] = 1; return reseal(b) }), false},
+		{"payload offset", "payload_offset", mutate(func(b []byte) []byte { b[41] = 2; return reseal(b) }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeManifest(tc.msg, 3, 17)
+			require.ErrorIs(t, err, ErrMalformed)
+			var we *WireError
+			require.True(t, errors.As(err, &we))
+			require.Equal(t, tc.field, we.Field)
+			require.Equal(t, 3, we.Peer)
+			require.Equal(t, 17, we.Tag)
+			require.Equal(t, tc.checksum, errors.Is(err, ErrChecksum))
+			require.ErrorContains(t, err, "rank 3 tag 17")
+		})
+	}
+}
+
+func TestPayloadChecksum(t *testing.T) {
+	golden := goldenMessage(t)
+	m, err := DecodeManifest(golden, 1, 9)
+	require.NoError(t, err)
+	payload := bytes.Clone(golden[m.PayloadOffset:])
+	payload[100] ^= 0xff
+	err = m.VerifyPayload(payload, 1, 9)
+	require.ErrorIs(t, err, ErrChecksum)
+	require.ErrorContains(t, err, "payload_checksum")
+	require.ErrorIs(t, m.VerifyPayload(payload[:10], 1, 9), ErrMalformed)
+	m.HasPayloadChecksum = false
+	require.NoError(t, m.VerifyPayload(payload, 1, 9), "checksum switched off")
+}
+
+func TestEncodeRejects(t *testing.T) {
+	buf := make([]byte, 1024)
+	h := Header{DType: Float64, PayloadLen: 64}
+	require.ErrorIs(t, EncodeManifest(buf[:100], h, []Entry{{ID: 1, Rows: 1, Cols: 1, DType: Float64}}), ErrMalformed)
+	require.ErrorIs(t, EncodeManifest(buf, h, []Entry{{ID: 1, Rows: 9, Cols: 1, DType: Float64}}), ErrMalformed, "past the payload")
+	require.ErrorIs(t, EncodeManifest(buf, h, []Entry{{ID: 1, Rows: 1, Cols: 1, DType: Float32}}), ErrMalformed, "dtype mismatch")
+	require.ErrorIs(t, EncodeManifest(buf, h, []Entry{{ID: 1, Offset: 8, Rows: 1, Cols: 1, DType: Float64}, {ID: 2, Rows: 1, Cols: 1, DType: Float64}}), ErrMalformed, "out of order")
+	require.NoError(t, EncodeManifest(buf, Header{DType: Float64}, nil), "an empty message is valid")
+	m, err := DecodeManifest(buf[:PayloadOffset(0)], 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, m.Entries)
+}
+
+func FuzzDecodeManifest(f *testing.F) {
+	golden := goldenMessage(f)
+	f.Add(golden)
+	f.Add(golden[:64])
+	f.Add([]byte("DBUF"))
+	empty := make([]byte, PayloadOffset(0))
+	_ = EncodeManifest(empty, Header{DType: Float32}, nil)
+	f.Add(empty)
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		m, err := DecodeManifest(msg, 1, 2)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not match ErrMalformed", err)
+			}
+			return
+		}
+		// Anything accepted is canonical: encoding it again gives the same manifest.
+		again := make([]byte, m.PayloadOffset)
+		if err := EncodeManifest(again, m.Header, m.Entries); err != nil {
+			t.Fatalf("re-encode of an accepted manifest: %v", err)
+		}
+		if !bytes.Equal(again, msg[:m.PayloadOffset]) {
+			t.Fatalf("accepted manifest is not canonical")
+		}
+		for _, e := range m.Entries {
+			if e.Offset+e.Bytes() > m.PayloadLen {
+				t.Fatalf("entry %+v outside the payload", e)
+			}
+		}
+		_ = m.VerifyPayload(msg[m.PayloadOffset:], 1, 2)
+	})
+}
