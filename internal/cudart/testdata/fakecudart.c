@@ -215,9 +215,20 @@ API int cudaMemGetInfo(size_t *f, size_t *t) {
 
 enum { OP_MEMSET, OP_MEMCPY, OP_RECORD, OP_WAIT_EVENT, OP_WAIT_VALUE, OP_HOST_FN, OP_FREE_ASYNC };
 
+/* Each record is its own instance: a wait made before a re-record keeps
+ * waiting for the record it saw, as with the real runtime (events are
+ * pooled and re-recorded by the code under test). */
+typedef struct rec {
+	int done, refs;
+} rec;
+
 typedef struct event {
-	unsigned long long recorded, completed;
+	rec *last; /* NULL until recorded */
 } event;
+
+static void unref(rec *r) {
+	if (r && --r->refs == 0) free(r);
+}
 
 typedef struct op {
 	int kind;
@@ -225,8 +236,7 @@ typedef struct op {
 	const void *src;
 	size_t n;
 	int value;
-	event *ev;
-	unsigned long long gen;
+	rec *r;
 	volatile uint32_t *word;
 	uint32_t want;
 	void (*fn)(void *);
@@ -299,10 +309,12 @@ static void run(op *o) {
 		pthread_mutex_lock(&mu);
 		break;
 	case OP_RECORD:
-		if (o->ev->completed < o->gen) o->ev->completed = o->gen;
+		o->r->done = 1;
+		unref(o->r);
 		break;
 	case OP_WAIT_EVENT:
-		while (o->ev->completed < o->gen) pthread_cond_wait(&cv, &mu);
+		while (!o->r->done) pthread_cond_wait(&cv, &mu);
+		unref(o->r);
 		break;
 	case OP_WAIT_VALUE:
 		while ((int32_t)(*o->word - o->want) < 0) timed_wait();
@@ -430,30 +442,47 @@ API int cudaEventCreateWithFlags(void **out, unsigned flags) {
 
 API int cudaEventRecord(void *ev, void *s) {
 	event *e = ev;
+	rec *r = calloc(1, sizeof *r);
+	if (!r) return ret(E_MEMORY_ALLOCATION);
+	r->refs = 2; /* the event and the record operation */
 	pthread_mutex_lock(&mu);
 	op *o = new_op(OP_RECORD);
-	if (o) { o->ev = e; o->gen = e->recorded + 1; }
-	int r = push(s, o);
-	if (r == OK) e->recorded++;
+	if (o) o->r = r;
+	int res = push(s, o);
+	if (res == OK) {
+		unref(e->last);
+		e->last = r;
+	} else {
+		free(r);
+	}
 	pthread_mutex_unlock(&mu);
-	return ret(r);
+	return ret(res);
 }
 
 API int cudaStreamWaitEvent(void *s, void *ev, unsigned flags) {
 	event *e = ev;
 	(void)flags;
 	pthread_mutex_lock(&mu);
+	if (!e->last) { /* never recorded: nothing to wait for */
+		pthread_mutex_unlock(&mu);
+		return OK;
+	}
 	op *o = new_op(OP_WAIT_EVENT);
-	if (o) { o->ev = e; o->gen = e->recorded; }
-	int r = push(s, o);
+	if (o) {
+		o->r = e->last;
+		o->r->refs++;
+	}
+	int took = o != NULL;
+	int res = push(s, o);
+	if (res != OK && took) e->last->refs--; /* the operation was not queued */
 	pthread_mutex_unlock(&mu);
-	return ret(r);
+	return ret(res);
 }
 
 API int cudaEventQuery(void *ev) {
 	event *e = ev;
 	pthread_mutex_lock(&mu);
-	int done = e->completed >= e->recorded;
+	int done = !e->last || e->last->done;
 	pthread_mutex_unlock(&mu);
 	return done ? OK : E_NOT_READY;
 }
@@ -461,14 +490,21 @@ API int cudaEventQuery(void *ev) {
 API int cudaEventSynchronize(void *ev) {
 	event *e = ev;
 	pthread_mutex_lock(&mu);
-	while (e->completed < e->recorded) pthread_cond_wait(&cv, &mu);
+	while (e->last && !e->last->done) pthread_cond_wait(&cv, &mu);
 	apply_thresholds();
 	pthread_mutex_unlock(&mu);
 	return OK;
 }
 
-/* Streams may still hold operations naming the event: keep its memory. */
-API int cudaEventDestroy(void *ev) { (void)ev; return OK; }
+/* Operations already queued hold their record instance, not the event. */
+API int cudaEventDestroy(void *ev) {
+	event *e = ev;
+	pthread_mutex_lock(&mu);
+	unref(e->last);
+	pthread_mutex_unlock(&mu);
+	free(e);
+	return OK;
+}
 
 API int cudaLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
 	pthread_mutex_lock(&mu);
