@@ -18,39 +18,39 @@ import (
 // host waits, pool and fallback bookkeeping, error mapping); the GPU tests
 // prove it against the real driver.
 
-func useFake(t *testing.T, defines ...string) {
+func useFakeCUDA(t *testing.T, defines ...string) {
 	t.Helper()
 	t.Setenv(cudart.EnvCUDART, cudarttest.Build(t, defines...))
 }
 
 func TestCUDAFakeConformance(t *testing.T) {
-	useFake(t)
+	useFakeCUDA(t)
 	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Kinds: []devalloc.Kind{devalloc.KindCUDAPool}})
 }
 
 func TestCUDAFakeConformanceFallback(t *testing.T) {
-	useFake(t)
+	useFakeCUDA(t)
 	defer devalloc.ForceCUDAPoolOff()()
 	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Kinds: []devalloc.Kind{devalloc.KindCUDAMalloc}})
 }
 
 func TestCUDAFakeDetails(t *testing.T) {
-	useFake(t)
-	testBackendDetails(t, devalloc.KindCUDAPool)
+	useFakeCUDA(t)
+	testCUDABackendDetails(t, devalloc.KindCUDAPool)
 }
 
 func TestCUDAFakeHostWaits(t *testing.T) {
 	t.Run("memop", func(t *testing.T) {
-		useFake(t)
-		testHostWaits(t, devalloc.KindCUDAPool)
+		useFakeCUDA(t)
+		testCUDAHostWaits(t, devalloc.KindCUDAPool)
 	})
 	t.Run("callback", func(t *testing.T) {
-		useFake(t)
+		useFakeCUDA(t)
 		t.Setenv(devalloc.EnvCUDAHostWait, "callback")
-		testHostWaits(t, devalloc.KindCUDAPool)
+		testCUDAHostWaits(t, devalloc.KindCUDAPool)
 	})
 	t.Run("no-wait-value", func(t *testing.T) {
-		useFake(t, "FAKE_NO_WAIT_VALUE")
+		useFakeCUDA(t, "FAKE_NO_WAIT_VALUE")
 		a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
 		require.NoError(t, err)
 		require.Contains(t, a.Describe(), "blocking host callbacks", "falls back when cuStreamWaitValue32 is missing")
@@ -68,7 +68,7 @@ func TestCUDAFakeNoPoolSupport(t *testing.T) {
 		{"FAKE_NO_POOLS", "the runtime lacks the stream-ordered pool functions"},
 	} {
 		t.Run(tc.define, func(t *testing.T) {
-			useFake(t, tc.define)
+			useFakeCUDA(t, tc.define)
 			var warned []string
 			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{},
 				Warn: func(m string) { warned = append(warned, m) }})
@@ -89,7 +89,7 @@ func TestCUDAFakeUnavailable(t *testing.T) {
 		{"FAKE_DEVICE_COUNT_ERROR=35", "cudaErrorInsufficientDriver"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			useFake(t, tc.define)
+			useFakeCUDA(t, tc.define)
 			_, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
 			require.ErrorIs(t, err, devalloc.ErrUnavailable)
 			require.ErrorContains(t, err, tc.name)
@@ -114,7 +114,7 @@ func TestCUDAFakeUnavailable(t *testing.T) {
 		require.ErrorContains(t, err, "/nonexistent/libcudart.so.13")
 	})
 	t.Run("missing-symbol", func(t *testing.T) {
-		useFake(t, "FAKE_OMIT_cudaMemcpyAsync")
+		useFakeCUDA(t, "FAKE_OMIT_cudaMemcpyAsync")
 		_, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
 		require.ErrorIs(t, err, devalloc.ErrUnavailable)
 		require.ErrorContains(t, err, "cudaMemcpyAsync")

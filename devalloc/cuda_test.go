@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// EnvRequireGPU set to 1 turns a missing GPU from a skip into a failure.
-const EnvRequireGPU = "DISTBUF_REQUIRE_GPU"
+// cudaEnvRequireGPU set to 1 turns a missing GPU from a skip into a failure.
+const cudaEnvRequireGPU = "DISTBUF_REQUIRE_GPU"
 
 // requireCUDA skips the test, saying why, when no CUDA device is usable,
 // and fails it instead when DISTBUF_REQUIRE_GPU=1.
@@ -23,10 +23,10 @@ func requireCUDA(t *testing.T) {
 		err = errors.New("the runtime reports no device")
 	}
 	if err != nil {
-		if os.Getenv(EnvRequireGPU) == "1" {
-			t.Fatalf("%s=1 but CUDA is unavailable: %v", EnvRequireGPU, err)
+		if os.Getenv(cudaEnvRequireGPU) == "1" {
+			t.Fatalf("%s=1 but CUDA is unavailable: %v", cudaEnvRequireGPU, err)
 		}
-		t.Skipf("CUDA unavailable (set %s=1 to make this a failure): %v", EnvRequireGPU, err)
+		t.Skipf("CUDA unavailable (set %s=1 to make this a failure): %v", cudaEnvRequireGPU, err)
 	}
 }
 
@@ -44,18 +44,18 @@ func TestCUDAConformanceFallback(t *testing.T) {
 func TestCUDAHostWaitCallback(t *testing.T) {
 	requireCUDA(t)
 	t.Setenv(devalloc.EnvCUDAHostWait, "callback")
-	testHostWaits(t, devalloc.KindCUDAPool)
+	testCUDAHostWaits(t, devalloc.KindCUDAPool)
 }
 
 func TestCUDABackendDetails(t *testing.T) {
 	requireCUDA(t)
-	testBackendDetails(t, devalloc.KindCUDAPool)
+	testCUDABackendDetails(t, devalloc.KindCUDAPool)
 }
 
-// testHostWaits checks host work on a stream in whatever host-wait mode is
+// testCUDAHostWaits checks host work on a stream in whatever host-wait mode is
 // in effect, without functions that block on one another across streams
 // (which the callback mode cannot promise).
-func testHostWaits(t *testing.T, kind devalloc.Kind) {
+func testCUDAHostWaits(t *testing.T, kind devalloc.Kind) {
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}, Warn: func(string) {}})
 	require.NoError(t, err)
 	require.Equal(t, kind, a.Kind())
@@ -117,8 +117,8 @@ func testHostWaits(t *testing.T, kind devalloc.Kind) {
 	require.ErrorIs(t, a.Close(), devalloc.ErrLeak)
 }
 
-// testBackendDetails checks what the conformance suite leaves to the backend.
-func testBackendDetails(t *testing.T, kind devalloc.Kind) {
+// testCUDABackendDetails checks what the conformance suite leaves to the backend.
+func testCUDABackendDetails(t *testing.T, kind devalloc.Kind) {
 	n, err := devalloc.DeviceCount()
 	require.NoError(t, err)
 	require.Positive(t, n)
