@@ -5,6 +5,15 @@ import (
 	"fmt"
 )
 
+// EnvCUDART names a libcudart to load instead of the default candidates.
+const EnvCUDART = "DISTBUF_CUDART"
+
+// Candidates are the libraries Load tries, in order, when DISTBUF_CUDART is unset.
+var Candidates = []string{
+	"libcudart.so.13", "libcudart.so.12",
+	"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
+}
+
 var (
 	// ErrUnavailable matches failures that mean CUDA cannot be used on this
 	// machine: no library, a library lacking required symbols, no device,

@@ -218,15 +218,6 @@ const (
 	_ uint = codeCompatNotSupportedDevice - C.DBC_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
 )
 
-// EnvCUDART names a libcudart to load instead of the default candidates.
-const EnvCUDART = "DISTBUF_CUDART"
-
-// Candidates are the libraries Load tries, in order, when DISTBUF_CUDART is unset.
-var Candidates = []string{
-	"libcudart.so.13", "libcudart.so.12",
-	"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12",
-}
-
 // Capabilities says which optional parts of the runtime resolved.
 type Capabilities struct {
 	// MemoryPools: cudaMemPoolCreate, cudaMallocFromPoolAsync, cudaFreeAsync
