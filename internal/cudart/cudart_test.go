@@ -241,6 +241,27 @@ func TestRealRuntime(t *testing.T) {
 	name, err := rt.Device(0).Name()
 	require.NoError(t, err)
 	require.NotEmpty(t, name)
-	_, err = rt.Device(0).Malloc(1 << 49)
+	d := rt.Device(0)
+	_, err = d.Malloc(1 << 49)
 	require.ErrorIs(t, err, cudart.ErrOutOfMemory)
+
+	// The pool path must report exhaustion the same way, and the reuse
+	// defaults the backend relies on must hold.
+	s, err := d.StreamCreate()
+	require.NoError(t, err)
+	pool, err := d.MemPoolCreate()
+	require.NoError(t, err)
+	for _, attr := range []cudart.PoolAttr{cudart.PoolReuseFollowEventDependencies, cudart.PoolReuseAllowOpportunistic, cudart.PoolReuseAllowInternalDependencies} {
+		v, err := d.MemPoolGetInt(pool, attr)
+		require.NoError(t, err)
+		t.Logf("pool attribute %d defaults to %d", attr, v)
+	}
+	_, err = d.MallocFromPoolAsync(1<<49, pool, s)
+	require.ErrorIs(t, err, cudart.ErrOutOfMemory)
+	p, err := d.MallocFromPoolAsync(1<<20, pool, s)
+	require.NoError(t, err)
+	require.NoError(t, d.FreeAsync(p, s))
+	require.NoError(t, d.StreamSynchronize(s))
+	require.NoError(t, d.MemPoolDestroy(pool))
+	require.NoError(t, d.StreamDestroy(s))
 }
