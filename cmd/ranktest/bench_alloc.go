@@ -1,0 +1,428 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/distbuf/distbuf/devalloc"
+)
+
+// The alloc benchmark compares allocator configurations on one device:
+//
+//   - cudamalloc: the cudaMalloc fallback with its cache off, so every
+//     allocation is a cudaMalloc and every free a cudaFree (CUDA only);
+//   - threshold0: the pool under AggressiveFree with release threshold 0: the
+//     driver returns freed memory at every synchronisation, and EndPhase trims;
+//   - trim-phase: the pool retained (threshold UINT64_MAX) and trimmed to 0 at
+//     each phase boundary only: the other way to give memory back;
+//   - retained: the pool retained, never trimmed;
+//   - large-only: the solve cycle with only its large buffers, for retained,
+//     threshold0 and cudamalloc.
+//
+// Each configuration gets its own Allocator, opened on the backend of the
+// run (-backend). Two measurements per configuration:
+//
+//   - pair: Alloc, Free and Stream.Synchronize of one buffer, per size; the
+//     synchronisation is where a low threshold releases memory. Extra has the
+//     same pair without the synchronisation (nosync_median_us), in batches.
+//   - cycle: a DMRG two-site solve's allocation pattern: 20 large buffers
+//     (16 to 64 MiB) and 2000 tiny ones (64 B to 16 KiB, log-uniform), all
+//     allocated, each touched by a memset, all freed, then one stream
+//     synchronisation. A phase is allocPhaseCycles cycles; EndPhase (and for
+//     trim-phase, Trim(0)) runs at its end, inside the timed cycle.
+//
+// Results are medians. The retained lines carry the ratios against
+// threshold0 and cudamalloc measured in the same run (vs_threshold0,
+// vs_cudamalloc: how many times faster retained is), and the goals.
+
+func init() { benches["alloc"] = benchAlloc }
+
+// allocBenchParams sizes the benchmark; tests shrink it.
+type allocBenchParams struct {
+	pairs, pairWarmup  int
+	pairSizes          []int64
+	nosyncBatch        int
+	minCycles, warmup  int
+	large, tiny        int
+	largeMin, largeMax int64
+	tinyMin, tinyMax   int64
+	phaseCycles        int
+	goalVsThreshold0   float64
+	goalVsCudaMalloc   float64
+}
+
+var allocParams = allocBenchParams{
+	pairs: 1000, pairWarmup: 20, pairSizes: []int64{256, 64 << 10, 16 << 20}, nosyncBatch: 100,
+	minCycles: 20, warmup: 2,
+	large: 20, tiny: 2000, largeMin: 16 << 20, largeMax: 64 << 20, tinyMin: 64, tinyMax: 16 << 10,
+	phaseCycles: 5, goalVsThreshold0: 10, goalVsCudaMalloc: 5,
+}
+
+type allocVariant struct {
+	mode      string
+	cfg       devalloc.Config
+	trimPhase bool
+	cudaOnly  bool
+}
+
+var allocVariants = []allocVariant{
+	{mode: "cudamalloc", cfg: devalloc.Config{Pool: devalloc.PoolOff, FallbackCache: -1}, cudaOnly: true},
+	{mode: "threshold0", cfg: devalloc.Config{Policy: devalloc.AggressiveFree, FreeThreshold: 0}},
+	{mode: "trim-phase", cfg: devalloc.Config{Policy: devalloc.Retain}, trimPhase: true},
+	{mode: "retained", cfg: devalloc.Config{Policy: devalloc.Retain}},
+}
+
+var allocModes = []string{"cudamalloc", "threshold0", "trim-phase", "retained", "large-only"}
+
+func variantByMode(mode string) (allocVariant, error) {
+	for _, v := range allocVariants {
+		if v.mode == mode {
+			return v, nil
+		}
+	}
+	return allocVariant{}, fmt.Errorf("no allocator configuration %q", mode)
+}
+
+// allocRun remembers medians of the run for the ratios.
+type allocRun struct {
+	pair  map[string]map[int64]float64 // mode -> size -> median us
+	cycle map[string]float64           // mode or "large-only/"+mode -> median us
+}
+
+func benchAlloc(c *benchContext) error {
+	modes := allocModes
+	if c.cfg.mode != "" {
+		found := false
+		for _, m := range allocModes {
+			found = found || m == c.cfg.mode
+		}
+		if !found {
+			return fmt.Errorf("-mode %q: unknown mode of alloc (have %v)", c.cfg.mode, allocModes)
+		}
+		modes = []string{c.cfg.mode}
+	}
+	run := &allocRun{pair: map[string]map[int64]float64{}, cycle: map[string]float64{}}
+	for _, mode := range modes {
+		var err error
+		if mode == "large-only" {
+			err = benchAllocLargeOnly(c, run)
+		} else {
+			var v allocVariant
+			if v, err = variantByMode(mode); err == nil {
+				err = benchAllocVariant(c, run, v)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+	}
+	return nil
+}
+
+// openVariant opens an allocator for v on the run's backend and device.
+func openVariant(c *benchContext, v allocVariant) (a *devalloc.Allocator, skip string, err error) {
+	backend, device := devalloc.BackendHost, 0
+	if c.alloc.Kind().IsDevice() {
+		backend, device = devalloc.BackendCUDA, c.alloc.Device()
+	}
+	if v.cudaOnly && backend != devalloc.BackendCUDA {
+		return nil, "needs the CUDA backend (raw cudaMalloc/cudaFree)", nil
+	}
+	cfg := v.cfg
+	a, err = devalloc.Open(devalloc.Options{Backend: backend, Device: device, Config: &cfg, Warn: func(string) {}})
+	return a, "", err
+}
+
+func (c *benchContext) skipLine(mode, reason string, extra map[string]any) error {
+	if extra == nil {
+		extra = map[string]any{}
+	}
+	extra["skipped"] = reason
+	return c.emit(benchResult{Bench: "alloc", Mode: mode, Backend: c.alloc.Kind().String(), Extra: extra})
+}
+
+func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err error) {
+	a, skip, err := openVariant(c, v)
+	if err != nil {
+		return err
+	}
+	if skip != "" {
+		return c.skipLine(v.mode, skip, nil)
+	}
+	defer func() { err = errors.Join(err, a.Close()) }()
+	s := a.DefaultStream()
+	p := allocParams
+
+	run.pair[v.mode] = map[int64]float64{}
+	for _, size := range p.pairSizes {
+		lat := make([]float64, 0, p.pairs)
+		for i := range p.pairWarmup + p.pairs {
+			start := time.Now()
+			b, err := a.Alloc(size, s)
+			if err != nil {
+				return err
+			}
+			if err := b.Free(); err != nil {
+				return err
+			}
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			if i >= p.pairWarmup {
+				lat = append(lat, us(time.Since(start)))
+			}
+		}
+		nosync, err := pairsWithoutSync(a, s, size, p)
+		if err != nil {
+			return err
+		}
+		med := round3(median(lat))
+		run.pair[v.mode][size] = med
+		extra := map[string]any{"case": "pair", "p90_us": round3(percentile(lat, 0.9)), "nosync_median_us": round3(nosync),
+			"kind": a.Kind().String()}
+		if v.mode == "retained" {
+			addRatios(extra, run.pair["threshold0"][size], run.pair["cudamalloc"][size], med, false)
+		}
+		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: p.pairs, Bytes: size, MedianUS: med,
+			Backend: a.Kind().String(), Extra: extra}); err != nil {
+			return err
+		}
+	}
+
+	res, err := solveCycles(c, a, v, p.large, p.tiny)
+	if err != nil {
+		return err
+	}
+	run.cycle[v.mode] = res.median
+	extra := res.extra()
+	if v.mode == "retained" {
+		addRatios(extra, run.cycle["threshold0"], run.cycle["cudamalloc"], res.median, true)
+	}
+	return c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+		Backend: a.Kind().String(), Extra: extra})
+}
+
+// pairsWithoutSync times Alloc+Free in batches, synchronising between
+// batches only, and returns the median time per pair in microseconds.
+func pairsWithoutSync(a *devalloc.Allocator, s *devalloc.Stream, size int64, p allocBenchParams) (float64, error) {
+	batches := max(1, p.pairs/p.nosyncBatch)
+	per := make([]float64, 0, batches)
+	for range batches {
+		start := time.Now()
+		for range p.nosyncBatch {
+			b, err := a.Alloc(size, s)
+			if err != nil {
+				return 0, err
+			}
+			if err := b.Free(); err != nil {
+				return 0, err
+			}
+		}
+		per = append(per, us(time.Since(start))/float64(p.nosyncBatch))
+		if err := s.Synchronize(); err != nil {
+			return 0, err
+		}
+	}
+	return median(per), nil
+}
+
+func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
+	p := allocParams
+	for _, mode := range []string{"cudamalloc", "threshold0", "retained"} {
+		v, err := variantByMode(mode)
+		if err != nil {
+			return err
+		}
+		a, skip, err := openVariant(c, v)
+		if err != nil {
+			return err
+		}
+		if skip != "" {
+			if err := c.skipLine("large-only", skip, map[string]any{"allocator": mode}); err != nil {
+				return err
+			}
+			continue
+		}
+		res, err := solveCycles(c, a, v, p.large, 0)
+		err = errors.Join(err, a.Close())
+		if err != nil {
+			return err
+		}
+		run.cycle["large-only/"+mode] = res.median
+		extra := res.extra()
+		extra["allocator"] = mode
+		if mode == "retained" {
+			addRatios(extra, run.cycle["large-only/threshold0"], run.cycle["large-only/cudamalloc"], res.median, true)
+		}
+		if err := c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes,
+			MedianUS: res.median, Backend: a.Kind().String(), Extra: extra}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addRatios records how many times faster retained is than the baselines
+// measured earlier in the run (absent baselines are said to be absent).
+func addRatios(extra map[string]any, threshold0, cudamalloc, retained float64, goals bool) {
+	if retained <= 0 {
+		return
+	}
+	missing := []string{}
+	if threshold0 > 0 {
+		r := threshold0 / retained
+		extra["vs_threshold0"] = round3(r)
+		if goals {
+			extra["goal_vs_threshold0"] = allocParams.goalVsThreshold0
+			extra["meets_goal_vs_threshold0"] = r >= allocParams.goalVsThreshold0
+		}
+	} else {
+		missing = append(missing, "threshold0")
+	}
+	if cudamalloc > 0 {
+		r := cudamalloc / retained
+		extra["vs_cudamalloc"] = round3(r)
+		if goals {
+			extra["goal_vs_cudamalloc"] = allocParams.goalVsCudaMalloc
+			extra["meets_goal_vs_cudamalloc"] = r >= allocParams.goalVsCudaMalloc
+		}
+	} else {
+		missing = append(missing, "cudamalloc")
+	}
+	if len(missing) > 0 {
+		extra["ratios_missing"] = fmt.Sprintf("no %v baseline in this run (run every mode, without -mode, on the CUDA backend)", missing)
+	}
+}
+
+type cycleResult struct {
+	cycles                int
+	bytes                 int64 // requested per cycle (mean)
+	allocs                int
+	median, mean, p90     float64
+	reservedPeak          int64
+	reservedBetweenCycles int64 // the most reserved after a cycle's synchronisation, before its phase ends
+	reservedAfterPhase    int64 // reserved after the last phase boundary
+	backendCallsPerCycle  float64
+	kind                  string
+}
+
+func (r cycleResult) extra() map[string]any {
+	e := map[string]any{
+		"case": "cycle", "kind": r.kind, "allocs_per_cycle": r.allocs, "mean_us": round3(r.mean), "p90_us": round3(r.p90),
+		"reserved_peak_bytes": r.reservedPeak, "reserved_between_cycles_max_bytes": r.reservedBetweenCycles,
+		"reserved_after_phase_bytes": r.reservedAfterPhase, "backend_calls_per_cycle": round3(r.backendCallsPerCycle),
+		"phase_cycles": allocParams.phaseCycles,
+	}
+	return e
+}
+
+// cycleSizes returns the buffer sizes of cycle i, the same for every
+// configuration of the run: large ones uniform, tiny ones log-uniform, shuffled.
+func cycleSizes(seed uint64, i, large, tiny int) []int64 {
+	p := allocParams
+	rng := rand.New(rand.NewPCG(seed, uint64(i)))
+	sizes := make([]int64, 0, large+tiny)
+	for range large {
+		sizes = append(sizes, (p.largeMin+rng.Int64N(p.largeMax-p.largeMin+1))/256*256)
+	}
+	lo, hi := math.Log(float64(p.tinyMin)), math.Log(float64(p.tinyMax))
+	for range tiny {
+		sizes = append(sizes, int64(math.Exp(lo+rng.Float64()*(hi-lo))))
+	}
+	rng.Shuffle(len(sizes), func(a, b int) { sizes[a], sizes[b] = sizes[b], sizes[a] })
+	return sizes
+}
+
+func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, tiny int) (cycleResult, error) {
+	p := allocParams
+	cycles := max(c.cfg.iters, p.minCycles)
+	s := a.DefaultStream()
+	res := cycleResult{cycles: cycles, allocs: large + tiny, kind: a.Kind().String()}
+	times := make([]float64, 0, cycles)
+	bufs := make([]*devalloc.Buffer, 0, large+tiny)
+	var totalBytes int64
+	a.ResetPeak()
+	callsBefore := a.Stats().BackendCalls
+	for i := range p.warmup + cycles {
+		sizes := cycleSizes(c.cfg.seed, i, large, tiny)
+		phaseEnd := (i+1)%p.phaseCycles == 0
+		start := time.Now()
+		bufs = bufs[:0]
+		for _, n := range sizes {
+			b, err := a.Alloc(n, s)
+			if err != nil {
+				return res, err
+			}
+			bufs = append(bufs, b)
+		}
+		for _, b := range bufs {
+			if err := s.Memset(b, 0, b.Size(), byte(i)); err != nil {
+				return res, err
+			}
+			if err := b.Free(); err != nil {
+				return res, err
+			}
+		}
+		if err := s.Synchronize(); err != nil {
+			return res, err
+		}
+		reservedSynced := a.Stats().ReservedCurrent
+		if phaseEnd {
+			if v.trimPhase {
+				if err := a.Trim(0); err != nil {
+					return res, err
+				}
+			}
+			if err := a.EndPhase(); err != nil {
+				return res, err
+			}
+		}
+		elapsed := us(time.Since(start))
+		if i < p.warmup {
+			if i == p.warmup-1 {
+				a.ResetPeak()
+				callsBefore = a.Stats().BackendCalls
+			}
+			continue
+		}
+		times = append(times, elapsed)
+		for _, n := range sizes {
+			totalBytes += n
+		}
+		if !phaseEnd {
+			res.reservedBetweenCycles = max(res.reservedBetweenCycles, reservedSynced)
+		}
+	}
+	st := a.Stats()
+	res.reservedPeak = st.ReservedPeak
+	res.reservedAfterPhase = st.ReservedCurrent
+	res.backendCallsPerCycle = float64(st.BackendCalls-callsBefore) / float64(cycles)
+	res.bytes = totalBytes / int64(cycles)
+	sum := 0.0
+	for _, t := range times {
+		sum += t
+	}
+	res.mean = sum / float64(len(times))
+	res.p90 = percentile(times, 0.9)
+	res.median = round3(median(times))
+	return res, nil
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// percentile of xs (nearest rank); it sorts a copy.
+func percentile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}

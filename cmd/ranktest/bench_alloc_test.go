@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// smallAllocParams keeps the benchmark's structure at a size CI runs in seconds.
+func smallAllocParams(t *testing.T) {
+	old := allocParams
+	t.Cleanup(func() { allocParams = old })
+	allocParams.pairs, allocParams.pairWarmup, allocParams.nosyncBatch = 20, 2, 10
+	allocParams.pairSizes = []int64{256, 4096}
+	allocParams.minCycles, allocParams.warmup, allocParams.phaseCycles = 3, 1, 2
+	allocParams.large, allocParams.tiny = 2, 20
+	allocParams.largeMin, allocParams.largeMax = 1<<20, 2<<20
+}
+
+func runAllocBench(t *testing.T, backend, mode string) []benchResult {
+	t.Helper()
+	var out bytes.Buffer
+	cfg := config{backend: backend, policy: "retain", iters: 3, seed: 7, bench: "alloc", mode: mode}
+	require.NoError(t, runBench(cfg, &out))
+	var lines []benchResult
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var r benchResult
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "line %q", sc.Text())
+		require.Equal(t, "alloc", r.Bench)
+		lines = append(lines, r)
+	}
+	return lines
+}
+
+func find(lines []benchResult, mode, kase string, bytes int64) *benchResult {
+	for i, r := range lines {
+		if r.Mode == mode && r.Extra["case"] == kase && (bytes == 0 || r.Bytes == bytes) {
+			return &lines[i]
+		}
+	}
+	return nil
+}
+
+func TestBenchAllocHost(t *testing.T) {
+	smallAllocParams(t)
+	lines := runAllocBench(t, "host", "")
+	require.Equal(t, "needs the CUDA backend (raw cudaMalloc/cudaFree)", lines[0].Extra["skipped"])
+	require.Equal(t, "cudamalloc", lines[0].Mode)
+	for _, mode := range []string{"threshold0", "trim-phase", "retained"} {
+		for _, size := range []int64{256, 4096} {
+			p := find(lines, mode, "pair", size)
+			require.NotNil(t, p, "%s pair %d", mode, size)
+			require.Positive(t, p.MedianUS)
+			require.Equal(t, 20, p.N)
+		}
+		cyc := find(lines, mode, "cycle", 0)
+		require.NotNil(t, cyc, mode)
+		require.Equal(t, 3, cyc.N)
+		require.EqualValues(t, 22, cyc.Extra["allocs_per_cycle"])
+		require.Positive(t, cyc.MedianUS)
+	}
+	ret := find(lines, "retained", "cycle", 0)
+	require.Contains(t, ret.Extra, "vs_threshold0")
+	require.Contains(t, ret.Extra["ratios_missing"], "cudamalloc")
+	require.Zero(t, find(lines, "trim-phase", "cycle", 0).Extra["reserved_after_phase_bytes"], "trimmed at the phase boundary")
+	require.Positive(t, ret.Extra["reserved_after_phase_bytes"], "retained keeps its memory")
+
+	only := runAllocBench(t, "host", "retained")
+	require.Len(t, only, 3)
+	require.NotContains(t, only[2].Extra, "vs_threshold0", "no baseline in a run of one mode")
+
+	var out bytes.Buffer
+	err := runBench(config{backend: "host", policy: "retain", iters: 3, seed: 1, bench: "alloc", mode: "nope"}, &out)
+	require.ErrorContains(t, err, "unknown mode")
+}

@@ -1,0 +1,235 @@
+/*
+ * Hand-written declarations of the small part of the CUDA runtime (and the
+ * three driver functions reached through its entry-point API) that distbuf
+ * uses. No NVIDIA header is needed to build: the library is opened with
+ * dlopen at run time and every function is called through a pointer in
+ * dbc_api.
+ *
+ * This header is the single source of truth for those declarations. The Go
+ * side reads the constants and the symbol table from it through cgo, and
+ * abicheck/cudart_abi.c includes it next to the real headers (with
+ * DBC_USE_REAL_CUDA_TYPES defined) to prove that every value, struct layout
+ * and prototype matches the installed toolkit.
+ */
+#ifndef DISTBUF_CUDART_DECL_H
+#define DISTBUF_CUDART_DECL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* cudaError_t values. */
+enum {
+	DBC_SUCCESS = 0,
+	DBC_ERROR_INVALID_VALUE = 1,
+	DBC_ERROR_MEMORY_ALLOCATION = 2,
+	DBC_ERROR_INITIALIZATION = 3,
+	DBC_ERROR_STUB_LIBRARY = 34,
+	DBC_ERROR_INSUFFICIENT_DRIVER = 35,
+	DBC_ERROR_DEVICES_UNAVAILABLE = 46,
+	DBC_ERROR_NO_DEVICE = 100,
+	DBC_ERROR_INVALID_DEVICE = 101,
+	DBC_ERROR_NOT_READY = 600,
+	DBC_ERROR_NOT_SUPPORTED = 801,
+	DBC_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
+	DBC_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE = 804
+};
+
+/* enum cudaDeviceAttr values. */
+enum {
+	DBC_DEV_ATTR_CAN_MAP_HOST_MEMORY = 19,
+	DBC_DEV_ATTR_UNIFIED_ADDRESSING = 41,
+	DBC_DEV_ATTR_COMPUTE_CAPABILITY_MAJOR = 75,
+	DBC_DEV_ATTR_COMPUTE_CAPABILITY_MINOR = 76,
+	DBC_DEV_ATTR_MEMORY_POOLS_SUPPORTED = 115
+};
+
+/* enum cudaMemPoolAttr values. */
+enum {
+	DBC_MEMPOOL_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+	DBC_MEMPOOL_REUSE_ALLOW_OPPORTUNISTIC = 2,
+	DBC_MEMPOOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+	DBC_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+	DBC_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+	DBC_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+	DBC_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+	DBC_MEMPOOL_ATTR_USED_MEM_HIGH = 8
+};
+
+/* cudaMemAllocationType, cudaMemAllocationHandleType, cudaMemLocationType,
+ * cudaMemcpyKind and cudaDriverEntryPointQueryResult values. */
+enum {
+	DBC_MEM_ALLOCATION_TYPE_PINNED = 1,
+	DBC_MEM_HANDLE_TYPE_NONE = 0,
+	DBC_MEM_LOCATION_TYPE_DEVICE = 1,
+	DBC_MEMCPY_DEFAULT = 4,
+	DBC_DRIVER_ENTRY_POINT_SUCCESS = 0
+};
+
+/* Flag macros of cuda_runtime_api.h / driver_types.h and cuda.h. */
+enum {
+	DBC_STREAM_NON_BLOCKING = 0x01,    /* cudaStreamNonBlocking */
+	DBC_EVENT_DISABLE_TIMING = 0x02,   /* cudaEventDisableTiming */
+	DBC_HOST_ALLOC_PORTABLE = 0x01,    /* cudaHostAllocPortable */
+	DBC_HOST_ALLOC_MAPPED = 0x02,      /* cudaHostAllocMapped */
+	DBC_ENABLE_DEFAULT = 0x0,          /* cudaEnableDefault */
+	DBC_CU_SUCCESS = 0,                /* CUDA_SUCCESS */
+	DBC_CU_STREAM_WAIT_VALUE_GEQ = 0x0 /* CU_STREAM_WAIT_VALUE_GEQ */
+};
+
+/* The CUDA version whose driver-function ABI is requested from
+ * cudaGetDriverEntryPointByVersion: 12.0, where cuStreamWaitValue32 became
+ * the always-available v2 stream memory operation. */
+#define DBC_DRIVER_ABI_VERSION 12000
+
+/* struct cudaMemLocation. */
+struct dbc_mem_location {
+	int type;
+	int id;
+};
+
+/* struct cudaMemPoolProps (CUDA 12.2 and later; 12.0 and 12.1 had
+ * reserved[64] in place of maxSize and usage: same size, zero is the
+ * default for all of them). */
+struct dbc_mem_pool_props {
+	int allocType;
+	int handleTypes;
+	struct dbc_mem_location location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+};
+
+#ifdef DBC_USE_REAL_CUDA_TYPES
+/* abicheck: the real types, so that the prototypes below can be compared
+ * with the toolkit's own declarations. */
+typedef cudaError_t dbc_error_t;
+typedef cudaStream_t dbc_stream_t;
+typedef cudaEvent_t dbc_event_t;
+typedef cudaMemPool_t dbc_mempool_t;
+typedef enum cudaDeviceAttr dbc_device_attr_t;
+typedef enum cudaMemPoolAttr dbc_mempool_attr_t;
+typedef enum cudaMemcpyKind dbc_memcpy_kind_t;
+typedef enum cudaDriverEntryPointQueryResult dbc_entry_point_status_t;
+typedef struct cudaMemPoolProps dbc_mem_pool_props_t;
+typedef cudaHostFn_t dbc_host_fn_t;
+typedef CUresult dbc_cu_result_t;
+typedef CUstream dbc_cu_stream_t;
+typedef CUdeviceptr dbc_cu_deviceptr_t;
+typedef CUdevice dbc_cu_device_t;
+typedef cuuint32_t dbc_cuuint32_t;
+#else
+typedef int dbc_error_t;
+typedef void *dbc_stream_t;
+typedef void *dbc_event_t;
+typedef void *dbc_mempool_t;
+typedef int dbc_device_attr_t;
+typedef int dbc_mempool_attr_t;
+typedef int dbc_memcpy_kind_t;
+typedef int dbc_entry_point_status_t;
+typedef struct dbc_mem_pool_props dbc_mem_pool_props_t;
+typedef void (*dbc_host_fn_t)(void *userData);
+typedef int dbc_cu_result_t;
+typedef void *dbc_cu_stream_t;
+typedef unsigned long long dbc_cu_deviceptr_t;
+typedef int dbc_cu_device_t;
+typedef uint32_t dbc_cuuint32_t;
+#endif
+
+/* Runtime functions that must resolve for the library to be usable. */
+#define DBC_CUDART_REQUIRED(X)                                                                  \
+	X(cudaGetErrorName, const char *, (dbc_error_t error))                                      \
+	X(cudaGetErrorString, const char *, (dbc_error_t error))                                    \
+	X(cudaGetLastError, dbc_error_t, (void))                                                     \
+	X(cudaDriverGetVersion, dbc_error_t, (int *driverVersion))                                  \
+	X(cudaRuntimeGetVersion, dbc_error_t, (int *runtimeVersion))                                \
+	X(cudaGetDeviceCount, dbc_error_t, (int *count))                                            \
+	X(cudaSetDevice, dbc_error_t, (int device))                                                 \
+	X(cudaDeviceGetAttribute, dbc_error_t, (int *value, dbc_device_attr_t attr, int device))    \
+	X(cudaMemGetInfo, dbc_error_t, (size_t *free, size_t *total))                               \
+	X(cudaStreamCreateWithFlags, dbc_error_t, (dbc_stream_t *pStream, unsigned int flags))      \
+	X(cudaStreamDestroy, dbc_error_t, (dbc_stream_t stream))                                    \
+	X(cudaStreamSynchronize, dbc_error_t, (dbc_stream_t stream))                                \
+	X(cudaStreamWaitEvent, dbc_error_t, (dbc_stream_t stream, dbc_event_t event, unsigned int flags)) \
+	X(cudaEventCreateWithFlags, dbc_error_t, (dbc_event_t *event, unsigned int flags))          \
+	X(cudaEventRecord, dbc_error_t, (dbc_event_t event, dbc_stream_t stream))                   \
+	X(cudaEventQuery, dbc_error_t, (dbc_event_t event))                                         \
+	X(cudaEventSynchronize, dbc_error_t, (dbc_event_t event))                                   \
+	X(cudaEventDestroy, dbc_error_t, (dbc_event_t event))                                       \
+	X(cudaLaunchHostFunc, dbc_error_t, (dbc_stream_t stream, dbc_host_fn_t fn, void *userData)) \
+	X(cudaMalloc, dbc_error_t, (void **devPtr, size_t size))                                    \
+	X(cudaFree, dbc_error_t, (void *devPtr))                                                    \
+	X(cudaMemcpyAsync, dbc_error_t,                                                              \
+	  (void *dst, const void *src, size_t count, dbc_memcpy_kind_t kind, dbc_stream_t stream))  \
+	X(cudaMemsetAsync, dbc_error_t, (void *devPtr, int value, size_t count, dbc_stream_t stream)) \
+	X(cudaHostAlloc, dbc_error_t, (void **pHost, size_t size, unsigned int flags))              \
+	X(cudaFreeHost, dbc_error_t, (void *ptr))                                                   \
+	X(cudaHostGetDevicePointer, dbc_error_t, (void **pDevice, void *pHost, unsigned int flags))
+
+/* Stream-ordered pool functions: all present, or no pool capability. */
+#define DBC_CUDART_POOL(X)                                                                      \
+	X(cudaMemPoolCreate, dbc_error_t, (dbc_mempool_t *memPool, const dbc_mem_pool_props_t *poolProps)) \
+	X(cudaMemPoolDestroy, dbc_error_t, (dbc_mempool_t memPool))                                 \
+	X(cudaMemPoolSetAttribute, dbc_error_t, (dbc_mempool_t memPool, dbc_mempool_attr_t attr, void *value)) \
+	X(cudaMemPoolGetAttribute, dbc_error_t, (dbc_mempool_t memPool, dbc_mempool_attr_t attr, void *value)) \
+	X(cudaMemPoolTrimTo, dbc_error_t, (dbc_mempool_t memPool, size_t minBytesToKeep))           \
+	X(cudaMallocFromPoolAsync, dbc_error_t, (void **ptr, size_t size, dbc_mempool_t memPool, dbc_stream_t stream)) \
+	X(cudaFreeAsync, dbc_error_t, (void *devPtr, dbc_stream_t hStream))
+
+/* Driver entry-point lookup: ByVersion since CUDA 12.5 (the other one is
+ * deprecated in 13.0); either serves. */
+#define DBC_CUDART_ENTRY(X)                                                                     \
+	X(cudaGetDriverEntryPointByVersion, dbc_error_t,                                            \
+	  (const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags,  \
+	   dbc_entry_point_status_t *driverStatus))                                                 \
+	X(cudaGetDriverEntryPoint, dbc_error_t,                                                     \
+	  (const char *symbol, void **funcPtr, unsigned long long flags,                            \
+	   dbc_entry_point_status_t *driverStatus))
+
+/* Driver functions, reached through the entry-point lookup (never dlsym:
+ * distbuf does not open libcuda itself). */
+#define DBC_CUDA_DRIVER(X)                                                                      \
+	X(cuDeviceGet, dbc_cu_result_t, (dbc_cu_device_t *device, int ordinal))                     \
+	X(cuDeviceGetName, dbc_cu_result_t, (char *name, int len, dbc_cu_device_t dev))             \
+	X(cuStreamWaitValue32, dbc_cu_result_t,                                                     \
+	  (dbc_cu_stream_t stream, dbc_cu_deviceptr_t addr, dbc_cuuint32_t value, unsigned int flags))
+
+/* The function table of one loaded library. */
+typedef struct dbc_api {
+#define DBC_FIELD(name, ret, args) ret(*name) args;
+	DBC_CUDART_REQUIRED(DBC_FIELD)
+	DBC_CUDART_POOL(DBC_FIELD)
+	DBC_CUDART_ENTRY(DBC_FIELD)
+	DBC_CUDA_DRIVER(DBC_FIELD)
+#undef DBC_FIELD
+} dbc_api;
+
+/* Symbol groups of the table below. */
+enum {
+	DBC_GROUP_REQUIRED = 0,
+	DBC_GROUP_POOL = 1,
+	DBC_GROUP_ENTRY = 2,
+	DBC_GROUP_DRIVER = 3
+};
+
+typedef struct dbc_symbol {
+	const char *name;
+	size_t offset; /* of the function pointer in dbc_api */
+	int group;
+} dbc_symbol;
+
+#define DBC_SYM_REQUIRED(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_REQUIRED},
+#define DBC_SYM_POOL(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_POOL},
+#define DBC_SYM_ENTRY(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_ENTRY},
+#define DBC_SYM_DRIVER(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_DRIVER},
+
+static const dbc_symbol dbc_symbols[] = {
+	DBC_CUDART_REQUIRED(DBC_SYM_REQUIRED)
+	DBC_CUDART_POOL(DBC_SYM_POOL)
+	DBC_CUDART_ENTRY(DBC_SYM_ENTRY)
+	DBC_CUDA_DRIVER(DBC_SYM_DRIVER)
+};
+
+#define DBC_NUM_SYMBOLS (sizeof(dbc_symbols) / sizeof(dbc_symbols[0]))
+
+#endif

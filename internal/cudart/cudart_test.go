@@ -1,0 +1,267 @@
+//go:build cgo
+
+package cudart_test
+
+import (
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/distbuf/distbuf/internal/cudart"
+	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
+	"github.com/distbuf/distbuf/internal/dl"
+	"github.com/stretchr/testify/require"
+)
+
+// loadFake builds the fake with the given definitions and loads it.
+func loadFake(t *testing.T, defines ...string) (*cudart.Runtime, error) {
+	t.Helper()
+	t.Setenv(cudart.EnvCUDART, cudarttest.Build(t, defines...))
+	return cudart.Load()
+}
+
+func TestMissingLibrary(t *testing.T) {
+	t.Setenv(cudart.EnvCUDART, "/nonexistent/libcudart.so.13")
+	_, err := cudart.Load()
+	require.ErrorIs(t, err, cudart.ErrUnavailable)
+	require.ErrorIs(t, err, dl.ErrNotFound)
+	require.ErrorContains(t, err, "/nonexistent/libcudart.so.13")
+	_, err2 := cudart.Load()
+	require.ErrorIs(t, err2, cudart.ErrUnavailable, "a failure is reported again, not cached away")
+}
+
+func TestMissingRequiredSymbol(t *testing.T) {
+	_, err := loadFake(t, "FAKE_OMIT_cudaMemcpyAsync")
+	require.ErrorIs(t, err, cudart.ErrUnavailable)
+	require.ErrorIs(t, err, dl.ErrMissingSymbol)
+	require.ErrorContains(t, err, "cudaMemcpyAsync")
+}
+
+func TestNoDevice(t *testing.T) {
+	for _, tc := range []struct {
+		code int
+		name string
+	}{{100, "cudaErrorNoDevice"}, {35, "cudaErrorInsufficientDriver"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, err := loadFake(t, "FAKE_DEVICE_COUNT_ERROR="+itoa(tc.code))
+			require.NoError(t, err, "the library itself loads")
+			n, err := rt.DeviceCount()
+			require.Zero(t, n)
+			require.ErrorIs(t, err, cudart.ErrUnavailable)
+			require.NotErrorIs(t, err, cudart.ErrOutOfMemory)
+			var ce *cudart.Error
+			require.True(t, errors.As(err, &ce))
+			require.Equal(t, tc.code, ce.Code)
+			require.Equal(t, tc.name, ce.Name)
+			require.Equal(t, "cudaGetDeviceCount", ce.Op)
+			require.ErrorContains(t, err, tc.name)
+			_, _, err = rt.Device(0).MemGetInfo()
+			require.ErrorIs(t, err, cudart.ErrUnavailable, "setting the device fails the same way")
+		})
+	}
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+func TestLoadRetriesAndCaches(t *testing.T) {
+	path := cudarttest.Build(t)
+	t.Setenv(cudart.EnvCUDART, path+".missing")
+	_, err := cudart.Load()
+	require.ErrorIs(t, err, cudart.ErrUnavailable)
+	t.Setenv(cudart.EnvCUDART, path)
+	rt, err := cudart.Load()
+	require.NoError(t, err)
+	require.Equal(t, path, rt.Path())
+	again, err := cudart.Load()
+	require.NoError(t, err)
+	require.Same(t, rt, again, "a successful load is kept")
+	require.Equal(t, 13000, rt.RuntimeVersion())
+	require.Equal(t, "13.0", cudart.FormatVersion(rt.DriverVersion()))
+}
+
+func TestCapabilities(t *testing.T) {
+	rt, err := loadFake(t)
+	require.NoError(t, err)
+	c := rt.Capabilities()
+	require.True(t, c.MemoryPools)
+	require.True(t, c.DriverEntryPoint)
+	require.True(t, c.StreamWaitValue)
+	require.True(t, c.DeviceName)
+	require.Contains(t, c.Absent, "cudaGetDriverEntryPoint", "only the ByVersion lookup is in the fake")
+
+	rt, err = loadFake(t, "FAKE_NO_POOLS", "FAKE_NO_ENTRY_POINT")
+	require.NoError(t, err)
+	c = rt.Capabilities()
+	require.False(t, c.MemoryPools)
+	require.False(t, c.DriverEntryPoint)
+	require.False(t, c.StreamWaitValue)
+	require.Contains(t, c.Absent, "cudaMallocFromPoolAsync")
+	_, err = rt.Device(0).MemPoolCreate()
+	require.ErrorIs(t, err, cudart.ErrNotSupported)
+	_, err = rt.Device(0).Name()
+	require.ErrorIs(t, err, cudart.ErrNotSupported)
+
+	rt, err = loadFake(t, "FAKE_NO_WAIT_VALUE")
+	require.NoError(t, err)
+	c = rt.Capabilities()
+	require.True(t, c.DriverEntryPoint)
+	require.False(t, c.StreamWaitValue)
+	require.True(t, c.DeviceName)
+}
+
+func TestDeviceCalls(t *testing.T) {
+	rt, err := loadFake(t)
+	require.NoError(t, err)
+	n, err := rt.DeviceCount()
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	d := rt.Device(0)
+	name, err := d.Name()
+	require.NoError(t, err)
+	require.Equal(t, "Fake CUDA Device", name)
+	v, err := d.Attribute(cudart.AttrMemoryPoolsSupported)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+	free, total, err := d.MemGetInfo()
+	require.NoError(t, err)
+	require.Positive(t, total)
+	require.LessOrEqual(t, free, total)
+
+	_, _, err = rt.Device(3).MemGetInfo()
+	var ce *cudart.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "cudaErrorInvalidDevice", ce.Name)
+	require.Equal(t, 3, ce.Device)
+
+	// Memory errors carry the runtime's name and match ErrOutOfMemory.
+	_, err = d.Malloc(1 << 50)
+	require.ErrorIs(t, err, cudart.ErrOutOfMemory)
+	require.ErrorContains(t, err, "cudaErrorMemoryAllocation")
+	_, err = d.Malloc(-1)
+	require.ErrorIs(t, err, cudart.ErrInvalid)
+
+	s, err := d.StreamCreate()
+	require.NoError(t, err)
+	pool, err := d.MemPoolCreate()
+	require.NoError(t, err)
+	_, err = d.MallocFromPoolAsync(1<<50, pool, s)
+	require.ErrorIs(t, err, cudart.ErrOutOfMemory)
+	p, err := d.MallocFromPoolAsync(4096, pool, s)
+	require.NoError(t, err)
+	used, err := d.MemPoolGetUint64(pool, cudart.PoolAttrUsedMemCurrent)
+	require.NoError(t, err)
+	require.EqualValues(t, 4096, used)
+	require.NoError(t, d.MemsetAsync(p, 7, 4096, s))
+	host, err := d.HostAlloc(4096, cudart.HostAllocPortable|cudart.HostAllocMapped)
+	require.NoError(t, err)
+	require.NoError(t, d.MemcpyAsync(uintptr(host), p, 4096, s))
+	require.NoError(t, d.FreeAsync(p, s))
+	require.NoError(t, d.StreamSynchronize(s))
+	require.Equal(t, byte(7), unsafe.Slice((*byte)(host), 4096)[4095])
+	require.NoError(t, d.MemPoolTrimTo(pool, 0))
+	res, err := d.MemPoolGetUint64(pool, cudart.PoolAttrReservedMemCurrent)
+	require.NoError(t, err)
+	require.Zero(t, res)
+	require.NoError(t, d.MemPoolDestroy(pool))
+	require.NoError(t, d.FreeHost(host))
+	require.NoError(t, d.StreamDestroy(s))
+}
+
+func TestHostFuncAndWaitValue(t *testing.T) {
+	rt, err := loadFake(t)
+	require.NoError(t, err)
+	d := rt.Device(0)
+	s, err := d.StreamCreate()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.StreamDestroy(s)) }()
+
+	ran := make(chan struct{})
+	require.NoError(t, d.LaunchHostFunc(s, func() { close(ran) }))
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("host function never ran")
+	}
+	require.ErrorIs(t, d.LaunchHostFunc(s, nil), cudart.ErrInvalid)
+
+	word, err := d.HostAlloc(64, cudart.HostAllocPortable|cudart.HostAllocMapped)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.FreeHost(word)) }()
+	w := (*uint32)(word)
+	atomic.StoreUint32(w, 0)
+	dptr, err := d.HostDevicePointer(word)
+	require.NoError(t, err)
+	require.NoError(t, d.StreamWaitValueGEQ(s, dptr, 1))
+	ev, err := d.EventCreate()
+	require.NoError(t, err)
+	require.NoError(t, d.EventRecord(ev, s))
+	time.Sleep(20 * time.Millisecond)
+	done, err := d.EventQuery(ev)
+	require.NoError(t, err)
+	require.False(t, done, "the stream passed a wait on a word still below the value")
+	atomic.StoreUint32(w, 1)
+	require.NoError(t, d.EventSynchronize(ev))
+	require.NoError(t, d.EventDestroy(ev))
+}
+
+// TestRealRuntime loads the machine's libcudart. It skips when there is
+// none, unless DISTBUF_REQUIRE_GPU=1.
+func TestRealRuntime(t *testing.T) {
+	t.Setenv(cudart.EnvCUDART, "")
+	rt, err := cudart.Load()
+	var n int
+	if err == nil {
+		n, err = rt.DeviceCount()
+	}
+	if err != nil {
+		if os.Getenv("DISTBUF_REQUIRE_GPU") == "1" {
+			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but CUDA is unavailable: %v", err)
+		}
+		t.Skipf("CUDA unavailable: %v", err)
+	}
+	c := rt.Capabilities()
+	t.Logf("%s: runtime %s, driver %s, %d device(s), capabilities %+v", rt.Path(),
+		cudart.FormatVersion(rt.RuntimeVersion()), cudart.FormatVersion(rt.DriverVersion()), n, c)
+	require.Positive(t, n)
+	require.True(t, c.MemoryPools)
+	require.True(t, c.DriverEntryPoint)
+	require.True(t, c.StreamWaitValue, "cuStreamWaitValue32 through the entry-point lookup")
+	name, err := rt.Device(0).Name()
+	require.NoError(t, err)
+	require.NotEmpty(t, name)
+	d := rt.Device(0)
+	_, err = d.Malloc(1 << 49)
+	require.ErrorIs(t, err, cudart.ErrOutOfMemory)
+
+	// The pool path must report exhaustion the same way, and the reuse
+	// defaults the backend relies on must hold.
+	s, err := d.StreamCreate()
+	require.NoError(t, err)
+	pool, err := d.MemPoolCreate()
+	require.NoError(t, err)
+	for _, attr := range []cudart.PoolAttr{cudart.PoolReuseFollowEventDependencies, cudart.PoolReuseAllowOpportunistic, cudart.PoolReuseAllowInternalDependencies} {
+		v, err := d.MemPoolGetInt(pool, attr)
+		require.NoError(t, err)
+		t.Logf("pool attribute %d defaults to %d", attr, v)
+	}
+	_, err = d.MallocFromPoolAsync(1<<49, pool, s)
+	require.ErrorIs(t, err, cudart.ErrOutOfMemory)
+	p, err := d.MallocFromPoolAsync(1<<20, pool, s)
+	require.NoError(t, err)
+	require.NoError(t, d.FreeAsync(p, s))
+	require.NoError(t, d.StreamSynchronize(s))
+	require.NoError(t, d.MemPoolDestroy(pool))
+	require.NoError(t, d.StreamDestroy(s))
+}

@@ -1,0 +1,746 @@
+//go:build cgo
+
+package cudart
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "cudart_decl.h"
+
+// Every trampoline sets the device first: the runtime's current device is
+// per OS thread and the calling goroutine may have moved since its last call.
+// A failure clears the thread's last error so later, unrelated checks of
+// cudaGetLastError (cuBLAS, kernel launches) do not report it again.
+static int dbc_done(const dbc_api *a, int e) {
+	if (e != DBC_SUCCESS && e != DBC_ERROR_NOT_READY) (void)a->cudaGetLastError();
+	return e;
+}
+
+#define DBC_ON(a, dev, call) do { \
+	int e_ = (a)->cudaSetDevice(dev); \
+	if (e_ == DBC_SUCCESS) e_ = (int)(call); \
+	return dbc_done((a), e_); \
+} while (0)
+
+static const char *dbc_error_name(const dbc_api *a, int e) { return a->cudaGetErrorName(e); }
+static const char *dbc_error_string(const dbc_api *a, int e) { return a->cudaGetErrorString(e); }
+
+static int dbc_runtime_version(const dbc_api *a, int *v) { return dbc_done(a, a->cudaRuntimeGetVersion(v)); }
+static int dbc_driver_version(const dbc_api *a, int *v) { return dbc_done(a, a->cudaDriverGetVersion(v)); }
+static int dbc_device_count(const dbc_api *a, int *n) { return dbc_done(a, a->cudaGetDeviceCount(n)); }
+
+static int dbc_attribute(const dbc_api *a, int dev, int attr, int *v) {
+	DBC_ON(a, dev, a->cudaDeviceGetAttribute(v, attr, dev));
+}
+
+static int dbc_mem_info(const dbc_api *a, int dev, size_t *free_b, size_t *total_b) {
+	DBC_ON(a, dev, a->cudaMemGetInfo(free_b, total_b));
+}
+
+static int dbc_stream_create(const dbc_api *a, int dev, uintptr_t *out) {
+	void *s = NULL;
+	int e = a->cudaSetDevice(dev);
+	if (e == DBC_SUCCESS) e = a->cudaStreamCreateWithFlags(&s, DBC_STREAM_NON_BLOCKING);
+	*out = (uintptr_t)s;
+	return dbc_done(a, e);
+}
+static int dbc_stream_destroy(const dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, a->cudaStreamDestroy((void *)s)); }
+static int dbc_stream_sync(const dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, a->cudaStreamSynchronize((void *)s)); }
+static int dbc_stream_wait_event(const dbc_api *a, int dev, uintptr_t s, uintptr_t ev) {
+	DBC_ON(a, dev, a->cudaStreamWaitEvent((void *)s, (void *)ev, 0));
+}
+
+static int dbc_event_create(const dbc_api *a, int dev, uintptr_t *out) {
+	void *ev = NULL;
+	int e = a->cudaSetDevice(dev);
+	if (e == DBC_SUCCESS) e = a->cudaEventCreateWithFlags(&ev, DBC_EVENT_DISABLE_TIMING);
+	*out = (uintptr_t)ev;
+	return dbc_done(a, e);
+}
+static int dbc_event_record(const dbc_api *a, int dev, uintptr_t ev, uintptr_t s) {
+	DBC_ON(a, dev, a->cudaEventRecord((void *)ev, (void *)s));
+}
+static int dbc_event_query(const dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, a->cudaEventQuery((void *)ev)); }
+static int dbc_event_sync(const dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, a->cudaEventSynchronize((void *)ev)); }
+static int dbc_event_destroy(const dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, a->cudaEventDestroy((void *)ev)); }
+
+extern void distbufCudartHostFn(uintptr_t);
+static void dbc_host_trampoline(void *data) { distbufCudartHostFn((uintptr_t)data); }
+static int dbc_launch_host_func(const dbc_api *a, int dev, uintptr_t s, uintptr_t handle) {
+	DBC_ON(a, dev, a->cudaLaunchHostFunc((void *)s, dbc_host_trampoline, (void *)handle));
+}
+
+static int dbc_malloc(const dbc_api *a, int dev, uintptr_t *out, size_t n) {
+	void *p = NULL;
+	int e = a->cudaSetDevice(dev);
+	if (e == DBC_SUCCESS) e = a->cudaMalloc(&p, n);
+	*out = (uintptr_t)p;
+	return dbc_done(a, e);
+}
+static int dbc_free(const dbc_api *a, int dev, uintptr_t p) { DBC_ON(a, dev, a->cudaFree((void *)p)); }
+
+static int dbc_memcpy_async(const dbc_api *a, int dev, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+	DBC_ON(a, dev, a->cudaMemcpyAsync((void *)dst, (const void *)src, n, DBC_MEMCPY_DEFAULT, (void *)s));
+}
+static int dbc_memset_async(const dbc_api *a, int dev, uintptr_t dst, int v, size_t n, uintptr_t s) {
+	DBC_ON(a, dev, a->cudaMemsetAsync((void *)dst, v, n, (void *)s));
+}
+
+static int dbc_host_alloc(const dbc_api *a, int dev, void **out, size_t n, unsigned flags) {
+	DBC_ON(a, dev, a->cudaHostAlloc(out, n, flags));
+}
+static int dbc_free_host(const dbc_api *a, int dev, void *p) { DBC_ON(a, dev, a->cudaFreeHost(p)); }
+static int dbc_host_device_pointer(const dbc_api *a, int dev, uintptr_t *out, void *p) {
+	void *d = NULL;
+	int e = a->cudaSetDevice(dev);
+	if (e == DBC_SUCCESS) e = a->cudaHostGetDevicePointer(&d, p, 0);
+	*out = (uintptr_t)d;
+	return dbc_done(a, e);
+}
+
+static int dbc_pool_create(const dbc_api *a, int dev, uintptr_t *out) {
+	struct dbc_mem_pool_props props;
+	void *pool = NULL;
+	memset(&props, 0, sizeof props);
+	props.allocType = DBC_MEM_ALLOCATION_TYPE_PINNED;
+	props.handleTypes = DBC_MEM_HANDLE_TYPE_NONE;
+	props.location.type = DBC_MEM_LOCATION_TYPE_DEVICE;
+	props.location.id = dev;
+	int e = a->cudaSetDevice(dev);
+	if (e == DBC_SUCCESS) e = a->cudaMemPoolCreate(&pool, &props);
+	*out = (uintptr_t)pool;
+	return dbc_done(a, e);
+}
+static int dbc_pool_destroy(const dbc_api *a, int dev, uintptr_t pool) { DBC_ON(a, dev, a->cudaMemPoolDestroy((void *)pool)); }
+static int dbc_pool_set_u64(const dbc_api *a, int dev, uintptr_t pool, int attr, uint64_t v) {
+	DBC_ON(a, dev, a->cudaMemPoolSetAttribute((void *)pool, attr, &v));
+}
+static int dbc_pool_set_int(const dbc_api *a, int dev, uintptr_t pool, int attr, int v) {
+	DBC_ON(a, dev, a->cudaMemPoolSetAttribute((void *)pool, attr, &v));
+}
+static int dbc_pool_get_u64(const dbc_api *a, int dev, uintptr_t pool, int attr, uint64_t *v) {
+	DBC_ON(a, dev, a->cudaMemPoolGetAttribute((void *)pool, attr, v));
+}
+static int dbc_pool_get_int(const dbc_api *a, int dev, uintptr_t pool, int attr, int *v) {
+	DBC_ON(a, dev, a->cudaMemPoolGetAttribute((void *)pool, attr, v));
+}
+static int dbc_pool_trim(const dbc_api *a, int dev, uintptr_t pool, size_t keep) {
+	DBC_ON(a, dev, a->cudaMemPoolTrimTo((void *)pool, keep));
+}
+static int dbc_malloc_from_pool(const dbc_api *a, int dev, uintptr_t *out, size_t n, uintptr_t pool, uintptr_t s) {
+	void *p = NULL;
+	int e = a->cudaSetDevice(dev);
+	if (e == DBC_SUCCESS) e = a->cudaMallocFromPoolAsync(&p, n, (void *)pool, (void *)s);
+	*out = (uintptr_t)p;
+	return dbc_done(a, e);
+}
+static int dbc_free_async(const dbc_api *a, int dev, uintptr_t p, uintptr_t s) {
+	DBC_ON(a, dev, a->cudaFreeAsync((void *)p, (void *)s));
+}
+
+// Driver functions return CUresult, not cudaError_t; their codes are
+// reported as such by the Go side.
+static int dbc_cu_wait_value32(const dbc_api *a, int dev, uintptr_t s, uintptr_t addr, uint32_t v) {
+	int e = a->cudaSetDevice(dev);
+	if (e != DBC_SUCCESS) return dbc_done(a, e);
+	return -(int)a->cuStreamWaitValue32((void *)s, (unsigned long long)addr, v, DBC_CU_STREAM_WAIT_VALUE_GEQ);
+}
+static int dbc_cu_device_name(const dbc_api *a, int dev, char *buf, int len) {
+	int d = 0, r;
+	int e = a->cudaSetDevice(dev); // initialises the driver for the calls below
+	if (e != DBC_SUCCESS) return dbc_done(a, e);
+	r = (int)a->cuDeviceGet(&d, dev);
+	if (r != DBC_CU_SUCCESS) return -r;
+	return -(int)a->cuDeviceGetName(buf, len, d);
+}
+
+// dbc_resolve_driver fills the driver function pointers through the runtime's
+// entry-point lookup; a pointer it cannot get stays NULL.
+static void dbc_resolve_driver(dbc_api *a) {
+	size_t i;
+	for (i = 0; i < DBC_NUM_SYMBOLS; i++) {
+		const dbc_symbol *s = &dbc_symbols[i];
+		void **slot;
+		void *fn = NULL;
+		int status = -1, e;
+		if (s->group != DBC_GROUP_DRIVER) continue;
+		slot = (void **)((char *)a + s->offset);
+		*slot = NULL;
+		if (a->cudaGetDriverEntryPointByVersion != NULL)
+			e = a->cudaGetDriverEntryPointByVersion(s->name, &fn, DBC_DRIVER_ABI_VERSION, DBC_ENABLE_DEFAULT, &status);
+		else if (a->cudaGetDriverEntryPoint != NULL)
+			e = a->cudaGetDriverEntryPoint(s->name, &fn, DBC_ENABLE_DEFAULT, &status);
+		else
+			return;
+		if (e == DBC_SUCCESS && status == DBC_DRIVER_ENTRY_POINT_SUCCESS && fn != NULL)
+			*slot = fn;
+		else
+			(void)dbc_done(a, e == DBC_SUCCESS ? DBC_ERROR_NOT_SUPPORTED : e);
+	}
+}
+
+static const dbc_symbol *dbc_symbol_at(size_t i) { return &dbc_symbols[i]; }
+static size_t dbc_num_symbols(void) { return DBC_NUM_SYMBOLS; }
+static int dbc_has(const dbc_api *a, size_t offset) { return *(void *const *)((const char *)a + offset) != NULL; }
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"runtime/cgo"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/distbuf/distbuf/internal/dl"
+)
+
+// Compile-time proof that the Go error codes equal the header's.
+const (
+	_ uint = C.DBC_ERROR_MEMORY_ALLOCATION - codeMemoryAllocation
+	_ uint = codeMemoryAllocation - C.DBC_ERROR_MEMORY_ALLOCATION
+	_ uint = C.DBC_ERROR_NO_DEVICE - codeNoDevice
+	_ uint = codeNoDevice - C.DBC_ERROR_NO_DEVICE
+	_ uint = C.DBC_ERROR_INSUFFICIENT_DRIVER - codeInsufficientDriver
+	_ uint = codeInsufficientDriver - C.DBC_ERROR_INSUFFICIENT_DRIVER
+	_ uint = C.DBC_ERROR_NOT_READY - codeNotReady
+	_ uint = codeNotReady - C.DBC_ERROR_NOT_READY
+	_ uint = C.DBC_ERROR_STUB_LIBRARY - codeStubLibrary
+	_ uint = codeStubLibrary - C.DBC_ERROR_STUB_LIBRARY
+	_ uint = C.DBC_ERROR_DEVICES_UNAVAILABLE - codeDevicesUnavailable
+	_ uint = codeDevicesUnavailable - C.DBC_ERROR_DEVICES_UNAVAILABLE
+	_ uint = C.DBC_ERROR_INITIALIZATION - codeInitialization
+	_ uint = codeInitialization - C.DBC_ERROR_INITIALIZATION
+	_ uint = C.DBC_ERROR_SYSTEM_DRIVER_MISMATCH - codeSystemDriverMismatch
+	_ uint = codeSystemDriverMismatch - C.DBC_ERROR_SYSTEM_DRIVER_MISMATCH
+	_ uint = C.DBC_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE - codeCompatNotSupportedDevice
+	_ uint = codeCompatNotSupportedDevice - C.DBC_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
+)
+
+// Capabilities says which optional parts of the runtime resolved.
+type Capabilities struct {
+	// MemoryPools: cudaMemPoolCreate, cudaMallocFromPoolAsync, cudaFreeAsync
+	// and the other pool functions are all present. Whether a device
+	// supports pools is a separate question (AttrMemoryPoolsSupported).
+	MemoryPools bool
+	// DriverEntryPoint: cudaGetDriverEntryPointByVersion or
+	// cudaGetDriverEntryPoint is present.
+	DriverEntryPoint bool
+	// StreamWaitValue: cuStreamWaitValue32 was obtained from the driver.
+	StreamWaitValue bool
+	// DeviceName: cuDeviceGet and cuDeviceGetName were obtained.
+	DeviceName bool
+	// Absent lists the optional symbols that did not resolve.
+	Absent []string
+}
+
+// Runtime is one loaded libcudart. It is safe for concurrent use and lives
+// until the process exits.
+type Runtime struct {
+	lib            *dl.Library
+	api            *C.dbc_api
+	caps           Capabilities
+	runtimeVersion int
+	driverVersion  int
+}
+
+var (
+	loadMu sync.Mutex
+	loaded = map[string]*Runtime{}
+)
+
+// Load returns the process's runtime, opening it on first use. A failure is
+// not remembered: each call reports it and the next call tries again.
+func Load() (*Runtime, error) {
+	key := strings.TrimSpace(os.Getenv(EnvCUDART))
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if rt := loaded[key]; rt != nil {
+		return rt, nil
+	}
+	rt, err := open()
+	if err != nil {
+		return nil, err
+	}
+	loaded[key] = rt
+	return rt, nil
+}
+
+func open() (*Runtime, error) {
+	lib, err := dl.Open(EnvCUDART, Candidates...)
+	if err != nil {
+		return nil, &LoadError{Cause: err}
+	}
+	api := (*C.dbc_api)(C.calloc(1, C.sizeof_dbc_api))
+	if api == nil {
+		_ = lib.Close()
+		return nil, fmt.Errorf("cudart: allocate the function table: %w", ErrOutOfMemory)
+	}
+	var table []dl.Symbol
+	groups := map[string]int{}
+	for i := range int(C.dbc_num_symbols()) {
+		s := C.dbc_symbol_at(C.size_t(i))
+		if s.group == C.DBC_GROUP_DRIVER {
+			continue
+		}
+		name := C.GoString(s.name)
+		groups[name] = int(s.group)
+		table = append(table, dl.Symbol{
+			Name:     name,
+			Ptr:      (*unsafe.Pointer)(unsafe.Add(unsafe.Pointer(api), uintptr(s.offset))),
+			Optional: s.group != C.DBC_GROUP_REQUIRED,
+		})
+	}
+	absent, err := lib.Bind(table)
+	if err != nil {
+		_ = lib.Close()
+		C.free(unsafe.Pointer(api))
+		return nil, &LoadError{Cause: err}
+	}
+	rt := &Runtime{lib: lib, api: api}
+	rt.caps.Absent = absent
+	rt.caps.MemoryPools = true
+	for _, name := range absent {
+		switch groups[name] {
+		case C.DBC_GROUP_POOL:
+			rt.caps.MemoryPools = false
+		}
+	}
+	rt.caps.DriverEntryPoint = api.cudaGetDriverEntryPointByVersion != nil || api.cudaGetDriverEntryPoint != nil
+	if rt.caps.DriverEntryPoint {
+		C.dbc_resolve_driver(api)
+	}
+	rt.caps.StreamWaitValue = api.cuStreamWaitValue32 != nil
+	rt.caps.DeviceName = api.cuDeviceGet != nil && api.cuDeviceGetName != nil
+	var v C.int
+	if C.dbc_runtime_version(api, &v) == 0 {
+		rt.runtimeVersion = int(v)
+	}
+	if C.dbc_driver_version(api, &v) == 0 {
+		rt.driverVersion = int(v)
+	}
+	return rt, nil
+}
+
+// Path is the library name or path that was opened.
+func (rt *Runtime) Path() string { return rt.lib.Name }
+
+// Capabilities reports the optional parts that resolved.
+func (rt *Runtime) Capabilities() Capabilities {
+	c := rt.caps
+	c.Absent = append([]string(nil), c.Absent...)
+	return c
+}
+
+// RuntimeVersion is cudaRuntimeGetVersion (e.g. 13000), 0 if unknown.
+func (rt *Runtime) RuntimeVersion() int { return rt.runtimeVersion }
+
+// DriverVersion is cudaDriverGetVersion (e.g. 13000), 0 without a driver.
+func (rt *Runtime) DriverVersion() int { return rt.driverVersion }
+
+// FormatVersion renders a CUDA version number such as 13000 as "13.0".
+func FormatVersion(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+
+func (rt *Runtime) fail(op string, dev int, code C.int) error {
+	if code == 0 {
+		return nil
+	}
+	return &Error{
+		Op: op, Device: dev, Code: int(code),
+		Name: C.GoString(C.dbc_error_name(rt.api, code)),
+		Text: C.GoString(C.dbc_error_string(rt.api, code)),
+	}
+}
+
+// DriverError is a failed driver call (a CUresult, not a cudaError_t).
+type DriverError struct {
+	Op     string
+	Device int
+	Code   int // the CUresult value
+}
+
+func (e *DriverError) Error() string {
+	return fmt.Sprintf("cudart: %s on device %d: CUresult %d", e.Op, e.Device, e.Code)
+}
+
+// failDriver interprets a trampoline result: positive values are
+// cudaError_t from setting the device, negative ones are -CUresult.
+func (rt *Runtime) failDriver(op string, dev int, code C.int) error {
+	switch {
+	case code == 0:
+		return nil
+	case code > 0:
+		return rt.fail(op, dev, code)
+	}
+	return &DriverError{Op: op, Device: dev, Code: int(-code)}
+}
+
+// DeviceCount is cudaGetDeviceCount. With no device or no usable driver it
+// returns an error matching ErrUnavailable.
+func (rt *Runtime) DeviceCount() (int, error) {
+	var n C.int
+	if err := rt.fail("cudaGetDeviceCount", -1, C.dbc_device_count(rt.api, &n)); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// Device returns a handle for calls on device ordinal. It does not check that
+// the device exists; the first call does.
+func (rt *Runtime) Device(ordinal int) *Device { return &Device{rt: rt, ord: C.int(ordinal)} }
+
+// Device makes calls on one device, setting it as current in each call.
+type Device struct {
+	rt  *Runtime
+	ord C.int
+}
+
+// Stream, Event and MemPool are runtime handles (cudaStream_t, cudaEvent_t,
+// cudaMemPool_t).
+type (
+	Stream  uintptr
+	Event   uintptr
+	MemPool uintptr
+)
+
+// DeviceAttr is an enum cudaDeviceAttr value.
+type DeviceAttr int
+
+// The device attributes distbuf reads.
+const (
+	AttrCanMapHostMemory       DeviceAttr = C.DBC_DEV_ATTR_CAN_MAP_HOST_MEMORY
+	AttrUnifiedAddressing      DeviceAttr = C.DBC_DEV_ATTR_UNIFIED_ADDRESSING
+	AttrComputeCapabilityMajor DeviceAttr = C.DBC_DEV_ATTR_COMPUTE_CAPABILITY_MAJOR
+	AttrComputeCapabilityMinor DeviceAttr = C.DBC_DEV_ATTR_COMPUTE_CAPABILITY_MINOR
+	AttrMemoryPoolsSupported   DeviceAttr = C.DBC_DEV_ATTR_MEMORY_POOLS_SUPPORTED
+)
+
+// PoolAttr is an enum cudaMemPoolAttr value.
+type PoolAttr int
+
+// The pool attributes distbuf reads and sets.
+const (
+	PoolReuseFollowEventDependencies   PoolAttr = C.DBC_MEMPOOL_REUSE_FOLLOW_EVENT_DEPENDENCIES
+	PoolReuseAllowOpportunistic        PoolAttr = C.DBC_MEMPOOL_REUSE_ALLOW_OPPORTUNISTIC
+	PoolReuseAllowInternalDependencies PoolAttr = C.DBC_MEMPOOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES
+	PoolAttrReleaseThreshold           PoolAttr = C.DBC_MEMPOOL_ATTR_RELEASE_THRESHOLD
+	PoolAttrReservedMemCurrent         PoolAttr = C.DBC_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+	PoolAttrReservedMemHigh            PoolAttr = C.DBC_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+	PoolAttrUsedMemCurrent             PoolAttr = C.DBC_MEMPOOL_ATTR_USED_MEM_CURRENT
+	PoolAttrUsedMemHigh                PoolAttr = C.DBC_MEMPOOL_ATTR_USED_MEM_HIGH
+)
+
+// HostAllocFlags are cudaHostAlloc flags.
+type HostAllocFlags uint
+
+// The cudaHostAlloc flags distbuf uses.
+const (
+	HostAllocPortable HostAllocFlags = C.DBC_HOST_ALLOC_PORTABLE
+	HostAllocMapped   HostAllocFlags = C.DBC_HOST_ALLOC_MAPPED
+)
+
+// Ordinal is the device number.
+func (d *Device) Ordinal() int { return int(d.ord) }
+
+// Runtime is the library the device's calls go through.
+func (d *Device) Runtime() *Runtime { return d.rt }
+
+func (d *Device) fail(op string, code C.int) error { return d.rt.fail(op, int(d.ord), code) }
+
+func size(op string, n int64) (C.size_t, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("cudart: %s: negative size %d: %w", op, n, ErrInvalid)
+	}
+	return C.size_t(n), nil
+}
+
+// Attribute is cudaDeviceGetAttribute.
+func (d *Device) Attribute(attr DeviceAttr) (int, error) {
+	var v C.int
+	if err := d.fail("cudaDeviceGetAttribute", C.dbc_attribute(d.rt.api, d.ord, C.int(attr), &v)); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// Name is the device's product name (cuDeviceGetName).
+func (d *Device) Name() (string, error) {
+	if !d.rt.caps.DeviceName {
+		return "", fmt.Errorf("cudart: device name: cuDeviceGetName not available: %w", ErrNotSupported)
+	}
+	var buf [256]C.char
+	if err := d.rt.failDriver("cuDeviceGetName", int(d.ord), C.dbc_cu_device_name(d.rt.api, d.ord, &buf[0], C.int(len(buf)-1))); err != nil {
+		return "", err
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+// MemGetInfo is cudaMemGetInfo: free and total device memory in bytes.
+func (d *Device) MemGetInfo() (free, total int64, err error) {
+	var f, t C.size_t
+	if err := d.fail("cudaMemGetInfo", C.dbc_mem_info(d.rt.api, d.ord, &f, &t)); err != nil {
+		return 0, 0, err
+	}
+	return int64(f), int64(t), nil
+}
+
+// StreamCreate makes a stream with cudaStreamNonBlocking: it never
+// synchronises with the legacy default stream.
+func (d *Device) StreamCreate() (Stream, error) {
+	var s C.uintptr_t
+	if err := d.fail("cudaStreamCreateWithFlags", C.dbc_stream_create(d.rt.api, d.ord, &s)); err != nil {
+		return 0, err
+	}
+	return Stream(s), nil
+}
+
+// StreamDestroy is cudaStreamDestroy.
+func (d *Device) StreamDestroy(s Stream) error {
+	return d.fail("cudaStreamDestroy", C.dbc_stream_destroy(d.rt.api, d.ord, C.uintptr_t(s)))
+}
+
+// StreamSynchronize is cudaStreamSynchronize.
+func (d *Device) StreamSynchronize(s Stream) error {
+	return d.fail("cudaStreamSynchronize", C.dbc_stream_sync(d.rt.api, d.ord, C.uintptr_t(s)))
+}
+
+// StreamWaitEvent is cudaStreamWaitEvent: work enqueued on s later waits for ev.
+func (d *Device) StreamWaitEvent(s Stream, ev Event) error {
+	return d.fail("cudaStreamWaitEvent", C.dbc_stream_wait_event(d.rt.api, d.ord, C.uintptr_t(s), C.uintptr_t(ev)))
+}
+
+// StreamWaitValueGEQ is cuStreamWaitValue32 with CU_STREAM_WAIT_VALUE_GEQ:
+// work enqueued on s later waits until the 32-bit word at addr (a device
+// address, e.g. of mapped pinned memory) reaches value, compared cyclically.
+func (d *Device) StreamWaitValueGEQ(s Stream, addr uintptr, value uint32) error {
+	if !d.rt.caps.StreamWaitValue {
+		return fmt.Errorf("cudart: cuStreamWaitValue32 not available: %w", ErrNotSupported)
+	}
+	return d.rt.failDriver("cuStreamWaitValue32", int(d.ord),
+		C.dbc_cu_wait_value32(d.rt.api, d.ord, C.uintptr_t(s), C.uintptr_t(addr), C.uint32_t(value)))
+}
+
+// EventCreate makes an event with cudaEventDisableTiming.
+func (d *Device) EventCreate() (Event, error) {
+	var ev C.uintptr_t
+	if err := d.fail("cudaEventCreateWithFlags", C.dbc_event_create(d.rt.api, d.ord, &ev)); err != nil {
+		return 0, err
+	}
+	return Event(ev), nil
+}
+
+// EventRecord is cudaEventRecord.
+func (d *Device) EventRecord(ev Event, s Stream) error {
+	return d.fail("cudaEventRecord", C.dbc_event_record(d.rt.api, d.ord, C.uintptr_t(ev), C.uintptr_t(s)))
+}
+
+// EventQuery reports without blocking whether the work before ev has run.
+func (d *Device) EventQuery(ev Event) (bool, error) {
+	code := C.dbc_event_query(d.rt.api, d.ord, C.uintptr_t(ev))
+	if code == codeNotReady {
+		return false, nil
+	}
+	if err := d.fail("cudaEventQuery", code); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// EventSynchronize blocks until the work before ev has run.
+func (d *Device) EventSynchronize(ev Event) error {
+	return d.fail("cudaEventSynchronize", C.dbc_event_sync(d.rt.api, d.ord, C.uintptr_t(ev)))
+}
+
+// EventDestroy is cudaEventDestroy.
+func (d *Device) EventDestroy(ev Event) error {
+	return d.fail("cudaEventDestroy", C.dbc_event_destroy(d.rt.api, d.ord, C.uintptr_t(ev)))
+}
+
+// LaunchHostFunc is cudaLaunchHostFunc: fn runs on a runtime thread once the
+// work enqueued on s before it has run. fn must not call CUDA, must not
+// block for long (host functions of all streams may share one thread) and
+// must not panic.
+func (d *Device) LaunchHostFunc(s Stream, fn func()) error {
+	if fn == nil {
+		return fmt.Errorf("cudart: cudaLaunchHostFunc: nil function: %w", ErrInvalid)
+	}
+	h := cgo.NewHandle(fn)
+	if err := d.fail("cudaLaunchHostFunc", C.dbc_launch_host_func(d.rt.api, d.ord, C.uintptr_t(s), C.uintptr_t(h))); err != nil {
+		h.Delete()
+		return err
+	}
+	return nil
+}
+
+// Malloc is cudaMalloc.
+func (d *Device) Malloc(n int64) (uintptr, error) {
+	sz, err := size("cudaMalloc", n)
+	if err != nil {
+		return 0, err
+	}
+	var p C.uintptr_t
+	if err := d.fail("cudaMalloc", C.dbc_malloc(d.rt.api, d.ord, &p, sz)); err != nil {
+		return 0, err
+	}
+	return uintptr(p), nil
+}
+
+// Free is cudaFree. It may wait for all work on the device.
+func (d *Device) Free(p uintptr) error {
+	return d.fail("cudaFree", C.dbc_free(d.rt.api, d.ord, C.uintptr_t(p)))
+}
+
+// MemcpyAsync is cudaMemcpyAsync with cudaMemcpyDefault: any direction
+// between device, pinned and (with unified addressing) host memory.
+func (d *Device) MemcpyAsync(dst, src uintptr, n int64, s Stream) error {
+	sz, err := size("cudaMemcpyAsync", n)
+	if err != nil {
+		return err
+	}
+	return d.fail("cudaMemcpyAsync", C.dbc_memcpy_async(d.rt.api, d.ord, C.uintptr_t(dst), C.uintptr_t(src), sz, C.uintptr_t(s)))
+}
+
+// MemsetAsync is cudaMemsetAsync.
+func (d *Device) MemsetAsync(dst uintptr, val byte, n int64, s Stream) error {
+	sz, err := size("cudaMemsetAsync", n)
+	if err != nil {
+		return err
+	}
+	return d.fail("cudaMemsetAsync", C.dbc_memset_async(d.rt.api, d.ord, C.uintptr_t(dst), C.int(val), sz, C.uintptr_t(s)))
+}
+
+// HostAlloc is cudaHostAlloc: page-locked host memory, outside the Go heap.
+func (d *Device) HostAlloc(n int64, flags HostAllocFlags) (unsafe.Pointer, error) {
+	sz, err := size("cudaHostAlloc", n)
+	if err != nil {
+		return nil, err
+	}
+	var p unsafe.Pointer
+	if err := d.fail("cudaHostAlloc", C.dbc_host_alloc(d.rt.api, d.ord, &p, sz, C.uint(flags))); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// FreeHost is cudaFreeHost. It may wait for all work on the device.
+func (d *Device) FreeHost(p unsafe.Pointer) error {
+	return d.fail("cudaFreeHost", C.dbc_free_host(d.rt.api, d.ord, p))
+}
+
+// HostDevicePointer is cudaHostGetDevicePointer: the device address of
+// mapped pinned memory.
+func (d *Device) HostDevicePointer(p unsafe.Pointer) (uintptr, error) {
+	var dp C.uintptr_t
+	if err := d.fail("cudaHostGetDevicePointer", C.dbc_host_device_pointer(d.rt.api, d.ord, &dp, p)); err != nil {
+		return 0, err
+	}
+	return uintptr(dp), nil
+}
+
+func (d *Device) needPools(op string) error {
+	if !d.rt.caps.MemoryPools {
+		return fmt.Errorf("cudart: %s: the runtime has no stream-ordered pool functions: %w", op, ErrNotSupported)
+	}
+	return nil
+}
+
+// MemPoolCreate makes a private pool of device memory on this device
+// (pinned allocation type, no export handles, default maximum size).
+func (d *Device) MemPoolCreate() (MemPool, error) {
+	if err := d.needPools("cudaMemPoolCreate"); err != nil {
+		return 0, err
+	}
+	var p C.uintptr_t
+	if err := d.fail("cudaMemPoolCreate", C.dbc_pool_create(d.rt.api, d.ord, &p)); err != nil {
+		return 0, err
+	}
+	return MemPool(p), nil
+}
+
+// MemPoolDestroy is cudaMemPoolDestroy. Memory still allocated from the pool
+// stays valid; the pool goes away once it is all freed.
+func (d *Device) MemPoolDestroy(p MemPool) error {
+	if err := d.needPools("cudaMemPoolDestroy"); err != nil {
+		return err
+	}
+	return d.fail("cudaMemPoolDestroy", C.dbc_pool_destroy(d.rt.api, d.ord, C.uintptr_t(p)))
+}
+
+// MemPoolSetUint64 sets a cuuint64_t pool attribute.
+func (d *Device) MemPoolSetUint64(p MemPool, attr PoolAttr, v uint64) error {
+	if err := d.needPools("cudaMemPoolSetAttribute"); err != nil {
+		return err
+	}
+	return d.fail("cudaMemPoolSetAttribute", C.dbc_pool_set_u64(d.rt.api, d.ord, C.uintptr_t(p), C.int(attr), C.uint64_t(v)))
+}
+
+// MemPoolSetInt sets an int pool attribute (the reuse flags).
+func (d *Device) MemPoolSetInt(p MemPool, attr PoolAttr, v int) error {
+	if err := d.needPools("cudaMemPoolSetAttribute"); err != nil {
+		return err
+	}
+	return d.fail("cudaMemPoolSetAttribute", C.dbc_pool_set_int(d.rt.api, d.ord, C.uintptr_t(p), C.int(attr), C.int(v)))
+}
+
+// MemPoolGetUint64 reads a cuuint64_t pool attribute.
+func (d *Device) MemPoolGetUint64(p MemPool, attr PoolAttr) (uint64, error) {
+	if err := d.needPools("cudaMemPoolGetAttribute"); err != nil {
+		return 0, err
+	}
+	var v C.uint64_t
+	if err := d.fail("cudaMemPoolGetAttribute", C.dbc_pool_get_u64(d.rt.api, d.ord, C.uintptr_t(p), C.int(attr), &v)); err != nil {
+		return 0, err
+	}
+	return uint64(v), nil
+}
+
+// MemPoolGetInt reads an int pool attribute (the reuse flags).
+func (d *Device) MemPoolGetInt(p MemPool, attr PoolAttr) (int, error) {
+	if err := d.needPools("cudaMemPoolGetAttribute"); err != nil {
+		return 0, err
+	}
+	var v C.int
+	if err := d.fail("cudaMemPoolGetAttribute", C.dbc_pool_get_int(d.rt.api, d.ord, C.uintptr_t(p), C.int(attr), &v)); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// MemPoolTrimTo is cudaMemPoolTrimTo: releases unused memory until at most
+// keep bytes stay reserved.
+func (d *Device) MemPoolTrimTo(p MemPool, keep int64) error {
+	if err := d.needPools("cudaMemPoolTrimTo"); err != nil {
+		return err
+	}
+	sz, err := size("cudaMemPoolTrimTo", keep)
+	if err != nil {
+		return err
+	}
+	return d.fail("cudaMemPoolTrimTo", C.dbc_pool_trim(d.rt.api, d.ord, C.uintptr_t(p), sz))
+}
+
+// MallocFromPoolAsync is cudaMallocFromPoolAsync: n bytes from pool p,
+// usable in the order of s.
+func (d *Device) MallocFromPoolAsync(n int64, p MemPool, s Stream) (uintptr, error) {
+	if err := d.needPools("cudaMallocFromPoolAsync"); err != nil {
+		return 0, err
+	}
+	sz, err := size("cudaMallocFromPoolAsync", n)
+	if err != nil {
+		return 0, err
+	}
+	var ptr C.uintptr_t
+	if err := d.fail("cudaMallocFromPoolAsync", C.dbc_malloc_from_pool(d.rt.api, d.ord, &ptr, sz, C.uintptr_t(p), C.uintptr_t(s))); err != nil {
+		return 0, err
+	}
+	return uintptr(ptr), nil
+}
+
+// FreeAsync is cudaFreeAsync: the memory returns to its pool in the order of s.
+func (d *Device) FreeAsync(ptr uintptr, s Stream) error {
+	if err := d.needPools("cudaFreeAsync"); err != nil {
+		return err
+	}
+	return d.fail("cudaFreeAsync", C.dbc_free_async(d.rt.api, d.ord, C.uintptr_t(ptr), C.uintptr_t(s)))
+}
