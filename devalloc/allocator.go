@@ -415,8 +415,9 @@ func (a *Allocator) applyPolicy(p Policy) error {
 }
 
 // EndPhase marks a phase boundary (the end of a solve, a sweep). Under
-// AggressiveFree it waits for pending frees and returns unused pool memory
-// above the free threshold to the driver; under Retain it does nothing.
+// AggressiveFree it waits for the work on the allocator's streams (so pending
+// frees have run) and returns unused pool memory above the free threshold to
+// the driver; under Retain it does nothing.
 func (a *Allocator) EndPhase() error {
 	if err := a.enter(); err != nil {
 		return err
@@ -446,8 +447,9 @@ func (a *Allocator) Prime(bytes int64) error {
 	return nil
 }
 
-// Trim waits for pending frees and releases unused pool memory until at most
-// keepBytes stay reserved (memory in use is never released).
+// Trim waits for the work on the allocator's streams, so that pending frees
+// have run, and releases unused pool memory until at most keepBytes stay
+// reserved (memory in use is never released).
 func (a *Allocator) Trim(keepBytes int64) error {
 	if err := a.enter(); err != nil {
 		return err
@@ -460,14 +462,9 @@ func (a *Allocator) Trim(keepBytes int64) error {
 }
 
 // drainFrees waits until every enqueued free has run, so its memory is back
-// in the pool. It does not wait for unrelated work on other streams.
-func (a *Allocator) drainFrees() error {
-	if err := a.reclaim.impl.synchronize(); err != nil {
-		return fmt.Errorf("devalloc: drain pending frees: %w", err)
-	}
-	a.be.syncPoint()
-	return nil
-}
+// in the pool. Frees are ordered on the streams that used the buffers (or on
+// the reclamation stream), so this waits for the work on all of them.
+func (a *Allocator) drainFrees() error { return a.syncStreams() }
 
 func (a *Allocator) trimNow(keep int64) error {
 	if err := a.drainFrees(); err != nil {

@@ -480,25 +480,32 @@ func (b *Buffer) Free() error {
 	return b.enqueueFree()
 }
 
-// enqueueFree makes the reclamation stream wait for every completion, then
-// releases the memory on it. Called with b.mu held and no holds left.
+// enqueueFree releases the memory in stream order, after every completion.
+// When they all lie on one stream (the common case: one solve stream), the
+// free goes on that stream, like cudaFreeAsync on it: no events, no
+// cross-stream waits, and the pool can hand the memory straight back to the
+// next allocation on that stream. Otherwise the reclamation stream waits for
+// each completion and frees. Called with b.mu held and no holds left.
 func (b *Buffer) enqueueFree() error {
 	a := b.a
-	r := a.reclaim
 	b.state = stateFreed
 	deps := append([]*completion{b.writer}, b.readers...)
 	b.writer, b.readers = nil, nil
+	on := freeStream(deps)
 	var err error
-	for _, c := range deps {
-		if c != nil && err == nil {
-			err = b.waitIn(r, c)
+	if on == nil {
+		on = a.reclaim
+		for _, c := range deps {
+			if c != nil && err == nil {
+				err = b.waitIn(on, c)
+			}
 		}
 	}
 	if err == nil {
 		if b.loc == Pinned {
-			err = a.pinned.release(b)
+			err = a.pinned.release(b, on.impl)
 		} else {
-			err = a.be.freeAsync(b.addr, b.aligned, r.impl)
+			err = a.be.freeAsync(b.addr, b.aligned, on.impl)
 		}
 	}
 	for _, c := range deps {
@@ -517,4 +524,26 @@ func (b *Buffer) enqueueFree() error {
 		return fmt.Errorf("devalloc: free of buffer #%d: %w", b.id, err)
 	}
 	return nil
+}
+
+// freeStream returns the one open stream every pending completion lies on,
+// or nil when they span several streams (or none is usable).
+func freeStream(deps []*completion) *Stream {
+	var on *Stream
+	for _, c := range deps {
+		switch {
+		case c == nil:
+		case c.hold != nil:
+			if !c.hold.released() {
+				return nil
+			}
+		case c.stream == nil || c.stream.closed.Load():
+			return nil
+		case on == nil:
+			on = c.stream
+		case on != c.stream:
+			return nil
+		}
+	}
+	return on
 }

@@ -40,6 +40,10 @@ func (h *hostBackend) alloc(size int64, _ streamImpl) (uintptr, unsafe.Pointer, 
 }
 
 func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
+	var err error
+	if hs, ok := r.(*hostStream); ok && hs.runNowIfIdle(func() { err = h.pool.free(addr) }) {
+		return err
+	}
 	return r.enqueue(func() error { return h.pool.free(addr) })
 }
 

@@ -18,11 +18,15 @@ import (
 // same conformance suite holds on both backends.
 //
 // Free chunks sit in segregated bins, four per power of two, with a bitmap of
-// non-empty bins: allocation and free are O(1) and neighbours coalesce.
+// non-empty bins, and neighbours coalesce. Small requests are carved from 2
+// MiB segments of their own and large ones from segments sized to them, so a
+// long-lived tiny block never pins a large segment; within a bin the best
+// fit is taken. Both keep the pool near the working set when sizes vary from
+// one solve to the next.
 type hostPool struct {
 	mu        sync.Mutex
-	bins      [numBins]*chunk
-	nonEmpty  [(numBins + 63) / 64]uint64
+	small     arena
+	large     arena
 	live      map[uintptr]*chunk
 	segments  map[*segment]struct{}
 	threshold uint64
@@ -34,9 +38,15 @@ type hostPool struct {
 	used, usedHigh                        int64
 }
 
+type arena struct {
+	bins     [numBins]*chunk
+	nonEmpty [(numBins + 63) / 64]uint64
+}
+
 type segment struct {
-	mem  []byte
-	size int64
+	mem   []byte
+	size  int64
+	arena *arena
 }
 
 type chunk struct {
@@ -54,7 +64,8 @@ const (
 	minBinShift    = 8  // 256 B
 	maxBinShift    = 50 // 1 PiB
 	numBins        = (maxBinShift - minBinShift) * 4
-	smallSegment   = 2 << 20 // requests below this share 2 MiB segments, as the CUDA pool does
+	smallSegment   = 2 << 20 // small requests share 2 MiB segments, as the CUDA pool does
+	smallLimit     = 1 << 20 // requests below this are small
 	segmentQuantum = 2 << 20
 )
 
@@ -100,60 +111,81 @@ func (p *hostPool) ptr(c *chunk) unsafe.Pointer {
 }
 
 func (p *hostPool) insertFree(c *chunk) {
+	ar := c.seg.arena
 	c.free = true
 	c.bin = binFloor(c.size)
-	c.prevFree, c.nextFree = nil, p.bins[c.bin]
+	c.prevFree, c.nextFree = nil, ar.bins[c.bin]
 	if c.nextFree != nil {
 		c.nextFree.prevFree = c
 	}
-	p.bins[c.bin] = c
-	p.nonEmpty[c.bin/64] |= 1 << (c.bin % 64)
+	ar.bins[c.bin] = c
+	ar.nonEmpty[c.bin/64] |= 1 << (c.bin % 64)
 }
 
 func (p *hostPool) removeFree(c *chunk) {
+	ar := c.seg.arena
 	if c.prevFree != nil {
 		c.prevFree.nextFree = c.nextFree
 	} else {
-		p.bins[c.bin] = c.nextFree
+		ar.bins[c.bin] = c.nextFree
 	}
 	if c.nextFree != nil {
 		c.nextFree.prevFree = c.prevFree
 	}
-	if p.bins[c.bin] == nil {
-		p.nonEmpty[c.bin/64] &^= 1 << (c.bin % 64)
+	if ar.bins[c.bin] == nil {
+		ar.nonEmpty[c.bin/64] &^= 1 << (c.bin % 64)
 	}
 	c.prevFree, c.nextFree, c.free = nil, nil, false
 }
 
-// findFree returns a free chunk of at least size bytes, or nil.
+func (p *hostPool) arenaFor(size int64) *arena {
+	if size < smallLimit {
+		return &p.small
+	}
+	return &p.large
+}
+
+// findFree returns the best-fitting free chunk of at least size bytes in
+// the arena for size, or nil: the smallest fit in the size's own bin, else
+// the smallest chunk of the first larger non-empty bin.
 func (p *hostPool) findFree(size int64) *chunk {
+	ar := p.arenaFor(size)
+	var best *chunk
+	if f := binFloor(size); binLower(f) < size {
+		for c := ar.bins[f]; c != nil; c = c.nextFree {
+			if c.size >= size && (best == nil || c.size < best.size) {
+				best = c
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
 	b := binCeil(size)
-	for w := b / 64; w < len(p.nonEmpty); w++ {
-		mask := p.nonEmpty[w]
+	for w := b / 64; w < len(ar.nonEmpty); w++ {
+		mask := ar.nonEmpty[w]
 		if w == b/64 {
 			mask &^= (1 << (b % 64)) - 1
 		}
-		if mask != 0 {
-			return p.bins[w*64+bits.TrailingZeros64(mask)]
+		if mask == 0 {
+			continue
 		}
-	}
-	// The floor bin may still hold a chunk that fits.
-	if b > 0 {
-		for c := p.bins[b-1]; c != nil; c = c.nextFree {
-			if c.size >= size {
-				return c
+		for c := ar.bins[w*64+bits.TrailingZeros64(mask)]; c != nil; c = c.nextFree {
+			if best == nil || c.size < best.size {
+				best = c
 			}
 		}
+		return best
 	}
 	return nil
 }
 
-func (p *hostPool) addSegment(size int64) (*chunk, error) {
+func (p *hostPool) addSegment(size int64, ar *arena) (*chunk, error) {
 	mem, err := p.mmap(size)
 	if err != nil {
 		return nil, fmt.Errorf("host pool: mmap %s: %v: %w", FormatBytes(size), err, ErrOutOfMemory)
 	}
-	seg := &segment{mem: mem, size: size}
+	seg := &segment{mem: mem, size: size, arena: ar}
 	p.segments[seg] = struct{}{}
 	p.reserved += size
 	p.reservedTotal += size
@@ -170,7 +202,7 @@ func (p *hostPool) alloc(size int64) (*chunk, unsafe.Pointer, error) {
 	} else {
 		segSize := alignUp(max(size, smallSegment), segmentQuantum)
 		var err error
-		if c, err = p.addSegment(segSize); err != nil {
+		if c, err = p.addSegment(segSize, p.arenaFor(size)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -223,7 +255,7 @@ func (p *hostPool) free(addr uintptr) error {
 func (p *hostPool) prime(bytes int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c, err := p.addSegment(alignUp(bytes, segmentQuantum))
+	c, err := p.addSegment(alignUp(bytes, segmentQuantum), &p.large)
 	if err != nil {
 		return err
 	}
@@ -242,10 +274,12 @@ func (p *hostPool) trim(keep int64) error {
 func (p *hostPool) trimLocked(keep int64) error {
 	for p.reserved > keep {
 		var best *chunk
-		for b := numBins - 1; b >= 0 && best == nil; b-- {
-			for c := p.bins[b]; c != nil; c = c.nextFree {
-				if c.off == 0 && c.size == c.seg.size && (best == nil || c.size > best.size) {
-					best = c
+		for _, ar := range []*arena{&p.large, &p.small} {
+			for b := numBins - 1; b >= 0 && best == nil; b-- {
+				for c := ar.bins[b]; c != nil; c = c.nextFree {
+					if c.off == 0 && c.size == c.seg.size && (best == nil || c.size > best.size) {
+						best = c
+					}
 				}
 			}
 		}
@@ -310,7 +344,6 @@ func (p *hostPool) release() int64 {
 		p.reserved -= seg.size
 		_ = p.munmap(seg.mem)
 	}
-	p.bins = [numBins]*chunk{}
-	p.nonEmpty = [len(p.nonEmpty)]uint64{}
+	p.small, p.large = arena{}, arena{}
 	return kept
 }

@@ -33,8 +33,9 @@ func TestHostPoolSplitCoalesceTrim(t *testing.T) {
 	require.NoError(t, p.free(uintptr(p2)))
 	require.Error(t, p.free(uintptr(p2)), "unknown address")
 	// Everything coalesced back into one free chunk covering the segment.
-	whole := p.findFree(smallSegment)
+	whole := p.small.bins[binFloor(smallSegment)]
 	require.NotNil(t, whole)
+	require.Nil(t, whole.nextFree)
 	require.Zero(t, whole.off)
 	require.EqualValues(t, smallSegment, whole.size)
 	require.NoError(t, p.trim(0))

@@ -14,6 +14,7 @@ type hostStream struct {
 	cond    *sync.Cond
 	queue   []func()
 	closed  bool
+	running bool // an op is executing
 	stopped chan struct{}
 	abort   chan struct{} // closed by destroy: waits on outside agents give up
 	err     error         // sticky: the first failure of enqueued work since the last synchronize
@@ -40,8 +41,12 @@ func (s *hostStream) run() {
 		op := s.queue[0]
 		s.queue[0] = nil
 		s.queue = s.queue[1:]
+		s.running = true
 		s.mu.Unlock()
 		op()
+		s.mu.Lock()
+		s.running = false
+		s.mu.Unlock()
 	}
 }
 
@@ -54,6 +59,19 @@ func (s *hostStream) push(op func()) error {
 	s.queue = append(s.queue, op)
 	s.cond.Signal()
 	return nil
+}
+
+// runNowIfIdle runs op on the calling goroutine when the stream has no work
+// queued or running, which is then the same as running it in stream order;
+// it holds the stream's lock so nothing can be enqueued meanwhile.
+func (s *hostStream) runNowIfIdle(op func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running || len(s.queue) > 0 || s.closed {
+		return false
+	}
+	op()
+	return true
 }
 
 func (s *hostStream) fail(err error) {

@@ -95,10 +95,10 @@ func (p *pinnedPool) take(size int64) (*pinnedBlock, error) {
 	return blk, nil
 }
 
-// release is called once the reclamation stream waits on all of b's
+// release is called once stream on is ordered after all of b's
 // completions: the guard marks that point.
-func (p *pinnedPool) release(b *Buffer) error {
-	guard, err := p.a.reclaim.impl.record()
+func (p *pinnedPool) release(b *Buffer, on streamImpl) error {
+	guard, err := on.record()
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
 package devalloc
 
 // Stats is a snapshot of the allocator's counters. Reading it takes a few
-// atomic loads and, on CUDA, four pool-attribute queries: cheap enough for
+// atomic loads and, on CUDA, a few pool-attribute queries: cheap enough for
 // every iteration.
 type Stats struct {
 	Kind   Kind
