@@ -230,8 +230,8 @@ func (a *Allocator) checkStream(s *Stream) error {
 const maxAlloc = 1 << 50
 
 // Alloc returns a buffer of size bytes usable in the order of stream s. The
-// buffer starts with s as its writer: work on another stream must be declared
-// with Read or Write, which orders it after the allocation.
+// allocation is the buffer's first writer: work on another stream declared
+// with Read or Write is ordered after it.
 //
 // When memory runs out it climbs the ladder: synchronise and retry, trim the
 // pool and retry, call Options.OnOutOfMemory, and finally return an
@@ -274,9 +274,14 @@ func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.
 		a: a, id: a.nextID.Add(1), size: size, aligned: aligned,
 		addr: addr, hostPtr: hostPtr, loc: loc, allocStream: s,
 	}
-	// The allocation is ordered on s: until someone needs it, the writer is
-	// "everything enqueued on s so far", recorded lazily.
+	// The allocation is ordered on s, so its first writer is an event
+	// recorded now: recorded later, it could also cover a wait for an outside
+	// agent enqueued on s meanwhile, and a reader elsewhere would wait for
+	// that too.
 	b.writer = &completion{stream: s, refs: 1}
+	if ev, err := s.impl.record(); err == nil {
+		b.writer.ev = ev
+	}
 	a.mu.Lock()
 	a.live[b] = struct{}{}
 	a.mu.Unlock()

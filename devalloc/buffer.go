@@ -465,8 +465,8 @@ func (b *Buffer) Free() error {
 			return err
 		}
 	}
-	// Work on the allocating stream needs no declaration, as with
-	// cudaFreeAsync on that stream: cover it with a lazy entry.
+	// Undeclared work on the allocating stream is ordered before the free,
+	// as with cudaFreeAsync on that stream: cover it with a lazy entry.
 	b.readers = append(b.readers, &completion{stream: b.allocStream, refs: 1})
 	b.state = stateFreeing
 	if b.loc != Pinned {

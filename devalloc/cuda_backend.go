@@ -265,6 +265,16 @@ func (be *cudaBackend) copyAsync(dst, src memRef, n int64, s streamImpl) error {
 	if err != nil {
 		return err
 	}
+	if dst.host != nil && src.host != nil {
+		// The runtime performs host-to-host copies synchronously with the
+		// calling thread, after the stream drains: a stream waiting for an
+		// outside agent would block the caller. A host operation keeps it
+		// in stream order without blocking.
+		return cs.enqueue(func() error {
+			copy(unsafe.Slice((*byte)(dst.host), n), unsafe.Slice((*byte)(src.host), n))
+			return nil
+		})
+	}
 	return cs.use(func() error { return wrapCUDA("copy", be.dev.MemcpyAsync(dst.addr, src.addr, n, cs.h)) })
 }
 

@@ -26,7 +26,9 @@
 // enqueueing work on a stream, declare it with Read or Write: the stream is
 // made to wait (cudaStreamWaitEvent, never the host) for the last writer, and
 // for a write also for every reader. After enqueueing, Access.Done records the
-// completion. Work on the allocating stream needs no declaration. An agent
+// completion. Undeclared work on the allocating stream is still ordered
+// before the free (as with cudaFreeAsync on that stream), but other streams
+// and holds see only declared work. An agent
 // outside the streams, such as an MPI request, takes a Hold: a send is a
 // reader and a receive a writer until Release. Free never blocks the host:
 // a reclamation stream waits for every recorded completion and then releases

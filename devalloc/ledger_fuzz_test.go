@@ -188,7 +188,15 @@ func (m *ledgerModel) alloc(s *Stream, r uint8) {
 	mb := &modelBuf{b: b, id: b.ID()}
 	mem, _ := b.Bytes()
 	m.bufs = append(m.bufs, mb)
+	x, err := b.Write(s)
+	if err != nil {
+		m.fail("first write: %v", err)
+		return
+	}
 	_ = s.Enqueue(func() error { stamp(mem, mb.id, 0); return nil })
+	if err := x.Done(); err != nil {
+		m.fail("first write done: %v", err)
+	}
 }
 
 func (m *ledgerModel) run(ops []byte) {
