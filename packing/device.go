@@ -1,0 +1,240 @@
+package packing
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/nvrtc"
+)
+
+// copyKernelSource is the gather/scatter kernel, compiled at run time by
+// NVRTC for the device's own architecture (see doc.go). Each entry of the
+// table is three 64-bit words: the scattered address, the block address and
+// the byte count; reverse copies block to scattered. One thread block per
+// entry, a grid-stride loop over entries, 16-byte loads and stores whenever
+// both addresses and the size allow them.
+const copyKernelSource = `
+extern "C" __global__ void distbuf_copy_table(const unsigned long long *__restrict__ table, int n, int reverse)
+{
+	for (int e = blockIdx.x; e < n; e += gridDim.x) {
+		unsigned long long a = __ldg(table + 3 * (size_t)e);
+		unsigned long long b = __ldg(table + 3 * (size_t)e + 1);
+		unsigned long long bytes = __ldg(table + 3 * (size_t)e + 2);
+		const char *src = (const char *)(reverse ? b : a);
+		char *dst = (char *)(reverse ? a : b);
+		unsigned long long m = a | b | bytes;
+		if ((m & 15) == 0) {
+			const uint4 *s = (const uint4 *)src;
+			uint4 *d = (uint4 *)dst;
+			unsigned long long n16 = bytes >> 4;
+			for (unsigned long long i = threadIdx.x; i < n16; i += blockDim.x)
+				d[i] = s[i];
+		} else if ((m & 7) == 0) {
+			const unsigned long long *s = (const unsigned long long *)src;
+			unsigned long long *d = (unsigned long long *)dst;
+			for (unsigned long long i = threadIdx.x; i < (bytes >> 3); i += blockDim.x)
+				d[i] = s[i];
+		} else if ((m & 3) == 0) {
+			const unsigned int *s = (const unsigned int *)src;
+			unsigned int *d = (unsigned int *)dst;
+			for (unsigned long long i = threadIdx.x; i < (bytes >> 2); i += blockDim.x)
+				d[i] = s[i];
+		} else {
+			for (unsigned long long i = threadIdx.x; i < bytes; i += blockDim.x)
+				dst[i] = src[i];
+		}
+	}
+}
+`
+
+const (
+	copyKernelName    = "distbuf_copy_table"
+	copyKernelThreads = 256
+	tableEntryBytes   = 24
+	maxGrid           = 1 << 20
+)
+
+type deviceKernel struct {
+	once sync.Once
+	k    cukernel.Kernel
+	err  error
+}
+
+var kernels sync.Map // device ordinal -> *deviceKernel
+
+// copyKernel compiles and loads the kernel for a device once; a failure is
+// remembered, so CopyAuto falls back without retrying.
+func copyKernel(rt *cukernel.Runtime, dev int) (cukernel.Kernel, error) {
+	v, _ := kernels.LoadOrStore(dev, &deviceKernel{})
+	dk := v.(*deviceKernel)
+	dk.once.Do(func() {
+		if dk.err = rt.CanLaunch(); dk.err != nil {
+			return
+		}
+		major, minor, err := rt.ComputeCapability(dev)
+		if err != nil {
+			dk.err = err
+			return
+		}
+		nv, err := nvrtc.Load()
+		if err != nil {
+			dk.err = err
+			return
+		}
+		arch := fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor)
+		image, err := nv.Compile(copyKernelSource, "distbuf_copy.cu", []string{arch}, true)
+		if err != nil {
+			dk.err = err
+			return
+		}
+		dk.k, dk.err = rt.LoadKernel(dev, image, copyKernelName)
+	})
+	return dk.k, dk.err
+}
+
+// KernelStatus reports whether the gather/scatter kernel is usable on the
+// device: nil, or why not (no runtime, no NVRTC, a compile error).
+func KernelStatus(dev int) error {
+	rt, err := cukernel.Load()
+	if err != nil {
+		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
+	}
+	if _, err := copyKernel(rt, dev); err != nil {
+		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (m *Mover) prepareDevice(s *devalloc.Stream, refs []Ref, sizes []int64, method CopyMethod, auto, needsDevice bool) error {
+	if needsDevice {
+		return fmt.Errorf("packing: mover: the kernel needs every ref in device memory: %w", ErrUnavailable)
+	}
+	rt, err := cukernel.Load()
+	if err != nil {
+		return fmt.Errorf("packing: mover: %w: %w", ErrUnavailable, err)
+	}
+	n := len(refs)
+	m.blkAddr, m.refAddr, m.sizes = make([]uintptr, n), make([]uintptr, n), make([]uintptr, n)
+	for k, r := range refs {
+		base, _, _, err := r.Buf.Region()
+		if err != nil {
+			return fmt.Errorf("packing: mover: %w", err)
+		}
+		m.refAddr[k] = base + uintptr(r.Off)
+		m.blkAddr[k] = m.c.viewAt(k).Addr()
+		m.sizes[k] = uintptr(sizes[k])
+	}
+	if method == CopyKernel {
+		_, kerr := copyKernel(rt, m.dev)
+		switch {
+		case kerr == nil:
+			m.method = CopyKernel
+			return m.uploadTable(s)
+		case !auto:
+			return fmt.Errorf("packing: mover: %w: %w", ErrUnavailable, kerr)
+		}
+		m.fallback = "gather kernel unavailable: " + kerr.Error()
+		method = CopyBatch
+	}
+	if method == CopyBatch && !rt.HasMemcpyBatch() {
+		if !auto {
+			return fmt.Errorf("packing: mover: cudaMemcpyBatchAsync needs CUDA 12.8, runtime is %d: %w", rt.Version(), ErrUnavailable)
+		}
+		method = CopyPerBlock
+	}
+	m.method = method
+	return nil
+}
+
+// uploadTable writes the kernel's table into pinned memory in the order of
+// s and copies it to the device.
+func (m *Mover) uploadTable(s *devalloc.Stream) error {
+	n := len(m.sizes)
+	if n == 0 {
+		return nil
+	}
+	a := m.c.buf.Allocator()
+	bytes := int64(n) * tableEntryBytes
+	pin, err := a.AllocPinned(bytes, s)
+	if err != nil {
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	defer func() { _ = pin.Free() }()
+	mem, err := pin.Bytes()
+	if err != nil {
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	refs, blks, sizes := m.refAddr, m.blkAddr, m.sizes
+	// Work on the allocating stream needs no ledger declaration.
+	if err := s.Enqueue(func() error {
+		for k := range sizes {
+			e := mem[k*tableEntryBytes : (k+1)*tableEntryBytes]
+			binary.LittleEndian.PutUint64(e[0:], uint64(refs[k]))
+			binary.LittleEndian.PutUint64(e[8:], uint64(blks[k]))
+			binary.LittleEndian.PutUint64(e[16:], uint64(sizes[k]))
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	tab, err := a.Alloc(bytes, s)
+	if err != nil {
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	if err := s.Copy(tab, 0, pin, 0, bytes); err != nil {
+		_ = tab.Free()
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	m.table = tab
+	return nil
+}
+
+func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
+	n := len(m.sizes)
+	if n == 0 {
+		return nil
+	}
+	rt, err := cukernel.Load()
+	if err != nil {
+		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
+	}
+	stream := s.Handle()
+	dst, src := m.blkAddr, m.refAddr
+	if unpack {
+		dst, src = src, dst
+	}
+	switch m.method {
+	case CopyKernel:
+		k, err := copyKernel(rt, m.dev)
+		if err != nil {
+			return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
+		}
+		table, err := m.table.Addr()
+		if err != nil {
+			return fmt.Errorf("packing: %w", err)
+		}
+		rev := int32(0)
+		if unpack {
+			rev = 1
+		}
+		err = rt.LaunchPtrIntInt(m.dev, k, min(n, maxGrid), copyKernelThreads, stream, table, int32(n), rev)
+		if err != nil {
+			return fmt.Errorf("packing: gather kernel: %w", err)
+		}
+	case CopyBatch:
+		if err := rt.MemcpyBatch(m.dev, stream, dst, src, m.sizes); err != nil {
+			return fmt.Errorf("packing: %w", err)
+		}
+	case CopyPerBlock:
+		if err := rt.MemcpyEach(m.dev, stream, dst, src, m.sizes); err != nil {
+			return fmt.Errorf("packing: %w", err)
+		}
+	default:
+		return errors.New("packing: unknown device copy method")
+	}
+	return nil
+}
