@@ -26,8 +26,13 @@ func mixedDescs(n int, seed uint64) []Desc {
 // benchPlan runs build (plan plus views of every block) b.N times over n
 // blocks and reports ns/block. The buffer is allocated once outside the
 // loop: it is one allocator call per plan, not per block.
-func benchPlan(b *testing.B, n int, build func(descs []Desc, buf *devalloc.Buffer) error) {
+func benchPlan(b *testing.B, n int, shuffled bool, build func(descs []Desc, buf *devalloc.Buffer) error) {
 	descs := mixedDescs(n, 1)
+	if shuffled {
+		// Ids in no order: the duplicate check cannot take its fast path.
+		rng := rand.New(rand.NewPCG(2, 2))
+		rng.Shuffle(n, func(i, j int) { descs[i].ID, descs[j].ID = descs[j].ID, descs[i].ID })
+	}
 	p0, err := NewPlan(descs, Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -57,9 +62,12 @@ var sink uintptr
 // shape are read, the way a solver walks its blocks: the goal is at most
 // 15 ns/block at 1e5 blocks.
 func BenchmarkPlanViews(b *testing.B) {
-	for _, n := range []int{1000, 100000} {
-		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
-			benchPlan(b, n, func(descs []Desc, buf *devalloc.Buffer) error {
+	for _, c := range []struct {
+		n        int
+		shuffled bool
+	}{{1000, false}, {100000, false}, {100000, true}} {
+		b.Run(fmt.Sprintf("blocks=%d/shuffled-ids=%v", c.n, c.shuffled), func(b *testing.B) {
+			benchPlan(b, c.n, c.shuffled, func(descs []Desc, buf *devalloc.Buffer) error {
 				p, err := NewPlan(descs, Options{})
 				if err != nil {
 					return err
@@ -84,7 +92,7 @@ func BenchmarkPlanViews(b *testing.B) {
 // BenchmarkPlanViewSlice is the plan plus Views, which materialises a slice
 // of every view (16 bytes per block on the heap).
 func BenchmarkPlanViewSlice(b *testing.B) {
-	benchPlan(b, 100000, func(descs []Desc, buf *devalloc.Buffer) error {
+	benchPlan(b, 100000, false, func(descs []Desc, buf *devalloc.Buffer) error {
 		p, err := NewPlan(descs, Options{})
 		if err != nil {
 			return err
@@ -100,8 +108,70 @@ func BenchmarkPlanViewSlice(b *testing.B) {
 
 // BenchmarkPlan is the plan alone.
 func BenchmarkPlan(b *testing.B) {
-	benchPlan(b, 100000, func(descs []Desc, _ *devalloc.Buffer) error {
+	benchPlan(b, 100000, false, func(descs []Desc, _ *devalloc.Buffer) error {
 		_, err := NewPlan(descs, Options{})
 		return err
 	})
+}
+
+// BenchmarkPackHost gathers 20000 scattered blocks of 4 KiB into one buffer
+// on the host: parallel goroutines against one goroutine, in one run.
+func BenchmarkPackHost(b *testing.B) {
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	s := a.DefaultStream()
+	const n, size = 20000, 4096
+	descs := make([]Desc, n)
+	for i := range descs {
+		descs[i] = Desc{ID: uint64(i), DType: Float64, Rows: 16, Cols: size / 8 / 16}
+	}
+	p, err := NewPlan(descs, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := Alloc(a, p, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := a.Alloc(2*n*size, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	refs := make([]Ref, n)
+	for i, j := range rand.New(rand.NewPCG(3, 3)).Perm(n) {
+		refs[i] = Ref{Buf: src, Off: int64(2*j) * size}
+	}
+	m, err := NewMover(s, c, refs, CopyHost)
+	if err != nil {
+		b.Fatal(err)
+	}
+	parallel := m.parts
+	var perWorker [2]float64
+	for w, name := range []string{"workers=1", fmt.Sprintf("workers=%d", len(parallel))} {
+		b.Run(name, func(b *testing.B) {
+			m.parts = parallel
+			if w == 0 {
+				m.parts = []span{{0, n}}
+			}
+			b.SetBytes(n * size)
+			for range b.N {
+				if err := m.Pack(s); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perWorker[w] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			if w == 1 && perWorker[0] > 0 {
+				b.ReportMetric(perWorker[0]/perWorker[1], "x-vs-1-worker")
+			}
+		})
+	}
+	_ = m.Close()
+	_ = src.Free()
+	_ = c.Free()
 }

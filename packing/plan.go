@@ -216,8 +216,8 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		if c < 0 || (small < 0 && k != lastKey) {
 			var slot int
 			if c, slot = tab.find(k); c < 0 {
-				if d.Bytes() > MaxBytes {
-					return nil, &BlockError{Index: i, ID: d.ID, Reason: fmt.Sprintf("%dx%d %s is %d bytes, more than 2^50", d.Rows, d.Cols, d.DType, d.Bytes()), Err: ErrOverflow}
+				if !fits(d) {
+					return nil, &BlockError{Index: i, ID: d.ID, Reason: fmt.Sprintf("%dx%d %s is more than 2^50 bytes", d.Rows, d.Cols, d.DType), Err: ErrOverflow}
 				}
 				c = tab.insert(k, slot)
 				counts = append(counts, 0)
@@ -285,6 +285,12 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 }
 
 func alignUp(n, a int64) int64 { return (n + a - 1) &^ (a - 1) }
+
+// fits reports whether a block of valid dims and dtype is at most MaxBytes,
+// without overflowing (rows*cols < 2^62, but times 16 would not fit).
+func fits(d *Desc) bool {
+	return int64(d.Rows)*int64(d.Cols) <= MaxBytes/d.DType.Size()
+}
 
 func badDesc(i int, d *Desc) error {
 	e := &BlockError{Index: i, ID: d.ID}
@@ -497,6 +503,9 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 		d := Desc{ID: e.ID, DType: e.DType, Rows: e.Rows, Cols: e.Cols}
 		if uint64(d.Rows-1) >= maxDim || uint64(d.Cols-1) >= maxDim || !d.DType.Valid() {
 			return nil, badDesc(i, &d)
+		}
+		if !fits(&d) {
+			return nil, &BlockError{Index: i, ID: e.ID, Reason: fmt.Sprintf("%dx%d %s is more than 2^50 bytes", d.Rows, d.Cols, d.DType), Err: ErrOverflow}
 		}
 		bb := d.Bytes()
 		if e.Offset < 0 || bb > size || e.Offset > size-bb {
