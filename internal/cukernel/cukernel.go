@@ -156,10 +156,10 @@ type Runtime struct {
 	version int
 
 	setDevice, errorString, runtimeVersion, deviceAttr unsafe.Pointer
-	libraryLoadData, libraryGetKernel, launchKernel     unsafe.Pointer
-	memcpyAsync, memcpy, memcpyBatch                    unsafe.Pointer
-	eventCreate, eventRecord, eventSync, eventElapsed   unsafe.Pointer
-	eventDestroy, malloc, free, devSync, streamSync     unsafe.Pointer
+	libraryLoadData, libraryGetKernel, launchKernel    unsafe.Pointer
+	memcpyAsync, memcpy, memcpyBatch                   unsafe.Pointer
+	eventCreate, eventRecord, eventSync, eventElapsed  unsafe.Pointer
+	eventDestroy, malloc, free, devSync, streamSync    unsafe.Pointer
 
 	absent []string
 }
