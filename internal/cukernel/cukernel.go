@@ -223,6 +223,10 @@ func (r *Runtime) err(call string, code C.dbk_err) error {
 	return &Error{Call: call, Code: int(code), Msg: C.GoString(C.k_error_string(r.errorString, C.int(code)))}
 }
 
+// SetDeviceFunc is the address of cudaSetDevice, for other loaders' C
+// trampolines that must set the device before each call.
+func (r *Runtime) SetDeviceFunc() unsafe.Pointer { return r.setDevice }
+
 // Library is the name the runtime was loaded from.
 func (r *Runtime) Library() string { return r.lib.Name }
 

@@ -2,7 +2,10 @@
 
 package cukernel
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Runtime is unavailable without cgo.
 type Runtime struct{}
@@ -37,3 +40,4 @@ func (r *Runtime) CopyToDevice(int, uintptr, []byte) error                      
 func (r *Runtime) CopyFromDevice(int, []byte, uintptr) error                       { return errNoCgo }
 func (r *Runtime) Synchronize(int) error                                           { return errNoCgo }
 func (r *Runtime) StreamSynchronize(int, uintptr) error                            { return errNoCgo }
+func (r *Runtime) SetDeviceFunc() unsafe.Pointer                                   { return nil }
