@@ -101,7 +101,7 @@ func (e *Engine) runCUDA(p *Plan, declare func(*devalloc.Buffer, bool) error) er
 	dt := cublasType(p.dtype)
 	opA, opB := cublas.Op(pr.TransA), cublas.Op(pr.TransB)
 	es := p.dtype.Size()
-	h := e.handle
+	h := e.blas
 	alpha := pr.Alpha
 	for _, l := range p.launches {
 		q := &p.problems[l.lo]
@@ -134,7 +134,7 @@ func (e *Engine) runCUDA(p *Plan, declare func(*devalloc.Buffer, bool) error) er
 // when the loaded cuBLAS has no grouped GEMM.
 func (e *Engine) grouped(p *Plan, l launch, dt cublas.DType, opA, opB cublas.Op, arrA, arrB, arrC uintptr) (int, error) {
 	pr := &p.prob
-	if e.lib.HasGrouped() {
+	if e.blas.HasGrouped() {
 		groups := make([]cublas.Group, len(l.groups))
 		at := l.lo
 		for g, size := range l.groups {
@@ -144,14 +144,14 @@ func (e *Engine) grouped(p *Plan, l launch, dt cublas.DType, opA, opB cublas.Op,
 			at += size
 		}
 		off := 8 * uintptr(l.lo)
-		return 1, e.handle.GemmGrouped(dt, groups, arrB+off, arrA+off, arrC+off)
+		return 1, e.blas.GemmGrouped(dt, groups, arrB+off, arrA+off, arrC+off)
 	}
 	e.stats.GroupedFallbacks++
 	at := l.lo
 	for _, size := range l.groups {
 		q := &p.problems[at]
 		off := 8 * uintptr(at)
-		if err := e.handle.GemmBatched(dt, opB, opA, int(q.n), int(q.m), int(q.k), pr.Alpha, arrB+off, int(q.ldb), arrA+off, int(q.lda),
+		if err := e.blas.GemmBatched(dt, opB, opA, int(q.n), int(q.m), int(q.k), pr.Alpha, arrB+off, int(q.ldb), arrA+off, int(q.lda),
 			l.beta, arrC+off, int(q.n), size); err != nil {
 			return 0, err
 		}

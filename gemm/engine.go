@@ -23,13 +23,35 @@ type EngineOptions struct {
 type Engine struct {
 	s      *devalloc.Stream
 	device bool
-	lib    *cublas.Lib
-	handle *cublas.Handle
+	blas   deviceBLAS // nil on the host backend
+	// anyMemory lets a device engine run on host memory: tests drive the
+	// CUDA launch code through a column-major fake of cuBLAS.
+	anyMemory bool
 
 	mu     sync.Mutex
 	closed bool
 	stats  EngineStats
 }
+
+// deviceBLAS is the part of cuBLAS the CUDA engine calls, column-major, on
+// device addresses.
+type deviceBLAS interface {
+	Gemm(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, a uintptr, lda int, b uintptr, ldb int, beta complex128, c uintptr, ldc int) error
+	GemmStrided(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, a uintptr, lda int, sa int64, b uintptr, ldb int, sb int64,
+		beta complex128, c uintptr, ldc int, sc int64, batch int) error
+	GemmBatched(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, aArr uintptr, lda int, bArr uintptr, ldb int,
+		beta complex128, cArr uintptr, ldc int, batch int) error
+	GemmGrouped(dt cublas.DType, groups []cublas.Group, aArr, bArr, cArr uintptr) error
+	HasGrouped() bool
+	Destroy() error
+}
+
+type cublasDevice struct {
+	*cublas.Handle
+	lib *cublas.Lib
+}
+
+func (c cublasDevice) HasGrouped() bool { return c.lib.HasGrouped() }
 
 // EngineStats counts an engine's work.
 type EngineStats struct {
@@ -57,7 +79,7 @@ func NewEngine(s *devalloc.Stream, opts EngineOptions) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gemm: %w", err)
 	}
-	e.lib, e.handle = lib, h
+	e.blas = cublasDevice{Handle: h, lib: lib}
 	return e, nil
 }
 
@@ -82,8 +104,8 @@ func (e *Engine) Close() error {
 		return fmt.Errorf("gemm: engine closed twice: %w", ErrInvalid)
 	}
 	e.closed = true
-	if e.handle != nil {
-		return e.handle.Destroy()
+	if e.blas != nil {
+		return e.blas.Destroy()
 	}
 	return nil
 }
@@ -112,7 +134,7 @@ func (e *Engine) Run(p *Plan) (err error) {
 	pr := &p.prob
 	for _, c := range []*packing.Coalesced{pr.A, pr.B, pr.C} {
 		loc := c.Location()
-		if e.device && loc != devalloc.OnDevice || !e.device && !loc.HostAccessible() {
+		if e.device && loc != devalloc.OnDevice && !e.anyMemory || !e.device && !loc.HostAccessible() {
 			return fmt.Errorf("gemm: %s memory on a %s engine: %w", loc, map[bool]string{true: "CUDA", false: "host"}[e.device], ErrUnavailable)
 		}
 	}

@@ -282,17 +282,25 @@ func checkResult(t *testing.T, dt packing.DType, got, ref, mag []values) {
 var dtypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
 
 // TestContractions is the shared correctness suite: every dtype, every
-// transpose combination and every strategy, on the host and on CUDA.
+// transpose combination and every strategy, on the host, on CUDA, and on
+// the CUDA engine's launch code driven through a column-major fake of
+// cuBLAS on host memory (so the mapping is checked without a GPU).
 func TestContractions(t *testing.T) {
-	for _, bc := range backends {
+	for _, bc := range append(backends, backendCase{"fake-cublas", openHost}) {
 		t.Run(bc.name, func(t *testing.T) {
 			a := bc.open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			run, err := a.NewStream() // a second stream: the ledger must order it after the fills
 			require.NoError(t, err)
-			eng, err := NewEngine(run, EngineOptions{})
-			require.NoError(t, err)
+			var eng *Engine
+			var fake *fakeBLAS
+			if bc.name == "fake-cublas" {
+				eng, fake = newFakeEngine(run, true)
+			} else {
+				eng, err = NewEngine(run, EngineOptions{})
+				require.NoError(t, err)
+			}
 			defer func() { require.NoError(t, eng.Close()) }()
 			seed := uint64(1)
 			for _, dt := range dtypes {
@@ -305,6 +313,9 @@ func TestContractions(t *testing.T) {
 							ref, mag := reference(pr, A, B, C)
 							p, err := NewPlan(pr, Options{Strategy: st})
 							require.NoError(t, err)
+							if fake != nil {
+								fake.buffers = func() []*devalloc.Buffer { return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays} }
+							}
 							sum := p.Summary()
 							require.Equal(t, len(pr.Triples), sum.Problems)
 							require.Greater(t, sum.Waves, 1, "the random problem repeats C blocks")
