@@ -192,7 +192,9 @@ func (f *fakeBLAS) batched(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha
 func (f *fakeBLAS) GemmBatched(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, aArr uintptr, lda int, bArr uintptr, ldb int,
 	beta complex128, cArr uintptr, ldc int, batch int) error {
 	f.count("batched")
-	return f.s.Enqueue(func() error { return f.batched(dt, ta, tb, m, n, k, alpha, aArr, lda, bArr, ldb, beta, cArr, ldc, batch) })
+	return f.s.Enqueue(func() error {
+		return f.batched(dt, ta, tb, m, n, k, alpha, aArr, lda, bArr, ldb, beta, cArr, ldc, batch)
+	})
 }
 
 func (f *fakeBLAS) GemmGrouped(dt cublas.DType, groups []cublas.Group, aArr, bArr, cArr uintptr) error {
@@ -230,7 +232,9 @@ func TestFakeCUBLASCounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fake.buffers = func() []*devalloc.Buffer { return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays} }
+		fake.buffers = func() []*devalloc.Buffer {
+			return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays}
+		}
 		ref, mag := reference(pr, A, B, C)
 		if err := eng.Run(p); err != nil {
 			t.Fatal(err)

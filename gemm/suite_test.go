@@ -314,7 +314,9 @@ func TestContractions(t *testing.T) {
 							p, err := NewPlan(pr, Options{Strategy: st})
 							require.NoError(t, err)
 							if fake != nil {
-								fake.buffers = func() []*devalloc.Buffer { return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays} }
+								fake.buffers = func() []*devalloc.Buffer {
+									return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays}
+								}
 							}
 							sum := p.Summary()
 							require.Equal(t, len(pr.Triples), sum.Problems)
