@@ -144,8 +144,14 @@ func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 	if c.size == 0 {
 		return nil
 	}
-	if c.host == nil {
-		return s.Memset(c.buf, 0, c.size, 0)
+	if c.host == nil || c.plan.offs != nil {
+		// Device memory, or a manifest layout whose classes may interleave:
+		// clear everything (block contents are undefined until written).
+		if c.host == nil {
+			return s.Memset(c.buf, 0, c.size, 0)
+		}
+		host, n := c.host, c.size
+		return s.Enqueue(func() error { clear(unsafe.Slice((*byte)(host), n)); return nil })
 	}
 	type span struct{ off, n int64 }
 	var gaps []span

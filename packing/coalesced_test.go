@@ -297,3 +297,26 @@ func TestWrapReceivedBuffer(t *testing.T) {
 		})
 	}
 }
+
+func TestAllocManifestLayoutZeroed(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	// Two classes interleaved, with holes: only a manifest can say this.
+	entries := []Entry{
+		{ID: 1, DType: Float64, Rows: 1, Cols: 1, Offset: 0},
+		{ID: 2, DType: Float32, Rows: 1, Cols: 2, Offset: 16},
+		{ID: 3, DType: Float64, Rows: 1, Cols: 1, Offset: 40},
+	}
+	p, err := FromManifest(entries, 64)
+	require.NoError(t, err)
+	junk, err := a.Alloc(64, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(junk, 0, 64, 0xCD))
+	require.NoError(t, junk.Free())
+	require.NoError(t, s.Synchronize())
+	c, err := Alloc(a, p, s)
+	require.NoError(t, err)
+	require.Equal(t, make([]byte, 64), readAll(t, s, c.Buffer())[:64])
+	require.NoError(t, c.Free())
+}

@@ -443,15 +443,6 @@ func (p *Plan) buildMembers() {
 	})
 }
 
-// planIndex maps group position k of group g to a plan index.
-func (p *Plan) planIndex(g, k int) int {
-	if len(p.groups) == 1 {
-		return k
-	}
-	p.buildMembers()
-	return int(p.members[g][k])
-}
-
 // Entry is one row of a group's manifest: what a receiver needs to turn the
 // group's buffer back into blocks.
 type Entry struct {
