@@ -21,9 +21,9 @@ const copyKernelSource = `
 extern "C" __global__ void distbuf_copy_table(const unsigned long long *__restrict__ table, int n, int reverse)
 {
 	for (int e = blockIdx.x; e < n; e += gridDim.x) {
-		unsigned long long a = __ldg(table + 3 * (size_t)e);
-		unsigned long long b = __ldg(table + 3 * (size_t)e + 1);
-		unsigned long long bytes = __ldg(table + 3 * (size_t)e + 2);
+		unsigned long long a = __ldg(table + 3ull * e);
+		unsigned long long b = __ldg(table + 3ull * e + 1);
+		unsigned long long bytes = __ldg(table + 3ull * e + 2);
 		const char *src = (const char *)(reverse ? b : a);
 		char *dst = (char *)(reverse ? a : b);
 		unsigned long long m = a | b | bytes;
