@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/distbuf/distbuf/devalloc"
@@ -14,9 +15,11 @@ import (
 // copyKernelSource is the gather/scatter kernel, compiled at run time by
 // NVRTC for the device's own architecture (see doc.go). Each entry of the
 // table is three 64-bit words: the scattered address, the block address and
-// the byte count; reverse copies block to scattered. One thread block per
-// entry, a grid-stride loop over entries, 16-byte loads and stores whenever
-// both addresses and the size allow them.
+// the byte count (blocks over maxChunk bytes are split into several
+// entries, so that big blocks spread over many thread blocks); reverse
+// copies block to scattered. One thread block per entry in a grid-stride
+// loop; with 16-byte alignment each thread keeps two 16-byte loads in
+// flight before storing, which is what a 4 KiB block of 128 threads needs.
 const copyKernelSource = `
 extern "C" __global__ void distbuf_copy_table(const unsigned long long *__restrict__ table, int n, int reverse)
 {
@@ -27,24 +30,30 @@ extern "C" __global__ void distbuf_copy_table(const unsigned long long *__restri
 		const char *src = (const char *)(reverse ? b : a);
 		char *dst = (char *)(reverse ? a : b);
 		unsigned long long m = a | b | bytes;
+		unsigned long long i = threadIdx.x, step = blockDim.x;
 		if ((m & 15) == 0) {
-			const uint4 *s = (const uint4 *)src;
-			uint4 *d = (uint4 *)dst;
+			const uint4 *__restrict__ s = (const uint4 *)src;
+			uint4 *__restrict__ d = (uint4 *)dst;
 			unsigned long long n16 = bytes >> 4;
-			for (unsigned long long i = threadIdx.x; i < n16; i += blockDim.x)
+			for (; i + step < n16; i += 2 * step) {
+				uint4 v0 = s[i], v1 = s[i + step];
+				d[i] = v0;
+				d[i + step] = v1;
+			}
+			if (i < n16)
 				d[i] = s[i];
 		} else if ((m & 7) == 0) {
-			const unsigned long long *s = (const unsigned long long *)src;
-			unsigned long long *d = (unsigned long long *)dst;
-			for (unsigned long long i = threadIdx.x; i < (bytes >> 3); i += blockDim.x)
+			const unsigned long long *__restrict__ s = (const unsigned long long *)src;
+			unsigned long long *__restrict__ d = (unsigned long long *)dst;
+			for (; i < (bytes >> 3); i += step)
 				d[i] = s[i];
 		} else if ((m & 3) == 0) {
-			const unsigned int *s = (const unsigned int *)src;
-			unsigned int *d = (unsigned int *)dst;
-			for (unsigned long long i = threadIdx.x; i < (bytes >> 2); i += blockDim.x)
+			const unsigned int *__restrict__ s = (const unsigned int *)src;
+			unsigned int *__restrict__ d = (unsigned int *)dst;
+			for (; i < (bytes >> 2); i += step)
 				d[i] = s[i];
 		} else {
-			for (unsigned long long i = threadIdx.x; i < bytes; i += blockDim.x)
+			for (; i < bytes; i += step)
 				dst[i] = src[i];
 		}
 	}
@@ -53,9 +62,12 @@ extern "C" __global__ void distbuf_copy_table(const unsigned long long *__restri
 
 const (
 	copyKernelName    = "distbuf_copy_table"
-	copyKernelThreads = 256
+	copyKernelThreads = 128
 	tableEntryBytes   = 24
 	maxGrid           = 1 << 20
+	// maxChunk bounds one table entry; a multiple of 16 keeps the pieces of
+	// an aligned block aligned.
+	maxChunk = 64 << 10
 )
 
 type deviceKernel struct {
@@ -153,10 +165,21 @@ func (m *Mover) prepareDevice(s *devalloc.Stream, refs []Ref, sizes []int64, met
 // uploadTable writes the kernel's table into pinned memory in the order of
 // s and copies it to the device.
 func (m *Mover) uploadTable(s *devalloc.Stream) error {
-	n := len(m.sizes)
+	type entry struct{ ref, blk, n uintptr }
+	var entries []entry
+	for k, sz := range m.sizes {
+		for off := uintptr(0); off < sz; off += maxChunk {
+			entries = append(entries, entry{m.refAddr[k] + off, m.blkAddr[k] + off, min(maxChunk, sz-off)})
+		}
+	}
+	n := len(entries)
 	if n == 0 {
 		return nil
 	}
+	if n > math.MaxInt32 {
+		return fmt.Errorf("packing: mover table of %d entries: %w", n, ErrOverflow)
+	}
+	m.entries = n
 	a := m.c.buf.Allocator()
 	bytes := int64(n) * tableEntryBytes
 	pin, err := a.AllocPinned(bytes, s)
@@ -168,14 +191,13 @@ func (m *Mover) uploadTable(s *devalloc.Stream) error {
 	if err != nil {
 		return fmt.Errorf("packing: mover table: %w", err)
 	}
-	refs, blks, sizes := m.refAddr, m.blkAddr, m.sizes
 	// Work on the allocating stream needs no ledger declaration.
 	if err := s.Enqueue(func() error {
-		for k := range sizes {
-			e := mem[k*tableEntryBytes : (k+1)*tableEntryBytes]
-			binary.LittleEndian.PutUint64(e[0:], uint64(refs[k]))
-			binary.LittleEndian.PutUint64(e[8:], uint64(blks[k]))
-			binary.LittleEndian.PutUint64(e[16:], uint64(sizes[k]))
+		for k, e := range entries {
+			row := mem[k*tableEntryBytes : (k+1)*tableEntryBytes]
+			binary.LittleEndian.PutUint64(row[0:], uint64(e.ref))
+			binary.LittleEndian.PutUint64(row[8:], uint64(e.blk))
+			binary.LittleEndian.PutUint64(row[16:], uint64(e.n))
 		}
 		return nil
 	}); err != nil {
@@ -221,7 +243,7 @@ func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
 		if unpack {
 			rev = 1
 		}
-		err = rt.LaunchPtrIntInt(m.dev, k, min(n, maxGrid), copyKernelThreads, stream, table, int32(n), rev)
+		err = rt.LaunchPtrIntInt(m.dev, k, min(m.entries, maxGrid), copyKernelThreads, stream, table, int32(m.entries), rev)
 		if err != nil {
 			return fmt.Errorf("packing: gather kernel: %w", err)
 		}

@@ -73,6 +73,7 @@ type Mover struct {
 	// Device methods: addresses and sizes; table is the kernel's copy of them.
 	blkAddr, refAddr, sizes []uintptr
 	table                   *devalloc.Buffer
+	entries                 int // rows of the kernel's table
 	closed                  bool
 }
 
