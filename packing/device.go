@@ -164,14 +164,22 @@ func (m *Mover) prepareDevice(s *devalloc.Stream, refs []Ref, sizes []int64, met
 
 // uploadTable writes the kernel's table into pinned memory in the order of
 // s and copies it to the device.
-func (m *Mover) uploadTable(s *devalloc.Stream) error {
-	type entry struct{ ref, blk, n uintptr }
-	var entries []entry
-	for k, sz := range m.sizes {
+// tableEntry is one row of the kernel's table.
+type tableEntry struct{ ref, blk, n uintptr }
+
+// kernelTable cuts every block into pieces of at most maxChunk bytes.
+func kernelTable(refAddr, blkAddr, sizes []uintptr) []tableEntry {
+	entries := make([]tableEntry, 0, len(sizes))
+	for k, sz := range sizes {
 		for off := uintptr(0); off < sz; off += maxChunk {
-			entries = append(entries, entry{m.refAddr[k] + off, m.blkAddr[k] + off, min(maxChunk, sz-off)})
+			entries = append(entries, tableEntry{refAddr[k] + off, blkAddr[k] + off, min(maxChunk, sz-off)})
 		}
 	}
+	return entries
+}
+
+func (m *Mover) uploadTable(s *devalloc.Stream) error {
+	entries := kernelTable(m.refAddr, m.blkAddr, m.sizes)
 	n := len(entries)
 	if n == 0 {
 		return nil

@@ -70,3 +70,16 @@ func TestCopyKernelRaw(t *testing.T) {
 		require.True(t, bytes.Equal(want, got), "reverse=%d", reverse)
 	}
 }
+
+func TestKernelTableChunks(t *testing.T) {
+	got := kernelTable([]uintptr{1000, 1 << 30}, []uintptr{0, 1 << 20}, []uintptr{16, maxChunk*2 + 48})
+	require.Equal(t, []tableEntry{
+		{1000, 0, 16},
+		{1 << 30, 1 << 20, maxChunk},
+		{1<<30 + maxChunk, 1<<20 + maxChunk, maxChunk},
+		{1<<30 + 2*maxChunk, 1<<20 + 2*maxChunk, 48},
+	}, got)
+	for _, e := range got[1:] {
+		require.Zero(t, (e.ref|e.blk)%16, "pieces of an aligned block stay aligned")
+	}
+}
