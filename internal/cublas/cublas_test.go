@@ -157,3 +157,133 @@ func TestZgemm(t *testing.T) {
 	require.NoError(t, rt.CopyFromDevice(0, unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 48), p))
 	require.Equal(t, complex(-5, 5), out[2])
 }
+
+// encode writes complex values as elements of dt.
+func encode(dt DType, v []complex128) []byte {
+	size := [...]int{4, 8, 8, 16}[dt]
+	out := make([]byte, size*len(v))
+	for i, x := range v {
+		p := unsafe.Pointer(&out[size*i])
+		switch dt {
+		case S:
+			*(*float32)(p) = float32(real(x))
+		case D:
+			*(*float64)(p) = real(x)
+		case C:
+			*(*complex64)(p) = complex64(x)
+		case Z:
+			*(*complex128)(p) = x
+		}
+	}
+	return out
+}
+
+func decode(dt DType, b []byte) []complex128 {
+	size := [...]int{4, 8, 8, 16}[dt]
+	out := make([]complex128, len(b)/size)
+	for i := range out {
+		p := unsafe.Pointer(&b[size*i])
+		switch dt {
+		case S:
+			out[i] = complex(float64(*(*float32)(p)), 0)
+		case D:
+			out[i] = complex(*(*float64)(p), 0)
+		case C:
+			out[i] = complex128(*(*complex64)(p))
+		case Z:
+			out[i] = *(*complex128)(p)
+		}
+	}
+	return out
+}
+
+// TestAllTypesTransposed runs a transposed strided batch and a single GEMM
+// in every precision against a column-major reference.
+func TestAllTypesTransposed(t *testing.T) {
+	l, rt := loadOrSkip(t)
+	h, err := l.NewHandle(0, 0, false)
+	require.NoError(t, err)
+	defer h.Destroy()
+	const m, n, k, batch = 3, 2, 4, 2
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, dt := range []DType{S, D, C, Z} {
+		val := func() complex128 {
+			if dt == C || dt == Z {
+				return complex(rng.Float64(), rng.Float64())
+			}
+			return complex(rng.Float64(), 0)
+		}
+		// A is stored k x m (op T), B stored n x k (op T), C m x n.
+		A, B, Cm := make([]complex128, batch*k*m), make([]complex128, batch*n*k), make([]complex128, batch*m*n)
+		for _, v := range [][]complex128{A, B, Cm} {
+			for i := range v {
+				v[i] = val()
+			}
+		}
+		alpha, beta := val(), val()
+		want := make([]complex128, len(Cm))
+		for bi := range batch {
+			for j := range n {
+				for i := range m {
+					var s complex128
+					for x := range k {
+						s += A[bi*k*m+x+i*k] * B[bi*n*k+j+x*n]
+					}
+					want[bi*m*n+i+j*m] = alpha*s + beta*Cm[bi*m*n+i+j*m]
+				}
+			}
+		}
+		up := func(v []complex128) uintptr {
+			b := encode(dt, v)
+			p, err := rt.Malloc(0, int64(len(b)))
+			require.NoError(t, err)
+			require.NoError(t, rt.CopyToDevice(0, p, b))
+			t.Cleanup(func() { _ = rt.Free(0, p) })
+			return p
+		}
+		dA, dB, dC := up(A), up(B), up(Cm)
+		require.NoError(t, h.GemmStrided(dt, T, T, m, n, k, alpha, dA, k, k*m, dB, n, n*k, beta, dC, m, m*n, batch))
+		got := make([]byte, len(encode(dt, Cm)))
+		require.NoError(t, rt.CopyFromDevice(0, got, dC))
+		tol := 1e-12
+		if dt == S || dt == C {
+			tol = 1e-5
+		}
+		for i, g := range decode(dt, got) {
+			require.InDelta(t, 0, cmplxAbs(g-want[i]), tol*8, "%v element %d: got %v want %v", dt, i, g, want[i])
+		}
+		if dt == S || dt == D {
+			// The same batch as one grouped call (a group of 1 and a group of 1).
+			dCg := up(Cm)
+			ptrs := make([]byte, 3*8*batch)
+			for i := range batch {
+				binary.LittleEndian.PutUint64(ptrs[8*i:], uint64(dA)+uint64(i*k*m*len(encode(dt, []complex128{0}))))
+				binary.LittleEndian.PutUint64(ptrs[8*(batch+i):], uint64(dB)+uint64(i*n*k*len(encode(dt, []complex128{0}))))
+				binary.LittleEndian.PutUint64(ptrs[8*(2*batch+i):], uint64(dCg)+uint64(i*m*n*len(encode(dt, []complex128{0}))))
+			}
+			dP, err := rt.Malloc(0, int64(len(ptrs)))
+			require.NoError(t, err)
+			require.NoError(t, rt.CopyToDevice(0, dP, ptrs))
+			g := Group{TransA: T, TransB: T, M: m, N: n, K: k, Alpha: real(alpha), Beta: real(beta), LdA: k, LdB: n, LdC: m, Size: 1}
+			require.NoError(t, h.GemmGrouped(dt, []Group{g, g}, dP, dP+8*batch, dP+16*batch))
+			gotg := make([]byte, len(encode(dt, Cm)))
+			require.NoError(t, rt.CopyFromDevice(0, gotg, dCg))
+			for i, v := range decode(dt, gotg) {
+				require.InDelta(t, 0, cmplxAbs(v-want[i]), tol*8, "%v grouped element %d", dt, i)
+			}
+			require.NoError(t, rt.Free(0, dP))
+		} else {
+			require.ErrorIs(t, h.GemmGrouped(dt, nil, 0, 0, 0), ErrUnavailable, "no grouped GEMM for complex types")
+		}
+		// The first product alone through the single GEMM.
+		dC1 := up(Cm[:m*n])
+		require.NoError(t, h.Gemm(dt, T, T, m, n, k, alpha, dA, k, dB, n, beta, dC1, m))
+		got1 := make([]byte, len(encode(dt, Cm[:m*n])))
+		require.NoError(t, rt.CopyFromDevice(0, got1, dC1))
+		for i, g := range decode(dt, got1) {
+			require.InDelta(t, 0, cmplxAbs(g-want[i]), tol*8, "%v single element %d", dt, i)
+		}
+	}
+}
+
+func cmplxAbs(z complex128) float64 { return math.Hypot(real(z), imag(z)) }
