@@ -300,17 +300,14 @@ func (v View) Desc() Desc {
 
 // View returns the block at group position k.
 func (c *Coalesced) View(k int) (View, error) {
-	if c == nil || c.freed.Load() || uint(k) >= uint(c.n) {
-		return View{}, c.viewError(k)
+	if c != nil && uint(k) < uint(c.n) && !c.freed.Load() {
+		return c.viewAt(k), nil
 	}
-	if c.members != nil {
-		k = int(c.members[k])
-	}
-	return View{c: c, i: k}, nil
+	return View{}, c.viewError(k)
 }
 
 func (c *Coalesced) viewError(k int) error {
-	if err := c.check(); err != nil {
+	if err := c.check(); err != nil { // nil or freed
 		return err
 	}
 	return fmt.Errorf("packing: view %d of a buffer with %d blocks: %w", k, c.Len(), ErrOutOfRange)
