@@ -112,14 +112,14 @@ func (e *Engine) runCUDA(p *Plan, declare func(*devalloc.Buffer, bool) error) er
 		var err error
 		calls := 1
 		switch l.kind {
-		case Single:
+		case single:
 			err = h.Gemm(dt, opB, opA, n, m, k, alpha, bases[1]+uintptr(q.b), ldb, bases[0]+uintptr(q.a), lda, l.beta, bases[2]+uintptr(q.c), n)
-		case Strided:
+		case strided:
 			err = h.GemmStrided(dt, opB, opA, n, m, k, alpha, bases[1]+uintptr(q.b), ldb, l.sb/es, bases[0]+uintptr(q.a), lda, l.sa/es,
 				l.beta, bases[2]+uintptr(q.c), n, l.sc/es, count)
-		case Pointers:
+		case pointers:
 			err = h.GemmBatched(dt, opB, opA, n, m, k, alpha, arrB+at, ldb, arrA+at, lda, l.beta, arrC+at, n, count)
-		case GroupedK:
+		case grouped:
 			calls, err = e.grouped(p, l, dt, opA, opB, arrA, arrB, arrC)
 		}
 		if err != nil {

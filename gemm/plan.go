@@ -86,28 +86,28 @@ type Options struct {
 	Strategy Strategy
 }
 
-// Kind is the kind of one launch.
-type Kind int
+// kind is the kind of one launch.
+type kind int
 
 const (
-	Single   Kind = iota + 1 // one GEMM
-	Strided                  // strided batched: one shape, constant strides
-	Pointers                 // pointer-array batched: one shape, any offsets
-	GroupedK                 // grouped batched: several shapes in one call
+	single   kind = iota + 1 // one GEMM
+	strided                  // strided batched: one shape, constant strides
+	pointers                 // pointer-array batched: one shape, any offsets
+	grouped                  // grouped batched: several shapes in one call
 )
 
-func (k Kind) String() string {
+func (k kind) String() string {
 	switch k {
-	case Single:
+	case single:
 		return "single"
-	case Strided:
+	case strided:
 		return "strided"
-	case Pointers:
+	case pointers:
 		return "pointers"
-	case GroupedK:
+	case grouped:
 		return "grouped"
 	}
-	return fmt.Sprintf("Kind(%d)", int(k))
+	return fmt.Sprintf("kind(%d)", int(k))
 }
 
 // problem is one product: byte offsets in the A, B and C buffers, the shape
@@ -125,7 +125,7 @@ type problem struct {
 
 // launch is one library call over problems[lo:hi].
 type launch struct {
-	kind   Kind
+	kind   kind
 	wave   int
 	beta   complex128
 	lo, hi int
@@ -332,7 +332,7 @@ func (p *Plan) plan(probs []problem) {
 		return probs[i].c < probs[j].c
 	})
 	p.problems = probs
-	grouped := !p.dtype.IsComplex() && (p.strategy == Auto || p.strategy == Grouped)
+	groupable := !p.dtype.IsComplex() && (p.strategy == Auto || p.strategy == Grouped)
 	for lo := 0; lo < len(probs); {
 		w := probs[lo].wave
 		hi := lo
@@ -350,10 +350,10 @@ func (p *Plan) plan(probs []problem) {
 		switch {
 		case p.strategy == Loop:
 			for i := lo; i < hi; i++ {
-				p.launches = append(p.launches, launch{kind: Single, wave: int(w), beta: beta, lo: i, hi: i + 1})
+				p.launches = append(p.launches, launch{kind: single, wave: int(w), beta: beta, lo: i, hi: i + 1})
 			}
-		case grouped && (len(runs) > 1 || p.strategy == Grouped):
-			l := launch{kind: GroupedK, wave: int(w), beta: beta, lo: lo, hi: hi}
+		case groupable && (len(runs) > 1 || p.strategy == Grouped):
+			l := launch{kind: grouped, wave: int(w), beta: beta, lo: lo, hi: hi}
 			for r, start := range runs {
 				end := hi
 				if r+1 < len(runs) {
@@ -379,22 +379,22 @@ func (p *Plan) plan(probs []problem) {
 // batch makes one launch of a same-shape run: strided when A, B and C
 // offsets each advance by a constant, non-negative stride, else pointers.
 func (p *Plan) batch(lo, hi, wave int, beta complex128) launch {
-	l := launch{kind: Strided, wave: wave, beta: beta, lo: lo, hi: hi}
+	l := launch{kind: strided, wave: wave, beta: beta, lo: lo, hi: hi}
 	q := p.problems[lo:hi]
 	if len(q) > 1 {
 		l.sa, l.sb, l.sc = q[1].a-q[0].a, q[1].b-q[0].b, q[1].c-q[0].c
 		for i := 2; i < len(q); i++ {
 			if q[i].a-q[i-1].a != l.sa || q[i].b-q[i-1].b != l.sb || q[i].c-q[i-1].c != l.sc {
-				l.kind = Pointers
+				l.kind = pointers
 				break
 			}
 		}
 		es := p.dtype.Size()
 		if l.sa < 0 || l.sb < 0 || l.sc <= 0 || l.sa%es != 0 || l.sb%es != 0 || l.sc%es != 0 {
-			l.kind = Pointers
+			l.kind = pointers
 		}
 	}
-	if l.kind == Pointers {
+	if l.kind == pointers {
 		p.needArr = true
 	}
 	return l
@@ -414,13 +414,13 @@ func (p *Plan) Summary() Summary {
 	s := Summary{Problems: len(p.problems), Waves: p.waves, Launches: len(p.launches)}
 	for _, l := range p.launches {
 		switch l.kind {
-		case Single:
+		case single:
 			s.Single++
-		case Strided:
+		case strided:
 			s.Strided++
-		case Pointers:
+		case pointers:
 			s.Pointers++
-		case GroupedK:
+		case grouped:
 			s.Grouped++
 		}
 	}
