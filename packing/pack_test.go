@@ -240,7 +240,7 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 }
 
 // TestDeviceCopyMethodsOnPinned drives the memcpy fallbacks through the
-// CPU stand-in of the CUDA runtime (internal/cudafake) on host-backend
+// CPU stand-in of the CUDA runtime (internal/cukernel/cudafake) on host-backend
 // memory, so that the batch and per-block paths run on machines without a
 // GPU. With the real runtime, TestPackUnpackCUDA covers them on device memory.
 func TestDeviceCopyMethodsOnPinned(t *testing.T) {

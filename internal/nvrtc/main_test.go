@@ -5,11 +5,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/distbuf/distbuf/internal/cudafake"
+	"github.com/distbuf/distbuf/internal/cukernel/cudafake"
 )
 
 // TestMain runs the tests on the real CUDA libraries when they load, and
-// otherwise on CPU stand-ins (internal/cudafake), so that the loaders' C
+// otherwise on CPU stand-ins (internal/cukernel/cudafake), so that the loaders' C
 // trampolines are exercised on machines without a GPU too.
 func TestMain(m *testing.M) {
 	how, cleanup, err := cudafake.Setup()
