@@ -320,3 +320,47 @@ func TestAllocManifestLayoutZeroed(t *testing.T) {
 	require.Equal(t, make([]byte, 64), readAll(t, s, c.Buffer())[:64])
 	require.NoError(t, c.Free())
 }
+
+func TestMillionBlocksOneAllocation(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	descs := make([]Desc, 1_000_000)
+	for i := range descs {
+		descs[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + i%2, Cols: 1 + i%3}
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	before := a.Stats()
+	c, err := Alloc(a, p, s)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, a.Stats().BackendCalls-before.BackendCalls)
+	views, err := c.Views()
+	require.NoError(t, err)
+	require.Len(t, views, 1_000_000)
+	base, err := c.Buffer().Addr()
+	require.NoError(t, err)
+	last := views[len(views)-1]
+	require.LessOrEqual(t, last.Addr()+uintptr(last.Bytes()), base+uintptr(c.Size()))
+	// Write every block through its view, read a few back.
+	w, err := c.Write(s)
+	require.NoError(t, err)
+	require.NoError(t, s.Enqueue(func() error {
+		for _, v := range views {
+			f, err := v.Float32s()
+			if err != nil {
+				return err
+			}
+			f[len(f)-1] = float32(v.ID())
+		}
+		return nil
+	}))
+	require.NoError(t, w.Done())
+	require.NoError(t, s.Synchronize())
+	for _, k := range []int{0, 1, 499_999, 999_999} {
+		f, err := views[k].Float32s()
+		require.NoError(t, err)
+		require.Equal(t, float32(k), f[len(f)-1])
+	}
+	require.NoError(t, c.Free())
+}
