@@ -33,6 +33,11 @@ func BenchmarkHostBatch(b *testing.B) {
 				return co
 			}
 			A, B, C := mk(), mk(), mk()
+			for _, co := range []*packing.Coalesced{A, B, C} {
+				if err := s.Memset(co.Buffer(), 0, co.Buffer().Size(), 0); err != nil {
+					b.Fatal(err)
+				}
+			}
 			tr := make([]Triple, c.n)
 			for i := range tr {
 				tr[i] = Triple{i, i, i}
@@ -45,6 +50,12 @@ func BenchmarkHostBatch(b *testing.B) {
 			for _, st := range []Strategy{Loop, Auto} {
 				p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Beta: 1, Triples: tr}, Options{Strategy: st})
 				if err != nil {
+					b.Fatal(err)
+				}
+				if err := eng.Run(p); err != nil { // warm up: touch every page
+					b.Fatal(err)
+				}
+				if err := s.Synchronize(); err != nil {
 					b.Fatal(err)
 				}
 				b.Run("strategy="+st.String(), func(b *testing.B) {
