@@ -73,8 +73,9 @@ func cpuTime() time.Duration {
 var sink uintptr
 
 // BenchmarkPlanViews is the plan plus one View per block whose address and
-// shape are read, the way a solver walks its blocks: the goal is at most
-// 15 ns/block at 1e5 blocks.
+// shape are read, the way a solver walks its blocks (Coalesced.All): the
+// goal is at most 15 ns/block at 1e5 blocks. BenchmarkPlanViewIndex does
+// the same with the checked View(k).
 func BenchmarkPlanViews(b *testing.B) {
 	for _, c := range []struct {
 		n        int
@@ -90,17 +91,34 @@ func BenchmarkPlanViews(b *testing.B) {
 				if err != nil {
 					return err
 				}
-				for k := range c.Len() {
-					v, err := c.View(k)
-					if err != nil {
-						return err
-					}
+				for _, v := range c.All() {
 					sink += v.Addr() + uintptr(v.Rows()*v.Cols())
 				}
 				return nil
 			})
 		})
 	}
+}
+
+func BenchmarkPlanViewIndex(b *testing.B) {
+	benchPlan(b, 100000, false, func(descs []Desc, buf *devalloc.Buffer) error {
+		p, err := NewPlan(descs, Options{})
+		if err != nil {
+			return err
+		}
+		c, err := wrap(buf, p, 0)
+		if err != nil {
+			return err
+		}
+		for k := range c.Len() {
+			v, err := c.View(k)
+			if err != nil {
+				return err
+			}
+			sink += v.Addr() + uintptr(v.Rows()*v.Cols())
+		}
+		return nil
+	})
 }
 
 // BenchmarkPlanViewSlice is the plan plus Views, which materialises a slice

@@ -2,6 +2,7 @@ package packing
 
 import (
 	"fmt"
+	"iter"
 	"sync/atomic"
 	"unsafe"
 
@@ -323,6 +324,26 @@ func (c *Coalesced) Lookup(id uint64) (View, error) {
 		return View{}, fmt.Errorf("packing: no block with id %d in this buffer: %w", id, ErrOutOfRange)
 	}
 	return View{c: c, i: i}, nil
+}
+
+// All iterates over the views in group-position order, the cheapest way to
+// walk a buffer's blocks (nothing is allocated). Over a freed buffer it
+// yields nothing: check Len or use View for an error.
+func (c *Coalesced) All() iter.Seq2[int, View] {
+	return func(yield func(int, View) bool) {
+		if c == nil || c.freed.Load() {
+			return
+		}
+		for k := range c.n {
+			i := k
+			if c.members != nil {
+				i = int(c.members[k])
+			}
+			if !yield(k, View{c: c, i: i}) {
+				return
+			}
+		}
+	}
 }
 
 // Views returns every view in group-position order.

@@ -364,3 +364,34 @@ func TestMillionBlocksOneAllocation(t *testing.T) {
 	}
 	require.NoError(t, c.Free())
 }
+
+func TestAllViews(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	descs := mixedDescs(50, 70)
+	for i := range descs {
+		descs[i].Dest = i % 2
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	cs, err := AllocGroups(a, p, a.DefaultStream())
+	require.NoError(t, err)
+	for g, c := range cs {
+		want, err := c.Views()
+		require.NoError(t, err)
+		var got []View
+		for k, v := range c.All() {
+			require.Equal(t, len(got), k)
+			got = append(got, v)
+			require.Equal(t, descs[2*k+g].ID, v.ID())
+		}
+		require.Equal(t, want, got)
+		for range c.All() {
+			break // stopping early is fine
+		}
+		require.NoError(t, c.Free())
+		for range c.All() {
+			t.Fatal("a freed buffer yields no views")
+		}
+	}
+}

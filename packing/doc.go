@@ -22,7 +22,8 @@
 // Alloc (AllocGroups for several destinations) makes a Coalesced with one
 // devalloc allocation per group, whatever the number of blocks. A View is a
 // two-word handle on one block: id, offset, shape, dtype, address, and on
-// host-accessible memory typed slices (Float64s...). Views own nothing.
+// host-accessible memory typed slices (Float64s...). Views own nothing;
+// Coalesced.All walks them without allocating, View(k) checks its index.
 // Work on views is declared on the Coalesced (Read/Write, then Access.Done,
 // the devalloc ledger), so Free, called once, releases the memory only after
 // the last completion of any view's work. After Free, the Coalesced and every
