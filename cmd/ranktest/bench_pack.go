@@ -76,11 +76,7 @@ func benchPlan(c *benchContext) error {
 		if err != nil {
 			return err
 		}
-		for k := range co.Len() {
-			v, err := co.View(k)
-			if err != nil {
-				return err
-			}
+		for _, v := range co.All() {
 			sink += v.Addr() + uintptr(v.Rows()*v.Cols())
 		}
 		if it > 0 { // the first run warms the heap up
