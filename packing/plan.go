@@ -199,8 +199,9 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		direct = make([]int32, 4<<10)
 	}
 	lastKey, lastClass := classKey{}, int32(-1)
-	minID, maxID := uint64(math.MaxUint64), uint64(0)
 	increasing := true // ids in strictly increasing order cannot repeat
+	prevID := uint64(0)
+	blocks = blocks[:len(descs)]
 	for i := range descs {
 		d := &descs[i]
 		if uint64(d.Rows-1) >= maxDim || uint64(d.Cols-1) >= maxDim || uint8(d.DType-1) > 3 || uint64(d.Dest) > maxDest {
@@ -229,11 +230,15 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		}
 		blocks[i] = blockRec{id: d.ID, class: uint32(c), rank: uint32(counts[c])}
 		counts[c]++
-		increasing = increasing && d.ID > maxID || i == 0
-		minID = min(minID, d.ID)
-		maxID = max(maxID, d.ID)
+		increasing = increasing && (d.ID > prevID || i == 0)
+		prevID = d.ID
 	}
 	if !increasing {
+		minID, maxID := uint64(math.MaxUint64), uint64(0)
+		for i := range blocks {
+			minID = min(minID, blocks[i].id)
+			maxID = max(maxID, blocks[i].id)
+		}
 		if err := checkUniqueIDs(blocks, minID, maxID); err != nil {
 			return nil, err
 		}
