@@ -129,9 +129,9 @@ type launch struct {
 	wave   int
 	beta   complex128
 	lo, hi int
-	// Strided: byte strides between consecutive problems.
+	// strided: byte strides between consecutive problems.
 	sa, sb, sc int64
-	// GroupedK: the sizes of its shape groups, in order.
+	// grouped: the sizes of its shape groups, in order.
 	groups []int
 }
 
