@@ -1,0 +1,87 @@
+package gemm
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+)
+
+// BenchmarkHostBatch compares, in one run, the planned batch (one stream
+// function per wave, products in parallel) with the per-block loop (one
+// stream function per product) on the host backend, for n products of
+// m = n = k = dim in float64.
+func BenchmarkHostBatch(b *testing.B) {
+	for _, c := range []struct{ n, dim int }{{20000, 8}, {2000, 32}} {
+		b.Run(fmt.Sprintf("blocks=%d/dim=%d", c.n, c.dim), func(b *testing.B) {
+			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			s := a.DefaultStream()
+			mk := func() *packing.Coalesced {
+				p, err := packing.NewPlan(uniform(c.n, packing.Float64, c.dim, c.dim), packing.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				co, err := packing.Alloc(a, p, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return co
+			}
+			A, B, C := mk(), mk(), mk()
+			for _, co := range []*packing.Coalesced{A, B, C} {
+				if err := s.Memset(co.Buffer(), 0, co.Buffer().Size(), 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			tr := make([]Triple, c.n)
+			for i := range tr {
+				tr[i] = Triple{i, i, i}
+			}
+			eng, err := NewEngine(s, EngineOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var loopNS float64
+			for _, st := range []Strategy{Loop, Auto} {
+				p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Beta: 1, Triples: tr}, Options{Strategy: st})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := eng.Run(p); err != nil { // warm up: touch every page
+					b.Fatal(err)
+				}
+				if err := s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				b.Run("strategy="+st.String(), func(b *testing.B) {
+					for range b.N {
+						if err := eng.Run(p); err != nil {
+							b.Fatal(err)
+						}
+						if err := s.Synchronize(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+					b.ReportMetric(float64(p.Launches()), "launches")
+					b.ReportMetric(float64(2*c.n*c.dim*c.dim*c.dim)/ns, "GFLOP/s")
+					if st == Loop {
+						loopNS = ns
+					} else if loopNS > 0 {
+						b.ReportMetric(loopNS/ns, "x-vs-loop")
+					}
+				})
+				_ = p.Close()
+			}
+			_ = eng.Close()
+			for _, co := range []*packing.Coalesced{A, B, C} {
+				_ = co.Free()
+			}
+		})
+	}
+}

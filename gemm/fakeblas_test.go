@@ -1,0 +1,258 @@
+package gemm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cublas"
+)
+
+// fakeBLAS is a column-major reference implementation of the cuBLAS calls
+// the CUDA engine makes, on host-backend memory and in stream order. Run
+// through it, the engine's row-major to column-major mapping, strides,
+// pointer arrays and grouped parameters are checked on machines without a
+// GPU. Every address is resolved against the live buffers and bounds-checked.
+type fakeBLAS struct {
+	s       *devalloc.Stream
+	grouped bool
+	mu      sync.Mutex
+	buffers func() []*devalloc.Buffer
+	calls   map[string]int
+}
+
+func newFakeEngine(s *devalloc.Stream, grouped bool) (*Engine, *fakeBLAS) {
+	f := &fakeBLAS{s: s, grouped: grouped, calls: map[string]int{}}
+	return &Engine{s: s, device: true, blas: f, anyMemory: true}, f
+}
+
+func (f *fakeBLAS) count(name string) {
+	f.mu.Lock()
+	f.calls[name]++
+	f.mu.Unlock()
+}
+
+func (f *fakeBLAS) ptr(addr uintptr, n int64) (unsafe.Pointer, error) {
+	for _, b := range f.buffers() {
+		if b == nil {
+			continue
+		}
+		mem, err := b.Bytes()
+		if err != nil {
+			continue
+		}
+		base, _ := b.Addr()
+		if addr >= base && addr+uintptr(n) <= base+uintptr(len(mem)) {
+			return unsafe.Pointer(&mem[addr-base]), nil
+		}
+	}
+	return nil, fmt.Errorf("fake cublas: address %#x (+%d) is in no live buffer", addr, n)
+}
+
+func esize(dt cublas.DType) int64 { return [...]int64{4, 8, 8, 16}[dt] }
+
+func (f *fakeBLAS) load(dt cublas.DType, addr uintptr) (complex128, error) {
+	p, err := f.ptr(addr, esize(dt))
+	if err != nil {
+		return 0, err
+	}
+	switch dt {
+	case cublas.S:
+		return complex(float64(*(*float32)(p)), 0), nil
+	case cublas.D:
+		return complex(*(*float64)(p), 0), nil
+	case cublas.C:
+		return complex128(*(*complex64)(p)), nil
+	}
+	return *(*complex128)(p), nil
+}
+
+func (f *fakeBLAS) store(dt cublas.DType, addr uintptr, v complex128) error {
+	p, err := f.ptr(addr, esize(dt))
+	if err != nil {
+		return err
+	}
+	switch dt {
+	case cublas.S:
+		*(*float32)(p) = float32(real(v))
+	case cublas.D:
+		*(*float64)(p) = real(v)
+	case cublas.C:
+		*(*complex64)(p) = complex64(v)
+	default:
+		*(*complex128)(p) = v
+	}
+	return nil
+}
+
+func (f *fakeBLAS) loadPtr(arr uintptr, i int) (uintptr, error) {
+	p, err := f.ptr(arr+uintptr(8*i), 8)
+	if err != nil {
+		return 0, err
+	}
+	return uintptr(binary.LittleEndian.Uint64(unsafe.Slice((*byte)(p), 8))), nil
+}
+
+// gemm1 is one column-major product with cuBLAS's argument checks.
+func (f *fakeBLAS) gemm1(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, a uintptr, lda int, b uintptr, ldb int, beta complex128, c uintptr, ldc int) error {
+	rowsA, rowsB := m, k
+	if ta == cublas.T {
+		rowsA = k
+	}
+	if tb == cublas.T {
+		rowsB = n
+	}
+	if m < 0 || n < 0 || k < 0 || lda < max(1, rowsA) || ldb < max(1, rowsB) || ldc < max(1, m) {
+		return fmt.Errorf("fake cublas: invalid value: m %d n %d k %d lda %d ldb %d ldc %d", m, n, k, lda, ldb, ldc)
+	}
+	es := uintptr(esize(dt))
+	for j := range n {
+		for i := range m {
+			var sum complex128
+			for l := range k {
+				ai := uintptr(i + l*lda)
+				if ta == cublas.T {
+					ai = uintptr(l + i*lda)
+				}
+				bi := uintptr(l + j*ldb)
+				if tb == cublas.T {
+					bi = uintptr(j + l*ldb)
+				}
+				x, err := f.load(dt, a+ai*es)
+				if err != nil {
+					return err
+				}
+				y, err := f.load(dt, b+bi*es)
+				if err != nil {
+					return err
+				}
+				sum += x * y
+			}
+			ci := c + uintptr(i+j*ldc)*es
+			v := alpha * sum
+			if beta != 0 {
+				old, err := f.load(dt, ci)
+				if err != nil {
+					return err
+				}
+				v += beta * old
+			}
+			if err := f.store(dt, ci, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fakeBLAS) Gemm(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, a uintptr, lda int, b uintptr, ldb int, beta complex128, c uintptr, ldc int) error {
+	f.count("gemm")
+	return f.s.Enqueue(func() error { return f.gemm1(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) })
+}
+
+func (f *fakeBLAS) GemmStrided(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, a uintptr, lda int, sa int64, b uintptr, ldb int, sb int64,
+	beta complex128, c uintptr, ldc int, sc int64, batch int) error {
+	f.count("strided")
+	es := esize(dt)
+	return f.s.Enqueue(func() error {
+		for i := range int64(batch) {
+			if err := f.gemm1(dt, ta, tb, m, n, k, alpha, a+uintptr(i*sa*es), lda, b+uintptr(i*sb*es), ldb, beta, c+uintptr(i*sc*es), ldc); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (f *fakeBLAS) batched(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, aArr uintptr, lda int, bArr uintptr, ldb int,
+	beta complex128, cArr uintptr, ldc int, batch int) error {
+	for i := range batch {
+		a, err := f.loadPtr(aArr, i)
+		if err != nil {
+			return err
+		}
+		b, err := f.loadPtr(bArr, i)
+		if err != nil {
+			return err
+		}
+		c, err := f.loadPtr(cArr, i)
+		if err != nil {
+			return err
+		}
+		if err := f.gemm1(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeBLAS) GemmBatched(dt cublas.DType, ta, tb cublas.Op, m, n, k int, alpha complex128, aArr uintptr, lda int, bArr uintptr, ldb int,
+	beta complex128, cArr uintptr, ldc int, batch int) error {
+	f.count("batched")
+	return f.s.Enqueue(func() error {
+		return f.batched(dt, ta, tb, m, n, k, alpha, aArr, lda, bArr, ldb, beta, cArr, ldc, batch)
+	})
+}
+
+func (f *fakeBLAS) GemmGrouped(dt cublas.DType, groups []cublas.Group, aArr, bArr, cArr uintptr) error {
+	if !f.grouped || (dt != cublas.S && dt != cublas.D) {
+		return fmt.Errorf("fake cublas: no grouped GEMM for %v", dt)
+	}
+	f.count("grouped")
+	groups = append([]cublas.Group(nil), groups...)
+	return f.s.Enqueue(func() error {
+		at := uintptr(0)
+		for _, g := range groups {
+			err := f.batched(dt, g.TransA, g.TransB, int(g.M), int(g.N), int(g.K), complex(g.Alpha, 0), aArr+8*at, int(g.LdA), bArr+8*at, int(g.LdB),
+				complex(g.Beta, 0), cArr+8*at, int(g.LdC), int(g.Size))
+			if err != nil {
+				return err
+			}
+			at += uintptr(g.Size)
+		}
+		return nil
+	})
+}
+
+func (f *fakeBLAS) HasGrouped() bool { return f.grouped }
+func (f *fakeBLAS) Destroy() error   { return nil }
+
+// TestFakeCUBLASCounts checks that the launches the CUDA engine makes are
+// the ones the plan reports, also when grouped GEMM falls back.
+func TestFakeCUBLASCounts(t *testing.T) {
+	for _, grouped := range []bool{true, false} {
+		a := openHost(t)
+		s := a.DefaultStream()
+		eng, fake := newFakeEngine(s, grouped)
+		pr, A, B, C := sparseProblem(t, s, 2, NoTrans, Trans, 99) // float64
+		p, err := NewPlan(pr, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.buffers = func() []*devalloc.Buffer {
+			return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays}
+		}
+		ref, mag := reference(pr, A, B, C)
+		if err := eng.Run(p); err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, 2, C.read(t, s), ref, mag)
+		sum := p.Summary()
+		st := eng.Stats()
+		if grouped {
+			if fake.calls["grouped"] != sum.Grouped || st.Launches != int64(sum.Launches) || st.GroupedFallbacks != 0 {
+				t.Fatalf("calls %v, stats %+v, plan %+v", fake.calls, st, sum)
+			}
+		} else if st.GroupedFallbacks != int64(sum.Grouped) || fake.calls["grouped"] != 0 || st.Launches <= int64(sum.Launches) {
+			t.Fatalf("fallback: calls %v, stats %+v, plan %+v", fake.calls, st, sum)
+		}
+		_ = p.Close()
+		for _, op := range []*operand{A, B, C} {
+			_ = op.c.Free()
+		}
+		closeClean(t, a)
+	}
+}

@@ -1,0 +1,138 @@
+package gemm
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/distbuf/distbuf/packing"
+	"golang.org/x/sync/errgroup"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/blas/cblas128"
+	"gonum.org/v1/gonum/blas/cblas64"
+)
+
+// parallelFlops is the work below which one goroutine runs a whole wave.
+const parallelFlops = 1 << 20
+
+func hostBase(c *packing.Coalesced) (unsafe.Pointer, error) {
+	mem, err := c.Buffer().Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("gemm: %w", err)
+	}
+	return unsafe.Pointer(unsafe.SliceData(mem)), nil
+}
+
+// runHost enqueues the plan: one stream function per wave whose products
+// run in parallel on goroutines (a wave has no two products writing one C
+// block), or, for the Loop strategy, one stream function per product.
+func (e *Engine) runHost(p *Plan) error {
+	pr := &p.prob
+	var bases [3]unsafe.Pointer
+	for i, c := range []*packing.Coalesced{pr.A, pr.B, pr.C} {
+		b, err := hostBase(c)
+		if err != nil {
+			return err
+		}
+		bases[i] = b
+	}
+	x := hostGemm{dt: p.dtype, ta: blasOp(pr.TransA), tb: blasOp(pr.TransB), alpha: pr.Alpha, bases: bases}
+	if p.strategy == Loop {
+		for _, l := range p.launches {
+			q := &p.problems[l.lo]
+			beta := l.beta
+			if err := e.s.Enqueue(func() error { x.run(q, beta); return nil }); err != nil {
+				return fmt.Errorf("gemm: %w", err)
+			}
+			e.stats.Launches++
+		}
+		return nil
+	}
+	for lo := 0; lo < len(p.launches); {
+		hi := lo
+		for hi < len(p.launches) && p.launches[hi].wave == p.launches[lo].wave {
+			hi++
+		}
+		probs := p.problems[p.launches[lo].lo:p.launches[hi-1].hi]
+		beta := p.launches[lo].beta
+		if err := e.s.Enqueue(func() error { return x.wave(probs, beta) }); err != nil {
+			return fmt.Errorf("gemm: %w", err)
+		}
+		e.stats.Launches += int64(hi - lo)
+		lo = hi
+	}
+	return nil
+}
+
+func blasOp(o Op) blas.Transpose {
+	if o == Trans {
+		return blas.Trans
+	}
+	return blas.NoTrans
+}
+
+type hostGemm struct {
+	dt     packing.DType
+	ta, tb blas.Transpose
+	alpha  complex128
+	bases  [3]unsafe.Pointer
+}
+
+// wave runs independent products, split among goroutines by flops.
+func (x hostGemm) wave(probs []problem, beta complex128) error {
+	var total int64
+	for i := range probs {
+		total += probs[i].flops
+	}
+	workers := runtime.GOMAXPROCS(0)
+	if total < parallelFlops || len(probs) < 2 || workers < 2 {
+		for i := range probs {
+			x.run(&probs[i], beta)
+		}
+		return nil
+	}
+	var g errgroup.Group
+	per := total/int64(workers) + 1
+	start, acc := 0, int64(0)
+	for i := range probs {
+		acc += probs[i].flops
+		if acc >= per || i == len(probs)-1 {
+			part := probs[start : i+1]
+			g.Go(func() error {
+				for j := range part {
+					x.run(&part[j], beta)
+				}
+				return nil
+			})
+			start, acc = i+1, 0
+		}
+	}
+	return g.Wait()
+}
+
+func slice[T any](base unsafe.Pointer, off int64, n int) []T {
+	return unsafe.Slice((*T)(unsafe.Add(base, off)), n)
+}
+
+// run is one row-major product with gonum, whose BLAS is row-major too.
+func (x hostGemm) run(q *problem, beta complex128) {
+	m, n, k := int(q.m), int(q.n), int(q.k)
+	lda, ldb := int(q.lda), int(q.ldb)
+	a, b, c := x.bases[0], x.bases[1], x.bases[2]
+	switch x.dt {
+	case packing.Float64:
+		blas64.Implementation().Dgemm(x.ta, x.tb, m, n, k, real(x.alpha),
+			slice[float64](a, q.a, m*k), lda, slice[float64](b, q.b, k*n), ldb, real(beta), slice[float64](c, q.c, m*n), n)
+	case packing.Float32:
+		blas32.Implementation().Sgemm(x.ta, x.tb, m, n, k, float32(real(x.alpha)),
+			slice[float32](a, q.a, m*k), lda, slice[float32](b, q.b, k*n), ldb, float32(real(beta)), slice[float32](c, q.c, m*n), n)
+	case packing.Complex128:
+		cblas128.Implementation().Zgemm(x.ta, x.tb, m, n, k, x.alpha,
+			slice[complex128](a, q.a, m*k), lda, slice[complex128](b, q.b, k*n), ldb, beta, slice[complex128](c, q.c, m*n), n)
+	case packing.Complex64:
+		cblas64.Implementation().Cgemm(x.ta, x.tb, m, n, k, complex64(x.alpha),
+			slice[complex64](a, q.a, m*k), lda, slice[complex64](b, q.b, k*n), ldb, complex64(beta), slice[complex64](c, q.c, m*n), n)
+	}
+}

@@ -1,0 +1,182 @@
+package gemm
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+	"github.com/stretchr/testify/require"
+)
+
+func uniform(n int, dt packing.DType, rows, cols int) []packing.Desc {
+	out := make([]packing.Desc, n)
+	for i := range out {
+		out[i] = packing.Desc{ID: uint64(i), DType: dt, Rows: rows, Cols: cols}
+	}
+	return out
+}
+
+func alloc(t *testing.T, a *devalloc.Allocator, descs []packing.Desc) *packing.Coalesced {
+	t.Helper()
+	p, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	c, err := packing.Alloc(a, p, a.DefaultStream())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Free() })
+	return c
+}
+
+func TestPlanLaunchCounts(t *testing.T) {
+	a := openHost(t)
+	defer func() { require.NoError(t, a.Sync()) }()
+	const n = 2000
+	A := alloc(t, a, uniform(n, packing.Float64, 4, 5))
+	B := alloc(t, a, uniform(n, packing.Float64, 5, 6))
+	C := alloc(t, a, uniform(n, packing.Float64, 4, 6))
+	diag := make([]Triple, n)
+	for i := range diag {
+		diag[i] = Triple{i, i, i}
+	}
+	plan := func(tr []Triple, st Strategy) Summary {
+		t.Helper()
+		p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: tr}, Options{Strategy: st})
+		require.NoError(t, err)
+		require.Equal(t, p.Summary().Launches, p.Launches())
+		return p.Summary()
+	}
+	// One shape class at constant strides: one strided call, whatever the strategy.
+	for _, st := range []Strategy{Auto, PerShape, Grouped} {
+		s := plan(diag, st)
+		want := Summary{Problems: n, Waves: 1, Launches: 1, Strided: 1}
+		if st == Grouped {
+			want = Summary{Problems: n, Waves: 1, Launches: 1, Grouped: 1}
+		}
+		require.Equal(t, want, s, st.String())
+	}
+	require.Equal(t, Summary{Problems: n, Waves: 1, Launches: n, Single: n}, plan(diag, Loop))
+	// Same shape at shuffled offsets: one pointer-array call.
+	shuffled := append([]Triple(nil), diag...)
+	rand.New(rand.NewPCG(1, 1)).Shuffle(n, func(i, j int) { shuffled[i].C, shuffled[j].C = shuffled[j].C, shuffled[i].C })
+	require.Equal(t, Summary{Problems: n, Waves: 1, Launches: 1, Pointers: 1}, plan(shuffled, Auto))
+	// One A block against every B block: stride 0 for A is still strided.
+	bcast := make([]Triple, n)
+	for i := range bcast {
+		bcast[i] = Triple{0, i, i}
+	}
+	require.Equal(t, Summary{Problems: n, Waves: 1, Launches: 1, Strided: 1}, plan(bcast, Auto))
+	// Every product into C block 0: n waves of one product each.
+	same := make([]Triple, 5)
+	for i := range same {
+		same[i] = Triple{i, i, 0}
+	}
+	require.Equal(t, Summary{Problems: 5, Waves: 5, Launches: 5, Strided: 5}, plan(same, Auto))
+	require.Equal(t, Summary{}, plan(nil, Auto), "an empty list is no launch")
+}
+
+func TestPlanMixedShapes(t *testing.T) {
+	a := openHost(t)
+	defer func() { require.NoError(t, a.Sync()) }()
+	for _, dt := range []packing.DType{packing.Float64, packing.Complex128} {
+		// 3 shapes (m, n, k), 10 products each, all in one wave.
+		var aD, bD, cD []packing.Desc
+		var tr []Triple
+		for s, shape := range [][3]int{{2, 3, 4}, {5, 1, 2}, {3, 3, 3}} {
+			for i := range 10 {
+				id := uint64(s*10 + i)
+				aD = append(aD, packing.Desc{ID: id, DType: dt, Rows: shape[0], Cols: shape[2]})
+				bD = append(bD, packing.Desc{ID: id, DType: dt, Rows: shape[2], Cols: shape[1]})
+				cD = append(cD, packing.Desc{ID: id, DType: dt, Rows: shape[0], Cols: shape[1]})
+				tr = append(tr, Triple{int(id), int(id), int(id)})
+			}
+		}
+		rand.New(rand.NewPCG(2, 2)).Shuffle(len(tr), func(i, j int) { tr[i], tr[j] = tr[j], tr[i] })
+		pr := Problem{A: alloc(t, a, aD), B: alloc(t, a, bD), C: alloc(t, a, cD), Alpha: 1, Triples: tr}
+		get := func(st Strategy) Summary {
+			p, err := NewPlan(pr, Options{Strategy: st})
+			require.NoError(t, err)
+			return p.Summary()
+		}
+		if dt.IsComplex() {
+			require.Equal(t, Summary{Problems: 30, Waves: 1, Launches: 3, Strided: 3}, get(Auto), "complex: per-shape batches")
+			require.Equal(t, get(PerShape), get(Grouped), "no grouped GEMM for complex types")
+		} else {
+			require.Equal(t, Summary{Problems: 30, Waves: 1, Launches: 1, Grouped: 1}, get(Auto), "real mixed shapes: one grouped call")
+			require.Equal(t, Summary{Problems: 30, Waves: 1, Launches: 3, Strided: 3}, get(PerShape))
+		}
+	}
+}
+
+func TestPlanBadInput(t *testing.T) {
+	a := openHost(t)
+	defer func() { require.NoError(t, a.Sync()) }()
+	A := alloc(t, a, uniform(3, packing.Float64, 2, 3))
+	B := alloc(t, a, uniform(3, packing.Float64, 3, 4))
+	C := alloc(t, a, uniform(3, packing.Float64, 2, 4))
+	F := alloc(t, a, uniform(3, packing.Float32, 3, 4))
+	Z := alloc(t, a, uniform(3, packing.Complex128, 2, 4))
+	both := alloc(t, a, append(uniform(2, packing.Float64, 2, 2), packing.Desc{ID: 9, DType: packing.Float64, Rows: 2, Cols: 2}))
+	ok := Problem{A: A, B: B, C: C, Alpha: 1, Triples: []Triple{{0, 0, 0}}}
+	cases := []struct {
+		name string
+		mod  func(p *Problem)
+		want error
+	}{
+		{"nil operand", func(p *Problem) { p.B = nil }, ErrInvalid},
+		{"bad op", func(p *Problem) { p.TransA = 7 }, ErrInvalid},
+		{"A index past the end", func(p *Problem) { p.Triples = []Triple{{3, 0, 0}} }, ErrOutOfRange},
+		{"negative C index", func(p *Problem) { p.Triples = []Triple{{0, 0, -1}} }, ErrOutOfRange},
+		{"inner dimensions", func(p *Problem) { p.TransB = Trans }, ErrShape},
+		{"C shape", func(p *Problem) { p.C = A }, ErrShape},
+		{"dtype", func(p *Problem) { p.B = F }, ErrDType},
+		{"C dtype", func(p *Problem) { p.C = Z }, ErrDType},
+		{"complex alpha for real blocks", func(p *Problem) { p.Alpha = 1i }, ErrDType},
+		{"C is A", func(p *Problem) { p.A, p.B, p.C = both, both, both; p.Triples = []Triple{{0, 1, 0}} }, ErrAlias},
+		{"C is another triple's B", func(p *Problem) {
+			p.A, p.B, p.C = both, both, both
+			p.Triples = []Triple{{0, 1, 2}, {2, 0, 1}}
+		}, ErrAlias},
+	}
+	for _, c := range cases {
+		pr := ok
+		c.mod(&pr)
+		_, err := NewPlan(pr, Options{})
+		require.ErrorIs(t, err, c.want, c.name)
+		require.ErrorIs(t, err, ErrInvalid, c.name)
+	}
+	_, err := NewPlan(ok, Options{Strategy: 9})
+	require.ErrorIs(t, err, ErrInvalid)
+	// Disjoint blocks of one buffer are fine.
+	_, err = NewPlan(Problem{A: both, B: both, C: both, Alpha: 1, Triples: []Triple{{0, 1, 2}}}, Options{})
+	require.NoError(t, err)
+}
+
+func TestRunAfterFree(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	eng, err := NewEngine(s, EngineOptions{})
+	require.NoError(t, err)
+	mk := func(d []packing.Desc) *packing.Coalesced {
+		p, err := packing.NewPlan(d, packing.Options{})
+		require.NoError(t, err)
+		c, err := packing.Alloc(a, p, s)
+		require.NoError(t, err)
+		return c
+	}
+	A, B, C := mk(uniform(2, packing.Float64, 2, 2)), mk(uniform(2, packing.Float64, 2, 2)), mk(uniform(2, packing.Float64, 2, 2))
+	p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: []Triple{{0, 0, 0}, {1, 1, 1}}}, Options{})
+	require.NoError(t, err)
+	require.NoError(t, eng.Run(p))
+	require.NoError(t, B.Free())
+	require.ErrorIs(t, eng.Run(p), devalloc.ErrFreed)
+	require.NoError(t, p.Close())
+	require.ErrorIs(t, eng.Run(p), ErrInvalid, "closed plan")
+	require.ErrorIs(t, p.Close(), ErrInvalid)
+	require.NoError(t, eng.Close())
+	require.ErrorIs(t, eng.Run(p), ErrInvalid, "closed engine")
+	require.NoError(t, A.Free())
+	require.NoError(t, C.Free())
+	_, err = NewPlan(Problem{A: A, B: A, C: C, Alpha: 1, Triples: []Triple{{0, 0, 0}}}, Options{})
+	require.ErrorIs(t, err, packing.ErrFreed)
+}

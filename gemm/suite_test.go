@@ -1,0 +1,379 @@
+package gemm
+
+import (
+	"fmt"
+	"math"
+	"math/cmplx"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+	"github.com/stretchr/testify/require"
+)
+
+type backendCase struct {
+	name string
+	open func(t *testing.T) *devalloc.Allocator
+}
+
+func openHost(t *testing.T) *devalloc.Allocator {
+	t.Helper()
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(m string) { t.Log(m) }})
+	require.NoError(t, err)
+	return a
+}
+
+// openCUDA skips without a GPU and fails when DISTBUF_REQUIRE_GPU=1.
+func openCUDA(t *testing.T) *devalloc.Allocator {
+	t.Helper()
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Warn: func(m string) { t.Log(m) }})
+	if err != nil {
+		if os.Getenv("DISTBUF_REQUIRE_GPU") == "1" {
+			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but the CUDA backend does not open: %v", err)
+		}
+		t.Skipf("CUDA backend unavailable: %v", err)
+	}
+	return a
+}
+
+var backends = []backendCase{{"host", openHost}, {"cuda", openCUDA}}
+
+func closeClean(t *testing.T, a *devalloc.Allocator) {
+	t.Helper()
+	require.NoError(t, a.Sync())
+	require.NoError(t, a.Close())
+}
+
+// values is a block's elements as complex128, whatever the dtype.
+type values []complex128
+
+func encode(dt packing.DType, v values) []byte {
+	out := make([]byte, int64(len(v))*dt.Size())
+	for i, x := range v {
+		switch dt {
+		case packing.Float32:
+			*(*float32)(unsafe.Pointer(&out[4*i])) = float32(real(x))
+		case packing.Float64:
+			*(*float64)(unsafe.Pointer(&out[8*i])) = real(x)
+		case packing.Complex64:
+			*(*complex64)(unsafe.Pointer(&out[8*i])) = complex64(x)
+		case packing.Complex128:
+			*(*complex128)(unsafe.Pointer(&out[16*i])) = x
+		}
+	}
+	return out
+}
+
+func decode(dt packing.DType, b []byte) values {
+	n := int64(len(b)) / dt.Size()
+	out := make(values, n)
+	for i := range out {
+		switch dt {
+		case packing.Float32:
+			out[i] = complex(float64(*(*float32)(unsafe.Pointer(&b[4*i]))), 0)
+		case packing.Float64:
+			out[i] = complex(*(*float64)(unsafe.Pointer(&b[8*i])), 0)
+		case packing.Complex64:
+			out[i] = complex128(*(*complex64)(unsafe.Pointer(&b[8*i])))
+		case packing.Complex128:
+			out[i] = *(*complex128)(unsafe.Pointer(&b[16*i]))
+		}
+	}
+	return out
+}
+
+// operand is a Coalesced with the host copy of its blocks.
+type operand struct {
+	c    *packing.Coalesced
+	vals []values
+	desc []packing.Desc
+}
+
+func randValue(rng *rand.Rand, dt packing.DType) complex128 {
+	re := rng.Float64()*2 - 1
+	if dt.IsComplex() {
+		return complex(re, rng.Float64()*2-1)
+	}
+	return complex(re, 0)
+}
+
+// makeOperand lays out descs, fills them with random values and packs them.
+func makeOperand(t *testing.T, s *devalloc.Stream, descs []packing.Desc, rng *rand.Rand) *operand {
+	t.Helper()
+	p, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	c, err := packing.Alloc(s.Allocator(), p, s)
+	require.NoError(t, err)
+	op := &operand{c: c, desc: descs}
+	raw := make([][]byte, len(descs))
+	for k, d := range descs {
+		v := make(values, d.Rows*d.Cols)
+		for i := range v {
+			v[i] = randValue(rng, d.DType)
+		}
+		op.vals = append(op.vals, v)
+		raw[k] = encode(d.DType, v)
+	}
+	require.NoError(t, packing.PackHost(s, c, raw))
+	return op
+}
+
+func (op *operand) read(t *testing.T, s *devalloc.Stream) []values {
+	t.Helper()
+	raw := make([][]byte, len(op.desc))
+	for k, d := range op.desc {
+		raw[k] = make([]byte, d.Bytes())
+	}
+	require.NoError(t, packing.UnpackHost(s, op.c, raw))
+	require.NoError(t, s.Synchronize())
+	out := make([]values, len(raw))
+	for k := range raw {
+		out[k] = decode(op.desc[k].DType, raw[k])
+	}
+	return out
+}
+
+// at reads element (r, c) of op(X) for a row-major stored block.
+func at(v values, d packing.Desc, op Op, r, c int) complex128 {
+	if op == Trans {
+		r, c = c, r
+	}
+	return v[r*d.Cols+c]
+}
+
+// reference computes beta*C + sum alpha*op(A)op(B) naively for every C
+// block some triple writes (the others stay as they are), and the magnitude
+// sum |beta||C| + |alpha| sum |a||b| that bounds rounding errors.
+func reference(pr Problem, a, b, c *operand) (ref, mag []values) {
+	written := make([]bool, len(c.vals))
+	for _, t := range pr.Triples {
+		written[t.C] = true
+	}
+	for k := range c.vals {
+		r := make(values, len(c.vals[k]))
+		m := make(values, len(c.vals[k]))
+		beta := complex(1, 0)
+		if written[k] {
+			beta = pr.Beta
+		}
+		for i, x := range c.vals[k] {
+			r[i] = beta * x
+			m[i] = complex(cmplx.Abs(beta)*cmplx.Abs(x), 0)
+		}
+		ref, mag = append(ref, r), append(mag, m)
+	}
+	for _, t := range pr.Triples {
+		dc := c.desc[t.C]
+		kk := a.desc[t.A].Cols
+		if pr.TransA == Trans {
+			kk = a.desc[t.A].Rows
+		}
+		for i := 0; i < dc.Rows; i++ {
+			for j := 0; j < dc.Cols; j++ {
+				var sum complex128
+				var abs float64
+				for l := 0; l < kk; l++ {
+					x := at(a.vals[t.A], a.desc[t.A], pr.TransA, i, l) * at(b.vals[t.B], b.desc[t.B], pr.TransB, l, j)
+					sum += x
+					abs += cmplx.Abs(x)
+				}
+				ref[t.C][i*dc.Cols+j] += pr.Alpha * sum
+				mag[t.C][i*dc.Cols+j] += complex(cmplx.Abs(pr.Alpha)*abs, 0)
+			}
+		}
+	}
+	return ref, mag
+}
+
+func tolerance(dt packing.DType) float64 {
+	if dt == packing.Float32 || dt == packing.Complex64 {
+		return 1e-5
+	}
+	return 1e-12
+}
+
+// sparseProblem builds a random block-sparse contraction C(i,j) +=
+// A(i,l) B(l,j) over index sectors of mixed sizes (1x1 blocks included),
+// with some blocks absent, so that most C blocks take several products
+// (waves) and some none (an empty group).
+func sparseProblem(t *testing.T, s *devalloc.Stream, dt packing.DType, ta, tb Op, seed uint64) (Problem, *operand, *operand, *operand) {
+	rng := rand.New(rand.NewPCG(seed, uint64(dt)))
+	dims := func(n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = []int{1, 1, 2, 3, 4, 5, 7, 8, 12}[rng.IntN(9)]
+		}
+		return out
+	}
+	di, dl, dj := dims(6), dims(5), dims(6)
+	type key struct{ x, y int }
+	aIdx, bIdx, cIdx := map[key]int{}, map[key]int{}, map[key]int{}
+	var aD, bD, cD []packing.Desc
+	add := func(m map[key]int, list *[]packing.Desc, k key, rows, cols int, op Op) {
+		if op == Trans {
+			rows, cols = cols, rows
+		}
+		m[k] = len(*list)
+		*list = append(*list, packing.Desc{ID: uint64(len(*list) + 1), DType: dt, Rows: rows, Cols: cols})
+	}
+	for i := range di {
+		for l := range dl {
+			// Row sector 0 has no A blocks: its C blocks take no product.
+			if i > 0 && rng.Float64() < 0.7 {
+				add(aIdx, &aD, key{i, l}, di[i], dl[l], ta)
+			}
+		}
+	}
+	for l := range dl {
+		for j := range dj {
+			if rng.Float64() < 0.7 {
+				add(bIdx, &bD, key{l, j}, dl[l], dj[j], tb)
+			}
+		}
+	}
+	for i := range di {
+		for j := range dj {
+			add(cIdx, &cD, key{i, j}, di[i], dj[j], NoTrans)
+		}
+	}
+	var triples []Triple
+	for i := range di {
+		for l := range dl {
+			for j := range dj {
+				ai, okA := aIdx[key{i, l}]
+				bi, okB := bIdx[key{l, j}]
+				if okA && okB && rng.Float64() < 0.85 {
+					triples = append(triples, Triple{A: ai, B: bi, C: cIdx[key{i, j}]})
+				}
+			}
+		}
+	}
+	rng.Shuffle(len(triples), func(x, y int) { triples[x], triples[y] = triples[y], triples[x] })
+	a := makeOperand(t, s, aD, rng)
+	b := makeOperand(t, s, bD, rng)
+	c := makeOperand(t, s, cD, rng)
+	pr := Problem{A: a.c, B: b.c, C: c.c, TransA: ta, TransB: tb, Alpha: randValue(rng, dt), Beta: randValue(rng, dt), Triples: triples}
+	return pr, a, b, c
+}
+
+func checkResult(t *testing.T, dt packing.DType, got, ref, mag []values) {
+	t.Helper()
+	tol := tolerance(dt)
+	worst := 0.0
+	for k := range ref {
+		for i := range ref[k] {
+			scale := real(mag[k][i])
+			if scale == 0 {
+				scale = math.SmallestNonzeroFloat64
+			}
+			e := cmplx.Abs(got[k][i]-ref[k][i]) / scale
+			worst = max(worst, e)
+			if e > tol {
+				t.Fatalf("C block %d element %d: got %v, want %v (relative error %.3g > %g)", k, i, got[k][i], ref[k][i], e, tol)
+			}
+		}
+	}
+	t.Logf("worst relative error %.3g (tolerance %g)", worst, tol)
+}
+
+var dtypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
+
+// TestContractions is the shared correctness suite: every dtype, every
+// transpose combination and every strategy, on the host, on CUDA, and on
+// the CUDA engine's launch code driven through a column-major fake of
+// cuBLAS on host memory (so the mapping is checked without a GPU).
+func TestContractions(t *testing.T) {
+	for _, bc := range append(backends, backendCase{"fake-cublas", openHost}) {
+		t.Run(bc.name, func(t *testing.T) {
+			a := bc.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			run, err := a.NewStream() // a second stream: the ledger must order it after the fills
+			require.NoError(t, err)
+			var eng *Engine
+			var fake *fakeBLAS
+			if bc.name == "fake-cublas" {
+				eng, fake = newFakeEngine(run, true)
+			} else {
+				eng, err = NewEngine(run, EngineOptions{})
+				require.NoError(t, err)
+			}
+			defer func() { require.NoError(t, eng.Close()) }()
+			seed := uint64(1)
+			for _, dt := range dtypes {
+				for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
+					for _, st := range []Strategy{Auto, Loop, PerShape, Grouped} {
+						seed++
+						name := fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st)
+						t.Run(name, func(t *testing.T) {
+							pr, A, B, C := sparseProblem(t, s, dt, ops[0], ops[1], seed)
+							ref, mag := reference(pr, A, B, C)
+							p, err := NewPlan(pr, Options{Strategy: st})
+							require.NoError(t, err)
+							if fake != nil {
+								fake.buffers = func() []*devalloc.Buffer {
+									return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays}
+								}
+							}
+							sum := p.Summary()
+							require.Equal(t, len(pr.Triples), sum.Problems)
+							require.Greater(t, sum.Waves, 1, "the random problem repeats C blocks")
+							written := map[int]bool{}
+							for _, tr := range pr.Triples {
+								written[tr.C] = true
+							}
+							require.Less(t, len(written), C.c.Len(), "some C blocks take no product (an empty group)")
+							if st == Loop {
+								require.Equal(t, len(pr.Triples), sum.Launches)
+							}
+							require.NoError(t, eng.Run(p))
+							checkResult(t, dt, C.read(t, run), ref, mag)
+							require.NoError(t, p.Close())
+							for _, op := range []*operand{A, B, C} {
+								require.NoError(t, op.c.Free())
+							}
+						})
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSharedBuffer puts A, B and C blocks in one Coalesced.
+func TestSharedBuffer(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) {
+			a := bc.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			eng, err := NewEngine(s, EngineOptions{})
+			require.NoError(t, err)
+			defer eng.Close()
+			rng := rand.New(rand.NewPCG(77, 1))
+			descs := []packing.Desc{
+				{ID: 1, DType: packing.Float64, Rows: 3, Cols: 4}, // A
+				{ID: 2, DType: packing.Float64, Rows: 4, Cols: 2}, // B
+				{ID: 3, DType: packing.Float64, Rows: 3, Cols: 2}, // C
+				{ID: 4, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 A
+				{ID: 5, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 B
+				{ID: 6, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 C
+			}
+			op := makeOperand(t, s, descs, rng)
+			pr := Problem{A: op.c, B: op.c, C: op.c, Alpha: 2, Beta: 0.5, Triples: []Triple{{0, 1, 2}, {3, 4, 5}, {4, 3, 5}}}
+			ref, mag := reference(pr, op, op, op)
+			p, err := NewPlan(pr, Options{})
+			require.NoError(t, err)
+			require.NoError(t, eng.Run(p))
+			got := op.read(t, s)
+			checkResult(t, packing.Float64, got[2:3], ref[2:3], mag[2:3])
+			checkResult(t, packing.Float64, got[5:6], ref[5:6], mag[5:6])
+			require.Equal(t, op.vals[0], got[0], "inputs untouched")
+			require.NoError(t, p.Close())
+			require.NoError(t, op.c.Free())
+		})
+	}
+}

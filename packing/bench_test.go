@@ -1,0 +1,219 @@
+package packing
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distbuf/distbuf/devalloc"
+)
+
+// mixedDescs is a DMRG-like block list: ids in list order, shapes drawn
+// from a few dozen classes, a mix of dtypes.
+func mixedDescs(n int, seed uint64) []Desc {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	dims := []int{1, 2, 3, 4, 6, 8, 12, 16}
+	out := make([]Desc, n)
+	for i := range out {
+		out[i] = Desc{ID: uint64(i)*3 + 1, DType: Float64, Rows: dims[rng.IntN(len(dims))], Cols: dims[rng.IntN(len(dims))]}
+		if rng.IntN(8) == 0 {
+			out[i].DType = Complex128
+		}
+	}
+	return out
+}
+
+// benchPlan runs build (plan plus views of every block) b.N times over n
+// blocks and reports ns/block. The buffer is allocated once outside the
+// loop: it is one allocator call per plan, not per block.
+func benchPlan(b *testing.B, n int, shuffled bool, build func(descs []Desc, buf *devalloc.Buffer) error) {
+	descs := mixedDescs(n, 1)
+	if shuffled {
+		// Ids in no order: the duplicate check cannot take its fast path.
+		rng := rand.New(rand.NewPCG(2, 2))
+		rng.Shuffle(n, func(i, j int) { descs[i].ID, descs[j].ID = descs[j].ID, descs[i].ID })
+	}
+	p0, err := NewPlan(descs, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	buf, err := a.Alloc(p0.Groups()[0].Bytes, a.DefaultStream())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer buf.Free()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for range b.N {
+		if err := build(descs, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
+	// The process's CPU time (GC included) per block: steadier than the wall
+	// clock when other processes share the cores.
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var sink uintptr
+
+// BenchmarkPlanViews is the plan plus one View per block whose address and
+// shape are read, the way a solver walks its blocks (Coalesced.All): the
+// goal is at most 15 ns/block at 1e5 blocks. BenchmarkPlanViewIndex does
+// the same with the checked View(k).
+func BenchmarkPlanViews(b *testing.B) {
+	for _, c := range []struct {
+		n        int
+		shuffled bool
+	}{{1000, false}, {100000, false}, {100000, true}} {
+		b.Run(fmt.Sprintf("blocks=%d/shuffled-ids=%v", c.n, c.shuffled), func(b *testing.B) {
+			benchPlan(b, c.n, c.shuffled, func(descs []Desc, buf *devalloc.Buffer) error {
+				p, err := NewPlan(descs, Options{})
+				if err != nil {
+					return err
+				}
+				c, err := wrap(buf, p, 0)
+				if err != nil {
+					return err
+				}
+				for _, v := range c.All() {
+					sink += v.Addr() + uintptr(v.Rows()*v.Cols())
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func BenchmarkPlanViewIndex(b *testing.B) {
+	benchPlan(b, 100000, false, func(descs []Desc, buf *devalloc.Buffer) error {
+		p, err := NewPlan(descs, Options{})
+		if err != nil {
+			return err
+		}
+		c, err := wrap(buf, p, 0)
+		if err != nil {
+			return err
+		}
+		for k := range c.Len() {
+			v, err := c.View(k)
+			if err != nil {
+				return err
+			}
+			sink += v.Addr() + uintptr(v.Rows()*v.Cols())
+		}
+		return nil
+	})
+}
+
+// BenchmarkPlanViewSlice is the plan plus Views, which materialises a slice
+// of every view (16 bytes per block on the heap).
+func BenchmarkPlanViewSlice(b *testing.B) {
+	benchPlan(b, 100000, false, func(descs []Desc, buf *devalloc.Buffer) error {
+		p, err := NewPlan(descs, Options{})
+		if err != nil {
+			return err
+		}
+		c, err := wrap(buf, p, 0)
+		if err != nil {
+			return err
+		}
+		_, err = c.Views()
+		return err
+	})
+}
+
+// BenchmarkPlan is the plan alone.
+func BenchmarkPlan(b *testing.B) {
+	benchPlan(b, 100000, false, func(descs []Desc, _ *devalloc.Buffer) error {
+		_, err := NewPlan(descs, Options{})
+		return err
+	})
+}
+
+// BenchmarkPackHost gathers 20000 scattered blocks of 4 KiB into one buffer
+// on the host: parallel goroutines against one goroutine, in one run.
+func BenchmarkPackHost(b *testing.B) {
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	s := a.DefaultStream()
+	const n, size = 20000, 4096
+	descs := make([]Desc, n)
+	for i := range descs {
+		descs[i] = Desc{ID: uint64(i), DType: Float64, Rows: 16, Cols: size / 8 / 16}
+	}
+	p, err := NewPlan(descs, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := Alloc(a, p, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := a.Alloc(2*n*size, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	refs := make([]Ref, n)
+	for i, j := range rand.New(rand.NewPCG(3, 3)).Perm(n) {
+		refs[i] = Ref{Buf: src, Off: int64(2*j) * size}
+	}
+	m, err := NewMover(s, c, refs, CopyHost)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Touch every page once before timing either variant.
+	if err := s.Memset(src, 0, src.Size(), 1); err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Pack(s); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	parallel := m.parts
+	var perWorker [2]float64
+	for w, name := range []string{"workers=1", fmt.Sprintf("workers=%d", len(parallel))} {
+		b.Run(name, func(b *testing.B) {
+			m.parts = parallel
+			if w == 0 {
+				m.parts = []span{{0, n}}
+			}
+			b.SetBytes(n * size)
+			for range b.N {
+				if err := m.Pack(s); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perWorker[w] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			if w == 1 && perWorker[0] > 0 {
+				b.ReportMetric(perWorker[0]/perWorker[1], "x-vs-1-worker")
+			}
+		})
+	}
+	_ = m.Close()
+	_ = src.Free()
+	_ = c.Free()
+}

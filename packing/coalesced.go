@@ -1,0 +1,426 @@
+package packing
+
+import (
+	"fmt"
+	"iter"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/distbuf/distbuf/devalloc"
+)
+
+// Coalesced is one group of a plan laid out in a single devalloc Buffer: one
+// allocation, many block views. The Coalesced owns the buffer (Free releases
+// it once); views own nothing.
+type Coalesced struct {
+	plan  *Plan
+	group int
+	buf   *devalloc.Buffer
+	base  uintptr        // address of the buffer
+	host  unsafe.Pointer // the same, when Go may address the memory
+	size  int64          // the group's bytes
+	n     int            // blocks in the group
+	// members maps group positions to plan indices; nil when they are equal
+	// (a single-group plan).
+	members []int32
+	freed   atomic.Bool
+}
+
+// Alloc allocates the buffer of a single-group plan with one allocator call,
+// usable in the order of s, and zeroes its padding in the order of s. Block
+// contents are undefined until written. A plan with several destination
+// groups needs AllocGroups.
+func Alloc(a *devalloc.Allocator, p *Plan, s *devalloc.Stream) (*Coalesced, error) {
+	if p == nil {
+		return nil, fmt.Errorf("packing: alloc: nil plan: %w", ErrInvalid)
+	}
+	if len(p.groups) != 1 {
+		return nil, fmt.Errorf("packing: alloc: plan has %d destination groups, use AllocGroups: %w", len(p.groups), ErrInvalid)
+	}
+	return allocGroup(a, p, 0, s, false)
+}
+
+// AllocGroups allocates one buffer per destination group, in the order of
+// Plan.Groups: one allocator call per group.
+func AllocGroups(a *devalloc.Allocator, p *Plan, s *devalloc.Stream) ([]*Coalesced, error) {
+	if p == nil {
+		return nil, fmt.Errorf("packing: alloc groups: nil plan: %w", ErrInvalid)
+	}
+	out := make([]*Coalesced, 0, len(p.groups))
+	for g := range p.groups {
+		c, err := allocGroup(a, p, g, s, false)
+		if err != nil {
+			for _, done := range out {
+				_ = done.Free()
+			}
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// AllocPinned lays out group g of the plan in page-locked host memory: a
+// staging buffer that Go code fills through the views and that Transfer
+// moves to the device in one copy.
+func AllocPinned(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream) (*Coalesced, error) {
+	if p == nil {
+		return nil, fmt.Errorf("packing: alloc pinned: nil plan: %w", ErrInvalid)
+	}
+	if g < 0 || g >= len(p.groups) {
+		return nil, fmt.Errorf("packing: alloc pinned: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
+	}
+	return allocGroup(a, p, g, s, true)
+}
+
+func allocGroup(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream, pinned bool) (*Coalesced, error) {
+	if a == nil {
+		return nil, fmt.Errorf("packing: alloc: nil allocator: %w", ErrInvalid)
+	}
+	size := p.groups[g].Bytes
+	// An empty group still gets a (minimal) buffer so that every group is
+	// one buffer and one message.
+	n := max(size, 1)
+	var buf *devalloc.Buffer
+	var err error
+	if pinned {
+		buf, err = a.AllocPinned(n, s)
+	} else {
+		buf, err = a.Alloc(n, s)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("packing: alloc group %d (%d blocks, %d bytes): %w", g, p.groups[g].Blocks, size, err)
+	}
+	c, err := wrap(buf, p, g)
+	if err == nil {
+		err = c.zeroPadding(s)
+	}
+	if err != nil {
+		_ = buf.Free()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Wrap makes the views of group g of plan p over an existing buffer, such as
+// a received message, without copying. The buffer must hold at least the
+// group's bytes. The Coalesced takes ownership: its Free frees buf.
+func Wrap(buf *devalloc.Buffer, p *Plan, g int) (*Coalesced, error) {
+	if buf == nil || p == nil {
+		return nil, fmt.Errorf("packing: wrap: nil buffer or plan: %w", ErrInvalid)
+	}
+	if g < 0 || g >= len(p.groups) {
+		return nil, fmt.Errorf("packing: wrap: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
+	}
+	return wrap(buf, p, g)
+}
+
+func wrap(buf *devalloc.Buffer, p *Plan, g int) (*Coalesced, error) {
+	addr, size, _, err := buf.Region()
+	if err != nil {
+		return nil, fmt.Errorf("packing: wrap: %w", err)
+	}
+	need := p.groups[g].Bytes
+	if size < need {
+		return nil, fmt.Errorf("packing: wrap: buffer #%d holds %d bytes, the layout needs %d: %w", buf.ID(), size, need, ErrOutOfRange)
+	}
+	c := &Coalesced{plan: p, group: g, buf: buf, base: addr, size: need, n: p.groups[g].Blocks}
+	if len(p.groups) > 1 {
+		c.members, _ = p.Members(g)
+	}
+	if buf.Location().HostAccessible() {
+		mem, err := buf.Bytes()
+		if err != nil {
+			return nil, fmt.Errorf("packing: wrap: %w", err)
+		}
+		c.host = unsafe.Pointer(unsafe.SliceData(mem))
+	}
+	return c, nil
+}
+
+// zeroPadding clears the bytes between classes (and between blocks when
+// BlockAlign pads them) in the order of s. Device memory is cleared whole by
+// one memset: one launch is cheaper than one per gap.
+func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
+	if c.size == 0 {
+		return nil
+	}
+	if c.host == nil || c.plan.offs != nil {
+		// Device memory, or a manifest layout whose classes may interleave:
+		// clear everything (block contents are undefined until written).
+		if c.host == nil {
+			return s.Memset(c.buf, 0, c.size, 0)
+		}
+		host, n := c.host, c.size
+		return s.Enqueue(func() error { clear(unsafe.Slice((*byte)(host), n)); return nil })
+	}
+	type span struct{ off, n int64 }
+	var gaps []span
+	var cursor int64
+	for _, ci := range c.plan.groups[c.group].Classes {
+		cl := &c.plan.classes[ci]
+		if cl.Offset > cursor {
+			gaps = append(gaps, span{cursor, cl.Offset - cursor})
+		}
+		end := cl.Offset + cl.Stride*int64(cl.Count)
+		if cl.Stride > cl.BlockBytes {
+			gaps = append(gaps, span{cl.Offset, end - cl.Offset}) // padded blocks: clear the class
+		}
+		cursor = end
+	}
+	if c.size > cursor {
+		gaps = append(gaps, span{cursor, c.size - cursor})
+	}
+	if len(gaps) == 0 {
+		return nil
+	}
+	host := c.host
+	// Work on the allocating stream needs no ledger declaration.
+	return s.Enqueue(func() error {
+		for _, g := range gaps {
+			clear(unsafe.Slice((*byte)(unsafe.Add(host, g.off)), g.n))
+		}
+		return nil
+	})
+}
+
+func (c *Coalesced) check() error {
+	if c == nil {
+		return fmt.Errorf("packing: nil coalesced buffer: %w", ErrInvalid)
+	}
+	if c.freed.Load() {
+		return fmt.Errorf("packing: coalesced buffer #%d: %w", c.buf.ID(), ErrFreed)
+	}
+	return nil
+}
+
+// Plan is the layout the buffer follows.
+func (c *Coalesced) Plan() *Plan { return c.plan }
+
+// Group is the index in Plan.Groups of the group this buffer holds.
+func (c *Coalesced) Group() int { return c.group }
+
+// Dest is the destination rank of the group.
+func (c *Coalesced) Dest() int { return c.plan.groups[c.group].Dest }
+
+// Len is the number of blocks.
+func (c *Coalesced) Len() int { return c.n }
+
+// Size is the number of bytes of the layout (the message payload).
+func (c *Coalesced) Size() int64 { return c.size }
+
+// Buffer is the underlying allocation. Declare work on views with its Read
+// and Write (or with the Coalesced's own); do not Free it directly.
+func (c *Coalesced) Buffer() *devalloc.Buffer { return c.buf }
+
+// Location says where the memory lives.
+func (c *Coalesced) Location() devalloc.Location { return c.buf.Location() }
+
+// Read declares that work about to be enqueued on s reads any of the views.
+func (c *Coalesced) Read(s *devalloc.Stream) (*devalloc.Access, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.buf.Read(s)
+}
+
+// Write declares that work about to be enqueued on s writes any of the views.
+func (c *Coalesced) Write(s *devalloc.Stream) (*devalloc.Access, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c.buf.Write(s)
+}
+
+// Free releases the buffer once, after every completion recorded on it (the
+// devalloc ledger). Every later use of the Coalesced or its views returns
+// ErrFreed, a second Free included.
+func (c *Coalesced) Free() error {
+	if c == nil {
+		return fmt.Errorf("packing: free of nil coalesced buffer: %w", ErrInvalid)
+	}
+	if c.freed.Swap(true) {
+		return fmt.Errorf("packing: double free of coalesced buffer #%d: %w", c.buf.ID(), ErrFreed)
+	}
+	if err := c.buf.Free(); err != nil {
+		return fmt.Errorf("packing: free: %w", err)
+	}
+	return nil
+}
+
+// View is one block inside a Coalesced: a handle of two words that reads
+// the block's id, offset, shape, dtype and address from the plan's flat
+// arrays, so making views costs nothing per block beyond the plan itself. It
+// owns no memory: Addr and the host slices are valid until the Coalesced is
+// freed, and any access through them must be declared on the Coalesced
+// (Read/Write, then Access.Done).
+type View struct {
+	c *Coalesced
+	i int // plan index
+}
+
+func (v View) rec() *blockRec { return &v.c.plan.blocks[v.i] }
+func (v View) cls() *Class    { return &v.c.plan.classes[v.c.plan.blocks[v.i].class] }
+
+// ID is the block's id.
+func (v View) ID() uint64 { return v.rec().id }
+
+// Offset is the block's byte offset in the buffer.
+func (v View) Offset() int64 { return v.c.plan.offset(v.i) }
+
+// Addr is the block's address: a device pointer on device memory, a host
+// address otherwise. It is valid until the Coalesced is freed.
+func (v View) Addr() uintptr { return v.c.base + uintptr(v.c.plan.offset(v.i)) }
+
+// Rows is the number of rows.
+func (v View) Rows() int { return v.cls().Rows }
+
+// Cols is the number of columns.
+func (v View) Cols() int { return v.cls().Cols }
+
+// DType is the element type.
+func (v View) DType() DType { return v.cls().DType }
+
+// Bytes is the size of the block's elements.
+func (v View) Bytes() int64 { return v.cls().BlockBytes }
+
+// Len is the number of elements.
+func (v View) Len() int { cl := v.cls(); return cl.Rows * cl.Cols }
+
+// PlanIndex is the block's index in the plan's descriptor list.
+func (v View) PlanIndex() int { return v.i }
+
+// Coalesced is the buffer the view belongs to.
+func (v View) Coalesced() *Coalesced { return v.c }
+
+// Desc is the block's descriptor.
+func (v View) Desc() Desc {
+	cl := v.cls()
+	return Desc{ID: v.rec().id, DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: v.c.Dest()}
+}
+
+// View returns the block at group position k.
+func (c *Coalesced) View(k int) (View, error) {
+	if c != nil && uint(k) < uint(c.n) && !c.freed.Load() {
+		return c.viewAt(k), nil
+	}
+	return View{}, c.viewError(k)
+}
+
+func (c *Coalesced) viewError(k int) error {
+	if err := c.check(); err != nil { // nil or freed
+		return err
+	}
+	return fmt.Errorf("packing: view %d of a buffer with %d blocks: %w", k, c.Len(), ErrOutOfRange)
+}
+
+// Lookup returns the view of the block with the given id.
+func (c *Coalesced) Lookup(id uint64) (View, error) {
+	if err := c.check(); err != nil {
+		return View{}, err
+	}
+	i, ok := c.plan.Index(id)
+	if !ok || c.plan.classes[c.plan.blocks[i].class].Group != c.group {
+		return View{}, fmt.Errorf("packing: no block with id %d in this buffer: %w", id, ErrOutOfRange)
+	}
+	return View{c: c, i: i}, nil
+}
+
+// All iterates over the views in group-position order, the cheapest way to
+// walk a buffer's blocks (nothing is allocated). Over a freed buffer it
+// yields nothing: check Len or use View for an error.
+func (c *Coalesced) All() iter.Seq2[int, View] {
+	return func(yield func(int, View) bool) {
+		if c == nil || c.freed.Load() {
+			return
+		}
+		for k := range c.n {
+			i := k
+			if c.members != nil {
+				i = int(c.members[k])
+			}
+			if !yield(k, View{c: c, i: i}) {
+				return
+			}
+		}
+	}
+}
+
+// Views returns every view in group-position order.
+func (c *Coalesced) Views() ([]View, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	out := make([]View, c.n)
+	for k := range out {
+		i := k
+		if c.members != nil {
+			i = int(c.members[k])
+		}
+		out[k] = View{c: c, i: i}
+	}
+	return out, nil
+}
+
+// hostPtr returns the block's host address after checking that it may be used.
+func (v View) hostPtr(want DType) (unsafe.Pointer, error) {
+	if v.c == nil {
+		return nil, fmt.Errorf("packing: zero View: %w", ErrInvalid)
+	}
+	if err := v.c.check(); err != nil {
+		return nil, err
+	}
+	if want != 0 && v.DType() != want {
+		return nil, fmt.Errorf("packing: block id %d holds %s, not %s: %w", v.ID(), v.DType(), want, ErrInvalid)
+	}
+	if v.c.host == nil {
+		return nil, fmt.Errorf("packing: block id %d is in %s memory: %w", v.ID(), v.c.buf.Location(), ErrNotHostAccessible)
+	}
+	return unsafe.Add(v.c.host, v.Offset()), nil
+}
+
+// Raw is the block's bytes on host-accessible memory (host backend, pinned).
+func (v View) Raw() ([]byte, error) {
+	p, err := v.hostPtr(0)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), v.Bytes()), nil
+}
+
+// Float32s is the block's elements, row-major, for a Float32 block on
+// host-accessible memory.
+func (v View) Float32s() ([]float32, error) {
+	p, err := v.hostPtr(Float32)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*float32)(p), v.Len()), nil
+}
+
+// Float64s is the block's elements for a Float64 block.
+func (v View) Float64s() ([]float64, error) {
+	p, err := v.hostPtr(Float64)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*float64)(p), v.Len()), nil
+}
+
+// Complex64s is the block's elements for a Complex64 block.
+func (v View) Complex64s() ([]complex64, error) {
+	p, err := v.hostPtr(Complex64)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*complex64)(p), v.Len()), nil
+}
+
+// Complex128s is the block's elements for a Complex128 block.
+func (v View) Complex128s() ([]complex128, error) {
+	p, err := v.hostPtr(Complex128)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*complex128)(p), v.Len()), nil
+}

@@ -1,0 +1,397 @@
+package packing
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCoalescedOneAllocation(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) {
+			a := bc.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			descs := mixedDescs(10000, 21)
+			p, err := NewPlan(descs, Options{})
+			require.NoError(t, err)
+			before := a.Stats()
+			c, err := Alloc(a, p, s)
+			require.NoError(t, err)
+			after := a.Stats()
+			require.EqualValues(t, 1, after.AllocCalls-before.AllocCalls, "one Alloc for 10000 blocks")
+			require.EqualValues(t, 1, after.BackendCalls-before.BackendCalls, "one backend call for 10000 blocks")
+			require.EqualValues(t, 1, after.LiveBuffers-before.LiveBuffers)
+			require.Equal(t, p.Groups()[0].Bytes, c.Size())
+			require.NoError(t, c.Free())
+			require.EqualValues(t, 1, a.Stats().Frees-before.Frees, "one free")
+		})
+	}
+}
+
+func TestCoalescedGroupsOneAllocationEach(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	descs := mixedDescs(3000, 22)
+	for i := range descs {
+		descs[i].Dest = i % 4
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	_, err = Alloc(a, p, s)
+	require.ErrorIs(t, err, ErrInvalid, "a multi-destination plan needs AllocGroups")
+	before := a.Stats()
+	cs, err := AllocGroups(a, p, s)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, a.Stats().AllocCalls-before.AllocCalls, "one allocation per destination, not per block")
+	require.EqualValues(t, 4, a.Stats().BackendCalls-before.BackendCalls)
+	for g, c := range cs {
+		require.Equal(t, g, c.Dest())
+		require.Equal(t, 750, c.Len())
+		views, err := c.Views()
+		require.NoError(t, err)
+		for k, v := range views {
+			require.Equal(t, descs[4*k+g].ID, v.ID(), "group positions follow list order")
+			require.Equal(t, g, v.Desc().Dest)
+		}
+		require.NoError(t, c.Free())
+	}
+}
+
+func TestCoalescedPaddingZero(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) {
+			a := bc.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			descs := []Desc{
+				{ID: 1, DType: Float32, Rows: 3, Cols: 1}, // 12 bytes, then padding to 256
+				{ID: 2, DType: Complex128, Rows: 2, Cols: 1},
+				{ID: 3, DType: Float32, Rows: 3, Cols: 1},
+				{ID: 4, DType: Float64, Rows: 1, Cols: 3},
+			}
+			for _, opts := range []Options{{}, {BlockAlign: 64}} {
+				p, err := NewPlan(descs, opts)
+				require.NoError(t, err)
+				// Leave garbage where the buffer will go: the pool reuses freed memory.
+				junk, err := a.Alloc(p.Groups()[0].Bytes, s)
+				require.NoError(t, err)
+				require.NoError(t, s.Memset(junk, 0, junk.Size(), 0xAB))
+				require.NoError(t, junk.Free())
+				require.NoError(t, s.Synchronize())
+				c, err := Alloc(a, p, s)
+				require.NoError(t, err)
+				views, err := c.Views()
+				require.NoError(t, err)
+				// Fill every block with 0xFF; everything else must read zero.
+				fill := make([][]byte, len(views))
+				for k, v := range views {
+					fill[k] = bytes.Repeat([]byte{0xFF}, int(v.Bytes()))
+				}
+				require.NoError(t, PackHost(s, c, fill))
+				mem := readAll(t, s, c.Buffer())[:c.Size()]
+				inBlock := make([]bool, len(mem))
+				for _, v := range views {
+					for b := v.Offset(); b < v.Offset()+v.Bytes(); b++ {
+						inBlock[b] = true
+					}
+				}
+				for i, b := range mem {
+					if inBlock[i] {
+						require.Equal(t, byte(0xFF), b, "block byte %d", i)
+					} else {
+						require.Zero(t, b, "padding byte %d (options %+v)", i, opts)
+					}
+				}
+				require.NoError(t, c.Free())
+			}
+		})
+	}
+}
+
+func TestViewsAndAccessors(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	descs := []Desc{
+		{ID: 7, DType: Float64, Rows: 2, Cols: 3},
+		{ID: 8, DType: Float32, Rows: 1, Cols: 4},
+		{ID: 9, DType: Complex64, Rows: 2, Cols: 2},
+		{ID: 10, DType: Complex128, Rows: 1, Cols: 1},
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	c, err := Alloc(a, p, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Synchronize())
+	base, err := c.Buffer().Addr()
+	require.NoError(t, err)
+	for k, d := range descs {
+		v, err := c.View(k)
+		require.NoError(t, err)
+		_, off, _ := p.Block(k)
+		require.Equal(t, d.ID, v.ID())
+		require.Equal(t, off, v.Offset())
+		require.Equal(t, base+uintptr(off), v.Addr())
+		require.Equal(t, [3]any{d.DType, d.Rows, d.Cols}, [3]any{v.DType(), v.Rows(), v.Cols()})
+		require.Equal(t, d.Bytes(), v.Bytes())
+		raw, err := v.Raw()
+		require.NoError(t, err)
+		require.Len(t, raw, int(d.Bytes()))
+	}
+	v0, _ := c.View(0)
+	f64, err := v0.Float64s()
+	require.NoError(t, err)
+	require.Len(t, f64, 6)
+	f64[5] = math.Pi
+	raw, _ := v0.Raw()
+	require.Equal(t, math.Float64bits(math.Pi), binary.LittleEndian.Uint64(raw[40:]))
+	_, err = v0.Float32s()
+	require.ErrorIs(t, err, ErrInvalid, "dtype mismatch")
+	v1, _ := c.View(1)
+	f32, err := v1.Float32s()
+	require.NoError(t, err)
+	require.Len(t, f32, 4)
+	v2, _ := c.View(2)
+	c64, err := v2.Complex64s()
+	require.NoError(t, err)
+	require.Len(t, c64, 4)
+	v3, err := c.Lookup(10)
+	require.NoError(t, err)
+	c128, err := v3.Complex128s()
+	require.NoError(t, err)
+	require.Len(t, c128, 1)
+	_, err = c.Lookup(99)
+	require.ErrorIs(t, err, ErrOutOfRange)
+	_, err = c.View(4)
+	require.ErrorIs(t, err, ErrOutOfRange)
+	_, err = c.View(-1)
+	require.ErrorIs(t, err, ErrOutOfRange)
+
+	// Use after free: the Coalesced, every view, a second Free.
+	require.NoError(t, c.Free())
+	_, err = c.View(0)
+	require.ErrorIs(t, err, ErrFreed)
+	_, err = v0.Float64s()
+	require.ErrorIs(t, err, ErrFreed)
+	_, err = v3.Raw()
+	require.ErrorIs(t, err, ErrFreed)
+	_, err = c.Views()
+	require.ErrorIs(t, err, ErrFreed)
+	_, err = c.Write(s)
+	require.ErrorIs(t, err, ErrFreed)
+	require.ErrorIs(t, c.Free(), ErrFreed)
+}
+
+func TestDeviceViewsHaveNoHostSlice(t *testing.T) {
+	a := openCUDA(t)
+	defer closeClean(t, a)
+	p, err := NewPlan([]Desc{{ID: 1, DType: Float64, Rows: 2, Cols: 2}}, Options{})
+	require.NoError(t, err)
+	c, err := Alloc(a, p, a.DefaultStream())
+	require.NoError(t, err)
+	v, err := c.View(0)
+	require.NoError(t, err)
+	require.NotZero(t, v.Addr())
+	_, err = v.Float64s()
+	require.ErrorIs(t, err, ErrNotHostAccessible)
+	require.NoError(t, c.Free())
+}
+
+// TestFreeAfterLastViewCompletion: work on a view declared on another
+// stream keeps the memory until it completes, and Free neither blocks nor
+// frees twice.
+func TestFreeAfterLastViewCompletion(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	p, err := NewPlan(mixedDescs(100, 30), Options{})
+	require.NoError(t, err)
+	c, err := Alloc(a, p, s)
+	require.NoError(t, err)
+	v, err := c.View(0)
+	require.NoError(t, err)
+	f, err := v.Float64s()
+	require.NoError(t, err)
+	gate := make(chan struct{})
+	wrote := make(chan struct{})
+	w, err := c.Write(s2)
+	require.NoError(t, err)
+	require.NoError(t, s2.Enqueue(func() error {
+		<-gate
+		f[0] = 42 // the memory is still ours: Free waits for this completion
+		close(wrote)
+		return nil
+	}))
+	require.NoError(t, w.Done())
+	before := a.Stats()
+	require.NoError(t, c.Free()) // must not block on the gated work
+	require.EqualValues(t, 1, a.Stats().Frees-before.Frees)
+	select {
+	case <-wrote:
+		t.Fatal("the write ran before the gate opened")
+	default:
+	}
+	close(gate)
+	require.NoError(t, s2.Synchronize())
+	require.NoError(t, a.Sync())
+	require.EqualValues(t, before.LiveBuffers-1, a.Stats().LiveBuffers, "released once, after the view's work")
+	_, err = c.View(0)
+	require.ErrorIs(t, err, ErrFreed)
+}
+
+func TestWrapReceivedBuffer(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) {
+			a := bc.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			descs := mixedDescs(500, 31)
+			p, err := NewPlan(descs, Options{})
+			require.NoError(t, err)
+			sender, err := Alloc(a, p, s)
+			require.NoError(t, err)
+			src := make([][]byte, len(descs))
+			for k, d := range descs {
+				src[k] = bytes.Repeat([]byte{byte(k)}, int(d.Bytes()))
+			}
+			require.NoError(t, PackHost(s, sender, src))
+			// The "message": manifest plus payload copied into a fresh buffer.
+			entries, size, err := p.Manifest(0)
+			require.NoError(t, err)
+			recvBuf, err := a.Alloc(size, s)
+			require.NoError(t, err)
+			require.NoError(t, s.Copy(recvBuf, 0, sender.Buffer(), 0, size))
+			q, err := FromManifest(entries, size)
+			require.NoError(t, err)
+			before := a.Stats()
+			recv, err := Wrap(recvBuf, q, 0)
+			require.NoError(t, err)
+			require.Equal(t, before.AllocCalls, a.Stats().AllocCalls, "wrapping allocates nothing")
+			out := make([][]byte, len(descs))
+			for k, d := range descs {
+				out[k] = make([]byte, d.Bytes())
+			}
+			require.NoError(t, UnpackHost(s, recv, out))
+			require.NoError(t, s.Synchronize())
+			require.Equal(t, src, out)
+			require.NoError(t, recv.Free())
+			_, err = recvBuf.Addr()
+			require.ErrorIs(t, err, devalloc.ErrFreed, "the Coalesced owns the wrapped buffer")
+			// A buffer too small for the layout.
+			small, err := a.Alloc(size/2, s)
+			require.NoError(t, err)
+			_, err = Wrap(small, q, 0)
+			require.ErrorIs(t, err, ErrOutOfRange)
+			_, err = Wrap(small, q, 1)
+			require.ErrorIs(t, err, ErrOutOfRange)
+			require.NoError(t, small.Free())
+			require.NoError(t, sender.Free())
+		})
+	}
+}
+
+func TestAllocManifestLayoutZeroed(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	// Two classes interleaved, with holes: only a manifest can say this.
+	entries := []Entry{
+		{ID: 1, DType: Float64, Rows: 1, Cols: 1, Offset: 0},
+		{ID: 2, DType: Float32, Rows: 1, Cols: 2, Offset: 16},
+		{ID: 3, DType: Float64, Rows: 1, Cols: 1, Offset: 40},
+	}
+	p, err := FromManifest(entries, 64)
+	require.NoError(t, err)
+	junk, err := a.Alloc(64, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(junk, 0, 64, 0xCD))
+	require.NoError(t, junk.Free())
+	require.NoError(t, s.Synchronize())
+	c, err := Alloc(a, p, s)
+	require.NoError(t, err)
+	require.Equal(t, make([]byte, 64), readAll(t, s, c.Buffer())[:64])
+	require.NoError(t, c.Free())
+}
+
+func TestMillionBlocksOneAllocation(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	descs := make([]Desc, 1_000_000)
+	for i := range descs {
+		descs[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + i%2, Cols: 1 + i%3}
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	before := a.Stats()
+	c, err := Alloc(a, p, s)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, a.Stats().BackendCalls-before.BackendCalls)
+	views, err := c.Views()
+	require.NoError(t, err)
+	require.Len(t, views, 1_000_000)
+	base, err := c.Buffer().Addr()
+	require.NoError(t, err)
+	last := views[len(views)-1]
+	require.LessOrEqual(t, last.Addr()+uintptr(last.Bytes()), base+uintptr(c.Size()))
+	// Write every block through its view, read a few back.
+	w, err := c.Write(s)
+	require.NoError(t, err)
+	require.NoError(t, s.Enqueue(func() error {
+		for _, v := range views {
+			f, err := v.Float32s()
+			if err != nil {
+				return err
+			}
+			f[len(f)-1] = float32(v.ID())
+		}
+		return nil
+	}))
+	require.NoError(t, w.Done())
+	require.NoError(t, s.Synchronize())
+	for _, k := range []int{0, 1, 499_999, 999_999} {
+		f, err := views[k].Float32s()
+		require.NoError(t, err)
+		require.Equal(t, float32(k), f[len(f)-1])
+	}
+	require.NoError(t, c.Free())
+}
+
+func TestAllViews(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	descs := mixedDescs(50, 70)
+	for i := range descs {
+		descs[i].Dest = i % 2
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	cs, err := AllocGroups(a, p, a.DefaultStream())
+	require.NoError(t, err)
+	for g, c := range cs {
+		want, err := c.Views()
+		require.NoError(t, err)
+		var got []View
+		for k, v := range c.All() {
+			require.Equal(t, len(got), k)
+			got = append(got, v)
+			require.Equal(t, descs[2*k+g].ID, v.ID())
+		}
+		require.Equal(t, want, got)
+		for range c.All() {
+			break // stopping early is fine
+		}
+		require.NoError(t, c.Free())
+		for range c.All() {
+			t.Fatal("a freed buffer yields no views")
+		}
+	}
+}

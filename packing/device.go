@@ -1,0 +1,270 @@
+package packing
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/nvrtc"
+)
+
+// copyKernelSource is the gather/scatter kernel, compiled at run time by
+// NVRTC for the device's own architecture (see doc.go). Each entry of the
+// table is three 64-bit words: the scattered address, the block address and
+// the byte count (blocks over maxChunk bytes are split into several
+// entries, so that big blocks spread over many thread blocks); reverse
+// copies block to scattered. One thread block per entry in a grid-stride
+// loop; with 16-byte alignment each thread keeps two 16-byte loads in
+// flight before storing, which is what a 4 KiB block of 128 threads needs.
+const copyKernelSource = `
+extern "C" __global__ void distbuf_copy_table(const unsigned long long *__restrict__ table, int n, int reverse)
+{
+	for (int e = blockIdx.x; e < n; e += gridDim.x) {
+		unsigned long long a = __ldg(table + 3ull * e);
+		unsigned long long b = __ldg(table + 3ull * e + 1);
+		unsigned long long bytes = __ldg(table + 3ull * e + 2);
+		const char *src = (const char *)(reverse ? b : a);
+		char *dst = (char *)(reverse ? a : b);
+		unsigned long long m = a | b | bytes;
+		unsigned long long i = threadIdx.x, step = blockDim.x;
+		if ((m & 15) == 0) {
+			const uint4 *__restrict__ s = (const uint4 *)src;
+			uint4 *__restrict__ d = (uint4 *)dst;
+			unsigned long long n16 = bytes >> 4;
+			for (; i + step < n16; i += 2 * step) {
+				uint4 v0 = s[i], v1 = s[i + step];
+				d[i] = v0;
+				d[i + step] = v1;
+			}
+			if (i < n16)
+				d[i] = s[i];
+		} else if ((m & 7) == 0) {
+			const unsigned long long *__restrict__ s = (const unsigned long long *)src;
+			unsigned long long *__restrict__ d = (unsigned long long *)dst;
+			for (; i < (bytes >> 3); i += step)
+				d[i] = s[i];
+		} else if ((m & 3) == 0) {
+			const unsigned int *__restrict__ s = (const unsigned int *)src;
+			unsigned int *__restrict__ d = (unsigned int *)dst;
+			for (; i < (bytes >> 2); i += step)
+				d[i] = s[i];
+		} else {
+			for (; i < bytes; i += step)
+				dst[i] = src[i];
+		}
+	}
+}
+`
+
+const (
+	copyKernelName    = "distbuf_copy_table"
+	copyKernelThreads = 128
+	tableEntryBytes   = 24
+	maxGrid           = 1 << 20
+	// maxChunk bounds one table entry; a multiple of 16 keeps the pieces of
+	// an aligned block aligned.
+	maxChunk = 64 << 10
+)
+
+type deviceKernel struct {
+	once sync.Once
+	k    cukernel.Kernel
+	err  error
+}
+
+var kernels sync.Map // device ordinal -> *deviceKernel
+
+// copyKernel compiles and loads the kernel for a device once; a failure is
+// remembered, so CopyAuto falls back without retrying.
+func copyKernel(rt *cukernel.Runtime, dev int) (cukernel.Kernel, error) {
+	v, _ := kernels.LoadOrStore(dev, &deviceKernel{})
+	dk := v.(*deviceKernel)
+	dk.once.Do(func() {
+		if dk.err = rt.CanLaunch(); dk.err != nil {
+			return
+		}
+		major, minor, err := rt.ComputeCapability(dev)
+		if err != nil {
+			dk.err = err
+			return
+		}
+		nv, err := nvrtc.Load()
+		if err != nil {
+			dk.err = err
+			return
+		}
+		arch := fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor)
+		image, err := nv.Compile(copyKernelSource, "distbuf_copy.cu", []string{arch}, true)
+		if err != nil {
+			dk.err = err
+			return
+		}
+		dk.k, dk.err = rt.LoadKernel(dev, image, copyKernelName)
+	})
+	return dk.k, dk.err
+}
+
+// KernelStatus reports whether the gather/scatter kernel is usable on the
+// device: nil, or why not (no runtime, no NVRTC, a compile error).
+func KernelStatus(dev int) error {
+	rt, err := cukernel.Load()
+	if err != nil {
+		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
+	}
+	if _, err := copyKernel(rt, dev); err != nil {
+		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (m *Mover) prepareDevice(s *devalloc.Stream, refs []Ref, sizes []int64, method CopyMethod, auto, needsDevice bool) error {
+	if needsDevice {
+		return fmt.Errorf("packing: mover: the kernel needs every ref in device memory: %w", ErrUnavailable)
+	}
+	rt, err := cukernel.Load()
+	if err != nil {
+		return fmt.Errorf("packing: mover: %w: %w", ErrUnavailable, err)
+	}
+	n := len(refs)
+	m.blkAddr, m.refAddr, m.sizes = make([]uintptr, n), make([]uintptr, n), make([]uintptr, n)
+	for k, r := range refs {
+		base, _, _, err := r.Buf.Region()
+		if err != nil {
+			return fmt.Errorf("packing: mover: %w", err)
+		}
+		m.refAddr[k] = base + uintptr(r.Off)
+		m.blkAddr[k] = m.c.viewAt(k).Addr()
+		m.sizes[k] = uintptr(sizes[k])
+	}
+	if method == CopyKernel {
+		_, kerr := copyKernel(rt, m.dev)
+		switch {
+		case kerr == nil:
+			m.method = CopyKernel
+			return m.uploadTable(s)
+		case !auto:
+			return fmt.Errorf("packing: mover: %w: %w", ErrUnavailable, kerr)
+		}
+		m.fallback = "gather kernel unavailable: " + kerr.Error()
+		method = CopyBatch
+	}
+	if method == CopyBatch && !rt.HasMemcpyBatch() {
+		if !auto {
+			return fmt.Errorf("packing: mover: cudaMemcpyBatchAsync needs CUDA 12.8, runtime is %d: %w", rt.Version(), ErrUnavailable)
+		}
+		method = CopyPerBlock
+	}
+	m.method = method
+	return nil
+}
+
+// uploadTable writes the kernel's table into pinned memory in the order of
+// s and copies it to the device.
+// tableEntry is one row of the kernel's table.
+type tableEntry struct{ ref, blk, n uintptr }
+
+// kernelTable cuts every block into pieces of at most maxChunk bytes.
+func kernelTable(refAddr, blkAddr, sizes []uintptr) []tableEntry {
+	entries := make([]tableEntry, 0, len(sizes))
+	for k, sz := range sizes {
+		for off := uintptr(0); off < sz; off += maxChunk {
+			entries = append(entries, tableEntry{refAddr[k] + off, blkAddr[k] + off, min(maxChunk, sz-off)})
+		}
+	}
+	return entries
+}
+
+func (m *Mover) uploadTable(s *devalloc.Stream) error {
+	entries := kernelTable(m.refAddr, m.blkAddr, m.sizes)
+	n := len(entries)
+	if n == 0 {
+		return nil
+	}
+	if n > math.MaxInt32 {
+		return fmt.Errorf("packing: mover table of %d entries: %w", n, ErrOverflow)
+	}
+	m.entries = n
+	a := m.c.buf.Allocator()
+	bytes := int64(n) * tableEntryBytes
+	pin, err := a.AllocPinned(bytes, s)
+	if err != nil {
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	defer func() { _ = pin.Free() }()
+	mem, err := pin.Bytes()
+	if err != nil {
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	// Work on the allocating stream needs no ledger declaration.
+	if err := s.Enqueue(func() error {
+		for k, e := range entries {
+			row := mem[k*tableEntryBytes : (k+1)*tableEntryBytes]
+			binary.LittleEndian.PutUint64(row[0:], uint64(e.ref))
+			binary.LittleEndian.PutUint64(row[8:], uint64(e.blk))
+			binary.LittleEndian.PutUint64(row[16:], uint64(e.n))
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	tab, err := a.Alloc(bytes, s)
+	if err != nil {
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	if err := s.Copy(tab, 0, pin, 0, bytes); err != nil {
+		_ = tab.Free()
+		return fmt.Errorf("packing: mover table: %w", err)
+	}
+	m.table = tab
+	return nil
+}
+
+func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
+	n := len(m.sizes)
+	if n == 0 {
+		return nil
+	}
+	rt, err := cukernel.Load()
+	if err != nil {
+		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
+	}
+	stream := s.Handle()
+	dst, src := m.blkAddr, m.refAddr
+	if unpack {
+		dst, src = src, dst
+	}
+	switch m.method {
+	case CopyKernel:
+		k, err := copyKernel(rt, m.dev)
+		if err != nil {
+			return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
+		}
+		table, err := m.table.Addr()
+		if err != nil {
+			return fmt.Errorf("packing: %w", err)
+		}
+		rev := int32(0)
+		if unpack {
+			rev = 1
+		}
+		err = rt.LaunchPtrIntInt(m.dev, k, min(m.entries, maxGrid), copyKernelThreads, stream, table, int32(m.entries), rev)
+		if err != nil {
+			return fmt.Errorf("packing: gather kernel: %w", err)
+		}
+	case CopyBatch:
+		if err := rt.MemcpyBatch(m.dev, stream, dst, src, m.sizes); err != nil {
+			return fmt.Errorf("packing: %w", err)
+		}
+	case CopyPerBlock:
+		if err := rt.MemcpyEach(m.dev, stream, dst, src, m.sizes); err != nil {
+			return fmt.Errorf("packing: %w", err)
+		}
+	default:
+		return errors.New("packing: unknown device copy method")
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+// Package packing lays out many small blocks in one buffer: one allocation,
+// one strided batch per shape class, one message per destination rank.
+//
+// # Layout
+//
+// NewPlan maps block descriptors (id, dtype, rows, cols, destination rank)
+// to byte offsets in two passes, as DBCSR does: the first classifies every
+// block into its (destination, dtype, shape) class and counts it, the second
+// prefix-sums the classes into offsets. Each destination is a group with its
+// own buffer; inside a group, classes come in order of first appearance,
+// each starting on an Options.Align boundary (256 B by default), and a
+// class's blocks follow one another in list order at a constant stride (the
+// block size rounded up to Options.BlockAlign, by default tightly packed),
+// so that every class is one strided batch for gemm. Padding is zero. Blocks
+// are row-major. The plan is deterministic: the same list and options give
+// the same layout on every rank. A plan stores 16 bytes per block and
+// computes offsets from its class table, so planning and walking 10^5 blocks
+// costs a few nanoseconds per block (BenchmarkPlanViews).
+//
+// # Buffers, views and lifetimes
+//
+// Alloc (AllocGroups for several destinations) makes a Coalesced with one
+// devalloc allocation per group, whatever the number of blocks. A View is a
+// two-word handle on one block: id, offset, shape, dtype, address, and on
+// host-accessible memory typed slices (Float64s...). Views own nothing;
+// Coalesced.All walks them without allocating, View(k) checks its index.
+// Work on views is declared on the Coalesced (Read/Write, then Access.Done,
+// the devalloc ledger), so Free, called once, releases the memory only after
+// the last completion of any view's work. After Free, the Coalesced and every
+// view report ErrFreed. Wrap turns an existing buffer, such as a received
+// message, into a Coalesced without copying; FromManifest rebuilds the plan
+// of a received manifest after checking it (bounds, alignment, overlaps,
+// duplicate ids); Manifest lists what a receiver needs.
+//
+// # Pack and unpack
+//
+// A Mover copies blocks between their scattered locations (one Ref, a
+// buffer and offset, per block) and the Coalesced, in stream order with
+// ledger declarations on every buffer involved. On host memory the copies
+// run on goroutines (errgroup), balanced by bytes. On device memory a
+// gather/scatter kernel reads an offset table (scattered address, block
+// address, bytes; uploaded once per Mover) and moves 16 bytes per thread
+// when alignment allows. The kernel is CUDA C++ kept in this package and
+// compiled at run time by NVRTC for the device's own architecture, then
+// loaded with cudaLibraryLoadData and launched with cudaLaunchKernel (CUDA
+// 12.8+): no toolkit is needed at build time and no PTX is shipped, at the
+// cost of one compilation (tens of milliseconds) per process and device.
+// When NVRTC or the launch API is missing, CopyAuto falls back to one
+// cudaMemcpyBatchAsync (CUDA 12.8+, 13 signature chosen by the runtime
+// version), else to one cudaMemcpyAsync per block, and says why in
+// Mover.FallbackReason. PackHost and UnpackHost take Go slices; on a device
+// they pack into pinned memory and move it with one copy, as Transfer does
+// for a buffer packed on the host with AllocPinned.
+package packing

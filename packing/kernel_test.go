@@ -1,0 +1,85 @@
+package packing
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCopyKernelRaw checks the NVRTC-built gather/scatter kernel on memory
+// from cudaMalloc, without devalloc: every alignment branch (16, 8, 4 and 1
+// byte), both directions.
+func TestCopyKernelRaw(t *testing.T) {
+	rt, err := cukernel.Load()
+	if err == nil {
+		_, _, err = rt.ComputeCapability(0)
+	}
+	if err != nil {
+		if requireGPU() {
+			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but the CUDA runtime is unusable: %v", err)
+		}
+		t.Skipf("CUDA runtime unavailable: %v", err)
+	}
+	k, err := copyKernel(rt, 0)
+	require.NoError(t, err, "the kernel must build on the GPU machine (NVRTC, CUDA 12.8+)")
+	const size = 1 << 16
+	scat, err := rt.Malloc(0, size)
+	require.NoError(t, err)
+	defer rt.Free(0, scat)
+	blk, err := rt.Malloc(0, size)
+	require.NoError(t, err)
+	defer rt.Free(0, blk)
+	tab, err := rt.Malloc(0, 4*tableEntryBytes)
+	require.NoError(t, err)
+	defer rt.Free(0, tab)
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*13 + 1)
+	}
+	// {scattered offset, block offset, bytes}: 16-, 8-, 4- and 1-aligned.
+	entries := [][3]uint64{{0, 4096, 4096}, {10008, 0, 1000}, {20004, 9000, 44}, {30001, 12001, 333}}
+	table := make([]byte, len(entries)*tableEntryBytes)
+	for i, e := range entries {
+		binary.LittleEndian.PutUint64(table[24*i:], uint64(scat)+e[0])
+		binary.LittleEndian.PutUint64(table[24*i+8:], uint64(blk)+e[1])
+		binary.LittleEndian.PutUint64(table[24*i+16:], e[2])
+	}
+	require.NoError(t, rt.CopyToDevice(0, tab, table))
+	for _, reverse := range []int32{0, 1} {
+		from, to := scat, blk
+		if reverse == 1 {
+			from, to = blk, scat
+		}
+		require.NoError(t, rt.CopyToDevice(0, from, data))
+		require.NoError(t, rt.CopyToDevice(0, to, make([]byte, size)))
+		require.NoError(t, rt.LaunchPtrIntInt(0, k, 2, copyKernelThreads, 0, tab, int32(len(entries)), reverse))
+		require.NoError(t, rt.Synchronize(0))
+		got := make([]byte, size)
+		require.NoError(t, rt.CopyFromDevice(0, got, to))
+		want := make([]byte, size)
+		for _, e := range entries {
+			src, dst := e[0], e[1]
+			if reverse == 1 {
+				src, dst = dst, src
+			}
+			copy(want[dst:dst+e[2]], data[src:src+e[2]])
+		}
+		require.True(t, bytes.Equal(want, got), "reverse=%d", reverse)
+	}
+}
+
+func TestKernelTableChunks(t *testing.T) {
+	got := kernelTable([]uintptr{1000, 1 << 30}, []uintptr{0, 1 << 20}, []uintptr{16, maxChunk*2 + 48})
+	require.Equal(t, []tableEntry{
+		{1000, 0, 16},
+		{1 << 30, 1 << 20, maxChunk},
+		{1<<30 + maxChunk, 1<<20 + maxChunk, maxChunk},
+		{1<<30 + 2*maxChunk, 1<<20 + 2*maxChunk, 48},
+	}, got)
+	for _, e := range got[1:] {
+		require.Zero(t, (e.ref|e.blk)%16, "pieces of an aligned block stay aligned")
+	}
+}

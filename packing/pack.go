@@ -1,0 +1,509 @@
+package packing
+
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"unsafe"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"golang.org/x/sync/errgroup"
+)
+
+// Ref locates a block's bytes outside a coalesced buffer: an offset in some
+// devalloc Buffer (a tensor's storage, a separately allocated block, a
+// pinned staging area). The scattered side of a pack or unpack is one Ref per
+// block, in group-position order.
+type Ref struct {
+	Buf *devalloc.Buffer
+	Off int64
+}
+
+// CopyMethod is how a Mover moves bytes.
+type CopyMethod int
+
+const (
+	// CopyAuto picks CopyHost when every byte is host-accessible, else
+	// CopyKernel when everything is device memory and the kernel can be
+	// built, else CopyBatch when the runtime has it, else CopyPerBlock.
+	CopyAuto CopyMethod = iota
+	// CopyHost copies on the host with goroutines, inside the stream's order.
+	CopyHost
+	// CopyKernel runs the gather/scatter kernel over an offset table.
+	CopyKernel
+	// CopyBatch enqueues one cudaMemcpyBatchAsync.
+	CopyBatch
+	// CopyPerBlock enqueues one cudaMemcpyAsync per block.
+	CopyPerBlock
+)
+
+func (m CopyMethod) String() string {
+	switch m {
+	case CopyAuto:
+		return "auto"
+	case CopyHost:
+		return "host"
+	case CopyKernel:
+		return "kernel"
+	case CopyBatch:
+		return "memcpy-batch"
+	case CopyPerBlock:
+		return "memcpy-per-block"
+	}
+	return fmt.Sprintf("CopyMethod(%d)", int(m))
+}
+
+// Mover moves the blocks of a Coalesced to and from their scattered
+// locations, repeatedly: the validation, the address table and (for the
+// kernel) its device copy are made once by NewMover. A Mover owns its device
+// table until Close; it does not own the Coalesced or the Refs' buffers.
+type Mover struct {
+	c        *Coalesced
+	bufs     []*devalloc.Buffer // distinct buffers of the refs
+	method   CopyMethod
+	fallback string
+	bytes    int64
+	dev      int
+
+	// CopyHost: block and ref host addresses, sizes, and the split of the
+	// blocks among workers (balanced by bytes).
+	blkHost, refHost []unsafe.Pointer
+	parts            []span
+
+	// Device methods: addresses and sizes; table is the kernel's copy of them.
+	blkAddr, refAddr, sizes []uintptr
+	table                   *devalloc.Buffer
+	entries                 int // rows of the kernel's table
+	closed                  bool
+}
+
+type span struct{ lo, hi int }
+
+// NewMover validates refs (one per block of c, in group-position order, each
+// range inside its buffer, none overlapping another or c's own buffer) and
+// prepares the copy. Setup work (the kernel's table upload) is enqueued on s.
+func NewMover(s *devalloc.Stream, c *Coalesced, refs []Ref, method CopyMethod) (*Mover, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, fmt.Errorf("packing: mover: nil stream: %w", ErrInvalid)
+	}
+	n := c.Len()
+	if len(refs) != n {
+		return nil, fmt.Errorf("packing: mover: %d refs for %d blocks: %w", len(refs), n, ErrInvalid)
+	}
+	m := &Mover{c: c, dev: c.buf.Allocator().Device()}
+	sizes := make([]int64, n)
+	allHost := c.host != nil
+	allDevice := c.Location() == devalloc.OnDevice
+	seen := make(map[*devalloc.Buffer]int)
+	for k, r := range refs {
+		v := c.viewAt(k)
+		sizes[k] = v.Bytes()
+		if r.Buf == nil {
+			return nil, fmt.Errorf("packing: mover: ref %d (block id %d): nil buffer: %w", k, v.ID(), ErrInvalid)
+		}
+		if r.Buf == c.buf {
+			return nil, fmt.Errorf("packing: mover: ref %d (block id %d) points into the coalesced buffer itself: %w", k, v.ID(), ErrOverlap)
+		}
+		if r.Off < 0 || r.Off > r.Buf.Size()-sizes[k] {
+			return nil, fmt.Errorf("packing: mover: ref %d (block id %d): bytes [%d, %d+%d) outside buffer #%d of %d bytes: %w",
+				k, v.ID(), r.Off, r.Off, sizes[k], r.Buf.ID(), r.Buf.Size(), ErrOutOfRange)
+		}
+		if _, ok := seen[r.Buf]; !ok {
+			seen[r.Buf] = len(m.bufs)
+			m.bufs = append(m.bufs, r.Buf)
+			loc := r.Buf.Location()
+			allHost = allHost && loc.HostAccessible()
+			allDevice = allDevice && loc == devalloc.OnDevice
+		}
+		m.bytes += sizes[k]
+	}
+	if err := checkRefsDisjoint(refs, sizes); err != nil {
+		return nil, err
+	}
+	auto := method == CopyAuto
+	if auto {
+		switch {
+		case allHost:
+			method = CopyHost
+		case allDevice:
+			method = CopyKernel
+		default:
+			method = CopyBatch
+		}
+	}
+	var err error
+	switch method {
+	case CopyHost:
+		if !allHost {
+			return nil, fmt.Errorf("packing: mover: host copy of device memory: %w", ErrNotHostAccessible)
+		}
+		err = m.prepareHost(refs, sizes)
+	case CopyKernel, CopyBatch, CopyPerBlock:
+		if allHost && c.Location() != devalloc.Pinned {
+			return nil, fmt.Errorf("packing: mover: %s on the host backend: %w", method, ErrUnavailable)
+		}
+		err = m.prepareDevice(s, refs, sizes, method, auto, method == CopyKernel && !allDevice)
+	default:
+		return nil, fmt.Errorf("packing: mover: copy method %v: %w", method, ErrInvalid)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// viewAt is View without the checks NewMover has already made.
+func (c *Coalesced) viewAt(k int) View {
+	if c.members != nil {
+		return View{c: c, i: int(c.members[k])}
+	}
+	return View{c: c, i: k}
+}
+
+// checkRefsDisjoint rejects refs whose byte ranges overlap in one buffer:
+// an unpack would write them in an undefined order.
+func checkRefsDisjoint(refs []Ref, sizes []int64) error {
+	order := make([]int, len(refs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool {
+		ra, rb := refs[order[a]], refs[order[b]]
+		if ra.Buf != rb.Buf {
+			return ra.Buf.ID() < rb.Buf.ID()
+		}
+		return ra.Off < rb.Off
+	})
+	for k := 1; k < len(order); k++ {
+		p, q := order[k-1], order[k]
+		if refs[p].Buf == refs[q].Buf && refs[p].Off+sizes[p] > refs[q].Off {
+			return fmt.Errorf("packing: mover: refs %d and %d overlap in buffer #%d at byte %d: %w", p, q, refs[q].Buf.ID(), refs[q].Off, ErrOverlap)
+		}
+	}
+	return nil
+}
+
+func (m *Mover) prepareHost(refs []Ref, sizes []int64) error {
+	m.method = CopyHost
+	n := len(refs)
+	m.blkHost = make([]unsafe.Pointer, n)
+	m.refHost = make([]unsafe.Pointer, n)
+	bases := make(map[*devalloc.Buffer]unsafe.Pointer, len(m.bufs))
+	for _, b := range m.bufs {
+		mem, err := b.Bytes()
+		if err != nil {
+			return fmt.Errorf("packing: mover: %w", err)
+		}
+		bases[b] = unsafe.Pointer(unsafe.SliceData(mem))
+	}
+	for k, r := range refs {
+		m.blkHost[k] = unsafe.Add(m.c.host, m.c.viewAt(k).Offset())
+		m.refHost[k] = unsafe.Add(bases[r.Buf], r.Off)
+	}
+	m.parts = splitByBytes(sizes, m.bytes)
+	m.sizes = make([]uintptr, n)
+	for k, sz := range sizes {
+		m.sizes[k] = uintptr(sz)
+	}
+	return nil
+}
+
+// parallelCopyMin is the amount of data below which one goroutine copies
+// everything: starting workers costs more than it saves.
+const parallelCopyMin = 256 << 10
+
+// splitByBytes cuts the block list into contiguous parts of about equal
+// bytes, one per worker.
+func splitByBytes(sizes []int64, total int64) []span {
+	workers := int(min(int64(runtime.GOMAXPROCS(0)), total/parallelCopyMin))
+	if workers <= 1 || len(sizes) < 2 {
+		return []span{{0, len(sizes)}}
+	}
+	parts := make([]span, 0, workers)
+	per := total / int64(workers)
+	lo, acc := 0, int64(0)
+	for i, sz := range sizes {
+		acc += sz
+		if acc >= per*int64(len(parts)+1) && len(parts) < workers-1 {
+			parts = append(parts, span{lo, i + 1})
+			lo = i + 1
+		}
+	}
+	return append(parts, span{lo, len(sizes)})
+}
+
+// hostCopyFunc copies every block (blocks to refs when unpack) with the
+// parts running in parallel. It runs inside Stream.Enqueue.
+func hostCopyFunc(dst, src []unsafe.Pointer, sizes []uintptr, parts []span) func() error {
+	copyRange := func(p span) {
+		for i := p.lo; i < p.hi; i++ {
+			copy(unsafe.Slice((*byte)(dst[i]), sizes[i]), unsafe.Slice((*byte)(src[i]), sizes[i]))
+		}
+	}
+	return func() error {
+		if len(parts) == 1 {
+			copyRange(parts[0])
+			return nil
+		}
+		var g errgroup.Group
+		for _, p := range parts {
+			g.Go(func() error { copyRange(p); return nil })
+		}
+		return g.Wait()
+	}
+}
+
+// Method is the copy method in use.
+func (m *Mover) Method() CopyMethod { return m.method }
+
+// FallbackReason says why CopyAuto did not get the kernel, or is empty.
+func (m *Mover) FallbackReason() string { return m.fallback }
+
+// Bytes is the payload one Pack or Unpack moves.
+func (m *Mover) Bytes() int64 { return m.bytes }
+
+// Pack copies every ref into its block of the coalesced buffer, in the order
+// of s: it waits for the refs' writers and the buffer's readers through the
+// ledger and records its own completion.
+func (m *Mover) Pack(s *devalloc.Stream) error { return m.run(s, false) }
+
+// Unpack copies every block of the coalesced buffer out to its ref.
+func (m *Mover) Unpack(s *devalloc.Stream) error { return m.run(s, true) }
+
+func (m *Mover) run(s *devalloc.Stream, unpack bool) (err error) {
+	if m.closed {
+		return fmt.Errorf("packing: mover used after Close: %w", ErrInvalid)
+	}
+	if err := m.c.check(); err != nil {
+		return err
+	}
+	// Declare: the coalesced side is written by a pack and read by an
+	// unpack; the refs the other way round; the kernel table is read.
+	var open []*devalloc.Access
+	defer func() {
+		for _, x := range open {
+			if derr := x.Done(); derr != nil && err == nil {
+				err = fmt.Errorf("packing: %w", derr)
+			}
+		}
+	}()
+	declare := func(b *devalloc.Buffer, write bool) error {
+		var x *devalloc.Access
+		var err error
+		if write {
+			x, err = b.Write(s)
+		} else {
+			x, err = b.Read(s)
+		}
+		if err != nil {
+			return fmt.Errorf("packing: %w", err)
+		}
+		open = append(open, x)
+		return nil
+	}
+	if err := declare(m.c.buf, !unpack); err != nil {
+		return err
+	}
+	for _, b := range m.bufs {
+		if err := declare(b, unpack); err != nil {
+			return err
+		}
+	}
+	if m.table != nil {
+		if err := declare(m.table, false); err != nil {
+			return err
+		}
+	}
+	if m.method == CopyHost {
+		dst, src := m.blkHost, m.refHost
+		if unpack {
+			dst, src = src, dst
+		}
+		return s.Enqueue(hostCopyFunc(dst, src, m.sizes, m.parts))
+	}
+	return m.runDevice(s, unpack)
+}
+
+// Close releases the device table. The Mover cannot be used afterwards.
+func (m *Mover) Close() error {
+	if m.closed {
+		return fmt.Errorf("packing: mover closed twice: %w", ErrInvalid)
+	}
+	m.closed = true
+	if m.table != nil {
+		return m.table.Free()
+	}
+	return nil
+}
+
+// Pack copies refs into dst's blocks once (NewMover, Pack, Close).
+func Pack(s *devalloc.Stream, dst *Coalesced, src []Ref) error {
+	m, err := NewMover(s, dst, src, CopyAuto)
+	if err != nil {
+		return err
+	}
+	if err := m.Pack(s); err != nil {
+		_ = m.Close()
+		return err
+	}
+	return m.Close()
+}
+
+// Unpack copies src's blocks out to refs once.
+func Unpack(s *devalloc.Stream, src *Coalesced, dst []Ref) error {
+	m, err := NewMover(s, src, dst, CopyAuto)
+	if err != nil {
+		return err
+	}
+	if err := m.Unpack(s); err != nil {
+		_ = m.Close()
+		return err
+	}
+	return m.Close()
+}
+
+// Transfer copies src's whole layout into dst with one copy, in the order of
+// s: the host-to-device move of a buffer packed on the host (AllocPinned),
+// or back. Both must hold the same group of the same plan.
+func Transfer(s *devalloc.Stream, dst, src *Coalesced) error {
+	if err := dst.check(); err != nil {
+		return err
+	}
+	if err := src.check(); err != nil {
+		return err
+	}
+	if dst.plan != src.plan || dst.group != src.group {
+		return fmt.Errorf("packing: transfer between different layouts: %w", ErrInvalid)
+	}
+	if dst.buf == src.buf {
+		return fmt.Errorf("packing: transfer of a buffer onto itself: %w", ErrOverlap)
+	}
+	if src.size == 0 {
+		return nil
+	}
+	if err := s.Copy(dst.buf, 0, src.buf, 0, src.size); err != nil {
+		return fmt.Errorf("packing: transfer: %w", err)
+	}
+	return nil
+}
+
+// checkSlices validates one Go slice per block, each exactly a block's size.
+func checkSlices(c *Coalesced, blocks [][]byte) ([]int64, int64, error) {
+	if len(blocks) != c.Len() {
+		return nil, 0, fmt.Errorf("packing: %d slices for %d blocks: %w", len(blocks), c.Len(), ErrInvalid)
+	}
+	sizes := make([]int64, len(blocks))
+	var total int64
+	for k, b := range blocks {
+		v := c.viewAt(k)
+		if int64(len(b)) != v.Bytes() {
+			return nil, 0, fmt.Errorf("packing: slice %d (block id %d) has %d bytes, the block %d: %w", k, v.ID(), len(b), v.Bytes(), ErrInvalid)
+		}
+		sizes[k] = v.Bytes()
+		total += sizes[k]
+	}
+	return sizes, total, nil
+}
+
+// PackHost copies Go slices, one per block in group-position order, into
+// dst in the order of s, with parallel goroutines. The slices are read when
+// the stream reaches this point: do not modify them before it has (an event
+// or Synchronize). On device memory the blocks are packed into a pinned
+// staging buffer first and moved by one copy.
+func PackHost(s *devalloc.Stream, dst *Coalesced, src [][]byte) error {
+	if err := dst.check(); err != nil {
+		return err
+	}
+	sizes, total, err := checkSlices(dst, src)
+	if err != nil {
+		return err
+	}
+	target := dst
+	if dst.host == nil {
+		if target, err = AllocPinned(dst.buf.Allocator(), dst.plan, dst.group, s); err != nil {
+			return err
+		}
+	}
+	w, err := target.Write(s)
+	if err != nil {
+		return err
+	}
+	ptrs, srcs, usz := make([]unsafe.Pointer, len(src)), make([]unsafe.Pointer, len(src)), make([]uintptr, len(src))
+	for k := range src {
+		ptrs[k] = unsafe.Add(target.host, target.viewAt(k).Offset())
+		usz[k] = uintptr(sizes[k])
+	}
+	parts := splitByBytes(sizes, total)
+	err = s.Enqueue(func() error {
+		for k, b := range src {
+			if len(b) > 0 {
+				srcs[k] = unsafe.Pointer(unsafe.SliceData(b))
+			}
+		}
+		return hostCopyFunc(ptrs, srcs, usz, parts)()
+	})
+	if derr := w.Done(); err == nil {
+		err = derr
+	}
+	if target != dst {
+		if err == nil {
+			err = Transfer(s, dst, target)
+		}
+		if ferr := target.Free(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// UnpackHost copies src's blocks into Go slices, one per block in
+// group-position order, in the order of s. The slices are written when the
+// stream reaches this point: read them after an event or Synchronize.
+func UnpackHost(s *devalloc.Stream, src *Coalesced, dst [][]byte) error {
+	if err := src.check(); err != nil {
+		return err
+	}
+	sizes, total, err := checkSlices(src, dst)
+	if err != nil {
+		return err
+	}
+	from := src
+	if src.host == nil {
+		if from, err = AllocPinned(src.buf.Allocator(), src.plan, src.group, s); err != nil {
+			return err
+		}
+		if err = Transfer(s, from, src); err != nil {
+			_ = from.Free()
+			return err
+		}
+	}
+	r, err := from.Read(s)
+	if err == nil {
+		ptrs, dsts, usz := make([]unsafe.Pointer, len(dst)), make([]unsafe.Pointer, len(dst)), make([]uintptr, len(dst))
+		for k := range dst {
+			ptrs[k] = unsafe.Add(from.host, from.viewAt(k).Offset())
+			usz[k] = uintptr(sizes[k])
+		}
+		parts := splitByBytes(sizes, total)
+		err = s.Enqueue(func() error {
+			for k, b := range dst {
+				if len(b) > 0 {
+					dsts[k] = unsafe.Pointer(unsafe.SliceData(b))
+				}
+			}
+			return hostCopyFunc(dsts, ptrs, usz, parts)()
+		})
+		if derr := r.Done(); err == nil {
+			err = derr
+		}
+	}
+	if from != src {
+		if ferr := from.Free(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}

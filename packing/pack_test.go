@@ -1,0 +1,296 @@
+package packing
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/stretchr/testify/require"
+)
+
+// scattered places every block of the plan at a shuffled, gapped position
+// in one of three source buffers and fills it with a per-block pattern.
+type scattered struct {
+	bufs []*devalloc.Buffer
+	refs []Ref
+	data [][]byte
+}
+
+func scatter(t *testing.T, s *devalloc.Stream, p *Plan, seed uint64) *scattered {
+	t.Helper()
+	a := s.Allocator()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	n := p.Len()
+	sc := &scattered{refs: make([]Ref, n), data: make([][]byte, n)}
+	cursor := make([]int64, 3)
+	which := make([]int, n)
+	order := rng.Perm(n)
+	offs := make([]int64, n)
+	for _, i := range order {
+		d, _, _ := p.Block(i)
+		b := rng.IntN(3)
+		which[i] = b
+		offs[i] = cursor[b] + int64(rng.IntN(4))*8
+		cursor[b] = offs[i] + d.Bytes()
+		sc.data[i] = make([]byte, d.Bytes())
+		for j := range sc.data[i] {
+			sc.data[i][j] = byte(i*31 + j)
+		}
+	}
+	contents := make([][]byte, 3)
+	for b := range 3 {
+		buf, err := a.Alloc(cursor[b]+8, s)
+		require.NoError(t, err)
+		sc.bufs = append(sc.bufs, buf)
+		contents[b] = make([]byte, buf.Size())
+	}
+	for i := range n {
+		sc.refs[i] = Ref{Buf: sc.bufs[which[i]], Off: offs[i]}
+		copy(contents[which[i]][offs[i]:], sc.data[i])
+	}
+	for b, buf := range sc.bufs {
+		writeAll(t, s, buf, contents[b])
+	}
+	return sc
+}
+
+func (sc *scattered) read(t *testing.T, s *devalloc.Stream) [][]byte {
+	t.Helper()
+	contents := make(map[*devalloc.Buffer][]byte)
+	for _, b := range sc.bufs {
+		contents[b] = readAll(t, s, b)
+	}
+	out := make([][]byte, len(sc.refs))
+	for i, r := range sc.refs {
+		out[i] = contents[r.Buf][r.Off : r.Off+int64(len(sc.data[i]))]
+	}
+	return out
+}
+
+func (sc *scattered) free(t *testing.T) {
+	for _, b := range sc.bufs {
+		require.NoError(t, b.Free())
+	}
+}
+
+// blocksOf reads every block of c back to the host.
+func blocksOf(t *testing.T, s *devalloc.Stream, c *Coalesced) [][]byte {
+	t.Helper()
+	mem := readAll(t, s, c.Buffer())
+	views, err := c.Views()
+	require.NoError(t, err)
+	out := make([][]byte, len(views))
+	for k, v := range views {
+		out[k] = mem[v.Offset() : v.Offset()+v.Bytes()]
+	}
+	return out
+}
+
+func testPackRoundTrip(t *testing.T, a *devalloc.Allocator, method CopyMethod, n int) {
+	s := a.DefaultStream()
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	p, err := NewPlan(mixedDescs(n, 40), Options{})
+	require.NoError(t, err)
+	sc := scatter(t, s, p, 41)
+	defer sc.free(t)
+	c, err := Alloc(a, p, s)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Free()) }()
+	// Pack on another stream: the ledger orders it after the fills on s.
+	m, err := NewMover(s2, c, sc.refs, method)
+	require.NoError(t, err)
+	if method != CopyAuto {
+		require.Equal(t, method, m.Method())
+	}
+	t.Logf("method %v (%s), %d bytes", m.Method(), m.FallbackReason(), m.Bytes())
+	require.NoError(t, m.Pack(s2))
+	require.Equal(t, sc.data, blocksOf(t, s2, c))
+	// Scribble over the scattered side, then unpack: the original returns.
+	for _, b := range sc.bufs {
+		require.NoError(t, s.Memset(b, 0, b.Size(), 0x5A))
+	}
+	require.NoError(t, m.Unpack(s2))
+	require.Equal(t, sc.data, sc.read(t, s2))
+	require.NoError(t, m.Close())
+	require.ErrorIs(t, m.Pack(s), ErrInvalid, "use after Close")
+}
+
+func TestPackUnpackHost(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	t.Run("small", func(t *testing.T) { testPackRoundTrip(t, a, CopyAuto, 50) })
+	// Over 512 KiB, so the copies run on parallel goroutines.
+	t.Run("parallel", func(t *testing.T) { testPackRoundTrip(t, a, CopyHost, 20000) })
+	require.Greater(t, len(splitByBytes([]int64{1 << 20, 1 << 20, 1 << 20}, 3<<20)), 1, "large copies are split among workers")
+}
+
+func TestPackUnpackCUDA(t *testing.T) {
+	a := openCUDA(t)
+	defer closeClean(t, a)
+	for _, m := range []CopyMethod{CopyAuto, CopyKernel, CopyBatch, CopyPerBlock} {
+		t.Run(m.String(), func(t *testing.T) {
+			if m == CopyKernel {
+				if err := KernelStatus(a.Device()); err != nil {
+					if requireGPU() {
+						t.Fatalf("gather kernel unavailable on the GPU machine: %v", err)
+					}
+					t.Skip(err)
+				}
+			}
+			testPackRoundTrip(t, a, m, 3000)
+		})
+	}
+}
+
+func TestMoverBadInput(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	p, err := NewPlan([]Desc{{ID: 1, DType: Float64, Rows: 2, Cols: 2}, {ID: 2, DType: Float64, Rows: 1, Cols: 2}}, Options{})
+	require.NoError(t, err)
+	c, err := Alloc(a, p, s)
+	require.NoError(t, err)
+	src, err := a.Alloc(64, s)
+	require.NoError(t, err)
+	cases := []struct {
+		name string
+		refs []Ref
+		want error
+	}{
+		{"too few", []Ref{{src, 0}}, ErrInvalid},
+		{"nil buffer", []Ref{{src, 0}, {nil, 0}}, ErrInvalid},
+		{"past the end", []Ref{{src, 0}, {src, 56}}, ErrOutOfRange},
+		{"negative", []Ref{{src, -8}, {src, 40}}, ErrOutOfRange},
+		{"overlapping refs", []Ref{{src, 0}, {src, 24}}, ErrOverlap},
+		{"into itself", []Ref{{src, 0}, {c.Buffer(), 0}}, ErrOverlap},
+	}
+	for _, tc := range cases {
+		_, err := NewMover(s, c, tc.refs, CopyAuto)
+		require.ErrorIs(t, err, tc.want, tc.name)
+	}
+	_, err = NewMover(s, c, []Ref{{src, 0}, {src, 32}}, CopyKernel)
+	require.ErrorIs(t, err, ErrUnavailable, "no kernel on host memory")
+	_, err = NewMover(s, c, []Ref{{src, 0}, {src, 32}}, CopyMethod(42))
+	require.ErrorIs(t, err, ErrInvalid)
+	m, err := NewMover(s, c, []Ref{{src, 0}, {src, 32}}, CopyAuto)
+	require.NoError(t, err)
+	require.NoError(t, src.Free())
+	require.ErrorIs(t, m.Pack(s), devalloc.ErrFreed, "a freed source is caught")
+	require.NoError(t, c.Free())
+	require.ErrorIs(t, m.Unpack(s), ErrFreed)
+	require.NoError(t, m.Close())
+	require.ErrorIs(t, m.Close(), ErrInvalid)
+}
+
+func TestPackHostSlicesAndTransfer(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) {
+			a := bc.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			descs := mixedDescs(4000, 50)
+			p, err := NewPlan(descs, Options{})
+			require.NoError(t, err)
+			src := make([][]byte, len(descs))
+			for k, d := range descs {
+				src[k] = bytes.Repeat([]byte{byte(k % 251), byte(k / 251)}, int(d.Bytes()/2))
+			}
+			// Pack on the host into pinned memory, one copy to the buffer.
+			pin, err := AllocPinned(a, p, 0, s)
+			require.NoError(t, err)
+			require.Equal(t, devalloc.Pinned, pin.Location())
+			require.NoError(t, PackHost(s, pin, src))
+			dev, err := Alloc(a, p, s)
+			require.NoError(t, err)
+			require.NoError(t, Transfer(s, dev, pin))
+			require.Equal(t, src, blocksOf(t, s, dev))
+			// PackHost straight into the buffer, UnpackHost back.
+			for k := range src {
+				src[k][0] ^= 0xFF
+			}
+			require.NoError(t, PackHost(s, dev, src))
+			out := make([][]byte, len(src))
+			for k := range out {
+				out[k] = make([]byte, len(src[k]))
+			}
+			require.NoError(t, UnpackHost(s, dev, out))
+			require.NoError(t, s.Synchronize())
+			require.Equal(t, src, out)
+			// Bad input.
+			require.ErrorIs(t, PackHost(s, dev, src[1:]), ErrInvalid)
+			short := append([][]byte(nil), src...)
+			short[3] = short[3][1:]
+			require.ErrorIs(t, UnpackHost(s, dev, short), ErrInvalid)
+			q, err := NewPlan(descs[:10], Options{})
+			require.NoError(t, err)
+			other, err := Alloc(a, q, s)
+			require.NoError(t, err)
+			require.ErrorIs(t, Transfer(s, other, pin), ErrInvalid)
+			require.ErrorIs(t, Transfer(s, pin, pin), ErrOverlap)
+			require.NoError(t, other.Free())
+			require.NoError(t, pin.Free())
+			require.NoError(t, dev.Free())
+			require.ErrorIs(t, Transfer(s, dev, pin), ErrFreed)
+		})
+	}
+}
+
+// TestDeviceCopyMethodsOnPinned drives the memcpy fallbacks through the
+// CPU stand-in of the CUDA runtime (internal/cukernel/cudafake) on host-backend
+// memory, so that the batch and per-block paths run on machines without a
+// GPU. With the real runtime, TestPackUnpackCUDA covers them on device memory.
+func TestDeviceCopyMethodsOnPinned(t *testing.T) {
+	rt, err := cukernel.Load()
+	if err != nil {
+		t.Skipf("no CUDA runtime stand-in: %v", err)
+	}
+	if !strings.Contains(rt.Library(), "libfakecudart") {
+		t.Skip("real CUDA runtime: TestPackUnpackCUDA covers these methods on device memory")
+	}
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	p, err := NewPlan(mixedDescs(300, 60), Options{})
+	require.NoError(t, err)
+	for _, method := range []CopyMethod{CopyBatch, CopyPerBlock} {
+		c, err := AllocPinned(a, p, 0, s)
+		require.NoError(t, err)
+		src, err := a.AllocPinned(p.Groups()[0].Bytes*2, s)
+		require.NoError(t, err)
+		mem, err := src.Bytes()
+		require.NoError(t, err)
+		refs := make([]Ref, p.Len())
+		want := make([][]byte, p.Len())
+		var off int64
+		for k := range refs {
+			d, _, _ := p.Block(k)
+			refs[k] = Ref{Buf: src, Off: off}
+			want[k] = make([]byte, d.Bytes())
+			for j := range want[k] {
+				want[k][j] = byte(k + 3*j)
+			}
+			copy(mem[off:], want[k])
+			off += d.Bytes() + 8
+		}
+		m, err := NewMover(s, c, refs, method)
+		require.NoError(t, err)
+		require.Equal(t, method, m.Method())
+		require.NoError(t, s.Synchronize())
+		require.NoError(t, m.Pack(s))
+		require.NoError(t, s.Synchronize())
+		require.Equal(t, want, blocksOf(t, s, c), method.String())
+		clear(mem)
+		require.NoError(t, m.Unpack(s))
+		require.NoError(t, s.Synchronize())
+		for k, r := range refs {
+			require.Equal(t, want[k], mem[r.Off:r.Off+int64(len(want[k]))])
+		}
+		require.NoError(t, m.Close())
+		require.NoError(t, src.Free())
+		require.NoError(t, c.Free())
+	}
+}

@@ -1,0 +1,293 @@
+package packing
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// checkLayout verifies the invariants every NewPlan layout must have.
+func checkLayout(t *testing.T, p *Plan, descs []Desc) {
+	t.Helper()
+	o := p.Options()
+	require.Equal(t, len(descs), p.Len())
+	type iv struct{ lo, hi int64 }
+	perGroup := make([][]iv, len(p.Groups()))
+	rank := make([]int, len(p.Classes()))
+	for i, d := range descs {
+		got, off, err := p.Block(i)
+		require.NoError(t, err)
+		require.Equal(t, d, got)
+		ci := p.Class(i)
+		cl := p.Classes()[ci]
+		require.True(t, cl.Regular)
+		require.Equal(t, cl.Offset+int64(rank[ci])*cl.Stride, off, "block %d is at its class offset plus rank times stride", i)
+		rank[ci]++
+		require.Zero(t, cl.Offset%o.Align, "class start aligned")
+		require.Zero(t, off%max(o.BlockAlign, d.DType.Size()))
+		g := p.Groups()[cl.Group]
+		require.Equal(t, d.Dest, g.Dest)
+		require.LessOrEqual(t, off+d.Bytes(), g.Bytes)
+		perGroup[cl.Group] = append(perGroup[cl.Group], iv{off, off + d.Bytes()})
+	}
+	for ci, cl := range p.Classes() {
+		require.Equal(t, cl.Count, rank[ci])
+		require.GreaterOrEqual(t, cl.Stride, cl.BlockBytes)
+	}
+	for g, ivs := range perGroup {
+		require.Zero(t, p.Groups()[g].Bytes%o.Align)
+		// Blocks of one group never overlap.
+		seen := map[int64]bool{}
+		for _, v := range ivs {
+			for _, w := range ivs {
+				if v != w {
+					require.True(t, v.hi <= w.lo || w.hi <= v.lo, "blocks %v and %v overlap", v, w)
+				}
+			}
+			if len(ivs) > 200 {
+				break // the pairwise check is quadratic; the first rows suffice for big plans
+			}
+			seen[v.lo] = true
+		}
+	}
+}
+
+func TestPlanLayout(t *testing.T) {
+	descs := mixedDescs(300, 3)
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	checkLayout(t, p, descs)
+	require.Len(t, p.Groups(), 1)
+	// Deterministic: the same list gives the same layout.
+	q, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	for i := range descs {
+		_, a, _ := p.Block(i)
+		_, b, _ := q.Block(i)
+		require.Equal(t, a, b)
+	}
+	// Classes come in first-appearance order, each a contiguous strided run.
+	first := descs[0]
+	cl := p.Classes()[0]
+	require.Equal(t, [3]any{first.DType, first.Rows, first.Cols}, [3]any{cl.DType, cl.Rows, cl.Cols})
+	require.Zero(t, cl.Offset)
+	require.Equal(t, cl.BlockBytes, cl.Stride, "tightly packed by default")
+}
+
+func TestPlanAlignment(t *testing.T) {
+	descs := mixedDescs(100, 4)
+	p, err := NewPlan(descs, Options{Align: 1024, BlockAlign: 256})
+	require.NoError(t, err)
+	checkLayout(t, p, descs)
+	for i := range descs {
+		_, off, _ := p.Block(i)
+		require.Zero(t, off%256)
+	}
+	for _, o := range []Options{{Align: 100}, {Align: 8}, {Align: 1 << 21}, {Align: -256}, {Align: 256, BlockAlign: 512}, {BlockAlign: 24}, {BlockAlign: -1}} {
+		_, err := NewPlan(descs, o)
+		require.ErrorIs(t, err, ErrBadAlign, "%+v", o)
+		require.ErrorIs(t, err, ErrInvalid)
+	}
+}
+
+func TestPlanBadInput(t *testing.T) {
+	ok := Desc{ID: 1, DType: Float64, Rows: 2, Cols: 3}
+	cases := []struct {
+		name string
+		d    Desc
+		want error
+	}{
+		{"zero rows", Desc{ID: 2, DType: Float64, Rows: 0, Cols: 3}, ErrBadShape},
+		{"negative cols", Desc{ID: 2, DType: Float32, Rows: 3, Cols: -1}, ErrBadShape},
+		{"rows over 2^31", Desc{ID: 2, DType: Float32, Rows: 1 << 31, Cols: 1}, ErrBadShape},
+		{"no dtype", Desc{ID: 2, Rows: 1, Cols: 1}, ErrBadDType},
+		{"unknown dtype", Desc{ID: 2, DType: 9, Rows: 1, Cols: 1}, ErrBadDType},
+		{"negative dest", Desc{ID: 2, DType: Float64, Rows: 1, Cols: 1, Dest: -1}, ErrInvalid},
+		{"block over 2^50 bytes", Desc{ID: 2, DType: Complex128, Rows: 1 << 30, Cols: 1 << 30}, ErrOverflow},
+		{"duplicate id", Desc{ID: 1, DType: Float64, Rows: 1, Cols: 1}, ErrDuplicateID},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := NewPlan([]Desc{ok, ok, c.d}[1:], Options{})
+			require.ErrorIs(t, err, c.want)
+			require.ErrorIs(t, err, ErrInvalid)
+			var be *BlockError
+			require.True(t, errors.As(err, &be))
+			require.Equal(t, 1, be.Index)
+			require.Equal(t, c.d.ID, be.ID)
+		})
+	}
+	// A group whose blocks add up past 2^50 bytes.
+	big := Desc{DType: Float64, Rows: 1 << 25, Cols: 1 << 22}
+	_, err := NewPlan([]Desc{{ID: 1, DType: big.DType, Rows: big.Rows, Cols: big.Cols}, {ID: 2, DType: big.DType, Rows: big.Rows, Cols: big.Cols}}, Options{})
+	require.ErrorIs(t, err, ErrOverflow)
+}
+
+func TestPlanDuplicateIDs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for _, sparse := range []bool{false, true} {
+		descs := make([]Desc, 5000)
+		for i := range descs {
+			id := uint64(i)
+			if sparse {
+				id = rng.Uint64() | 1
+			}
+			descs[i] = Desc{ID: id, DType: Float32, Rows: 1, Cols: 1}
+		}
+		rng.Shuffle(len(descs), func(i, j int) { descs[i], descs[j] = descs[j], descs[i] })
+		_, err := NewPlan(descs, Options{})
+		require.NoError(t, err, "sparse=%v", sparse)
+		descs[4000].ID = descs[17].ID
+		_, err = NewPlan(descs, Options{})
+		require.ErrorIs(t, err, ErrDuplicateID, "sparse=%v", sparse)
+		require.ErrorContains(t, err, "block 4000")
+		require.ErrorContains(t, err, "block 17")
+	}
+	// Id 0 is an ordinary id, also in the sparse path.
+	_, err := NewPlan([]Desc{{ID: 1 << 60, DType: Float64, Rows: 1, Cols: 1}, {ID: 0, DType: Float64, Rows: 1, Cols: 1}, {ID: 0, DType: Float64, Rows: 1, Cols: 1}}, Options{})
+	require.ErrorIs(t, err, ErrDuplicateID)
+}
+
+func TestPlanMillionBlocks(t *testing.T) {
+	descs := mixedDescs(1_000_000, 9)
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	require.Equal(t, 1_000_000, p.Len())
+	var sum int64
+	for _, cl := range p.Classes() {
+		sum += int64(cl.Count)
+	}
+	require.EqualValues(t, 1_000_000, sum)
+	// Sampled exact checks: the block's class and rank give its offset.
+	rank := make([]int64, len(p.Classes()))
+	for i, d := range descs {
+		ci := p.Class(i)
+		if i%9973 == 0 {
+			_, off, err := p.Block(i)
+			require.NoError(t, err)
+			cl := p.Classes()[ci]
+			require.Equal(t, cl.Offset+rank[ci]*cl.Stride, off)
+			require.LessOrEqual(t, off+d.Bytes(), p.Groups()[0].Bytes)
+		}
+		rank[ci]++
+	}
+}
+
+func TestPlanEmpty(t *testing.T) {
+	p, err := NewPlan(nil, Options{})
+	require.NoError(t, err)
+	require.Len(t, p.Groups(), 1)
+	require.Zero(t, p.Groups()[0].Bytes)
+	entries, size, err := p.Manifest(0)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+	require.Zero(t, size)
+}
+
+func TestPlanGroupsByDest(t *testing.T) {
+	descs := []Desc{
+		{ID: 10, DType: Float64, Rows: 2, Cols: 2, Dest: 3},
+		{ID: 11, DType: Float64, Rows: 2, Cols: 2, Dest: 1},
+		{ID: 12, DType: Complex64, Rows: 1, Cols: 5, Dest: 3},
+		{ID: 13, DType: Float64, Rows: 2, Cols: 2, Dest: 3},
+		{ID: 14, DType: Float32, Rows: 7, Cols: 1, Dest: 0},
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	checkLayout(t, p, descs)
+	var dests []int
+	for _, g := range p.Groups() {
+		dests = append(dests, g.Dest)
+	}
+	require.Equal(t, []int{0, 1, 3}, dests)
+	m, err := p.Members(2)
+	require.NoError(t, err)
+	require.Equal(t, []int32{0, 2, 3}, m)
+	entries, size, err := p.Manifest(2)
+	require.NoError(t, err)
+	require.Equal(t, p.Groups()[2].Bytes, size)
+	require.Equal(t, []uint64{10, 12, 13}, []uint64{entries[0].ID, entries[1].ID, entries[2].ID})
+	require.Equal(t, int64(0), entries[0].Offset)
+	require.Equal(t, int64(32), entries[2].Offset, "same class as id 10, next slot")
+	require.Equal(t, int64(256), entries[1].Offset, "a new class starts on the 256-byte boundary")
+	_, _, err = p.Manifest(3)
+	require.ErrorIs(t, err, ErrOutOfRange)
+}
+
+func TestFromManifest(t *testing.T) {
+	descs := mixedDescs(200, 11)
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	entries, size, err := p.Manifest(0)
+	require.NoError(t, err)
+	q, err := FromManifest(entries, size)
+	require.NoError(t, err)
+	require.Equal(t, p.Len(), q.Len())
+	for i := range descs {
+		a, offA, _ := p.Block(i)
+		b, offB, _ := q.Block(i)
+		require.Equal(t, a, b)
+		require.Equal(t, offA, offB)
+	}
+	for _, cl := range q.Classes() {
+		require.True(t, cl.Regular, "a NewPlan layout stays strided")
+	}
+	// Hostile manifests.
+	bad := func(mut func(e []Entry) ([]Entry, int64), want error) {
+		t.Helper()
+		e := append([]Entry(nil), entries...)
+		e, sz := mut(e)
+		_, err := FromManifest(e, sz)
+		require.ErrorIs(t, err, want)
+	}
+	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset = size; return e, size }, ErrOutOfRange)
+	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset = -8; return e, size }, ErrOutOfRange)
+	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset++; return e, size }, ErrOutOfRange)
+	bad(func(e []Entry) ([]Entry, int64) { e[4].Offset = e[3].Offset; return e, size }, ErrOverlap)
+	bad(func(e []Entry) ([]Entry, int64) { e[4].ID = e[9].ID; return e, size }, ErrDuplicateID)
+	bad(func(e []Entry) ([]Entry, int64) { e[4].Rows = 0; return e, size }, ErrBadShape)
+	bad(func(e []Entry) ([]Entry, int64) { e[4].DType = 7; return e, size }, ErrBadDType)
+	bad(func(e []Entry) ([]Entry, int64) { return e, -1 }, ErrOutOfRange)
+	bad(func(e []Entry) ([]Entry, int64) { return e, 16 }, ErrOutOfRange)
+	// Irregular but valid: reversed offsets of one class.
+	e := []Entry{{ID: 1, DType: Float64, Rows: 1, Cols: 1, Offset: 16}, {ID: 2, DType: Float64, Rows: 1, Cols: 1, Offset: 0}, {ID: 3, DType: Float64, Rows: 1, Cols: 1, Offset: 8}}
+	q, err = FromManifest(e, 24)
+	require.NoError(t, err)
+	require.False(t, q.Classes()[0].Regular)
+}
+
+// FuzzFromManifest decodes arbitrary entries: a manifest comes from another
+// rank. It must never panic, and any plan it accepts must be in bounds and
+// free of overlaps.
+func FuzzFromManifest(f *testing.F) {
+	f.Add([]byte{1, 2, 2, 0, 0, 2, 1, 1, 16, 0}, uint16(64))
+	f.Add([]byte{4, 1, 1, 0, 0, 4, 1, 1, 0, 0}, uint16(32))
+	f.Fuzz(func(t *testing.T, raw []byte, size uint16) {
+		var entries []Entry
+		for i := 0; i+5 <= len(raw); i += 5 {
+			entries = append(entries, Entry{
+				ID: uint64(raw[i]), DType: DType(raw[i+1] % 6), Rows: int(int8(raw[i+2])), Cols: int(int8(raw[i+3])),
+				Offset: int64(raw[i+4]) * 4,
+			})
+		}
+		p, err := FromManifest(entries, int64(size))
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalid)
+			return
+		}
+		type iv struct{ lo, hi int64 }
+		var ivs []iv
+		for i := range entries {
+			d, off, err := p.Block(i)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, off, int64(0))
+			require.LessOrEqual(t, off+d.Bytes(), int64(size))
+			for _, v := range ivs {
+				require.True(t, off+d.Bytes() <= v.lo || v.hi <= off)
+			}
+			ivs = append(ivs, iv{off, off + d.Bytes()})
+		}
+	})
+}
