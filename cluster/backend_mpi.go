@@ -16,8 +16,18 @@ package cluster
 #cgo nocallback dist_comm_rank_size
 #cgo noescape dist_comm_split
 #cgo nocallback dist_comm_split
+#cgo noescape dist_isend
+#cgo nocallback dist_isend
+#cgo noescape dist_irecv
+#cgo nocallback dist_irecv
 #cgo noescape dist_wait
 #cgo nocallback dist_wait
+#cgo noescape dist_test_for
+#cgo nocallback dist_test_for
+#cgo noescape dist_test_all_for
+#cgo nocallback dist_test_all_for
+#cgo noescape dist_iprobe_for
+#cgo nocallback dist_iprobe_for
 #cgo noescape dist_test
 #cgo nocallback dist_test
 #cgo noescape dist_waitall
@@ -37,15 +47,14 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 	"unsafe"
 )
 
 const haveMPI = true
 
-// A communicator handle lives in C memory (dist_comm_new) and a request
-// handle in a C slab, so Go never depends on their representation and MPI
-// may write them from any thread.
+// Communicator and request handles live in C memory (dist_comm_new, and a
+// cell per request from posting to completion), so Go never depends on
+// their representation and MPI may write them from any thread.
 type commImpl struct{ h *C.MPI_Comm }
 
 type reqImpl struct{ h *C.MPI_Request }
@@ -283,40 +292,6 @@ func backendFree(c commImpl) error {
 	return nil
 }
 
-// Request handles come from C slabs that are never returned to C: a few
-// KiB per 256 requests in flight at the peak.
-var requestSlots struct {
-	mu   sync.Mutex
-	free []*C.MPI_Request
-}
-
-const slabRequests = 256
-
-func takeSlot() (*C.MPI_Request, error) {
-	s := &requestSlots
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.free) == 0 {
-		p := C.dist_request_slab(slabRequests)
-		if p == nil {
-			return nil, fmt.Errorf("cluster: allocating request handles: %w", ErrMPI)
-		}
-		for i := slabRequests - 1; i >= 0; i-- {
-			s.free = append(s.free, (*C.MPI_Request)(unsafe.Add(unsafe.Pointer(p), uintptr(i)*C.sizeof_MPI_Request)))
-		}
-	}
-	h := s.free[len(s.free)-1]
-	s.free = s.free[:len(s.free)-1]
-	return h, nil
-}
-
-func putSlot(h *C.MPI_Request) {
-	s := &requestSlots
-	s.mu.Lock()
-	s.free = append(s.free, h)
-	s.mu.Unlock()
-}
-
 func cLayout(l byteLayout) C.dist_layout {
 	return C.dist_layout{block_bytes: C.int(l.blockBytes), blocks: C.int(l.blocks), tail: C.int(l.tail)}
 }
@@ -332,47 +307,53 @@ func cBool(b bool) C.int {
 	return 0
 }
 
-func backendIsend(c commImpl, addr uintptr, lay byteLayout, dest, tag int, r *Request) error {
-	h, err := takeSlot()
-	if err != nil {
-		return err
-	}
+func post(send bool, c commImpl, addr uintptr, lay byteLayout, peer, tag int) (*C.MPI_Request, C.int) {
 	cl := cLayout(lay)
 	var rc C.int
+	var h *C.MPI_Request
 	if f := mpiEngine.fun; f != nil {
-		rc = funneled(f, func() C.int { return C.dist_isend(c.h, C.uintptr_t(addr), cl, C.int(dest), C.int(tag), h) })
+		h, rc = postFunneled(f, send, c.h, C.uintptr_t(addr), cl, C.int(peer), C.int(tag))
+	} else if send {
+		h = C.dist_isend(c.h, C.uintptr_t(addr), cl, C.int(peer), C.int(tag), &rc)
 	} else {
-		rc = C.dist_isend(c.h, C.uintptr_t(addr), cl, C.int(dest), C.int(tag), h)
+		h = C.dist_irecv(c.h, C.uintptr_t(addr), cl, C.int(peer), C.int(tag), &rc)
 	}
-	if err := mpiErr("MPI_Isend", rc); err != nil {
-		putSlot(h)
-		return err
+	return h, rc
+}
+
+func postFunneled(f *funnel, send bool, c *C.MPI_Comm, addr C.uintptr_t, cl C.dist_layout, peer, tag C.int) (*C.MPI_Request, C.int) {
+	var rc C.int
+	var h *C.MPI_Request
+	f.run(func() {
+		if send {
+			h = C.dist_isend(c, addr, cl, peer, tag, &rc)
+		} else {
+			h = C.dist_irecv(c, addr, cl, peer, tag, &rc)
+		}
+	})
+	return h, rc
+}
+
+func backendIsend(c commImpl, addr uintptr, lay byteLayout, dest, tag int, r *Request) error {
+	h, rc := post(true, c, addr, lay, dest, tag)
+	if h == nil {
+		return mpiErr("MPI_Isend", rc)
 	}
 	r.impl.h = h
 	return nil
 }
 
 func backendIrecv(c commImpl, addr uintptr, lay byteLayout, source, tag int, r *Request) error {
-	h, err := takeSlot()
-	if err != nil {
-		return err
-	}
-	cl := cLayout(lay)
-	var rc C.int
-	if f := mpiEngine.fun; f != nil {
-		rc = funneled(f, func() C.int { return C.dist_irecv(c.h, C.uintptr_t(addr), cl, C.int(source), C.int(tag), h) })
-	} else {
-		rc = C.dist_irecv(c.h, C.uintptr_t(addr), cl, C.int(source), C.int(tag), h)
-	}
-	if err := mpiErr("MPI_Irecv", rc); err != nil {
-		putSlot(h)
-		return err
+	h, rc := post(false, c, addr, lay, source, tag)
+	if h == nil {
+		return mpiErr("MPI_Irecv", rc)
 	}
 	r.impl.h = h
 	return nil
 }
 
-// pollRequest is a funnel poll that tests one request.
+// pollRequest is a funnel poll that tests one request until it completes
+// (and dist_test frees it).
 func pollRequest(f *funnel, h *C.MPI_Request, isRecv C.int, st *C.dist_status) C.int {
 	var rc C.int
 	f.until(func() bool {
@@ -383,96 +364,169 @@ func pollRequest(f *funnel, h *C.MPI_Request, isRecv C.int, st *C.dist_status) C
 	return rc
 }
 
+// Waiting in the multiple design polls before it blocks. A cgo call that
+// outlasts two ticks of the runtime's sysmon (20 µs) has its P taken away,
+// and with GOMAXPROCS=1 (what a rank bound to one core gets) the runtime
+// starts a spinning thread on that same core, which slows the very MPI
+// progress being waited for: a 64 KiB ping-pong measured 18-21 µs one way
+// with a blocking MPI_Wait against 8.5-9 µs polling (7.2 µs in C). So a
+// wait tests the request in C for slices of pollSlice, yields to other
+// goroutines between slices, and only after pollSlices of them blocks in
+// MPI_Wait, where that cost is small beside the wait.
+const (
+	pollSlice  = 10_000 // ns, half a sysmon tick
+	pollSlices = 100    // 1 ms of polling before blocking
+)
+
+func waitPolling(h *C.MPI_Request, isRecv C.int, st *C.dist_status) C.int {
+	for range pollSlices {
+		var flag C.int
+		rc := C.dist_test_for(h, isRecv, pollSlice, &flag, st)
+		if flag != 0 {
+			return rc
+		}
+		runtime.Gosched()
+	}
+	return C.dist_wait(h, isRecv, st)
+}
+
+func waitFunneled(f *funnel, h *C.MPI_Request, isRecv C.int) (C.dist_status, C.int) {
+	st := new(C.dist_status)
+	rc := pollRequest(f, h, isRecv, st)
+	return *st, rc
+}
+
 func backendWait(r *Request) (Status, error) {
 	var st C.dist_status
 	var rc C.int
-	h := r.impl.h
 	if f := mpiEngine.fun; f != nil {
-		rc = pollRequest(f, h, cBool(!r.send), &st)
+		st, rc = waitFunneled(f, r.impl.h, cBool(!r.send))
 	} else {
-		rc = C.dist_wait(h, cBool(!r.send), &st)
+		rc = waitPolling(r.impl.h, cBool(!r.send), &st)
 	}
 	r.impl.h = nil
-	putSlot(h)
 	return goStatus(&st), mpiErr("MPI_Wait", rc)
 }
 
-func testFunneled(f *funnel, h *C.MPI_Request, isRecv C.int, flag *C.int, st *C.dist_status) C.int {
-	return funneled(f, func() C.int { return C.dist_test(h, isRecv, flag, st) })
+func testFunneled(f *funnel, h *C.MPI_Request, isRecv C.int) (C.dist_status, C.int, C.int) {
+	var st C.dist_status
+	var rc, flag C.int
+	f.run(func() { rc = C.dist_test(h, isRecv, &flag, &st) })
+	return st, flag, rc
 }
 
 func backendTest(r *Request) (Status, bool, error) {
 	var st C.dist_status
 	var rc, flag C.int
-	h := r.impl.h
 	if f := mpiEngine.fun; f != nil {
-		rc = testFunneled(f, h, cBool(!r.send), &flag, &st)
+		st, flag, rc = testFunneled(f, r.impl.h, cBool(!r.send))
 	} else {
-		rc = C.dist_test(h, cBool(!r.send), &flag, &st)
+		rc = C.dist_test(r.impl.h, cBool(!r.send), &flag, &st)
 	}
 	if flag == 0 {
 		return Status{}, false, nil
 	}
 	r.impl.h = nil
-	putSlot(h)
 	return goStatus(&st), true, mpiErr("MPI_Test", rc)
 }
 
 func backendWaitall(rs []*Request, sts []Status, errs []error) {
 	n := len(rs)
-	hs := make([]*C.MPI_Request, n)
-	recv := make([]C.int, n)
-	cst := make([]C.dist_status, n)
-	for i, r := range rs {
-		hs[i], recv[i] = r.impl.h, cBool(!r.send)
+	var hsBuf [smallBatch]*C.MPI_Request
+	var recvBuf [smallBatch]C.int
+	var cstBuf [smallBatch]C.dist_status
+	hs, recv, cst := hsBuf[:0], recvBuf[:0], cstBuf[:0]
+	if n > smallBatch {
+		hs, recv, cst = make([]*C.MPI_Request, 0, n), make([]C.int, 0, n), make([]C.dist_status, 0, n)
 	}
+	for _, r := range rs {
+		hs, recv = append(hs, r.impl.h), append(recv, cBool(!r.send))
+		r.impl.h = nil
+	}
+	cst = cst[:n]
 	if f := mpiEngine.fun; f != nil {
-		// Test each request in turn between other calls: a blocking
-		// MPI_Waitall here would stall every other goroutine's calls.
-		left := make([]int, n)
-		for i := range left {
-			left[i] = i
-		}
-		f.until(func() bool {
-			kept := left[:0]
-			for _, i := range left {
-				var flag C.int
-				if C.dist_test(hs[i], recv[i], &flag, &cst[i]); flag == 0 {
-					kept = append(kept, i)
-				}
-			}
-			left = kept
-			return len(left) == 0
-		})
+		waitallFunneled(f, hs, recv, cst)
 	} else {
-		C.dist_waitall(C.int(n), &hs[0], &recv[0], &cst[0])
+		waitallPolling(hs, recv, cst)
 	}
-	for i, r := range rs {
+	for i := range rs {
 		sts[i] = goStatus(&cst[i])
 		errs[i] = mpiErr("MPI_Waitall", C.int(cst[i].err))
-		r.impl.h = nil
-		putSlot(hs[i])
 	}
+}
+
+func waitallPolling(hs []*C.MPI_Request, recv []C.int, cst []C.dist_status) {
+	n := C.int(len(hs))
+	for range pollSlices {
+		var left C.int
+		if C.dist_test_all_for(n, &hs[0], &recv[0], &cst[0], pollSlice, &left); left == 0 {
+			return
+		}
+		runtime.Gosched()
+	}
+	C.dist_waitall(n, &hs[0], &recv[0], &cst[0])
+}
+
+// waitallFunneled tests each request in turn between other calls: a
+// blocking MPI_Waitall on the funnel thread would stall every other
+// goroutine's calls. It works on copies so the caller's arrays stay on its
+// stack.
+func waitallFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int, cst0 []C.dist_status) {
+	n := len(hs0)
+	hs := append([]*C.MPI_Request(nil), hs0...)
+	recv := append([]C.int(nil), recv0...)
+	cst := make([]C.dist_status, n)
+	left := make([]int, n)
+	for i := range left {
+		left[i] = i
+	}
+	f.until(func() bool {
+		kept := left[:0]
+		for _, i := range left {
+			var flag C.int
+			if C.dist_test(hs[i], recv[i], &flag, &cst[i]); flag == 0 {
+				kept = append(kept, i)
+			}
+		}
+		left = kept
+		return len(left) == 0
+	})
+	copy(cst0, cst)
 }
 
 func backendTestany(rs []*Request) (int, Status, error) {
 	n := len(rs)
-	hs := make([]*C.MPI_Request, n)
-	recv := make([]C.int, n)
-	for i, r := range rs {
-		hs[i], recv[i] = r.impl.h, cBool(!r.send)
+	var hsBuf [smallBatch]*C.MPI_Request
+	var recvBuf [smallBatch]C.int
+	hs, recv := hsBuf[:0], recvBuf[:0]
+	if n > smallBatch {
+		hs, recv = make([]*C.MPI_Request, 0, n), make([]C.int, 0, n)
+	}
+	for _, r := range rs {
+		hs, recv = append(hs, r.impl.h), append(recv, cBool(!r.send))
 	}
 	var st C.dist_status
 	var rc, k C.int
-	onMPI(func() { rc = C.dist_testany(C.int(n), &hs[0], &recv[0], &k, &st) })
+	if f := mpiEngine.fun; f != nil {
+		st, k, rc = testanyFunneled(f, hs, recv)
+	} else {
+		rc = C.dist_testany(C.int(n), &hs[0], &recv[0], &k, &st)
+	}
 	err := mpiErr("MPI_Testany", rc)
 	if k < 0 {
 		return -1, Status{}, err
 	}
-	r := rs[k]
-	r.impl.h = nil
-	putSlot(hs[k])
+	rs[k].impl.h = nil
 	return int(k), goStatus(&st), err
+}
+
+func testanyFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int) (C.dist_status, C.int, C.int) {
+	hs := append([]*C.MPI_Request(nil), hs0...)
+	recv := append([]C.int(nil), recv0...)
+	var st C.dist_status
+	var rc, k C.int
+	f.run(func() { rc = C.dist_testany(C.int(len(hs)), &hs[0], &recv[0], &k, &st) })
+	return st, k, rc
 }
 
 func backendProbe(c commImpl, source, tag int) (Status, error) {
@@ -485,12 +539,23 @@ func backendProbe(c commImpl, source, tag int) (Status, error) {
 			return flag != 0 || rc != C.MPI_SUCCESS
 		})
 	} else {
-		rc = C.dist_probe(c.h, C.int(source), C.int(tag), &st)
+		rc = probePolling(c.h, C.int(source), C.int(tag), &st)
 	}
 	if err := mpiErr("MPI_Probe", rc); err != nil {
 		return Status{}, err
 	}
 	return goStatus(&st), nil
+}
+
+func probePolling(c *C.MPI_Comm, source, tag C.int, st *C.dist_status) C.int {
+	for range pollSlices {
+		var flag C.int
+		if rc := C.dist_iprobe_for(c, source, tag, pollSlice, &flag, st); rc != C.MPI_SUCCESS || flag != 0 {
+			return rc
+		}
+		runtime.Gosched()
+	}
+	return C.dist_probe(c, source, tag, st)
 }
 
 func backendIprobe(c commImpl, source, tag int) (Status, bool, error) {
@@ -523,14 +588,14 @@ func collective(op string, start func(nb *C.MPI_Request) C.int, buffers ...unsaf
 			pin.Pin(p)
 		}
 	}
-	h, err := takeSlot()
-	if err != nil {
-		return err
+	h := C.dist_request_new()
+	if h == nil {
+		return fmt.Errorf("cluster: %s: allocating a request handle: %w", op, ErrMPI)
 	}
-	defer putSlot(h)
 	var rc C.int
 	f.run(func() { rc = start(h) })
 	if rc != C.MPI_SUCCESS {
+		C.dist_request_free(h)
 		return mpiErr(op, rc)
 	}
 	var st C.dist_status

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -575,6 +576,61 @@ func TestAttachDevallocHold(t *testing.T) {
 			if err := a.Sync(); err != nil {
 				t.Fatal(err)
 			}
+		})
+	}
+}
+
+// TestLateMessage waits for messages sent only after the waiting rank has
+// given up polling and blocked (after 1 ms in the multiple design), with
+// each way of waiting.
+func TestLateMessage(t *testing.T) {
+	w := testComm(t)
+	left, right := ring(w)
+	const n = 100
+	for _, how := range []string{"Wait", "Waitall", "Probe"} {
+		t.Run("by="+how, func(t *testing.T) {
+			tag := 70 + len(how)
+			in := pinned(t, make([]byte, n))
+			sent := make(chan *cluster.Request, 1)
+			go func() {
+				time.Sleep(5 * time.Millisecond)
+				r, err := w.Isend(pinned(t, pattern(w.Rank(), right, tag, n)), right, tag)
+				if err != nil {
+					t.Error(err)
+				}
+				sent <- r
+			}()
+			var err error
+			switch how {
+			case "Wait", "Waitall":
+				var rr *cluster.Request
+				if rr, err = w.Irecv(in, left, tag); err != nil {
+					t.Fatal(err)
+				}
+				if how == "Wait" {
+					_, err = rr.Wait()
+				} else {
+					err = cluster.Waitall([]*cluster.Request{rr})
+				}
+			case "Probe":
+				var st cluster.Status
+				if st, err = w.Probe(left, tag); err == nil && st.Bytes != n {
+					t.Fatalf("Probe status %+v", st)
+				}
+				var rr *cluster.Request
+				if rr, err = w.Irecv(in, left, tag); err == nil {
+					_, err = rr.Wait()
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sr := <-sent
+			if sr == nil {
+				t.Fatal("send failed")
+			}
+			wait(t, sr)
+			sameBytes(t, "late message", in.Bytes(), pattern(left, w.Rank(), tag, n))
 		})
 	}
 }

@@ -111,24 +111,13 @@ func (r *Request) complete(st Status, err error) {
 	if r.send {
 		st = Status{Source: -1, Tag: r.tag, Bytes: r.size}
 	}
-	r.done, r.status, r.mem = true, st, nil
-	errs := make([]error, 0, 1)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	r.done, r.status, r.mem, r.err = true, st, nil, err
 	for _, h := range r.holds {
 		if e := h.Release(); e != nil {
-			errs = append(errs, fmt.Errorf("cluster: releasing what was attached to a %s: %w", r.describe(), e))
+			r.err = errors.Join(r.err, fmt.Errorf("cluster: releasing what was attached to a %s: %w", r.describe(), e))
 		}
 	}
 	r.holds = nil
-	switch len(errs) {
-	case 0:
-	case 1:
-		r.err = errs[0]
-	default:
-		r.err = errors.Join(errs...)
-	}
 	untrack(r)
 }
 
@@ -203,21 +192,30 @@ func (r *Request) Status() (Status, bool) {
 	return r.status, r.done
 }
 
-func acquireAll(reqs []*Request) ([]*Request, error) {
-	held := make([]*Request, 0, len(reqs))
+// smallBatch is how many requests Waitall and Testany handle without
+// allocating.
+const smallBatch = 16
+
+// acquireAll acquires every non-nil request, or none.
+func acquireAll(reqs []*Request) error {
 	for i, r := range reqs {
 		if r == nil {
 			continue
 		}
 		if err := r.acquire(); err != nil {
-			for _, h := range held {
-				h.unlock()
-			}
-			return nil, fmt.Errorf("cluster: request %d: %w", i, err)
+			unlockAll(reqs[:i])
+			return fmt.Errorf("cluster: request %d: %w", i, err)
 		}
-		held = append(held, r)
 	}
-	return held, nil
+	return nil
+}
+
+func unlockAll(reqs []*Request) {
+	for _, r := range reqs {
+		if r != nil {
+			r.unlock()
+		}
+	}
 }
 
 // Waitall waits for every request (nil entries are skipped) and returns
@@ -225,40 +223,41 @@ func acquireAll(reqs []*Request) ([]*Request, error) {
 // complete when it returns, failed ones included; statuses are available
 // from Request.Status.
 func Waitall(reqs []*Request) error {
-	held, err := acquireAll(reqs)
-	if err != nil {
+	if err := acquireAll(reqs); err != nil {
 		return err
 	}
-	defer func() {
-		for _, r := range held {
-			r.unlock()
-		}
-	}()
-	var pending []*Request
-	for _, r := range held {
-		if !r.done {
+	defer unlockAll(reqs)
+	var pendBuf [smallBatch]*Request
+	pending := pendBuf[:0]
+	for _, r := range reqs {
+		if r != nil && !r.done {
 			pending = append(pending, r)
 		}
 	}
-	if len(pending) > 0 {
+	if n := len(pending); n > 0 {
 		if err := enter(); err != nil {
 			return err
 		}
-		sts := make([]Status, len(pending))
-		errs := make([]error, len(pending))
+		var stBuf [smallBatch]Status
+		var errBuf [smallBatch]error
+		sts, errs := stBuf[:0], errBuf[:0]
+		if n > smallBatch {
+			sts, errs = make([]Status, 0, n), make([]error, 0, n)
+		}
+		sts, errs = sts[:n], errs[:n]
 		backendWaitall(pending, sts, errs)
 		exit()
 		for i, r := range pending {
 			r.complete(sts[i], errs[i])
 		}
 	}
-	var errs []error
+	var err error
 	for i, r := range reqs {
 		if r != nil && r.err != nil {
-			errs = append(errs, fmt.Errorf("cluster: Waitall: request %d: %w", i, r.err))
+			err = errors.Join(err, fmt.Errorf("cluster: Waitall: request %d: %w", i, r.err))
 		}
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // Testany completes at most one pending request. It returns the index of
@@ -266,17 +265,13 @@ func Waitall(reqs []*Request) error {
 // none has completed yet. When no request is pending (all nil or already
 // complete) it returns index -1 with ok true, as MPI_Testany does.
 func Testany(reqs []*Request) (index int, st Status, ok bool, err error) {
-	held, err := acquireAll(reqs)
-	if err != nil {
+	if err := acquireAll(reqs); err != nil {
 		return -1, Status{}, false, err
 	}
-	defer func() {
-		for _, r := range held {
-			r.unlock()
-		}
-	}()
-	var pending []*Request
-	var where []int
+	defer unlockAll(reqs)
+	var pendBuf [smallBatch]*Request
+	var whereBuf [smallBatch]int
+	pending, where := pendBuf[:0], whereBuf[:0]
 	for i, r := range reqs {
 		if r != nil && !r.done {
 			pending = append(pending, r)
@@ -292,7 +287,7 @@ func Testany(reqs []*Request) (index int, st Status, ok bool, err error) {
 	k, st, err := backendTestany(pending)
 	exit()
 	if k < 0 {
-		return -1, Status{}, false, nil
+		return -1, Status{}, false, err
 	}
 	r := pending[k]
 	r.complete(st, err)

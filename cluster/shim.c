@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // Open MPI declares its CUDA extension in mpi-ext.h; MPICH (4.0 and later)
 // declares MPIX_GPU_query_support in mpi.h.
@@ -108,12 +109,13 @@ int dist_comm_split_shared(MPI_Comm *c, MPI_Comm *out) {
 
 int dist_comm_free(MPI_Comm *c) { return MPI_Comm_free(c); }
 
-MPI_Request *dist_request_slab(int n) {
-	MPI_Request *r = malloc((size_t)n * sizeof *r);
-	if (!r) return NULL;
-	for (int i = 0; i < n; i++) r[i] = MPI_REQUEST_NULL;
+MPI_Request *dist_request_new(void) {
+	MPI_Request *r = malloc(sizeof *r);
+	if (r) *r = MPI_REQUEST_NULL;
 	return r;
 }
+
+void dist_request_free(MPI_Request *req) { free(req); }
 
 // make_type turns a layout into (count, type). *created says whether the
 // type must be freed; freeing it right after posting is allowed, the
@@ -165,24 +167,37 @@ int dist_layout_type_info(dist_layout lay, int64_t *size, int64_t *extent) {
 	return rc;
 }
 
-int dist_isend(MPI_Comm *c, uintptr_t buf, dist_layout lay, int dest, int tag, MPI_Request *req) {
+static MPI_Request *post(int is_send, MPI_Comm *c, uintptr_t buf, dist_layout lay, int peer, int tag, int *rc) {
+	MPI_Request *req = malloc(sizeof *req);
+	if (!req) {
+		*rc = MPI_ERR_NO_MEM;
+		return NULL;
+	}
 	int count, created;
 	MPI_Datatype t;
-	int rc = make_type(lay, &count, &t, &created);
-	if (rc != MPI_SUCCESS) return rc;
-	rc = MPI_Isend((void *)buf, count, t, dest, tag, *c, req);
+	*rc = make_type(lay, &count, &t, &created);
+	if (*rc != MPI_SUCCESS) {
+		free(req);
+		return NULL;
+	}
+	if (is_send)
+		*rc = MPI_Isend((void *)buf, count, t, peer, tag, *c, req);
+	else
+		*rc = MPI_Irecv((void *)buf, count, t, peer < 0 ? MPI_ANY_SOURCE : peer, tag < 0 ? MPI_ANY_TAG : tag, *c, req);
 	if (created) MPI_Type_free(&t);
-	return rc;
+	if (*rc != MPI_SUCCESS) {
+		free(req);
+		return NULL;
+	}
+	return req;
 }
 
-int dist_irecv(MPI_Comm *c, uintptr_t buf, dist_layout lay, int source, int tag, MPI_Request *req) {
-	int count, created;
-	MPI_Datatype t;
-	int rc = make_type(lay, &count, &t, &created);
-	if (rc != MPI_SUCCESS) return rc;
-	rc = MPI_Irecv((void *)buf, count, t, source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *c, req);
-	if (created) MPI_Type_free(&t);
-	return rc;
+MPI_Request *dist_isend(MPI_Comm *c, uintptr_t buf, dist_layout lay, int dest, int tag, int *rc) {
+	return post(1, c, buf, lay, dest, tag, rc);
+}
+
+MPI_Request *dist_irecv(MPI_Comm *c, uintptr_t buf, dist_layout lay, int source, int tag, int *rc) {
+	return post(0, c, buf, lay, source, tag, rc);
 }
 
 static void fill_status(const MPI_Status *s, int counted, dist_status *out) {
@@ -200,6 +215,7 @@ int dist_wait(MPI_Request *req, int is_recv, dist_status *st) {
 	int rc = MPI_Wait(req, &s);
 	fill_status(&s, is_recv && rc == MPI_SUCCESS, st);
 	st->err = rc;
+	free(req);
 	return rc;
 }
 
@@ -208,9 +224,43 @@ int dist_test(MPI_Request *req, int is_recv, int *flag, dist_status *st) {
 	*flag = 0;
 	int rc = MPI_Test(req, flag, &s);
 	if (rc != MPI_SUCCESS) *flag = 1; // the request is finished, with an error
-	if (*flag) fill_status(&s, is_recv && rc == MPI_SUCCESS, st);
+	if (*flag) {
+		fill_status(&s, is_recv && rc == MPI_SUCCESS, st);
+		free(req);
+	}
 	st->err = rc;
 	return rc;
+}
+
+static int64_t now_ns(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int dist_test_for(MPI_Request *req, int is_recv, int64_t spin_ns, int *flag, dist_status *st) {
+	int64_t end = now_ns() + spin_ns;
+	for (;;) {
+		int rc = dist_test(req, is_recv, flag, st);
+		if (*flag || now_ns() >= end) return rc;
+	}
+}
+
+int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int *left) {
+	int64_t end = now_ns() + spin_ns;
+	for (;;) {
+		*left = 0;
+		for (int i = 0; i < n; i++) {
+			if (!reqs[i]) continue;
+			int flag;
+			dist_test(reqs[i], is_recv[i], &flag, &sts[i]);
+			if (flag)
+				reqs[i] = NULL;
+			else
+				(*left)++;
+		}
+		if (*left == 0 || now_ns() >= end) return MPI_SUCCESS;
+	}
 }
 
 enum { STACK_REQS = 32 };
@@ -223,43 +273,56 @@ enum { STACK_REQS = 32 };
 int dist_waitall(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts) {
 	MPI_Request rbuf[STACK_REQS];
 	MPI_Status sbuf[STACK_REQS];
-	int ibuf[STACK_REQS];
+	int ibuf[STACK_REQS], mbuf[STACK_REQS];
 	MPI_Request *r = rbuf;
 	MPI_Status *s = sbuf;
-	int *idx = ibuf;
+	int *idx = ibuf, *map = mbuf;
 	if (n > STACK_REQS) {
 		r = malloc((size_t)n * sizeof *r);
 		s = malloc((size_t)n * sizeof *s);
 		idx = malloc((size_t)n * sizeof *idx);
-		if (!r || !s || !idx) {
+		map = malloc((size_t)n * sizeof *map);
+		if (!r || !s || !idx || !map) {
 			free(r);
 			free(s);
 			free(idx);
-			return MPI_ERR_NO_MEM;
+			free(map);
+			// No memory for the arrays: wait for each request alone.
+			int first = MPI_SUCCESS;
+			for (int i = 0; i < n; i++) {
+				if (!reqs[i]) continue;
+				int rc = dist_wait(reqs[i], is_recv[i], &sts[i]);
+				reqs[i] = NULL;
+				if (rc != MPI_SUCCESS && first == MPI_SUCCESS) first = rc;
+			}
+			return first;
 		}
 	}
+	int m = 0;
 	for (int i = 0; i < n; i++) {
-		r[i] = *reqs[i];
-		sts[i].source = sts[i].tag = sts[i].bytes = -1;
-		sts[i].err = MPI_SUCCESS;
+		if (!reqs[i]) continue;
+		r[m] = *reqs[i];
+		map[m++] = i;
 	}
-	int left = n, first = MPI_SUCCESS;
+	int left = m, first = MPI_SUCCESS;
 	while (left > 0) {
 		int out = MPI_UNDEFINED;
-		int rc = MPI_Waitsome(n, r, &out, idx, s);
+		int rc = MPI_Waitsome(m, r, &out, idx, s);
 		if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
 			// Not tied to one request: report it on every one not yet done.
-			for (int i = 0; i < n; i++)
-				if (r[i] != MPI_REQUEST_NULL) {
+			for (int k = 0; k < m; k++)
+				if (r[k] != MPI_REQUEST_NULL) {
+					int i = map[k];
+					sts[i].source = sts[i].tag = sts[i].bytes = -1;
 					sts[i].err = rc;
-					r[i] = MPI_REQUEST_NULL;
+					r[k] = MPI_REQUEST_NULL;
 				}
 			if (first == MPI_SUCCESS) first = rc;
 			break;
 		}
 		if (out == MPI_UNDEFINED) break;
 		for (int k = 0; k < out; k++) {
-			int i = idx[k];
+			int i = map[idx[k]];
 			int code = rc == MPI_SUCCESS ? MPI_SUCCESS : s[k].MPI_ERROR;
 			fill_status(&s[k], is_recv[i] && code == MPI_SUCCESS, &sts[i]);
 			sts[i].err = code;
@@ -267,11 +330,15 @@ int dist_waitall(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts
 		}
 		left -= out;
 	}
-	for (int i = 0; i < n; i++) *reqs[i] = r[i];
+	for (int k = 0; k < m; k++) {
+		free(reqs[map[k]]);
+		reqs[map[k]] = NULL;
+	}
 	if (n > STACK_REQS) {
 		free(r);
 		free(s);
 		free(idx);
+		free(map);
 	}
 	return first;
 }
@@ -293,6 +360,8 @@ int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist
 	if (k != MPI_UNDEFINED && k >= 0 && k < n) {
 		*index = k;
 		fill_status(&s, is_recv[k] && rc == MPI_SUCCESS, st);
+		free(reqs[k]);
+		reqs[k] = NULL;
 	}
 	st->err = rc;
 	return rc;
@@ -311,6 +380,14 @@ int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st) {
 	int rc = MPI_Iprobe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *c, flag, &s);
 	if (rc == MPI_SUCCESS && *flag) fill_status(&s, 1, st);
 	return rc;
+}
+
+int dist_iprobe_for(MPI_Comm *c, int source, int tag, int64_t spin_ns, int *flag, dist_status *st) {
+	int64_t end = now_ns() + spin_ns;
+	for (;;) {
+		int rc = dist_iprobe(c, source, tag, flag, st);
+		if (rc != MPI_SUCCESS || *flag || now_ns() >= end) return rc;
+	}
 }
 
 int dist_barrier(MPI_Comm *c, MPI_Request *nb) {

@@ -44,16 +44,27 @@ int dist_comm_split(MPI_Comm *c, int color, int key, MPI_Comm *out, int *is_null
 int dist_comm_split_shared(MPI_Comm *c, MPI_Comm *out);
 int dist_comm_free(MPI_Comm *c);
 
-MPI_Request *dist_request_slab(int n);
+// A request handle lives in its own malloc'd cell from posting until the
+// call that observes its completion (wait, a successful test, waitall,
+// testany) frees it.
+MPI_Request *dist_request_new(void);
+void dist_request_free(MPI_Request *req);
 
-int dist_isend(MPI_Comm *c, uintptr_t buf, dist_layout lay, int dest, int tag, MPI_Request *req);
-int dist_irecv(MPI_Comm *c, uintptr_t buf, dist_layout lay, int source, int tag, MPI_Request *req);
+// NULL with *rc set on failure.
+MPI_Request *dist_isend(MPI_Comm *c, uintptr_t buf, dist_layout lay, int dest, int tag, int *rc);
+MPI_Request *dist_irecv(MPI_Comm *c, uintptr_t buf, dist_layout lay, int source, int tag, int *rc);
 int dist_wait(MPI_Request *req, int is_recv, dist_status *st);
 int dist_test(MPI_Request *req, int is_recv, int *flag, dist_status *st);
+// Tests req until it completes (*flag = 1) or spin_ns have passed.
+int dist_test_for(MPI_Request *req, int is_recv, int64_t spin_ns, int *flag, dist_status *st);
+// Waitall and its polling form skip NULL entries and set completed ones to
+// NULL; dist_test_all_for stops after spin_ns with *left requests pending.
 int dist_waitall(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts);
+int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int *left);
 int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st);
 int dist_probe(MPI_Comm *c, int source, int tag, dist_status *st);
 int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st);
+int dist_iprobe_for(MPI_Comm *c, int source, int tag, int64_t spin_ns, int *flag, dist_status *st);
 
 // Collectives: blocking when nb is NULL, otherwise started as the
 // nonblocking variant with its request stored in *nb.
