@@ -186,7 +186,7 @@ func (c *Comm) Isend(m Memory, dest, tag int) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{send: true, peer: dest, tag: tag, size: reg.size, mem: m}
+	r := &Request{posted: true, send: true, peer: dest, tag: tag, size: reg.size, mem: m}
 	if err := backendIsend(c.impl, reg.addr, lay, dest, tag, r); err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func (c *Comm) Irecv(m Memory, source, tag int) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{peer: source, tag: tag, size: reg.size, mem: m}
+	r := &Request{posted: true, peer: source, tag: tag, size: reg.size, mem: m}
 	if err := backendIrecv(c.impl, reg.addr, lay, source, tag, r); err != nil {
 		return nil, err
 	}

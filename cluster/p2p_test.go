@@ -238,6 +238,9 @@ func TestBadArguments(t *testing.T) {
 		{"Free Local", w.Local().Free(), cluster.ErrInvalid},
 		{"nil Comm", second((*cluster.Comm)(nil).Isend(buf, 0, 0)), cluster.ErrInvalid},
 		{"Wait nil", second((*cluster.Request)(nil).Wait()), cluster.ErrInvalid},
+		{"Wait zero Request", second(new(cluster.Request).Wait()), cluster.ErrInvalid},
+		{"Waitall zero Request", cluster.Waitall([]*cluster.Request{nil, {}}), cluster.ErrInvalid},
+		{"Attach to zero Request", new(cluster.Request).Attach(&countingReleaser{}), cluster.ErrInvalid},
 	}
 	for _, c := range cases {
 		if !errors.Is(c.err, c.want) {

@@ -71,12 +71,13 @@ func pendingError() error {
 // by one call at a time: a second concurrent call (or a request listed
 // twice) gets ErrInUse rather than a data race inside MPI.
 type Request struct {
-	impl reqImpl
-	send bool
-	peer int
-	tag  int
-	size int64
-	mem  Memory // keeps pinned Go memory reachable until completion
+	impl   reqImpl
+	posted bool // made by Isend or Irecv, not a zero Request
+	send   bool
+	peer   int
+	tag    int
+	size   int64
+	mem    Memory // keeps pinned Go memory reachable until completion
 
 	busy       atomic.Bool
 	prev, next *Request // in the pending list while MPI may use the request
@@ -97,6 +98,14 @@ func (r *Request) acquire() error {
 }
 
 func (r *Request) unlock() { r.busy.Store(false) }
+
+// checkPosted rejects a Request that no Isend or Irecv made.
+func (r *Request) checkPosted() error {
+	if !r.posted {
+		return fmt.Errorf("cluster: a Request not made by Isend or Irecv: %w", ErrInvalid)
+	}
+	return nil
+}
 
 func (r *Request) describe() string {
 	if r.send {
@@ -135,6 +144,9 @@ func (r *Request) Attach(h Releaser) error {
 	if h == nil {
 		return fmt.Errorf("cluster: Attach(nil): %w", ErrInvalid)
 	}
+	if err := r.checkPosted(); err != nil {
+		return err
+	}
 	if r.done {
 		return h.Release()
 	}
@@ -156,6 +168,10 @@ func (r *Request) Wait() (Status, error) {
 	if err := enter(); err != nil {
 		return Status{}, err
 	}
+	if err := r.checkPosted(); err != nil {
+		exit()
+		return Status{}, err
+	}
 	st, err := backendWait(r)
 	exit()
 	r.complete(st, err)
@@ -172,6 +188,10 @@ func (r *Request) Test() (Status, bool, error) {
 		return r.status, true, r.err
 	}
 	if err := enter(); err != nil {
+		return Status{}, false, err
+	}
+	if err := r.checkPosted(); err != nil {
+		exit()
 		return Status{}, false, err
 	}
 	st, ok, err := backendTest(r)
@@ -238,6 +258,12 @@ func Waitall(reqs []*Request) error {
 		if err := enter(); err != nil {
 			return err
 		}
+		for _, r := range pending {
+			if err := r.checkPosted(); err != nil {
+				exit()
+				return err
+			}
+		}
 		var stBuf [smallBatch]Status
 		var errBuf [smallBatch]error
 		sts, errs := stBuf[:0], errBuf[:0]
@@ -283,6 +309,12 @@ func Testany(reqs []*Request) (index int, st Status, ok bool, err error) {
 	}
 	if err := enter(); err != nil {
 		return -1, Status{}, false, err
+	}
+	for _, r := range pending {
+		if err := r.checkPosted(); err != nil {
+			exit()
+			return -1, Status{}, false, err
+		}
 	}
 	k, st, err := backendTestany(pending)
 	exit()

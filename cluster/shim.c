@@ -246,23 +246,6 @@ int dist_test_for(MPI_Request *req, int is_recv, int64_t spin_ns, int *flag, dis
 	}
 }
 
-int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int *left) {
-	int64_t end = now_ns() + spin_ns;
-	for (;;) {
-		*left = 0;
-		for (int i = 0; i < n; i++) {
-			if (!reqs[i]) continue;
-			int flag;
-			dist_test(reqs[i], is_recv[i], &flag, &sts[i]);
-			if (flag)
-				reqs[i] = NULL;
-			else
-				(*left)++;
-		}
-		if (*left == 0 || now_ns() >= end) return MPI_SUCCESS;
-	}
-}
-
 enum { STACK_REQS = 32 };
 
 // dist_waitall completes every request, each with its own code in
@@ -341,6 +324,73 @@ int dist_waitall(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts
 		free(map);
 	}
 	return first;
+}
+
+// dist_test_all_for drives progress once per round with MPI_Testsome (a
+// test per request would progress once per request).
+int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int *left) {
+	MPI_Request rbuf[STACK_REQS];
+	MPI_Status sbuf[STACK_REQS];
+	int ibuf[STACK_REQS], mbuf[STACK_REQS];
+	*left = 0;
+	for (int i = 0; i < n; i++) *left += reqs[i] != NULL;
+	if (*left == 0) return MPI_SUCCESS;
+	if (n > STACK_REQS) {
+		// Rare and large: test one by one rather than allocate.
+		int64_t end = now_ns() + spin_ns;
+		for (;;) {
+			*left = 0;
+			for (int i = 0; i < n; i++) {
+				if (!reqs[i]) continue;
+				int flag;
+				dist_test(reqs[i], is_recv[i], &flag, &sts[i]);
+				if (flag)
+					reqs[i] = NULL;
+				else
+					(*left)++;
+			}
+			if (*left == 0 || now_ns() >= end) return MPI_SUCCESS;
+		}
+	}
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		if (!reqs[i]) continue;
+		rbuf[m] = *reqs[i];
+		mbuf[m++] = i;
+	}
+	int64_t end = now_ns() + spin_ns;
+	for (;;) {
+		int out = MPI_UNDEFINED;
+		int rc = MPI_Testsome(m, rbuf, &out, ibuf, sbuf);
+		if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+			for (int k = 0; k < m; k++) {
+				int i = mbuf[k];
+				if (!reqs[i]) continue;
+				sts[i].source = sts[i].tag = sts[i].bytes = -1;
+				sts[i].err = rc;
+				free(reqs[i]);
+				reqs[i] = NULL;
+			}
+			*left = 0;
+			return rc;
+		}
+		if (out != MPI_UNDEFINED) {
+			for (int k = 0; k < out; k++) {
+				int i = mbuf[ibuf[k]];
+				int code = rc == MPI_SUCCESS ? MPI_SUCCESS : sbuf[k].MPI_ERROR;
+				fill_status(&sbuf[k], is_recv[i] && code == MPI_SUCCESS, &sts[i]);
+				sts[i].err = code;
+				free(reqs[i]);
+				reqs[i] = NULL;
+			}
+			*left -= out;
+		}
+		if (*left == 0 || now_ns() >= end) break;
+	}
+	// Requests still pending keep their handles, updated by MPI.
+	for (int k = 0; k < m; k++)
+		if (reqs[mbuf[k]]) *reqs[mbuf[k]] = rbuf[k];
+	return MPI_SUCCESS;
 }
 
 int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st) {
