@@ -59,8 +59,9 @@ func TestThreadLevel(t *testing.T) {
 	t.Logf("design %v, MPI provided %s", mode, provided)
 }
 
-// TestGoPanicsStayRecoverable: MPI must not replace Go's signal handlers,
-// or a nil dereference would abort the rank instead of panicking.
+// TestGoPanicsStayRecoverable: MPI must leave Go's signal handlers in
+// place (Open MPI installs its own only where none exists), or a nil
+// dereference would abort the rank instead of panicking.
 func TestGoPanicsStayRecoverable(t *testing.T) {
 	var recovered any
 	func() {

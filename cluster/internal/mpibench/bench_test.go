@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -122,13 +123,9 @@ func TestLoopsMoveData(t *testing.T) {
 
 var pingPongSizes = []int{8, 64, 512, 4 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20}
 
-// implementations lists the loops to run: the C one needs MPI callable
-// from any thread, which the funnelled design does not promise.
-func implementations() []string {
-	if mode, _, _ := cluster.Threading(); mode == cluster.ThreadFunneled {
-		return []string{"go"}
-	}
-	return []string{"c", "go"}
+func funnelled() bool {
+	mode, _, _ := cluster.Threading()
+	return mode == cluster.ThreadFunneled
 }
 
 func threadLabel() string {
@@ -136,68 +133,116 @@ func threadLabel() string {
 	return mode.String()
 }
 
-// BenchmarkPingPong: one op is one round trip. MB/s counts both
-// directions, so it is the one-way bandwidth; us/oneway is half a round
-// trip.
+// chunkFor is how many round trips (or windows) run back to back before
+// switching between the C and the Go loop: a few milliseconds' worth, so
+// both see the same load on a shared machine.
+func chunkFor(bytes int) int {
+	switch {
+	case bytes <= 4<<10:
+		return 200
+	case bytes <= 64<<10:
+		return 50
+	case bytes <= 1<<20:
+		return 10
+	}
+	return 3
+}
+
+// paired runs b.N iterations of each loop, alternating chunks of them, and
+// reports the median over chunk pairs of each loop's time per iteration
+// and of their ratio. In the funnelled design, where only the init thread
+// may call MPI, the C loop cannot run and only Go is reported.
+func paired(b *testing.B, bytes int, cLoop, goLoop func(iters int) (float64, error), report func(b *testing.B, cSecs, goSecs float64)) {
+	if err := world.Barrier(); err != nil {
+		b.Fatal(err)
+	}
+	chunk := chunkFor(bytes)
+	var cTimes, goTimes, ratios []float64
+	b.ResetTimer()
+	for done := 0; done < b.N; done += chunk {
+		k := min(chunk, b.N-done)
+		var cs float64
+		if !funnelled() {
+			var err error
+			if cs, err = cLoop(k); err != nil {
+				b.Fatal(err)
+			}
+			cTimes = append(cTimes, cs/float64(k))
+		}
+		gs, err := goLoop(k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		goTimes = append(goTimes, gs/float64(k))
+		if cs > 0 {
+			ratios = append(ratios, gs/cs)
+		}
+	}
+	b.StopTimer()
+	report(b, median(cTimes), median(goTimes))
+	if len(ratios) > 0 {
+		b.ReportMetric(median(ratios), "go/c")
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkPingPong: one op is a round trip of each loop. Reported: the
+// one-way latency of each (median over chunks), the Go loop's one-way
+// bandwidth, and go/c, the median ratio of Go to C time over chunk pairs.
 func BenchmarkPingPong(b *testing.B) {
 	needTwoRanks(b)
 	for _, n := range pingPongSizes {
-		for _, impl := range implementations() {
-			b.Run(fmt.Sprintf("bytes=%d/impl=%s/thread=%s", n, impl, threadLabel()), func(b *testing.B) {
-				send, recv := buffers(b, n)
-				fill(send.Bytes(), 1)
-				if err := world.Barrier(); err != nil {
-					b.Fatal(err)
-				}
-				b.SetBytes(int64(2 * n))
-				b.ResetTimer()
-				var secs float64
-				if impl == "c" {
-					secs = PingPongC(send, recv, n, b.N)
-				} else {
-					var err error
-					if secs, err = PingPongGo(world, send, recv, b.N); err != nil {
-						b.Fatal(err)
+		b.Run(fmt.Sprintf("bytes=%d/thread=%s", n, threadLabel()), func(b *testing.B) {
+			send, recv := buffers(b, n)
+			fill(send.Bytes(), 1)
+			paired(b, n,
+				func(k int) (float64, error) { return PingPongC(send, recv, n, k), nil },
+				func(k int) (float64, error) { return PingPongGo(world, send, recv, k) },
+				func(b *testing.B, c, g float64) {
+					if c > 0 {
+						b.ReportMetric(c/2*1e6, "c-us/oneway")
 					}
-				}
-				b.StopTimer()
-				b.ReportMetric(secs/float64(b.N)/2*1e6, "us/oneway")
-			})
-		}
+					b.ReportMetric(g/2*1e6, "go-us/oneway")
+					b.ReportMetric(float64(n)/(g/2)/1e6, "go-MB/s")
+				})
+		})
 	}
 }
 
 const rateWindow = 64
 
 // BenchmarkMessageRate: one op is a window of 64 messages and its
-// acknowledgement.
+// acknowledgement, in each loop.
 func BenchmarkMessageRate(b *testing.B) {
 	needTwoRanks(b)
 	for _, n := range []int{8, 512} {
-		for _, impl := range implementations() {
-			b.Run(fmt.Sprintf("bytes=%d/impl=%s/thread=%s", n, impl, threadLabel()), func(b *testing.B) {
-				buf, ack := buffers(b, rateWindow*n)
-				slots := make([]cluster.Memory, rateWindow)
-				for k := range slots {
-					slots[k] = cluster.Sub(buf, int64(k*n), int64(n))
-				}
-				ackMem := cluster.Sub(ack, 0, 0)
-				if err := world.Barrier(); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				var secs float64
-				if impl == "c" {
-					secs = MessageRateC(buf, n, rateWindow, b.N)
-				} else {
-					var err error
-					if secs, err = MessageRateGo(world, slots, ackMem, b.N); err != nil {
-						b.Fatal(err)
+		b.Run(fmt.Sprintf("bytes=%d/thread=%s", n, threadLabel()), func(b *testing.B) {
+			buf, ack := buffers(b, rateWindow*n)
+			slots := make([]cluster.Memory, rateWindow)
+			for k := range slots {
+				slots[k] = cluster.Sub(buf, int64(k*n), int64(n))
+			}
+			ackMem := cluster.Sub(ack, 0, 0)
+			paired(b, 0,
+				func(k int) (float64, error) { return MessageRateC(buf, n, rateWindow, k), nil },
+				func(k int) (float64, error) { return MessageRateGo(world, slots, ackMem, k) },
+				func(b *testing.B, c, g float64) {
+					if c > 0 {
+						b.ReportMetric(rateWindow/c, "c-msgs/s")
 					}
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(rateWindow*b.N)/secs, "msgs/s")
-			})
-		}
+					b.ReportMetric(rateWindow/g, "go-msgs/s")
+				})
+		})
 	}
 }
