@@ -171,9 +171,7 @@ func backendInit(mode ThreadMode) (initInfo, error) {
 	}
 	multiple := provided >= C.MPI_THREAD_MULTIPLE && mode != ThreadFunneled
 	if mode == ThreadMultiple && !multiple {
-		var frc C.int
-		main.stop(func() { frc = C.dist_finalize() })
-		_ = frc
+		main.stop(func() { C.dist_finalize() })
 		return info, fmt.Errorf("cluster: ThreadMultiple required but MPI provides only %s: %w", info.provided, ErrInitFailed)
 	}
 	mpiEngine.main = main

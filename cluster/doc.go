@@ -55,12 +55,13 @@
 // call). The alternative, MPI_THREAD_FUNNELED with every call handed to
 // the init thread, costs two thread switches per call; measured on the
 // 2-core CI machine with 2 ranks (cluster/internal/mpibench), funnelling
-// made the 8-byte one-way latency 21 µs instead of 1.4 µs and the 8-byte
-// message rate 91 thousand instead of 1.9 million messages a second. The
-// funnel is kept as the fallback when MPI provides less than
-// MPI_THREAD_MULTIPLE (or when DISTBUF_MPI_THREAD=funneled asks for it);
-// there the thread never blocks in MPI, polling waits between the calls it
-// is handed so one goroutine's Wait cannot stall another's Isend.
+// made the 8-byte one-way latency 22-29 µs instead of 1.0-1.4 µs and the
+// 8-byte message rate 72-90 thousand instead of 1.4-1.65 million messages
+// a second (docs/MPI.md has the table). The funnel is kept as the fallback
+// when MPI provides less than MPI_THREAD_MULTIPLE (or when
+// DISTBUF_MPI_THREAD=funneled asks for it); there the thread never blocks
+// in MPI, polling waits between the calls it is handed so one goroutine's
+// Wait cannot stall another's Isend.
 //
 // Waits in the multiple design poll (MPI_Test in slices of 10 µs, yielding
 // to other goroutines between slices) for up to 1 ms before blocking in

@@ -90,7 +90,7 @@ const hugeBytes = 1<<31 + 4099
 
 // EnvTestHuge turns on TestHugeMessage. It is off by default because on the
 // CI machines (virtual machines whose first touch of fresh memory costs
-// about 20 µs a page) it takes 20 to 60 seconds; the datatype arithmetic it
+// about 20 µs a page) it takes 10 to 60 seconds; the datatype arithmetic it
 // relies on is checked without it by TestLayoutDatatypes.
 const EnvTestHuge = "DISTBUF_TEST_HUGE"
 
@@ -134,7 +134,7 @@ func mmapBytes(t *testing.T, n int) mapped {
 // DISTBUF_TEST_HUGE=1 (exported to every rank).
 func TestHugeMessage(t *testing.T) {
 	if os.Getenv(EnvTestHuge) != "1" {
-		t.Skipf("set %s=1 to move a %d-byte message (20-60 s here)", EnvTestHuge, int64(hugeBytes))
+		t.Skipf("set %s=1 to move a %d-byte message (10-60 s here)", EnvTestHuge, int64(hugeBytes))
 	}
 	w := testComm(t)
 	src, dst := 0, 0
