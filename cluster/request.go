@@ -111,7 +111,14 @@ func (r *Request) describe() string {
 	if r.send {
 		return fmt.Sprintf("send of %d bytes to rank %d, tag %d", r.size, r.peer, r.tag)
 	}
-	return fmt.Sprintf("receive of up to %d bytes from rank %d, tag %d", r.size, r.peer, r.tag)
+	from, tag := fmt.Sprint("rank ", r.peer), fmt.Sprint("tag ", r.tag)
+	if r.peer == AnySource {
+		from = "any rank"
+	}
+	if r.tag == AnyTag {
+		tag = "any tag"
+	}
+	return fmt.Sprintf("receive of up to %d bytes from %s, %s", r.size, from, tag)
 }
 
 // complete records the result the backend reported and releases what was
