@@ -1,0 +1,241 @@
+//go:build !mpi
+
+package cluster
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+)
+
+// Without the mpi build tag the world is this process alone: rank 0 of 1.
+// Messages to self are matched in process, in posting order per tag (MPI's
+// non-overtaking rule), and copied straight from the send region to the
+// receive region when both sides are posted. A send therefore completes
+// only once a matching receive is posted, as a synchronous send would:
+// code that relies on MPI buffering small messages fails here at once
+// rather than later with larger messages.
+
+const haveMPI = false
+
+type commImpl struct{ lc *localComm }
+
+type reqImpl struct{ lr *localReq }
+
+type localComm struct {
+	mu      sync.Mutex
+	sends   []*localReq   // posted, unmatched sends, oldest first
+	recvs   []*localReq   // posted, unmatched receives, oldest first
+	arrived chan struct{} // closed (and replaced) whenever a send is queued
+}
+
+type localReq struct {
+	send   bool
+	addr   uintptr
+	n      int64
+	tag    int // the tag sent, or the tag (or AnyTag) accepted
+	done   chan struct{}
+	status Status
+	trunc  string // why the receive was truncated, if it was
+}
+
+func newLocalComm() commImpl {
+	return commImpl{&localComm{arrived: make(chan struct{})}}
+}
+
+func backendInit(ThreadMode) (initInfo, error) {
+	return initInfo{
+		attempted: true,
+		world:     newLocalComm(),
+		thread:    ThreadMultiple,
+		provided:  "in-process world (built without the mpi tag)",
+		maxTag:    math.MaxInt32,
+	}, nil
+}
+
+func backendFinalize() error { return nil }
+
+func backendRankSize(commImpl) (int, int, error) { return 0, 1, nil }
+
+func backendDup(commImpl) (commImpl, error) { return newLocalComm(), nil }
+
+func backendSplit(_ commImpl, color, _ int) (commImpl, bool, error) {
+	if color == Undefined {
+		return commImpl{}, true, nil
+	}
+	return newLocalComm(), false, nil
+}
+
+func backendSplitShared(commImpl) (commImpl, error) { return newLocalComm(), nil }
+
+func backendFree(commImpl) error { return nil }
+
+// hostBytes views memory that Memory.Region vouched for (mmap'd, C-owned or
+// pinned). The address is reinterpreted, not converted, because it comes
+// from outside Go's view of pointers.
+func hostBytes(addr uintptr, n int64) []byte {
+	if n == 0 {
+		return nil
+	}
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	return unsafe.Slice((*byte)(p), n)
+}
+
+func tagMatches(want, got int) bool { return want == AnyTag || want == got }
+
+func (lc *localComm) post(q *localReq) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if q.send {
+		for i, r := range lc.recvs {
+			if tagMatches(r.tag, q.tag) {
+				lc.recvs = append(lc.recvs[:i], lc.recvs[i+1:]...)
+				deliver(q, r)
+				return
+			}
+		}
+		lc.sends = append(lc.sends, q)
+		close(lc.arrived)
+		lc.arrived = make(chan struct{})
+		return
+	}
+	for i, s := range lc.sends {
+		if tagMatches(q.tag, s.tag) {
+			lc.sends = append(lc.sends[:i], lc.sends[i+1:]...)
+			deliver(s, q)
+			return
+		}
+	}
+	lc.recvs = append(lc.recvs, q)
+}
+
+func deliver(s, r *localReq) {
+	n := s.n
+	if n > r.n {
+		r.trunc = fmt.Sprintf("message truncated: %d bytes from rank 0 (tag %d) into a %d-byte receive buffer", s.n, s.tag, r.n)
+		n = r.n
+	}
+	copy(hostBytes(r.addr, n), hostBytes(s.addr, n))
+	r.status = Status{Source: 0, Tag: s.tag, Bytes: n}
+	close(s.done)
+	close(r.done)
+}
+
+func (q *localReq) result(op string) (Status, error) {
+	if q.trunc != "" {
+		return q.status, &MPIError{Op: op, Code: -1, Class: ClassTruncate, Message: q.trunc}
+	}
+	return q.status, nil
+}
+
+func backendIsend(c commImpl, addr uintptr, lay byteLayout, _, tag int, r *Request) error {
+	q := &localReq{send: true, addr: addr, n: lay.bytes(), tag: tag, done: make(chan struct{})}
+	r.impl.lr = q
+	c.lc.post(q)
+	return nil
+}
+
+func backendIrecv(c commImpl, addr uintptr, lay byteLayout, _, tag int, r *Request) error {
+	q := &localReq{addr: addr, n: lay.bytes(), tag: tag, done: make(chan struct{})}
+	r.impl.lr = q
+	c.lc.post(q)
+	return nil
+}
+
+func backendWait(r *Request) (Status, error) {
+	<-r.impl.lr.done
+	return r.impl.lr.result("MPI_Wait")
+}
+
+func backendTest(r *Request) (Status, bool, error) {
+	select {
+	case <-r.impl.lr.done:
+		st, err := r.impl.lr.result("MPI_Test")
+		return st, true, err
+	default:
+		return Status{}, false, nil
+	}
+}
+
+func backendWaitall(rs []*Request, sts []Status, errs []error) {
+	for i, r := range rs {
+		<-r.impl.lr.done
+		sts[i], errs[i] = r.impl.lr.result("MPI_Waitall")
+	}
+}
+
+func backendTestany(rs []*Request) (int, Status, error) {
+	for i, r := range rs {
+		select {
+		case <-r.impl.lr.done:
+			st, err := r.impl.lr.result("MPI_Testany")
+			return i, st, err
+		default:
+		}
+	}
+	return -1, Status{}, nil
+}
+
+func (lc *localComm) probe(tag int) (Status, bool, chan struct{}) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, s := range lc.sends {
+		if tagMatches(tag, s.tag) {
+			return Status{Source: 0, Tag: s.tag, Bytes: s.n}, true, nil
+		}
+	}
+	return Status{}, false, lc.arrived
+}
+
+func backendProbe(c commImpl, _, tag int) (Status, error) {
+	for {
+		st, ok, arrived := c.lc.probe(tag)
+		if ok {
+			return st, nil
+		}
+		<-arrived
+	}
+}
+
+func backendIprobe(c commImpl, _, tag int) (Status, bool, error) {
+	st, ok, _ := c.lc.probe(tag)
+	return st, ok, nil
+}
+
+// Collectives over one rank: the data is already where it belongs, or
+// needs one copy.
+
+func backendBarrier(commImpl) error { return nil }
+
+func backendBcast(commImpl, []byte, byteLayout, int) error { return nil }
+
+func backendAllreduceInt64(_ commImpl, in, out []int64, _ Op, _ bool) error {
+	copy(out, in)
+	return nil
+}
+
+func backendAllreduceFloat64(_ commImpl, in, out []float64, _ Op, _ bool) error {
+	copy(out, in)
+	return nil
+}
+
+func backendAlltoallInt64(_ commImpl, in, out []int64) error {
+	copy(out, in)
+	return nil
+}
+
+func backendAllgather(_ commImpl, in, out []byte, _ byteLayout) error {
+	copy(out, in)
+	return nil
+}
+
+func backendAllgatherInt64(_ commImpl, in, out []int64) error {
+	copy(out, in)
+	return nil
+}
+
+func backendAllgatherv(_ commImpl, in, out []byte, _, displs []int32) error {
+	copy(out[displs[0]:], in)
+	return nil
+}

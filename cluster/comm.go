@@ -1,0 +1,259 @@
+package cluster
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+type commKind int
+
+const (
+	kindWorld   commKind = iota // MPI_COMM_WORLD: never freed by this package
+	kindDerived                 // from Dup or Split: freed by Free
+	kindLocal                   // a communicator's shared-memory part: freed with its parent
+)
+
+// Comm is a communicator. World, Dup and Split give one; each has a
+// node-local (shared-memory) part, Local, built when it is created. A Comm
+// is safe for concurrent use; collectives must still be called in the same
+// order on every rank.
+type Comm struct {
+	impl  commImpl
+	kind  commKind
+	rank  int
+	size  int
+	local *Comm
+	freed atomic.Bool
+}
+
+// newComm wraps a communicator handle and, unless it is itself a local
+// part, builds its shared-memory part (collective). Called inside enter.
+func newComm(impl commImpl, kind commKind) (*Comm, error) {
+	rank, size, err := backendRankSize(impl)
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{impl: impl, kind: kind, rank: rank, size: size}
+	if kind == kindLocal {
+		c.local = c
+		return c, nil
+	}
+	limpl, err := backendSplitShared(impl)
+	if err != nil {
+		return nil, err
+	}
+	lrank, lsize, err := backendRankSize(limpl)
+	if err != nil {
+		return nil, err
+	}
+	c.local = &Comm{impl: limpl, kind: kindLocal, rank: lrank, size: lsize}
+	c.local.local = c.local
+	return c, nil
+}
+
+func (c *Comm) enter(op string) error {
+	if c == nil {
+		return fmt.Errorf("cluster: %s on a nil communicator: %w", op, ErrInvalid)
+	}
+	if err := enter(); err != nil {
+		return err
+	}
+	if c.freed.Load() {
+		exit()
+		return fmt.Errorf("cluster: %s: %w", op, ErrCommFreed)
+	}
+	return nil
+}
+
+// Rank is this process's rank in c.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks in c.
+func (c *Comm) Size() int { return c.size }
+
+// LocalRank is this process's rank among the ranks of c on the same node.
+func (c *Comm) LocalRank() int { return c.local.rank }
+
+// LocalSize is the number of ranks of c on the same node.
+func (c *Comm) LocalSize() int { return c.local.size }
+
+// Local is the node-local part of c (MPI_Comm_split_type with
+// MPI_COMM_TYPE_SHARED, keyed by rank). It is freed with c.
+func (c *Comm) Local() *Comm { return c.local }
+
+// Dup duplicates c (MPI_Comm_dup): same ranks, separate message space.
+// Collective over c. Free it when done.
+func (c *Comm) Dup() (*Comm, error) {
+	if err := c.enter("Dup"); err != nil {
+		return nil, err
+	}
+	defer exit()
+	impl, err := backendDup(c.impl)
+	if err != nil {
+		return nil, err
+	}
+	d, err := newComm(impl, kindDerived)
+	if err != nil {
+		_ = backendFree(impl)
+		return nil, err
+	}
+	return d, nil
+}
+
+// Split partitions c by color, ordering each part by key then rank
+// (MPI_Comm_split). Collective over c. A rank passing color Undefined
+// joins no part and gets a nil *Comm with a nil error; other colors must
+// be non-negative.
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	if err := c.enter("Split"); err != nil {
+		return nil, err
+	}
+	defer exit()
+	if color < 0 && color != Undefined {
+		return nil, fmt.Errorf("cluster: Split color %d (want >= 0 or Undefined): %w", color, ErrInvalid)
+	}
+	impl, null, err := backendSplit(c.impl, color, key)
+	if err != nil || null {
+		return nil, err
+	}
+	d, err := newComm(impl, kindDerived)
+	if err != nil {
+		_ = backendFree(impl)
+		return nil, err
+	}
+	return d, nil
+}
+
+// Free releases a communicator from Dup or Split and its local part
+// (MPI_Comm_free, collective). World and local parts are not freed this
+// way. Any later use returns ErrCommFreed.
+func (c *Comm) Free() error {
+	if err := c.enter("Free"); err != nil {
+		return err
+	}
+	defer exit()
+	switch c.kind {
+	case kindWorld:
+		return fmt.Errorf("cluster: Free of World: %w", ErrInvalid)
+	case kindLocal:
+		return fmt.Errorf("cluster: Free of a local communicator (it is freed with its parent): %w", ErrInvalid)
+	}
+	if !c.freed.CompareAndSwap(false, true) {
+		return fmt.Errorf("cluster: Free: %w", ErrCommFreed)
+	}
+	c.local.freed.Store(true)
+	errL := backendFree(c.local.impl)
+	if err := backendFree(c.impl); err != nil {
+		return err
+	}
+	return errL
+}
+
+func (c *Comm) checkPeer(op string, rank int, wildcard bool) error {
+	if rank >= 0 && rank < c.size || wildcard && rank == AnySource {
+		return nil
+	}
+	return fmt.Errorf("cluster: %s: rank %d outside a communicator of %d ranks: %w", op, rank, c.size, ErrRank)
+}
+
+func (c *Comm) checkTag(op string, tag int, wildcard bool) error {
+	if tag >= 0 && tag <= state.maxTag || wildcard && tag == AnyTag {
+		return nil
+	}
+	return fmt.Errorf("cluster: %s: tag %d outside 0..%d: %w", op, tag, state.maxTag, ErrTag)
+}
+
+// Isend starts sending the whole of m to rank dest with tag (MPI_Isend).
+// m must stay valid until the request completes; attach the buffer's hold
+// to the request (Request.Attach) so it does. Messages over 2^31 bytes are
+// sent as one message of a derived datatype.
+func (c *Comm) Isend(m Memory, dest, tag int) (*Request, error) {
+	if err := c.enter("Isend"); err != nil {
+		return nil, err
+	}
+	defer exit()
+	if err := c.checkPeer("Isend", dest, false); err != nil {
+		return nil, err
+	}
+	if err := c.checkTag("Isend", tag, false); err != nil {
+		return nil, err
+	}
+	reg, err := checkMemory(m, "Isend")
+	if err != nil {
+		return nil, err
+	}
+	lay, err := layoutFor(reg.size)
+	if err != nil {
+		return nil, err
+	}
+	r := &Request{posted: true, send: true, peer: dest, tag: tag, size: reg.size, mem: m}
+	if err := backendIsend(c.impl, reg.addr, lay, dest, tag, r); err != nil {
+		return nil, err
+	}
+	track(r)
+	return r, nil
+}
+
+// Irecv starts receiving into m a message from source (or AnySource) with
+// tag (or AnyTag) (MPI_Irecv). The message may be shorter than m; a longer
+// one fails with ErrTruncate when the request completes.
+func (c *Comm) Irecv(m Memory, source, tag int) (*Request, error) {
+	if err := c.enter("Irecv"); err != nil {
+		return nil, err
+	}
+	defer exit()
+	if err := c.checkPeer("Irecv", source, true); err != nil {
+		return nil, err
+	}
+	if err := c.checkTag("Irecv", tag, true); err != nil {
+		return nil, err
+	}
+	reg, err := checkMemory(m, "Irecv")
+	if err != nil {
+		return nil, err
+	}
+	lay, err := layoutFor(reg.size)
+	if err != nil {
+		return nil, err
+	}
+	r := &Request{posted: true, peer: source, tag: tag, size: reg.size, mem: m}
+	if err := backendIrecv(c.impl, reg.addr, lay, source, tag, r); err != nil {
+		return nil, err
+	}
+	track(r)
+	return r, nil
+}
+
+// Probe blocks until a message from source (or AnySource) with tag (or
+// AnyTag) can be received, and describes it without receiving it
+// (MPI_Probe). With several goroutines receiving from the same source and
+// tag, another may receive the probed message first.
+func (c *Comm) Probe(source, tag int) (Status, error) {
+	if err := c.enter("Probe"); err != nil {
+		return Status{}, err
+	}
+	defer exit()
+	if err := c.checkPeer("Probe", source, true); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkTag("Probe", tag, true); err != nil {
+		return Status{}, err
+	}
+	return backendProbe(c.impl, source, tag)
+}
+
+// Iprobe is Probe without blocking (MPI_Iprobe): ok is false when no
+// matching message is there yet.
+func (c *Comm) Iprobe(source, tag int) (st Status, ok bool, err error) {
+	if err := c.enter("Iprobe"); err != nil {
+		return Status{}, false, err
+	}
+	defer exit()
+	if err := c.checkPeer("Iprobe", source, true); err != nil {
+		return Status{}, false, err
+	}
+	if err := c.checkTag("Iprobe", tag, true); err != nil {
+		return Status{}, false, err
+	}
+	return backendIprobe(c.impl, source, tag)
+}

@@ -1,0 +1,90 @@
+// Package cluster is the MPI layer every rank uses: initialisation, the
+// world and derived communicators (with their node-local parts), the
+// mapping of local ranks to GPUs, nonblocking point-to-point messages and
+// the few collectives the layers above need. It is a thin cgo binding over
+// MPI's C API and imports nothing from this module.
+//
+// # Builds
+//
+// With the build tag mpi the package calls MPI, with flags from
+// `pkg-config mpi` (Open MPI's module name on Debian and Ubuntu). The tags
+// "mpi mpich" use `pkg-config mpich` instead, and "mpi mpi_manual" use only
+// CGO_CFLAGS and CGO_LDFLAGS. Without the tag the package needs no MPI: the
+// world is this process alone (rank 0 of 1), where sends to self are
+// matched with receives in process, probes and collectives work, and a send
+// completes once its receive is posted (as MPI_Ssend would), so code that
+// relies on MPI buffering small messages fails at once instead of later.
+// Both builds have the same API and share one test suite.
+//
+// # Lifetimes and ownership
+//
+// Init may be called once, from any goroutine: MPI is initialised on a
+// dedicated OS thread locked for the life of the process, which also calls
+// MPI_Finalize, as MPI requires. Every call before Init returns
+// ErrNotInitialized and every call after Finalize ErrFinalized; nothing
+// crashes. Finalize refuses (ErrPending) while a request has not been
+// completed. Communicators from Dup and Split are the caller's to Free;
+// World and local parts are not.
+//
+// Point-to-point calls take Memory: a region that MPI may hold after the
+// call returns, so C-owned, mmap'd, CUDA or pinned memory, never an
+// ordinary Go slice (the cgo pointer rules). *devalloc.Buffer implements it;
+// PinBytes pins a Go slice with runtime.Pinner. The region must stay valid
+// until the request completes. Attach a devalloc Hold (Read for a send,
+// Write for a receive) to the request so the buffer is neither freed nor
+// reused before then; the call that observes completion (Wait, Waitall,
+// Test, Testany) releases it. A request that is dropped while pending stays
+// reachable from an internal list, with its memory, so a forgotten request
+// leaks rather than letting the garbage collector reclaim memory MPI still
+// writes. Device memory is refused unless CUDAAware reports true.
+//
+// Collectives take Go slices: they block, and MPI does not keep the slices
+// past the call (in the funnelled design they are pinned while the
+// nonblocking collective that carries them is in flight).
+//
+// Messages of more than 2^31-1 bytes go as one element of a derived
+// datatype (blocks of 2^30 bytes and a tail), so sizes up to 2^61 bytes
+// are one message and a receive may be larger than the message.
+//
+// # Threads
+//
+// Goroutines move between OS threads, so MPI must accept calls from any
+// thread. Init asks for MPI_THREAD_MULTIPLE and every goroutine then calls
+// MPI directly: one cgo call per operation, each a whole MPI operation
+// (posting a request builds its datatype, posts and frees the type in one
+// call). The alternative, MPI_THREAD_FUNNELED with every call handed to
+// the init thread, costs two thread switches per call; measured on the
+// 2-core CI machine with 2 ranks (cluster/internal/mpibench), funnelling
+// made the 8-byte one-way latency 22-29 µs instead of 1.0-1.4 µs and the
+// 8-byte message rate 72-90 thousand instead of 1.4-1.65 million messages
+// a second (docs/MPI.md has the table). The funnel is kept as the fallback
+// when MPI provides less than MPI_THREAD_MULTIPLE (or when
+// DISTBUF_MPI_THREAD=funneled asks for it); there the thread never blocks
+// in MPI, polling waits between the calls it is handed so one goroutine's
+// Wait cannot stall another's Isend.
+//
+// Waits in the multiple design poll (MPI_Test in slices of 10 µs, yielding
+// to other goroutines between slices) for up to 1 ms before blocking in
+// MPI_Wait, except for messages of 256 KiB or more, which block at once. A
+// cgo call that lasts more than about 20 µs loses its P to the runtime's
+// sysmon, and with GOMAXPROCS=1, which a rank bound to one core gets, the
+// runtime then competes for that core with the MPI progress being waited
+// for; large transfers run inside one long MPI call anyway, where returning
+// to Go between polls only adds a thread switch. See docs/MPI.md for the
+// figures.
+//
+// # Errors
+//
+// MPI runs with MPI_ERRORS_RETURN. Its error codes become *MPIError, which
+// carries MPI_Error_string and a portable class and matches ErrMPI, and
+// ErrTruncate, ErrRank or ErrTag by class. Ranks and tags are checked
+// before MPI sees them. Every error matches one of the sentinel errors.
+//
+// # Environment
+//
+//   - DISTBUF_MPI_THREAD: auto (default), multiple or funneled.
+//   - DISTBUF_MPI_CUDA_AWARE: 0 or 1 overrides the library's query.
+//   - DISTBUF_GPU_MAP ("0,1,...", one ordinal per local rank) or
+//     DISTBUF_DEVICE (one ordinal for all) override the round-robin
+//     placement of DeviceFor.
+package cluster

@@ -1,0 +1,60 @@
+//go:build !mpi
+
+package cluster_test
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/distbuf/distbuf/cluster"
+)
+
+func unsetenv(name string) { os.Unsetenv(name) }
+
+func checkLauncherLocalRank(t *testing.T, w *cluster.Comm) {
+	if w.Rank() != 0 || w.Size() != 1 || w.LocalRank() != 0 || w.LocalSize() != 1 {
+		t.Fatalf("in-process world is rank %d of %d (local %d of %d), want 0 of 1", w.Rank(), w.Size(), w.LocalRank(), w.LocalSize())
+	}
+}
+
+func checkCUDAAwareOn(t *testing.T) {
+	if _, err := cluster.CUDAAware(); !errors.Is(err, cluster.ErrBadEnv) {
+		t.Fatalf("%s=1 without MPI: %v, want ErrBadEnv", cluster.EnvCUDAAware, err)
+	}
+}
+
+// TestSelfSendWaitsForReceive: in the in-process world a send completes
+// when its receive is posted, never before.
+func TestSelfSendWaitsForReceive(t *testing.T) {
+	w := mustWorld(t)
+	sr, err := w.Isend(pinned(t, pattern(0, 0, 3, 10)), 0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, done, err := sr.Test(); done || err != nil {
+			t.Fatalf("unmatched self-send completed: %v %v", done, err)
+		}
+	}
+	in := pinned(t, make([]byte, 10))
+	rr, err := w.Irecv(in, cluster.AnySource, cluster.AnyTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, done, err := sr.Test(); !done || err != nil {
+		t.Fatalf("matched self-send: done %v err %v", done, err)
+	}
+	st := wait(t, rr)
+	if st != (cluster.Status{Source: 0, Tag: 3, Bytes: 10}) {
+		t.Fatalf("status %+v", st)
+	}
+	sameBytes(t, "self message", in.Bytes(), pattern(0, 0, 3, 10))
+}
+
+func TestThreadingInProcess(t *testing.T) {
+	mode, provided, err := cluster.Threading()
+	if err != nil || mode != cluster.ThreadMultiple || provided == "" {
+		t.Fatalf("Threading() = %v, %q, %v", mode, provided, err)
+	}
+}

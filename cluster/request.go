@@ -1,0 +1,334 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// pendingRequests lists every request MPI may still use. Being listed
+// keeps a request reachable, and with it the memory it references, even if
+// its owner drops it: a dropped request leaks instead of letting the
+// garbage collector free a pinned slice MPI still writes into.
+var pendingRequests struct {
+	mu   sync.Mutex
+	head *Request
+	n    int
+}
+
+func track(r *Request) {
+	p := &pendingRequests
+	p.mu.Lock()
+	r.next = p.head
+	if p.head != nil {
+		p.head.prev = r
+	}
+	p.head = r
+	p.n++
+	p.mu.Unlock()
+}
+
+func untrack(r *Request) {
+	p := &pendingRequests
+	p.mu.Lock()
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		p.head = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.prev, r.next = nil, nil
+	p.n--
+	p.mu.Unlock()
+}
+
+// pendingError describes the requests not yet completed, if any.
+func pendingError() error {
+	p := &pendingRequests
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == 0 {
+		return nil
+	}
+	var some []string
+	for r := p.head; r != nil && len(some) < 3; r = r.next {
+		some = append(some, r.describe())
+	}
+	if p.n > len(some) {
+		some = append(some, "...")
+	}
+	return fmt.Errorf("cluster: %d requests not completed (Wait, Waitall, Test or Testany them first): %s: %w",
+		p.n, strings.Join(some, "; "), ErrPending)
+}
+
+// Request is a pending nonblocking send or receive. It completes when Wait,
+// Waitall, Test or Testany observes it complete; then what was attached to
+// it is released and its memory is no longer referenced. A request is used
+// by one call at a time: a second concurrent call (or a request listed
+// twice) gets ErrInUse rather than a data race inside MPI.
+type Request struct {
+	impl   reqImpl
+	posted bool // made by Isend or Irecv, not a zero Request
+	send   bool
+	peer   int
+	tag    int
+	size   int64
+	mem    Memory // keeps pinned Go memory reachable until completion
+
+	busy       atomic.Bool
+	prev, next *Request // in the pending list while MPI may use the request
+	done       bool
+	status     Status
+	err        error
+	holds      []Releaser
+}
+
+func (r *Request) acquire() error {
+	if r == nil {
+		return fmt.Errorf("cluster: nil request: %w", ErrInvalid)
+	}
+	if !r.busy.CompareAndSwap(false, true) {
+		return fmt.Errorf("cluster: request (%s): %w", r.describe(), ErrInUse)
+	}
+	return nil
+}
+
+func (r *Request) unlock() { r.busy.Store(false) }
+
+// checkPosted rejects a Request that no Isend or Irecv made.
+func (r *Request) checkPosted() error {
+	if !r.posted {
+		return fmt.Errorf("cluster: a Request not made by Isend or Irecv: %w", ErrInvalid)
+	}
+	return nil
+}
+
+func (r *Request) describe() string {
+	if r.send {
+		return fmt.Sprintf("send of %d bytes to rank %d, tag %d", r.size, r.peer, r.tag)
+	}
+	from, tag := fmt.Sprint("rank ", r.peer), fmt.Sprint("tag ", r.tag)
+	if r.peer == AnySource {
+		from = "any rank"
+	}
+	if r.tag == AnyTag {
+		tag = "any tag"
+	}
+	return fmt.Sprintf("receive of up to %d bytes from %s, %s", r.size, from, tag)
+}
+
+// complete records the result the backend reported and releases what was
+// attached. Called with the request acquired, once.
+func (r *Request) complete(st Status, err error) {
+	if r.send {
+		st = Status{Source: -1, Tag: r.tag, Bytes: r.size}
+	}
+	r.done, r.status, r.mem, r.err = true, st, nil, err
+	for _, h := range r.holds {
+		if e := h.Release(); e != nil {
+			r.err = errors.Join(r.err, fmt.Errorf("cluster: releasing what was attached to a %s: %w", r.describe(), e))
+		}
+	}
+	r.holds = nil
+	untrack(r)
+}
+
+// Attach makes the request release h when it completes, for instance the
+// *devalloc.Hold (Read for a send, Write for a receive) that keeps the
+// buffer from being freed or reused while MPI uses it, or the *PinnedBytes
+// that must stay pinned. If the request has already completed, h is
+// released now. A Release error is returned by the call that observes the
+// completion.
+func (r *Request) Attach(h Releaser) error {
+	if err := r.acquire(); err != nil {
+		return err
+	}
+	defer r.unlock()
+	if h == nil {
+		return fmt.Errorf("cluster: Attach(nil): %w", ErrInvalid)
+	}
+	if err := r.checkPosted(); err != nil {
+		return err
+	}
+	if r.done {
+		return h.Release()
+	}
+	r.holds = append(r.holds, h)
+	return nil
+}
+
+// Wait blocks until the request completes and returns its status. A
+// receive longer than its buffer returns an error matching ErrTruncate.
+// Waiting again on a completed request returns the same result.
+func (r *Request) Wait() (Status, error) {
+	if err := r.acquire(); err != nil {
+		return Status{}, err
+	}
+	defer r.unlock()
+	if r.done {
+		return r.status, r.err
+	}
+	if err := enter(); err != nil {
+		return Status{}, err
+	}
+	if err := r.checkPosted(); err != nil {
+		exit()
+		return Status{}, err
+	}
+	st, err := backendWait(r)
+	exit()
+	r.complete(st, err)
+	return r.status, r.err
+}
+
+// Test reports whether the request has completed, completing it if so.
+func (r *Request) Test() (Status, bool, error) {
+	if err := r.acquire(); err != nil {
+		return Status{}, false, err
+	}
+	defer r.unlock()
+	if r.done {
+		return r.status, true, r.err
+	}
+	if err := enter(); err != nil {
+		return Status{}, false, err
+	}
+	if err := r.checkPosted(); err != nil {
+		exit()
+		return Status{}, false, err
+	}
+	st, ok, err := backendTest(r)
+	exit()
+	if !ok {
+		return Status{}, false, nil
+	}
+	r.complete(st, err)
+	return r.status, true, r.err
+}
+
+// Status is the request's status once it has completed.
+func (r *Request) Status() (Status, bool) {
+	if r.acquire() != nil {
+		return Status{}, false
+	}
+	defer r.unlock()
+	return r.status, r.done
+}
+
+// smallBatch is how many requests Waitall and Testany handle without
+// allocating.
+const smallBatch = 16
+
+// acquireAll acquires every non-nil request, or none.
+func acquireAll(reqs []*Request) error {
+	for i, r := range reqs {
+		if r == nil {
+			continue
+		}
+		if err := r.acquire(); err != nil {
+			unlockAll(reqs[:i])
+			return fmt.Errorf("cluster: request %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func unlockAll(reqs []*Request) {
+	for _, r := range reqs {
+		if r != nil {
+			r.unlock()
+		}
+	}
+}
+
+// Waitall waits for every request (nil entries are skipped) and returns
+// the errors of those that failed, each naming its index. Every request is
+// complete when it returns, failed ones included; statuses are available
+// from Request.Status.
+func Waitall(reqs []*Request) error {
+	if err := acquireAll(reqs); err != nil {
+		return err
+	}
+	defer unlockAll(reqs)
+	var pendBuf [smallBatch]*Request
+	pending := pendBuf[:0]
+	for _, r := range reqs {
+		if r != nil && !r.done {
+			pending = append(pending, r)
+		}
+	}
+	if n := len(pending); n > 0 {
+		if err := enter(); err != nil {
+			return err
+		}
+		for _, r := range pending {
+			if err := r.checkPosted(); err != nil {
+				exit()
+				return err
+			}
+		}
+		var stBuf [smallBatch]Status
+		var errBuf [smallBatch]error
+		sts, errs := stBuf[:0], errBuf[:0]
+		if n > smallBatch {
+			sts, errs = make([]Status, 0, n), make([]error, 0, n)
+		}
+		sts, errs = sts[:n], errs[:n]
+		backendWaitall(pending, sts, errs)
+		exit()
+		for i, r := range pending {
+			r.complete(sts[i], errs[i])
+		}
+	}
+	var err error
+	for i, r := range reqs {
+		if r != nil && r.err != nil {
+			err = errors.Join(err, fmt.Errorf("cluster: Waitall: request %d: %w", i, r.err))
+		}
+	}
+	return err
+}
+
+// Testany completes at most one pending request. It returns the index of
+// the request it completed and its status, with ok true. With ok false
+// none has completed yet. When no request is pending (all nil or already
+// complete) it returns index -1 with ok true, as MPI_Testany does.
+func Testany(reqs []*Request) (index int, st Status, ok bool, err error) {
+	if err := acquireAll(reqs); err != nil {
+		return -1, Status{}, false, err
+	}
+	defer unlockAll(reqs)
+	var pendBuf [smallBatch]*Request
+	var whereBuf [smallBatch]int
+	pending, where := pendBuf[:0], whereBuf[:0]
+	for i, r := range reqs {
+		if r != nil && !r.done {
+			pending = append(pending, r)
+			where = append(where, i)
+		}
+	}
+	if len(pending) == 0 {
+		return -1, Status{}, true, nil
+	}
+	if err := enter(); err != nil {
+		return -1, Status{}, false, err
+	}
+	for _, r := range pending {
+		if err := r.checkPosted(); err != nil {
+			exit()
+			return -1, Status{}, false, err
+		}
+	}
+	k, st, err := backendTestany(pending)
+	exit()
+	if k < 0 {
+		return -1, Status{}, false, err
+	}
+	r := pending[k]
+	r.complete(st, err)
+	return where[k], r.status, true, r.err
+}

@@ -1,0 +1,84 @@
+//go:build mpi
+
+// The C side of the MPI binding. Every function performs one whole MPI
+// operation and returns an MPI error code. Handles (MPI_Comm, MPI_Request)
+// live in C memory owned by the Go side; their representation (a pointer in
+// Open MPI, an int in MPICH) never crosses into Go.
+
+#ifndef DISTBUF_CLUSTER_SHIM_H
+#define DISTBUF_CLUSTER_SHIM_H
+
+#include <stdint.h>
+#include <mpi.h>
+
+// What a completed or probed message looks like to Go.
+typedef struct {
+	int64_t source;
+	int64_t tag;
+	int64_t bytes; // -1 if MPI cannot count it
+	int64_t err;   // per-request error code (Waitall)
+} dist_status;
+
+// A byte count as (block_bytes, blocks, tail); see layout.go.
+typedef struct {
+	int block_bytes;
+	int blocks;
+	int tail;
+} dist_layout;
+
+enum { DIST_INT64 = 0, DIST_DOUBLE = 1 };
+enum { DIST_SUM = 0, DIST_MIN = 1, DIST_MAX = 2 };
+
+int dist_init(int required, int *provided, int *already);
+int dist_finalize(void);
+int dist_tag_ub(int *tag_ub);
+int dist_cuda_query(void);
+int dist_error_info(int code, int *cls, char *buf, int buflen);
+
+MPI_Comm *dist_comm_new(void);
+void dist_comm_delete(MPI_Comm *c);
+void dist_comm_world(MPI_Comm *c);
+int dist_comm_rank_size(MPI_Comm *c, int *rank, int *size);
+int dist_comm_dup(MPI_Comm *c, MPI_Comm *out);
+int dist_comm_split(MPI_Comm *c, int color, int key, MPI_Comm *out, int *is_null);
+int dist_comm_split_shared(MPI_Comm *c, MPI_Comm *out);
+int dist_comm_free(MPI_Comm *c);
+
+// A request handle lives in its own malloc'd cell from posting until the
+// call that observes its completion (wait, a successful test, waitall,
+// testany) frees it.
+MPI_Request *dist_request_new(void);
+void dist_request_free(MPI_Request *req);
+
+// NULL with *rc set on failure.
+MPI_Request *dist_isend(MPI_Comm *c, uintptr_t buf, dist_layout lay, int dest, int tag, int *rc);
+MPI_Request *dist_irecv(MPI_Comm *c, uintptr_t buf, dist_layout lay, int source, int tag, int *rc);
+int dist_wait(MPI_Request *req, int is_recv, dist_status *st);
+int dist_test(MPI_Request *req, int is_recv, int *flag, dist_status *st);
+// Tests req until it completes (*flag = 1) or spin_ns have passed.
+int dist_test_for(MPI_Request *req, int is_recv, int64_t spin_ns, int *flag, dist_status *st);
+// Waitall and its polling form skip NULL entries and set completed ones to
+// NULL; dist_test_all_for stops after spin_ns with *left requests pending.
+int dist_waitall(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts);
+int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int *left);
+int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st);
+int dist_probe(MPI_Comm *c, int source, int tag, dist_status *st);
+int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st);
+int dist_iprobe_for(MPI_Comm *c, int source, int tag, int64_t spin_ns, int *flag, dist_status *st);
+
+// Collectives: blocking when nb is NULL, otherwise started as the
+// nonblocking variant with its request stored in *nb.
+int dist_barrier(MPI_Comm *c, MPI_Request *nb);
+int dist_bcast(MPI_Comm *c, void *buf, dist_layout lay, int root, MPI_Request *nb);
+int dist_allreduce(MPI_Comm *c, const void *in, void *out, int count, int dtype, int op, MPI_Request *nb);
+int dist_alltoall_int64(MPI_Comm *c, const int64_t *in, int64_t *out, MPI_Request *nb);
+int dist_allgather(MPI_Comm *c, const void *in, void *out, dist_layout lay, MPI_Request *nb);
+int dist_allgather_int64(MPI_Comm *c, const int64_t *in, int64_t *out, int count, MPI_Request *nb);
+int dist_allgatherv(MPI_Comm *c, const void *in, int count, void *out, const int *counts, const int *displs, MPI_Request *nb);
+
+// The datatype a layout builds, for tests: its size and extent in bytes.
+int dist_layout_type_info(dist_layout lay, int64_t *size, int64_t *extent);
+
+void dist_yield(void);
+
+#endif

@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	phaseUninit int32 = iota
+	phaseReady
+	phaseFinalizing
+	phaseFinalized
+	phaseFailed
+)
+
+// The process-wide state. Every call that reaches the backend is bracketed
+// by enter and exit: inflight counts those calls so Finalize can wait for
+// them.
+var state struct {
+	mu       sync.Mutex // serialises Init and Finalize
+	phase    atomic.Int32
+	inflight atomic.Int64
+	initErr  error
+
+	world     *Comm
+	thread    ThreadMode // the design in use: ThreadMultiple or ThreadFunneled
+	provided  string     // the level MPI reported, e.g. "MPI_THREAD_MULTIPLE"
+	cudaQuery bool       // what the library's CUDA-awareness query said
+	maxTag    int
+}
+
+func phaseError() error {
+	switch state.phase.Load() {
+	case phaseUninit:
+		return ErrNotInitialized
+	case phaseFailed:
+		return fmt.Errorf("%w: %w", ErrInitFailed, state.initErr)
+	}
+	return ErrFinalized
+}
+
+func enter() error {
+	state.inflight.Add(1)
+	if state.phase.Load() == phaseReady {
+		return nil
+	}
+	state.inflight.Add(-1)
+	return phaseError()
+}
+
+func exit() { state.inflight.Add(-1) }
+
+// Init initialises MPI with the default Options. See InitWith.
+func Init() error { return InitWith(Options{}) }
+
+// InitWith initialises MPI (MPI_Init_thread) on a dedicated OS thread that
+// stays locked until Finalize, so it may be called from any goroutine. It
+// installs MPI_ERRORS_RETURN on the world and self communicators and builds
+// World and its node-local communicator. It may be called once per
+// process; a second call returns ErrInitialized.
+func InitWith(o Options) error {
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	switch state.phase.Load() {
+	case phaseReady, phaseFinalizing:
+		return ErrInitialized
+	case phaseFinalized:
+		return fmt.Errorf("cluster: Init after Finalize (MPI cannot be restarted): %w", ErrFinalized)
+	case phaseFailed:
+		return phaseError()
+	}
+	mode, err := o.threadMode()
+	if err != nil {
+		return err
+	}
+	info, err := backendInit(mode)
+	if err != nil {
+		if info.attempted {
+			state.initErr = err
+			state.phase.Store(phaseFailed)
+		}
+		return err
+	}
+	state.thread, state.provided = info.thread, info.provided
+	state.cudaQuery, state.maxTag = info.cudaAware, info.maxTag
+	world, err := newComm(info.world, kindWorld)
+	if err != nil {
+		state.initErr = err
+		state.phase.Store(phaseFailed)
+		return err
+	}
+	state.world = world
+	state.phase.Store(phaseReady)
+	return nil
+}
+
+// Finalize shuts MPI down (MPI_Finalize, on the thread that initialised
+// it). It returns ErrPending, and leaves MPI running, while any request has
+// not been completed by Wait, Waitall, Test or Testany. It waits for calls
+// still running on other goroutines; a Probe or collective that never
+// completes keeps it waiting, as it would keep MPI_Finalize waiting. After
+// Finalize every call returns ErrFinalized.
+func Finalize() error {
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if state.phase.Load() != phaseReady {
+		return phaseError()
+	}
+	if err := pendingError(); err != nil {
+		return err
+	}
+	state.phase.Store(phaseFinalizing)
+	for state.inflight.Load() > 0 {
+		time.Sleep(20 * time.Microsecond)
+	}
+	if err := pendingError(); err != nil {
+		// A request was posted while Finalize was starting.
+		state.phase.Store(phaseReady)
+		return err
+	}
+	err := backendFinalize()
+	state.phase.Store(phaseFinalized)
+	return err
+}
+
+// Initialized reports whether Init succeeded and Finalize has not run.
+func Initialized() bool { return state.phase.Load() == phaseReady }
+
+// World is the communicator of every rank (MPI_COMM_WORLD).
+func World() (*Comm, error) {
+	if err := enter(); err != nil {
+		return nil, err
+	}
+	defer exit()
+	return state.world, nil
+}
+
+// Threading reports the design in use (ThreadMultiple or ThreadFunneled)
+// and the thread level MPI provided, e.g. "MPI_THREAD_MULTIPLE".
+func Threading() (ThreadMode, string, error) {
+	if err := enter(); err != nil {
+		return 0, "", err
+	}
+	defer exit()
+	return state.thread, state.provided, nil
+}
+
+// MaxTag is the largest tag MPI accepts (the MPI_TAG_UB attribute).
+func MaxTag() (int, error) {
+	if err := enter(); err != nil {
+		return 0, err
+	}
+	defer exit()
+	return state.maxTag, nil
+}
+
+// CUDAAware reports whether MPI may be handed device memory. The
+// environment variable DISTBUF_MPI_CUDA_AWARE ("0" or "1") overrides the
+// library's own query (Open MPI's MPIX_Query_cuda_support, MPICH's
+// MPIX_GPU_query_support); any other value is an error. It is read on every
+// call, so it can be changed while running.
+func CUDAAware() (bool, error) {
+	if err := enter(); err != nil {
+		return false, err
+	}
+	defer exit()
+	v, ok := os.LookupEnv(EnvCUDAAware)
+	if !ok {
+		return state.cudaQuery, nil
+	}
+	switch strings.TrimSpace(v) {
+	case "0":
+		return false, nil
+	case "1":
+		if !haveMPI {
+			return false, &EnvError{Name: EnvCUDAAware, Value: v,
+				Reason: "this build has no MPI (built without the mpi tag); the in-process world cannot read device memory"}
+		}
+		return true, nil
+	}
+	return false, &EnvError{Name: EnvCUDAAware, Value: v, Reason: "want 0 or 1"}
+}
+
+// initInfo is what a backend reports from Init.
+type initInfo struct {
+	attempted bool // MPI_Init_thread was called, so Init cannot be retried
+	world     commImpl
+	thread    ThreadMode
+	provided  string
+	cudaAware bool
+	maxTag    int
+}
