@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 )
 
@@ -15,6 +16,7 @@ import (
 type benchContext struct {
 	cfg   config
 	alloc *devalloc.Allocator
+	world *cluster.Comm
 	out   io.Writer
 }
 
@@ -72,7 +74,7 @@ func median(xs []float64) float64 {
 	return (xs[m-1] + xs[m]) / 2
 }
 
-func runBench(cfg config, out io.Writer) error {
+func runBench(cfg config, world *cluster.Comm, out io.Writer) error {
 	var names []string
 	if cfg.bench == "all" {
 		for n := range benches {
@@ -89,7 +91,7 @@ func runBench(cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c := &benchContext{cfg: cfg, alloc: a, out: out}
+	c := &benchContext{cfg: cfg, alloc: a, world: world, out: out}
 	for _, n := range names {
 		if err := benches[n](c); err != nil {
 			_ = a.Close()

@@ -24,7 +24,7 @@ func runAllocBench(t *testing.T, backend, mode string) []benchResult {
 	t.Helper()
 	var out bytes.Buffer
 	cfg := config{backend: backend, policy: "retain", iters: 3, seed: 7, bench: "alloc", mode: mode}
-	require.NoError(t, runBench(cfg, &out))
+	require.NoError(t, runBench(cfg, nil, &out))
 	var lines []benchResult
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
@@ -74,6 +74,6 @@ func TestBenchAllocHost(t *testing.T) {
 	require.NotContains(t, only[2].Extra, "vs_threshold0", "no baseline in a run of one mode")
 
 	var out bytes.Buffer
-	err := runBench(config{backend: "host", policy: "retain", iters: 3, seed: 1, bench: "alloc", mode: "nope"}, &out)
+	err := runBench(config{backend: "host", policy: "retain", iters: 3, seed: 1, bench: "alloc", mode: "nope"}, nil, &out)
 	require.ErrorContains(t, err, "unknown mode")
 }

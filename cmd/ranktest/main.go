@@ -11,17 +11,21 @@ import (
 	"sort"
 	"time"
 
+	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 )
 
 type config struct {
-	backend string
-	policy  string
-	iters   int
-	seed    uint64
-	json    bool
-	bench   string // benchmark name, "all", or "" for the solve workload
-	mode    string // benchmark mode; "" runs every mode
+	backend    string
+	policy     string
+	iters      int
+	seed       uint64
+	json       bool
+	bench      string // benchmark name, "all", or "" for the solve workload
+	mode       string // benchmark mode; "" runs every mode
+	blocks     int    // blocks per rank (workload and benchmarks)
+	blockBytes int64  // bytes per block for benchmarks that use one size
+	device     int    // CUDA device, set from the rank's placement
 }
 
 func main() {
@@ -33,17 +37,39 @@ func main() {
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON summary object as the last line")
 	flag.StringVar(&cfg.bench, "bench", "", "run a benchmark instead of the workload: a name or all (one JSON line per result)")
 	flag.StringVar(&cfg.mode, "mode", "", "benchmark mode (default: every mode of the benchmark)")
+	flag.IntVar(&cfg.blocks, "blocks", 0, "blocks per rank (0: the workload's or benchmark's default)")
+	flag.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
 	flag.Parse()
-	var err error
-	if cfg.bench != "" {
-		err = runBench(cfg, os.Stdout)
-	} else {
-		err = run(cfg, os.Stdout)
-	}
-	if err != nil {
+	if err := mainErr(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "ranktest:", err)
 		os.Exit(1)
 	}
+}
+
+// mainErr brings up MPI (a one-rank world when built without the mpi tag),
+// places the rank on a GPU by its local rank, and runs the workload or the
+// benchmark.
+func mainErr(cfg config) (err error) {
+	if cfg.blocks < 0 || cfg.blockBytes < 0 {
+		return fmt.Errorf("-blocks and -block-bytes must not be negative")
+	}
+	if err := cluster.Init(); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, cluster.Finalize()) }()
+	world, err := cluster.World()
+	if err != nil {
+		return err
+	}
+	if n, _ := devalloc.DeviceCount(); n > 0 {
+		if cfg.device, err = world.Device(n); err != nil {
+			return err
+		}
+	}
+	if cfg.bench != "" {
+		return runBench(cfg, world, os.Stdout)
+	}
+	return run(cfg, os.Stdout)
 }
 
 func openAllocator(cfg config) (*devalloc.Allocator, error) {
@@ -62,7 +88,7 @@ func openAllocator(cfg config) (*devalloc.Allocator, error) {
 		}
 	}
 	conf.Policy = policy
-	return devalloc.Open(devalloc.Options{Backend: backend, Config: &conf})
+	return devalloc.Open(devalloc.Options{Backend: backend, Device: cfg.device, Config: &conf})
 }
 
 // summary is the -json line.
