@@ -9,19 +9,24 @@ import (
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
 )
 
 // The alloc benchmark compares allocator configurations on one device:
 //
-//   - cudamalloc: the cudaMalloc fallback with its cache off, so every
-//     allocation is a cudaMalloc and every free a cudaFree (CUDA only);
+//   - cudamalloc: no pool, no cache: cudaMalloc for every allocation and
+//     cudaFree (which waits for the device) for every free, called directly
+//     as naive code does (CUDA only);
 //   - threshold0: the pool under AggressiveFree with release threshold 0: the
 //     driver returns freed memory at every synchronisation, and EndPhase trims;
 //   - trim-phase: the pool retained (threshold UINT64_MAX) and trimmed to 0 at
 //     each phase boundary only: the other way to give memory back;
 //   - retained: the pool retained, never trimmed;
 //   - large-only: the solve cycle with only its large buffers, for retained,
-//     threshold0 and cudamalloc.
+//     threshold0 and cudamalloc;
+//   - retained-packed: the retained pool, with the tiny blocks packed into
+//     one coalesced buffer (packing.Plan): one allocation, one memset and one
+//     free for all of them, instead of 2000 of each.
 //
 // Each configuration gets its own Allocator, opened on the backend of the
 // run (-backend). Two measurements per configuration:
@@ -66,17 +71,19 @@ type allocVariant struct {
 	mode      string
 	cfg       devalloc.Config
 	trimPhase bool
-	cudaOnly  bool
+	raw       bool // cudaMalloc/cudaFree called directly, no allocator
+	packed    bool // tiny blocks from one coalesced buffer
 }
 
 var allocVariants = []allocVariant{
-	{mode: "cudamalloc", cfg: devalloc.Config{Pool: devalloc.PoolOff, FallbackCache: -1}, cudaOnly: true},
+	{mode: "cudamalloc", raw: true},
 	{mode: "threshold0", cfg: devalloc.Config{Policy: devalloc.AggressiveFree, FreeThreshold: 0}},
 	{mode: "trim-phase", cfg: devalloc.Config{Policy: devalloc.Retain}, trimPhase: true},
 	{mode: "retained", cfg: devalloc.Config{Policy: devalloc.Retain}},
+	{mode: "retained-packed", cfg: devalloc.Config{Policy: devalloc.Retain}, packed: true},
 }
 
-var allocModes = []string{"cudamalloc", "threshold0", "trim-phase", "retained", "large-only"}
+var allocModes = []string{"cudamalloc", "threshold0", "trim-phase", "retained", "large-only", "retained-packed"}
 
 func variantByMode(mode string) (allocVariant, error) {
 	for _, v := range allocVariants {
@@ -129,8 +136,8 @@ func openVariant(c *benchContext, v allocVariant) (a *devalloc.Allocator, skip s
 	if c.alloc.Kind().IsDevice() {
 		backend, device = devalloc.BackendCUDA, c.alloc.Device()
 	}
-	if v.cudaOnly && backend != devalloc.BackendCUDA {
-		return nil, "needs the CUDA backend (raw cudaMalloc/cudaFree)", nil
+	if v.raw {
+		return nil, "", fmt.Errorf("%s has no allocator", v.mode)
 	}
 	cfg := v.cfg
 	a, err = devalloc.Open(devalloc.Options{Backend: backend, Device: device, Config: &cfg, Warn: func(string) {}})
@@ -146,6 +153,12 @@ func (c *benchContext) skipLine(mode, reason string, extra map[string]any) error
 }
 
 func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err error) {
+	if v.raw {
+		return benchAllocRaw(c, run, v.mode)
+	}
+	if v.packed {
+		return benchAllocPacked(c, run, v)
+	}
 	a, skip, err := openVariant(c, v)
 	if err != nil {
 		return err
@@ -236,6 +249,12 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 		v, err := variantByMode(mode)
 		if err != nil {
 			return err
+		}
+		if v.raw {
+			if err := benchRawLargeOnly(c, run, mode); err != nil {
+				return err
+			}
+			continue
 		}
 		a, skip, err := openVariant(c, v)
 		if err != nil {
@@ -352,12 +371,40 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 		phaseEnd := (i+1)%p.phaseCycles == 0
 		start := time.Now()
 		bufs = bufs[:0]
-		for _, n := range sizes {
-			b, err := a.Alloc(n, s)
-			if err != nil {
-				return res, err
+		if v.packed {
+			// The large buffers each on their own, the tiny ones as the views
+			// of one coalesced buffer.
+			var tinySizes []int64
+			for _, n := range sizes {
+				if n >= allocParams.largeMin {
+					b, err := a.Alloc(n, s)
+					if err != nil {
+						return res, err
+					}
+					bufs = append(bufs, b)
+				} else {
+					tinySizes = append(tinySizes, n)
+				}
 			}
-			bufs = append(bufs, b)
+			if len(tinySizes) > 0 {
+				plan, err := packTiny(tinySizes)
+				if err != nil {
+					return res, err
+				}
+				co, err := packing.Alloc(a, plan, s)
+				if err != nil {
+					return res, err
+				}
+				bufs = append(bufs, co.Buffer())
+			}
+		} else {
+			for _, n := range sizes {
+				b, err := a.Alloc(n, s)
+				if err != nil {
+					return res, err
+				}
+				bufs = append(bufs, b)
+			}
 		}
 		for _, b := range bufs {
 			if err := s.Memset(b, 0, b.Size(), byte(i)); err != nil {
@@ -425,4 +472,136 @@ func percentile(xs []float64, q float64) float64 {
 	sort.Float64s(s)
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// benchAllocRaw measures the cudaMalloc/cudaFree baseline: pairs and cycles.
+func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
+	if !c.alloc.Kind().IsDevice() {
+		return c.skipLine(mode, "needs the CUDA backend (raw cudaMalloc/cudaFree)", nil)
+	}
+	r, err := openRawCUDA(c.alloc.Device())
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, r.close()) }()
+	p := allocParams
+	run.pair[mode] = map[int64]float64{}
+	for _, size := range p.pairSizes {
+		lat := make([]float64, 0, p.pairs)
+		for i := range p.pairWarmup + p.pairs {
+			t, err := r.pair(size)
+			if err != nil {
+				return err
+			}
+			if i >= p.pairWarmup {
+				lat = append(lat, t)
+			}
+		}
+		med := round3(median(lat))
+		run.pair[mode][size] = med
+		if err := c.emit(benchResult{Bench: "alloc", Mode: mode, N: p.pairs, Bytes: size, MedianUS: med, Backend: "cuda-raw",
+			Extra: map[string]any{"case": "pair", "p90_us": round3(percentile(lat, 0.9))}}); err != nil {
+			return err
+		}
+	}
+	res, err := rawCycles(c, r, p.large, p.tiny)
+	if err != nil {
+		return err
+	}
+	run.cycle[mode] = res.median
+	return c.emit(benchResult{Bench: "alloc", Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+		Backend: "cuda-raw", Extra: res.extra()})
+}
+
+func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) {
+	if !c.alloc.Kind().IsDevice() {
+		return c.skipLine("large-only", "needs the CUDA backend (raw cudaMalloc/cudaFree)", map[string]any{"allocator": mode})
+	}
+	r, err := openRawCUDA(c.alloc.Device())
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, r.close()) }()
+	res, err := rawCycles(c, r, allocParams.large, 0)
+	if err != nil {
+		return err
+	}
+	run.cycle["large-only/"+mode] = res.median
+	extra := res.extra()
+	extra["allocator"] = mode
+	return c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+		Backend: "cuda-raw", Extra: extra})
+}
+
+// rawCycles runs the solve cycle of solveCycles on the raw baseline.
+func rawCycles(c *benchContext, r *rawCUDA, large, tiny int) (cycleResult, error) {
+	p := allocParams
+	cycles := max(c.cfg.iters, p.minCycles)
+	res := cycleResult{cycles: cycles, allocs: large + tiny, kind: "cuda-raw", backendCallsPerCycle: float64(large + tiny)}
+	times := make([]float64, 0, cycles)
+	var totalBytes int64
+	for i := range p.warmup + cycles {
+		sizes := cycleSizes(c.cfg.seed, i, large, tiny)
+		start := time.Now()
+		if err := r.cycle(sizes, byte(i)); err != nil {
+			return res, err
+		}
+		if i < p.warmup {
+			continue
+		}
+		times = append(times, us(time.Since(start)))
+		for _, n := range sizes {
+			totalBytes += n
+		}
+	}
+	res.bytes = totalBytes / int64(cycles)
+	sum := 0.0
+	for _, t := range times {
+		sum += t
+	}
+	res.mean = sum / float64(len(times))
+	res.p90 = percentile(times, 0.9)
+	res.median = round3(median(times))
+	return res, nil
+}
+
+// benchAllocPacked runs the solve cycle with the tiny blocks packed into one
+// coalesced buffer, against large-only and cudamalloc of the same run.
+func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error) {
+	a, _, err := openVariant(c, v)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, a.Close()) }()
+	res, err := solveCycles(c, a, v, allocParams.large, allocParams.tiny)
+	if err != nil {
+		return err
+	}
+	extra := res.extra()
+	if lo := run.cycle["large-only/retained"]; lo > 0 {
+		r := res.median / lo
+		extra["vs_large_only"] = round3(r)
+		extra["goal_vs_large_only_at_most"] = 1.2
+		extra["meets_goal_vs_large_only"] = r <= 1.2
+	}
+	if cm := run.cycle["cudamalloc"]; cm > 0 {
+		r := cm / res.median
+		extra["vs_cudamalloc"] = round3(r)
+		extra["goal_vs_cudamalloc"] = 100
+		extra["meets_goal_vs_cudamalloc"] = r >= 100
+	}
+	if _, ok := extra["vs_large_only"]; !ok {
+		extra["ratios_missing"] = "run every mode (no -mode) for the large-only and cudamalloc baselines"
+	}
+	return c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+		Backend: a.Kind().String(), Extra: extra})
+}
+
+// packTiny lays out the tiny blocks of a cycle as float32 rows in one plan.
+func packTiny(sizes []int64) (*packing.Plan, error) {
+	descs := make([]packing.Desc, len(sizes))
+	for i, n := range sizes {
+		descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float32, Rows: 1, Cols: int(max(1, (n+3)/4))}
+	}
+	return packing.NewPlan(descs, packing.Options{})
 }

@@ -19,7 +19,7 @@ func TestBenchAllocFakeCUDA(t *testing.T) {
 	for _, r := range lines {
 		require.NotContains(t, r.Extra, "skipped", "%s", r.Mode)
 	}
-	require.Equal(t, "cuda-malloc", find(lines, "cudamalloc", "cycle", 0).Extra["kind"])
+	require.Equal(t, "cuda-raw", find(lines, "cudamalloc", "cycle", 0).Extra["kind"])
 	require.Equal(t, "cuda-pool", find(lines, "retained", "cycle", 0).Extra["kind"])
 	ret := find(lines, "retained", "cycle", 0)
 	for _, k := range []string{"vs_threshold0", "vs_cudamalloc", "meets_goal_vs_threshold0", "meets_goal_vs_cudamalloc"} {

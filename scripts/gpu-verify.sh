@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The whole GPU verification, in two halves.
+#
+#   scripts/gpu-verify.sh build
+#       Here (Go, no GPU): builds every GPU test binary and ranktest (with and
+#       without MPI) into gpubin/ (stripped, to fit the transfer).
+#
+#   scripts/gpu-verify.sh run LOGDIR [STEP...]
+#       On the GPU machine (repository root, no Go, gpubin/ carried along):
+#       runs each step under its own timeout, logs to LOGDIR/<step>.log,
+#       writes LOGDIR/summary.txt and packs everything into LOGDIR/logs.tgz.
+#       Steps (default: all but soak):
+#         abi        scripts/check-cuda-abi.sh: every hand declaration vs the headers
+#         cudart     internal/cudart tests, real libcudart
+#         devalloc   devalloc tests, DISTBUF_REQUIRE_GPU=1 (conformance on the pool and the fallback)
+#         loaders    internal/cukernel, internal/nvrtc, internal/cublas tests
+#         packing    packing tests on the GPU
+#         gemm       gemm tests on the GPU
+#         memcheck   the GPU tests of devalloc, packing and gemm under compute-sanitizer memcheck
+#         racecheck  the same under racecheck
+#         bench      ranktest -bench alloc, gemm, pack on the GPU (JSON lines)
+#         mpi        cluster and msg MPI tests under mpirun -n 2 on the GPU
+#         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU
+#         solve      ranktest (the main job) under mpirun -n 2 on the GPU
+#         soak       a short ranktest soak under compute-sanitizer
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=gpubin
+
+build() {
+  set -e
+  rm -rf "$BIN"
+  mkdir -p "$BIN"
+  local ld=(-ldflags "-s -w")
+  for p in devalloc internal/cudart internal/cukernel internal/nvrtc internal/cublas packing gemm; do
+    go test -c "${ld[@]}" -o "$BIN/$(echo "$p" | tr / -).test" "./$p"
+  done
+  for p in cluster msg; do
+    if ls "$p"/*_test.go >/dev/null 2>&1 && grep -lq '^//go:build.*mpi' "$p"/*_test.go; then
+      go test -c -tags mpi "${ld[@]}" -o "$BIN/$p-mpi.test" "./$p"
+    fi
+  done
+  go build "${ld[@]}" -o "$BIN/ranktest" ./cmd/ranktest
+  go build -tags mpi "${ld[@]}" -o "$BIN/ranktest-mpi" ./cmd/ranktest
+  du -sh "$BIN"
+}
+
+step() { # step NAME SECONDS CMD...
+  local name=$1 secs=$2
+  shift 2
+  local start=$SECONDS rc
+  echo "== $name (limit ${secs}s): $*" | tee -a "$LOG/summary.txt"
+  timeout -k 10 "$secs" "$@" >"$LOG/$name.log" 2>&1
+  rc=$?
+  local verdict=ok
+  if [ $rc -ne 0 ]; then
+    verdict="FAILED (rc $rc$([ $rc -eq 124 ] && echo ', timed out'))"
+    failed+=("$name")
+  fi
+  echo "$name: $verdict in $((SECONDS - start))s" | tee -a "$LOG/summary.txt"
+}
+
+gotest() { # gotest PKGDIR BINARY ARGS...: a test binary runs in its package directory
+  local dir=$1 bin=$2
+  shift 2
+  (cd "$dir" && "$OLDPWD/$BIN/$bin" -test.count=1 -test.v "$@")
+}
+
+sanitize() { # sanitize TOOL
+  local tool=$1 cs=/usr/local/cuda/bin/compute-sanitizer
+  local common=(--tool "$tool" --error-exitcode 1 --report-api-errors no)
+  [ "$tool" = memcheck ] && common+=(--leak-check no)
+  gotest devalloc devalloc.test -test.run '^TestCUDA(Conformance|ConformanceFallback|HostWaitCallback|BackendDetails)$' -test.timeout 150s &&
+    (cd packing && $cs "${common[@]}" "$OLDPWD/$BIN/packing.test" -test.count=1 -test.run 'CUDA|Device|Kernel' -test.timeout 120s) &&
+    (cd gemm && $cs "${common[@]}" "$OLDPWD/$BIN/gemm.test" -test.count=1 -test.run 'Contractions|SharedBuffer' -test.timeout 120s)
+}
+
+mpirun2() { mpirun --allow-run-as-root --oversubscribe -x DISTBUF_REQUIRE_GPU -x DISTBUF_BACKEND -x NCCL_NVLS_ENABLE -n 2 "$@"; }
+
+run() {
+  LOG=${1:?usage: gpu-verify.sh run LOGDIR [STEP...]}
+  shift
+  local steps=("$@")
+  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck bench mpi exchange solve)
+  mkdir -p "$LOG"
+  : >"$LOG/summary.txt"
+  failed=()
+  export DISTBUF_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
+  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; mpirun --version | head -1; } >"$LOG/machine.txt" 2>&1
+  for s in "${steps[@]}"; do
+    case $s in
+      abi) step abi 60 scripts/check-cuda-abi.sh ;;
+      cudart) step cudart 60 gotest internal/cudart internal-cudart.test -test.timeout 50s ;;
+      devalloc) step devalloc 150 gotest devalloc devalloc.test -test.timeout 140s ;;
+      loaders) step loaders 90 sh -c "cd internal/cukernel && ../../$BIN/internal-cukernel.test -test.count=1 -test.v && cd ../nvrtc && ../../$BIN/internal-nvrtc.test -test.count=1 -test.v && cd ../cublas && ../../$BIN/internal-cublas.test -test.count=1 -test.v" ;;
+      packing) step packing 150 gotest packing packing.test -test.timeout 140s ;;
+      gemm) step gemm 150 gotest gemm gemm.test -test.timeout 140s ;;
+      memcheck) step memcheck 240 sanitize memcheck ;;
+      racecheck) step racecheck 240 sanitize racecheck ;;
+      bench)
+        step bench-alloc 150 sh -c "$BIN/ranktest -backend cuda -bench alloc > $LOG/bench-alloc.jsonl"
+        step bench-gemm 150 sh -c "$BIN/ranktest -backend cuda -bench gemm -iters 20 > $LOG/bench-gemm.jsonl"
+        step bench-pack 120 sh -c "$BIN/ranktest -backend cuda -bench pack -iters 20 > $LOG/bench-pack.jsonl" ;;
+      mpi)
+        [ -x "$BIN/cluster-mpi.test" ] && step mpi-cluster 120 sh -c "cd cluster && mpirun --allow-run-as-root --oversubscribe -n 2 ../$BIN/cluster-mpi.test -test.count=1 -test.v"
+        [ -x "$BIN/msg-mpi.test" ] && step mpi-msg 180 sh -c "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 ../$BIN/msg-mpi.test -test.count=1 -test.v" ;;
+      exchange) step bench-exchange 180 sh -c "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl" ;;
+      solve) step solve 180 sh -c "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 50 -json" ;;
+      soak) step soak 300 sh -c "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 100 -json" ;;
+      *) echo "unknown step $s" | tee -a "$LOG/summary.txt"; failed+=("$s") ;;
+    esac
+  done
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "FAILED: ${failed[*]}" | tee -a "$LOG/summary.txt"
+  else
+    echo "all steps passed" | tee -a "$LOG/summary.txt"
+  fi
+  (cd "$LOG" && tar czf logs.tgz --exclude logs.tgz ./*.log ./*.jsonl ./*.txt 2>/dev/null)
+  [ ${#failed[@]} -eq 0 ]
+}
+
+case ${1:-} in
+  build) build ;;
+  run) shift; run "$@" ;;
+  *) sed -n '2,28p' "$0"; exit 2 ;;
+esac
