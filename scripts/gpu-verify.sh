@@ -5,10 +5,11 @@
 #       Here (Go, no GPU): builds every GPU test binary and ranktest (with and
 #       without MPI) into gpubin/ (stripped, to fit the transfer).
 #
-#   scripts/gpu-verify.sh run LOGDIR [STEP...]
+#   scripts/gpu-verify.sh run OUTDIR [STEP...]
 #       On the GPU machine (repository root, no Go, gpubin/ carried along):
-#       runs each step under its own timeout, logs to LOGDIR/<step>.log,
-#       writes LOGDIR/summary.txt and packs everything into LOGDIR/logs.tgz.
+#       runs each step under its own timeout and writes to OUTDIR:
+#       summary.txt, machine.txt, the benchmarks' JSON lines (*.jsonl) and
+#       logs.tgz with every step's log.
 #       Steps (default: all but soak):
 #         abi        scripts/check-cuda-abi.sh: every hand declaration vs the headers
 #         cudart     internal/cudart tests, real libcudart
@@ -45,12 +46,12 @@ build() {
   du -sh "$BIN"
 }
 
-step() { # step NAME SECONDS CMD...
+step() { # step NAME SECONDS CMD...: CMD may call the functions below
   local name=$1 secs=$2
   shift 2
   local start=$SECONDS rc
   echo "== $name (limit ${secs}s): $*" | tee -a "$LOG/summary.txt"
-  timeout -k 10 "$secs" "$@" >"$LOG/$name.log" 2>&1
+  timeout -k 10 "$secs" bash -c "$*" >"$LOG/$name.log" 2>&1
   rc=$?
   local verdict=ok
   if [ $rc -ne 0 ]; then
@@ -70,16 +71,19 @@ sanitize() { # sanitize TOOL
   local tool=$1 cs=/usr/local/cuda/bin/compute-sanitizer
   local common=(--tool "$tool" --error-exitcode 1 --report-api-errors no)
   [ "$tool" = memcheck ] && common+=(--leak-check no)
-  gotest devalloc devalloc.test -test.run '^TestCUDA(Conformance|ConformanceFallback|HostWaitCallback|BackendDetails)$' -test.timeout 150s &&
-    (cd packing && $cs "${common[@]}" "$OLDPWD/$BIN/packing.test" -test.count=1 -test.run 'CUDA|Device|Kernel' -test.timeout 120s) &&
+  (cd devalloc && $cs "${common[@]}" "$OLDPWD/$BIN/devalloc.test" -test.count=1 -test.v -test.run '^TestCUDA(Conformance|ConformanceFallback|HostWaitCallback|BackendDetails)$' -test.timeout 150s) || return 1
+  [ "$tool" = racecheck ] && return 0 # our kernels use no shared memory: racecheck has nothing more to check there
+  (cd packing && $cs "${common[@]}" "$OLDPWD/$BIN/packing.test" -test.count=1 -test.run 'CUDA|Device|Kernel' -test.timeout 120s) &&
     (cd gemm && $cs "${common[@]}" "$OLDPWD/$BIN/gemm.test" -test.count=1 -test.run 'Contractions|SharedBuffer' -test.timeout 120s)
 }
 
-mpirun2() { mpirun --allow-run-as-root --oversubscribe -x DISTBUF_REQUIRE_GPU -x DISTBUF_BACKEND -x NCCL_NVLS_ENABLE -n 2 "$@"; }
 
 run() {
-  LOG=${1:?usage: gpu-verify.sh run LOGDIR [STEP...]}
+  local out=${1:?usage: gpu-verify.sh run OUTDIR [STEP...]}
   shift
+  LOG=$(mktemp -d)
+  export BIN LOG
+  export -f gotest sanitize
   local steps=("$@")
   [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck bench mpi exchange solve)
   mkdir -p "$LOG"
@@ -90,24 +94,24 @@ run() {
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; mpirun --version | head -1; } >"$LOG/machine.txt" 2>&1
   for s in "${steps[@]}"; do
     case $s in
-      abi) step abi 60 scripts/check-cuda-abi.sh ;;
+      abi) step abi 60 "grep -n -A3 'cudaMemcpyBatchAsync(' /usr/local/cuda/include/cuda_runtime_api.h | head -20; scripts/check-cuda-abi.sh" ;;
       cudart) step cudart 60 gotest internal/cudart internal-cudart.test -test.timeout 50s ;;
       devalloc) step devalloc 150 gotest devalloc devalloc.test -test.timeout 140s ;;
-      loaders) step loaders 90 sh -c "cd internal/cukernel && ../../$BIN/internal-cukernel.test -test.count=1 -test.v && cd ../nvrtc && ../../$BIN/internal-nvrtc.test -test.count=1 -test.v && cd ../cublas && ../../$BIN/internal-cublas.test -test.count=1 -test.v" ;;
+      loaders) step loaders 90 "cd internal/cukernel && ../../$BIN/internal-cukernel.test -test.count=1 -test.v && cd ../nvrtc && ../../$BIN/internal-nvrtc.test -test.count=1 -test.v && cd ../cublas && ../../$BIN/internal-cublas.test -test.count=1 -test.v" ;;
       packing) step packing 150 gotest packing packing.test -test.timeout 140s ;;
       gemm) step gemm 150 gotest gemm gemm.test -test.timeout 140s ;;
       memcheck) step memcheck 240 sanitize memcheck ;;
       racecheck) step racecheck 240 sanitize racecheck ;;
       bench)
-        step bench-alloc 150 sh -c "$BIN/ranktest -backend cuda -bench alloc > $LOG/bench-alloc.jsonl"
-        step bench-gemm 150 sh -c "$BIN/ranktest -backend cuda -bench gemm -iters 20 > $LOG/bench-gemm.jsonl"
-        step bench-pack 120 sh -c "$BIN/ranktest -backend cuda -bench pack -iters 20 > $LOG/bench-pack.jsonl" ;;
+        step bench-alloc 150 "$BIN/ranktest -backend cuda -bench alloc > $LOG/bench-alloc.jsonl"
+        step bench-gemm 150 "$BIN/ranktest -backend cuda -bench gemm -iters 20 > $LOG/bench-gemm.jsonl"
+        step bench-pack 120 "$BIN/ranktest -backend cuda -bench pack -iters 20 > $LOG/bench-pack.jsonl" ;;
       mpi)
-        [ -x "$BIN/cluster-mpi.test" ] && step mpi-cluster 120 sh -c "cd cluster && mpirun --allow-run-as-root --oversubscribe -n 2 ../$BIN/cluster-mpi.test -test.count=1 -test.v"
-        [ -x "$BIN/msg-mpi.test" ] && step mpi-msg 180 sh -c "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 ../$BIN/msg-mpi.test -test.count=1 -test.v" ;;
-      exchange) step bench-exchange 180 sh -c "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl" ;;
-      solve) step solve 180 sh -c "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 50 -json" ;;
-      soak) step soak 300 sh -c "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 100 -json" ;;
+        [ -x "$BIN/cluster-mpi.test" ] && step mpi-cluster 120 "cd cluster && mpirun --allow-run-as-root --oversubscribe -n 2 ../$BIN/cluster-mpi.test -test.count=1 -test.v"
+        [ -x "$BIN/msg-mpi.test" ] && step mpi-msg 180 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 ../$BIN/msg-mpi.test -test.count=1 -test.v" ;;
+      exchange) step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl" ;;
+      solve) step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 50 -json" ;;
+      soak) step soak 300 "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 100 -json" ;;
       *) echo "unknown step $s" | tee -a "$LOG/summary.txt"; failed+=("$s") ;;
     esac
   done
@@ -116,7 +120,10 @@ run() {
   else
     echo "all steps passed" | tee -a "$LOG/summary.txt"
   fi
-  (cd "$LOG" && tar czf logs.tgz --exclude logs.tgz ./*.log ./*.jsonl ./*.txt 2>/dev/null)
+  mkdir -p "$out"
+  (cd "$LOG" && tar czf "$out/logs.tgz" ./*)
+  cp "$LOG/summary.txt" "$LOG/machine.txt" "$out/"
+  cp "$LOG"/*.jsonl "$out/" 2>/dev/null
   [ ${#failed[@]} -eq 0 ]
 }
 
