@@ -1,6 +1,7 @@
 package packing
 
 import (
+	"errors"
 	"fmt"
 	"iter"
 	"sync/atomic"
@@ -152,7 +153,7 @@ func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 			return s.Memset(c.buf, 0, c.size, 0)
 		}
 		host, n := c.host, c.size
-		return s.Enqueue(func() error { clear(unsafe.Slice((*byte)(host), n)); return nil })
+		return c.enqueueWrite(s, func() { clear(unsafe.Slice((*byte)(host), n)) })
 	}
 	type span struct{ off, n int64 }
 	var gaps []span
@@ -175,13 +176,22 @@ func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 		return nil
 	}
 	host := c.host
-	// Work on the allocating stream needs no ledger declaration.
-	return s.Enqueue(func() error {
+	return c.enqueueWrite(s, func() {
 		for _, g := range gaps {
 			clear(unsafe.Slice((*byte)(unsafe.Add(host, g.off)), g.n))
 		}
-		return nil
 	})
+}
+
+// enqueueWrite runs fn on the host in the order of s, declared as a write
+// of the buffer so that work on other streams is ordered after it.
+func (c *Coalesced) enqueueWrite(s *devalloc.Stream, fn func()) error {
+	w, err := c.buf.Write(s)
+	if err != nil {
+		return err
+	}
+	err = s.Enqueue(func() error { fn(); return nil })
+	return errors.Join(err, w.Done())
 }
 
 func (c *Coalesced) check() error {

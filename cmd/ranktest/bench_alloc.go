@@ -597,11 +597,14 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 		Backend: a.Kind().String(), Extra: extra})
 }
 
-// packTiny lays out the tiny blocks of a cycle as float32 rows in one plan.
+// packTiny lays out the tiny blocks of a cycle in one plan, each rounded up
+// to the 256 B granularity the pool gives every allocation, as a float32
+// row: the same footprint as allocating them one by one, in at most 64
+// shape classes (a realistic sector spectrum) rather than 2000.
 func packTiny(sizes []int64) (*packing.Plan, error) {
 	descs := make([]packing.Desc, len(sizes))
 	for i, n := range sizes {
-		descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float32, Rows: 1, Cols: int(max(1, (n+3)/4))}
+		descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float32, Rows: 1, Cols: int((n + 255) / 256 * 64)}
 	}
 	return packing.NewPlan(descs, packing.Options{})
 }

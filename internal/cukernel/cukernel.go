@@ -62,7 +62,7 @@ static dbk_err k_memcpy_batch(void *setdev, void *f, int v13, int dev, uintptr_t
 	attrs.srcAccessOrder = DBK_SRC_ACCESS_ORDER_STREAM;
 	size_t idx = 0;
 	if (v13) {
-		return ((dbk_MemcpyBatchAsync_fn)f)((const void **)dsts, (const void **)srcs, (const size_t *)sizes, n, &attrs, &idx, 1, (dbk_stream)stream);
+		return ((dbk_MemcpyBatchAsync_fn)f)((void *const *)dsts, (const void *const *)srcs, (const size_t *)sizes, n, &attrs, &idx, 1, (dbk_stream)stream);
 	}
 	size_t fail = 0;
 	return ((dbk_MemcpyBatchAsync12_fn)f)((void **)dsts, (void **)srcs, (size_t *)sizes, n, &attrs, &idx, 1, &fail, (dbk_stream)stream);
@@ -320,7 +320,8 @@ func (r *Runtime) MemcpyEach(dev int, stream uintptr, dsts, srcs, sizes []uintpt
 }
 
 // MemcpyBatch enqueues the copies with one cudaMemcpyBatchAsync, in stream
-// order (cudaMemcpySrcAccessOrderStream).
+// order (cudaMemcpySrcAccessOrderStream). The real runtime refuses the legacy
+// default stream (0) here.
 func (r *Runtime) MemcpyBatch(dev int, stream uintptr, dsts, srcs, sizes []uintptr) error {
 	if !r.HasMemcpyBatch() {
 		return fmt.Errorf("%w: cudaMemcpyBatchAsync needs CUDA 12.8 (runtime %d)", ErrUnavailable, r.version)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/distbuf/distbuf/internal/nvrtc"
@@ -35,6 +36,9 @@ func TestLoadMissingLibrary(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.ErrorContains(t, err, "libcudart-does-not-exist.so.99")
 }
+
+// perThreadStream is the cudaStreamPerThread handle.
+const perThreadStream = 0x2
 
 func TestCopiesAndEvents(t *testing.T) {
 	rt := loadOrSkip(t)
@@ -68,7 +72,11 @@ func TestCopiesAndEvents(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, rt.Record(0, start, 0))
 		if batch {
-			require.NoError(t, rt.MemcpyBatch(0, 0, dsts, srcs, sizes))
+			// cudaStreamPerThread: a real stream, per OS thread, so stay on one.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			require.NoError(t, rt.MemcpyBatch(0, perThreadStream, dsts, srcs, sizes))
+			require.NoError(t, rt.StreamSynchronize(0, perThreadStream))
 		} else {
 			require.NoError(t, rt.MemcpyEach(0, 0, dsts, srcs, sizes))
 		}
@@ -131,21 +139,22 @@ func TestLaunchKernel(t *testing.T) {
 	for i := range 1024 {
 		data[i] = byte(i + 1)
 	}
-	// Entries: [0,100) -> [2000,2100), [500,507) -> [3000,3007); the table at 3500.
+	// Entries: [0,100) -> [2000,2100), [500,507) -> [3000,3007); the table
+	// at 3504, aligned for its 8-byte words.
 	table := make([]byte, 48)
 	for i, e := range [][3]uint64{{0, 2000, 100}, {500, 3000, 7}} {
 		binary.LittleEndian.PutUint64(table[24*i:], uint64(buf)+e[0])
 		binary.LittleEndian.PutUint64(table[24*i+8:], uint64(buf)+e[1])
 		binary.LittleEndian.PutUint64(table[24*i+16:], e[2])
 	}
-	copy(data[3500:], table)
+	copy(data[3504:], table)
 	require.NoError(t, rt.CopyToDevice(0, buf, data))
-	require.NoError(t, rt.LaunchPtrIntInt(0, k, 2, 128, 0, buf+3500, 2, 0))
+	require.NoError(t, rt.LaunchPtrIntInt(0, k, 2, 128, 0, buf+3504, 2, 0))
 	require.NoError(t, rt.Synchronize(0))
 	got := make([]byte, 4096)
 	require.NoError(t, rt.CopyFromDevice(0, got, buf))
 	require.Equal(t, data[0:100], got[2000:2100])
 	require.Equal(t, data[500:507], got[3000:3007])
-	require.Error(t, rt.LaunchPtrIntInt(0, k, 0, 128, 0, buf+3500, 2, 0), "an empty grid is a launch error")
-	require.Error(t, rt.LaunchPtrIntInt(7, k, 1, 128, 0, buf+3500, 2, 0), "a device that does not exist")
+	require.Error(t, rt.LaunchPtrIntInt(0, k, 0, 128, 0, buf+3504, 2, 0), "an empty grid is a launch error")
+	require.Error(t, rt.LaunchPtrIntInt(7, k, 1, 128, 0, buf+3504, 2, 0), "a device that does not exist")
 }

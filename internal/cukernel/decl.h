@@ -62,7 +62,7 @@ typedef dbk_err (*dbk_MemcpyAsync_fn)(void *dst, const void *src, size_t count, 
 typedef dbk_err (*dbk_Memcpy_fn)(void *dst, const void *src, size_t count, dbk_memcpy_kind kind);
 /* CUDA 13 form; CUDA 12.8 and 12.9 have a size_t *failIdx before the stream
  * (dbk_MemcpyBatchAsync12_fn). The runtime version picks one. */
-typedef dbk_err (*dbk_MemcpyBatchAsync_fn)(const void **dsts, const void **srcs, const size_t *sizes,
+typedef dbk_err (*dbk_MemcpyBatchAsync_fn)(void *const *dsts, const void *const *srcs, const size_t *sizes,
 	size_t count, dbk_memcpy_attrs *attrs, size_t *attrsIdxs, size_t numAttrs, dbk_stream stream);
 typedef dbk_err (*dbk_MemcpyBatchAsync12_fn)(void **dsts, void **srcs, size_t *sizes,
 	size_t count, dbk_memcpy_attrs *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, dbk_stream stream);
