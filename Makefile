@@ -39,8 +39,9 @@ fuzz:
 
 test: deps lint unit mpitest fuzz
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+# Every benchmark, as JSON lines under out/bench, and the plots in docs/img.
+bench: deps
+	scripts/bench.sh
 
 bench-mpi: deps
 	@if [ -x scripts/bench-mpi.sh ]; then scripts/bench-mpi.sh; fi

@@ -284,13 +284,22 @@ func Waitall(reqs []*Request) error {
 			r.complete(sts[i], errs[i])
 		}
 	}
-	var err error
+	// Report the first few failures in full and count the rest: a failed
+	// exchange of thousands of requests must stay readable.
+	const shown = 4
+	var errs []error
+	failed := 0
 	for i, r := range reqs {
 		if r != nil && r.err != nil {
-			err = errors.Join(err, fmt.Errorf("cluster: Waitall: request %d: %w", i, r.err))
+			if failed++; failed <= shown {
+				errs = append(errs, fmt.Errorf("cluster: Waitall: request %d: %w", i, r.err))
+			}
 		}
 	}
-	return err
+	if failed > shown {
+		errs = append(errs, fmt.Errorf("cluster: Waitall: and %d more failed requests", failed-shown))
+	}
+	return errors.Join(errs...)
 }
 
 // Testany completes at most one pending request. It returns the index of

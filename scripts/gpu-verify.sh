@@ -23,6 +23,7 @@
 #         mpi        cluster and msg MPI tests under mpirun -n 2 on the GPU
 #         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
+#         mpibench   MPI ping-pong from Go against the same loop in C, 64 KiB to 4 MiB
 #         soak       a short ranktest soak under compute-sanitizer
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,7 @@ build() {
       go test -c -tags mpi "${ld[@]}" -o "$BIN/$p-mpi.test" "./$p"
     fi
   done
+  go test -c -tags mpi "${ld[@]}" -o "$BIN/mpibench.test" ./cluster/internal/mpibench
   go build "${ld[@]}" -o "$BIN/ranktest" ./cmd/ranktest
   go build -tags mpi "${ld[@]}" -o "$BIN/ranktest-mpi" ./cmd/ranktest
   du -sh "$BIN"
@@ -111,6 +113,7 @@ run() {
         [ -x "$BIN/msg-mpi.test" ] && step mpi-msg 180 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 ../$BIN/msg-mpi.test -test.count=1 -test.v" ;;
       exchange) step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl" ;;
       solve) step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 50 -json" ;;
+      mpibench) step mpibench 240 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/mpibench.test -test.run '^\$' -test.bench 'PingPong/bytes=(65536|262144|1048576|4194304)/' -test.benchtime 1000x -test.count 3" ;;
       soak) step soak 300 "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 100 -json" ;;
       *) echo "unknown step $s" | tee -a "$LOG/summary.txt"; failed+=("$s") ;;
     esac

@@ -1,0 +1,130 @@
+// Command benchplot draws the benchmark plots of docs/PERFORMANCE.md from
+// the JSON lines that `make bench` (and the GPU runs) write: time against
+// block count, one line per mode, on log-log axes.
+//
+//	go run ./internal/benchplot -title "this machine" -o docs/img/solve-host.png out/bench/solve.jsonl
+//
+// Input lines are either ranktest -json summaries (mode, blocks,
+// median_solve_us) or ranktest -bench result lines (mode, n, median_us).
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"image/color"
+	"os"
+	"sort"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+type point struct {
+	mode   string
+	blocks float64
+	us     float64
+}
+
+// line is the subset of both JSON shapes benchplot reads.
+type line struct {
+	Mode          string  `json:"mode"`
+	Blocks        int     `json:"blocks"`
+	MedianSolveUS float64 `json:"median_solve_us"`
+	N             int     `json:"n"`
+	MedianUS      float64 `json:"median_us"`
+	Bench         string  `json:"bench"`
+}
+
+func read(paths []string, bench string) ([]point, error) {
+	var pts []point
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for ln := 1; sc.Scan(); ln++ {
+			var l line
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				continue // tables and progress lines around the JSON
+			}
+			switch {
+			case l.MedianSolveUS > 0 && l.Blocks > 0:
+				pts = append(pts, point{l.Mode, float64(l.Blocks), l.MedianSolveUS})
+			case l.MedianUS > 0 && l.N > 0 && (bench == "" || l.Bench == bench):
+				pts = append(pts, point{l.Mode, float64(l.N), l.MedianUS})
+			}
+		}
+		err = errors.Join(sc.Err(), f.Close())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	if len(pts) == 0 {
+		return nil, errors.New("no result lines with a mode, a block count and a median time")
+	}
+	return pts, nil
+}
+
+func drawPlot(pts []point, title, out string) error {
+	byMode := map[string]plotter.XYs{}
+	for _, p := range pts {
+		byMode[p.mode] = append(byMode[p.mode], plotter.XY{X: p.blocks, Y: p.us / 1e3})
+	}
+	modes := make([]string, 0, len(byMode))
+	for m := range byMode {
+		modes = append(modes, m)
+	}
+	sort.Strings(modes)
+	pl := plot.New()
+	pl.Title.Text = title
+	pl.X.Label.Text = "blocks per rank"
+	pl.Y.Label.Text = "median time (ms)"
+	pl.X.Scale, pl.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	pl.X.Tick.Marker, pl.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	pl.Legend.Top = true
+	pl.Legend.Left = true
+	palette := []color.Color{
+		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	}
+	for i, m := range modes {
+		xy := byMode[m]
+		sort.Slice(xy, func(a, b int) bool { return xy[a].X < xy[b].X })
+		l, s, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return err
+		}
+		c := palette[i%len(palette)]
+		l.Color, s.Color = c, c
+		s.Shape = draw.CircleGlyph{}
+		pl.Add(l, s)
+		pl.Legend.Add(m, l, s)
+	}
+	return pl.Save(6*vg.Inch, 4*vg.Inch, out)
+}
+
+func main() {
+	title := flag.String("title", "", "plot title")
+	out := flag.String("o", "", "output PNG file")
+	bench := flag.String("bench", "", "only -bench result lines of this benchmark")
+	flag.Parse()
+	if *out == "" || flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: benchplot -o out.png [-title T] [-bench NAME] results.jsonl...")
+		os.Exit(2)
+	}
+	pts, err := read(flag.Args(), *bench)
+	if err == nil {
+		err = drawPlot(pts, *title, *out)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchplot:", err)
+		os.Exit(1)
+	}
+}
