@@ -554,12 +554,20 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 }
 
 func checkDisjoint(p *Plan) error {
+	b, offs := p.blocks, p.offs
+	// A manifest in offset order (what a sender writes when it lists blocks
+	// as they lie in its buffer) needs one pass, not a sort.
+	sorted := true
+	for i := 1; i < len(offs) && sorted; i++ {
+		sorted = offs[i-1] <= offs[i]
+	}
 	order := make([]int32, len(p.blocks))
 	for i := range order {
 		order[i] = int32(i)
 	}
-	b, offs := p.blocks, p.offs
-	sort.Slice(order, func(x, y int) bool { return offs[order[x]] < offs[order[y]] })
+	if !sorted {
+		sort.Slice(order, func(x, y int) bool { return offs[order[x]] < offs[order[y]] })
+	}
 	for k := 1; k < len(order); k++ {
 		prev, cur := order[k-1], order[k]
 		if end := offs[prev] + p.classes[b[prev].class].BlockBytes; end > offs[cur] {
