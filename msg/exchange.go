@@ -47,8 +47,9 @@ type Exchanger struct {
 
 // testHooks let this package's tests act between the steps of an exchange.
 type testHooks struct {
-	afterPost func()                      // after the first requests are posted
-	mangle    func(dest int, wire []byte) // alters a host message before it is sent
+	beforePost func(e *exchange)          // before the first request is posted
+	afterPost  func(e *exchange)          // after the first requests are posted
+	mangle     func(dest int, wire []byte) // alters a host message before it is sent
 }
 
 // New makes an Exchanger. It is collective over o.Comm: the ranks check
@@ -315,10 +316,12 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		d := (x.rank + k) % n
 		m := byDest[d]
 		switch {
+		case d == x.rank && !x.o.SelfViaMPI:
+			continue // a local copy, or nothing: no MPI message to wait for
 		case abortTo[d]:
 			e.outs = append(e.outs, e.newAbort(d, k, pat.sendSize[d]))
 			continue
-		case m == nil || (d == x.rank && !x.o.SelfViaMPI):
+		case m == nil:
 			continue
 		}
 		m.step = k

@@ -87,6 +87,9 @@ func (e *exchange) run() {
 		e.chunkDone(op.in, op.chunk, st, err)
 	}
 
+	if x.hooks.beforePost != nil {
+		x.hooks.beforePost(e)
+	}
 	hooked := false
 	var idleSince time.Time
 	idle := 0
@@ -95,7 +98,7 @@ func (e *exchange) run() {
 		if !hooked {
 			hooked = true
 			if x.hooks.afterPost != nil {
-				x.hooks.afterPost()
+				x.hooks.afterPost(e)
 			}
 		}
 		if len(active) == 0 {
