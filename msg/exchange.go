@@ -47,8 +47,8 @@ type Exchanger struct {
 
 // testHooks let this package's tests act between the steps of an exchange.
 type testHooks struct {
-	beforePost func(e *exchange)          // before the first request is posted
-	afterPost  func(e *exchange)          // after the first requests are posted
+	beforePost func(e *exchange)           // before the first request is posted
+	afterPost  func(e *exchange)           // after the first requests are posted
 	mangle     func(dest int, wire []byte) // alters a host message before it is sent
 }
 

@@ -153,8 +153,8 @@ type outMsg struct {
 type outChunk struct {
 	off, n int64
 	mem    cluster.Memory
-	ready  *devalloc.Event   // staged: the copy into the pinned chunk is done
-	buf    *devalloc.Buffer  // staged: the pinned chunk, freed once posted
+	ready  *devalloc.Event      // staged: the copy into the pinned chunk is done
+	buf    *devalloc.Buffer     // staged: the pinned chunk, freed once posted
 	pin    *cluster.PinnedBytes // abort notice and empty messages
 	posted bool
 }
