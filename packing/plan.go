@@ -561,15 +561,22 @@ func checkDisjoint(p *Plan) error {
 	for i := 1; i < len(offs) && sorted; i++ {
 		sorted = offs[i-1] <= offs[i]
 	}
-	order := make([]int32, len(p.blocks))
-	for i := range order {
-		order[i] = int32(i)
-	}
+	var order []int32 // nil: the identity
 	if !sorted {
+		order = make([]int32, len(p.blocks))
+		for i := range order {
+			order[i] = int32(i)
+		}
 		sort.Slice(order, func(x, y int) bool { return offs[order[x]] < offs[order[y]] })
 	}
-	for k := 1; k < len(order); k++ {
-		prev, cur := order[k-1], order[k]
+	at := func(k int) int32 {
+		if order == nil {
+			return int32(k)
+		}
+		return order[k]
+	}
+	for k := 1; k < len(offs); k++ {
+		prev, cur := at(k-1), at(k)
 		if end := offs[prev] + p.classes[b[prev].class].BlockBytes; end > offs[cur] {
 			return &BlockError{Index: int(cur), ID: b[cur].id, Reason: fmt.Sprintf("bytes from %d overlap block %d (id %d) ending at %d", offs[cur], prev, b[prev].id, end), Err: ErrOverlap}
 		}
