@@ -42,7 +42,9 @@ type Exchanger struct {
 	epoch  uint64
 	stats  Stats
 	cache  map[int]*outManifest // by destination: the manifest of the last layout sent there
-	hooks  testHooks
+	// scratch holds decoded entries between decoding and FromManifest.
+	scratch []packing.Entry
+	hooks   testHooks
 }
 
 // testHooks let this package's tests act between the steps of an exchange.

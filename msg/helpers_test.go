@@ -275,3 +275,5 @@ func wireErrorOf(t *testing.T, err error) *WireError {
 	require.True(t, errors.As(err, &w), "want a *WireError, got %v", err)
 	return w
 }
+
+func worldB() (*cluster.Comm, error) { return cluster.World() }

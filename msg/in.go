@@ -396,13 +396,28 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 		}
 		return l.plan, h.PayloadOffset, nil
 	}
-	entries, err := decodeEntries(h, man, in.src, tag)
-	if err != nil {
+	// Decode and check the entries straight into packing's form, in a
+	// scratch slice the exchanger keeps (FromManifest keeps none of it).
+	c := newEntryCheck(h, in.src, tag)
+	if err := c.header(); err != nil {
 		return nil, 0, err
 	}
-	pe := make([]packing.Entry, len(entries))
-	for i, en := range entries {
-		pe[i] = packing.Entry{ID: en.ID, DType: packing.DType(en.DType), Rows: int(en.Rows), Cols: int(en.Cols), Offset: int64(en.Offset)}
+	pe := e.x.scratch[:0]
+	for i := range int(h.Count) {
+		en, err := entryAt(man, i, in.src, tag)
+		if err == nil {
+			err = c.check(i, en)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		pe = append(pe, packing.Entry{ID: en.ID, DType: packing.DType(en.DType), Rows: int(en.Rows), Cols: int(en.Cols), Offset: int64(en.Offset)})
+	}
+	e.x.scratch = pe[:0]
+	if !c.increasing {
+		if i := firstDuplicate(len(pe), func(i int) uint64 { return pe[i].ID }); i >= 0 {
+			return nil, 0, c.duplicate(i, pe[i].ID)
+		}
 	}
 	plan, err := packing.FromManifest(pe, int64(h.PayloadLen))
 	if err != nil {

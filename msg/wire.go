@@ -297,72 +297,124 @@ func decodeHeader(man []byte, msgLen uint64, peer, tag int) (Header, error) {
 // decodeEntries runs validation step 6 on the entries of a manifest whose
 // header decodeHeader accepted.
 func decodeEntries(h Header, man []byte, peer, tag int) ([]Entry, error) {
-	le := binary.LittleEndian
+	c := newEntryCheck(h, peer, tag)
+	if err := c.header(); err != nil {
+		return nil, err
+	}
 	entries := make([]Entry, h.Count)
 	for i := range entries {
-		p := man[HeaderSize+i*EntrySize : HeaderSize+(i+1)*EntrySize]
-		entries[i] = Entry{ID: le.Uint64(p[0:]), Offset: le.Uint64(p[8:]), Rows: le.Uint32(p[16:]), Cols: le.Uint32(p[20:]), DType: DType(p[24])}
-		if le.Uint32(p[25:]) != 0 || le.Uint32(p[28:]) != 0 {
-			return nil, wireErr(ErrMalformed, peer, tag, fmt.Sprintf("entry[%d].reserved", i), "must be zero")
+		e, err := entryAt(man, i, peer, tag)
+		if err == nil {
+			err = c.check(i, e)
 		}
+		if err != nil {
+			return nil, err
+		}
+		entries[i] = e
 	}
-	if err := validateEntries(h, entries, peer, tag); err != nil {
-		return nil, err
+	if !c.increasing {
+		if i := firstDuplicate(len(entries), func(i int) uint64 { return entries[i].ID }); i >= 0 {
+			return nil, c.duplicate(i, entries[i].ID)
+		}
 	}
 	return entries, nil
 }
 
 func validateEntries(h Header, entries []Entry, peer, tag int) error {
-	bad := func(i int, field, format string, args ...any) error {
-		return wireErr(ErrMalformed, peer, tag, fmt.Sprintf("entry[%d].%s", i, field), format, args...)
+	c := newEntryCheck(h, peer, tag)
+	if err := c.header(); err != nil {
+		return err
 	}
-	if h.DType != Mixed && h.DType.Size() == 0 {
-		return wireErr(ErrMalformed, peer, tag, "dtype", "unknown dtype code %d", uint8(h.DType))
-	}
-	var next uint64
-	increasing := true // ids in strictly increasing order cannot repeat
 	for i, e := range entries {
-		if e.DType.Size() == 0 {
-			return bad(i, "dtype", "unknown dtype code %d", uint8(e.DType))
+		if err := c.check(i, e); err != nil {
+			return err
 		}
-		if h.DType != Mixed && e.DType != h.DType {
-			return bad(i, "dtype", "%v in a message of %v blocks", e.DType, h.DType)
-		}
-		if e.Rows == 0 || e.Cols == 0 {
-			return bad(i, "shape", "empty block %dx%d", e.Rows, e.Cols)
-		}
-		if e.Offset < next {
-			return bad(i, "offset", "%d overlaps the previous block (ends at %d); blocks must be in offset order", e.Offset, next)
-		}
-		if e.Offset%uint64(e.DType.Size()) != 0 {
-			return bad(i, "offset", "%d is not aligned to the %d-byte element", e.Offset, e.DType.Size())
-		}
-		hi, carry := bits.Add64(e.Offset, e.Bytes(), 0)
-		if carry != 0 || hi > h.PayloadLen {
-			return bad(i, "offset", "block [%d, +%d) runs past the %d-byte payload", e.Offset, e.Bytes(), h.PayloadLen)
-		}
-		increasing = increasing && (i == 0 || e.ID > entries[i-1].ID)
-		next = hi
 	}
-	if !increasing {
-		if i := firstDuplicate(entries); i >= 0 {
-			return bad(i, "id", "block id %d appears twice", entries[i].ID)
+	if !c.increasing {
+		if i := firstDuplicate(len(entries), func(i int) uint64 { return entries[i].ID }); i >= 0 {
+			return c.duplicate(i, entries[i].ID)
 		}
 	}
 	return nil
 }
 
-// firstDuplicate returns the index of the first entry whose id an earlier
-// entry has, or -1: an open-addressing set of twice the entries' size, so a
+// entryCheck validates entries one at a time (step 6 of docs/WIRE.md, but
+// for duplicate ids, which need every id: when the ids are not strictly
+// increasing the caller runs firstDuplicate at the end).
+type entryCheck struct {
+	h          Header
+	peer, tag  int
+	next       uint64
+	prevID     uint64
+	increasing bool // strictly increasing ids so far: no duplicate possible
+}
+
+func newEntryCheck(h Header, peer, tag int) entryCheck {
+	return entryCheck{h: h, peer: peer, tag: tag, increasing: true}
+}
+
+func (c *entryCheck) header() error {
+	if c.h.DType != Mixed && c.h.DType.Size() == 0 {
+		return wireErr(ErrMalformed, c.peer, c.tag, "dtype", "unknown dtype code %d", uint8(c.h.DType))
+	}
+	return nil
+}
+
+func (c *entryCheck) bad(i int, field, format string, args ...any) error {
+	return wireErr(ErrMalformed, c.peer, c.tag, fmt.Sprintf("entry[%d].%s", i, field), format, args...)
+}
+
+func (c *entryCheck) check(i int, e Entry) error {
+	size := uint64(e.DType.Size())
+	switch {
+	case size == 0:
+		return c.bad(i, "dtype", "unknown dtype code %d", uint8(e.DType))
+	case c.h.DType != Mixed && e.DType != c.h.DType:
+		return c.bad(i, "dtype", "%v in a message of %v blocks", e.DType, c.h.DType)
+	case e.Rows == 0 || e.Cols == 0:
+		return c.bad(i, "shape", "empty block %dx%d", e.Rows, e.Cols)
+	case e.Offset < c.next:
+		return c.bad(i, "offset", "%d overlaps the previous block (ends at %d); blocks must be in offset order", e.Offset, c.next)
+	case e.Offset%size != 0:
+		return c.bad(i, "offset", "%d is not aligned to the %d-byte element", e.Offset, size)
+	}
+	hi, carry := bits.Add64(e.Offset, e.Bytes(), 0)
+	if carry != 0 || hi > c.h.PayloadLen {
+		return c.bad(i, "offset", "block [%d, +%d) runs past the %d-byte payload", e.Offset, e.Bytes(), c.h.PayloadLen)
+	}
+	c.increasing = c.increasing && (i == 0 || e.ID > c.prevID)
+	c.prevID, c.next = e.ID, hi
+	return nil
+}
+
+func (c *entryCheck) duplicate(i int, id uint64) error {
+	return c.bad(i, "id", "block id %d appears twice", id)
+}
+
+// entryAt decodes entry i of a manifest, with its reserved bytes checked.
+func entryAt(man []byte, i int, peer, tag int) (Entry, error) {
+	le := binary.LittleEndian
+	p := man[HeaderSize+i*EntrySize : HeaderSize+(i+1)*EntrySize]
+	if le.Uint32(p[25:]) != 0 || le.Uint32(p[28:]) != 0 {
+		return Entry{}, wireErr(ErrMalformed, peer, tag, fmt.Sprintf("entry[%d].reserved", i), "must be zero")
+	}
+	return Entry{ID: le.Uint64(p[0:]), Offset: le.Uint64(p[8:]), Rows: le.Uint32(p[16:]), Cols: le.Uint32(p[20:]), DType: DType(p[24])}, nil
+}
+
+// firstDuplicate returns the index of the first of n ids that an earlier
+// one equals, or -1: an open-addressing set of twice n's size, so a
 // manifest of 10^5 blocks is checked in a few hundred microseconds without
 // a map.
-func firstDuplicate(entries []Entry) int {
-	size := 1 << bits.Len(uint(2*len(entries)-1))
+func firstDuplicate(n int, id func(i int) uint64) int {
+	if n < 2 {
+		return -1
+	}
+	size := 1 << bits.Len(uint(2*n-1))
 	set := make([]uint64, size) // id+1, so that 0 marks an empty slot
 	mask := uint64(size - 1)
 	zero := false // id MaxUint64 wraps to 0: tracked apart
-	for i, e := range entries {
-		key := e.ID + 1
+	for i := range n {
+		key := id(i) + 1
 		if key == 0 {
 			if zero {
 				return i
