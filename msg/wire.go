@@ -38,15 +38,15 @@ const (
 	Complex128 DType = 4
 )
 
+// dtypeSizes is indexed by DType; 0 marks Mixed and unknown codes.
+var dtypeSizes = [...]uint64{0, 4, 8, 8, 16}
+
 // Size is the element size in bytes, 0 for an unknown code or Mixed.
-func (d DType) Size() int {
-	switch d {
-	case Float32:
-		return 4
-	case Float64, Complex64:
-		return 8
-	case Complex128:
-		return 16
+func (d DType) Size() int { return int(d.size()) }
+
+func (d DType) size() uint64 {
+	if int(d) < len(dtypeSizes) {
+		return dtypeSizes[d]
 	}
 	return 0
 }
@@ -76,8 +76,9 @@ type Entry struct {
 	DType  DType
 }
 
-// Bytes is the block's length in the payload.
-func (e Entry) Bytes() uint64 { return uint64(e.Rows) * uint64(e.Cols) * uint64(e.DType.Size()) }
+// Bytes is the block's length in the payload. It wraps for shapes of 2^64
+// bytes or more, which no decoded or encodable manifest has.
+func (e Entry) Bytes() uint64 { return uint64(e.Rows) * uint64(e.Cols) * e.DType.size() }
 
 // Header is the fixed part of the manifest.
 type Header struct {
@@ -365,7 +366,7 @@ func (c *entryCheck) bad(i int, field, format string, args ...any) error {
 }
 
 func (c *entryCheck) check(i int, e Entry) error {
-	size := uint64(e.DType.Size())
+	size := e.DType.size()
 	switch {
 	case size == 0:
 		return c.bad(i, "dtype", "unknown dtype code %d", uint8(e.DType))
@@ -375,10 +376,15 @@ func (c *entryCheck) check(i int, e Entry) error {
 		return c.bad(i, "shape", "empty block %dx%d", e.Rows, e.Cols)
 	case e.Offset < c.next:
 		return c.bad(i, "offset", "%d overlaps the previous block (ends at %d); blocks must be in offset order", e.Offset, c.next)
-	case e.Offset%size != 0:
+	case e.Offset&(size-1) != 0: // sizes are powers of two
 		return c.bad(i, "offset", "%d is not aligned to the %d-byte element", e.Offset, size)
 	}
-	hi, carry := bits.Add64(e.Offset, e.Bytes(), 0)
+	// rows*cols*size < 2^32 * 2^32 * 2^4 may overflow: compute it in 128 bits.
+	hiMul, n := bits.Mul64(uint64(e.Rows)*uint64(e.Cols), size)
+	hi, carry := bits.Add64(e.Offset, n, 0)
+	if hiMul != 0 {
+		carry = 1
+	}
 	if carry != 0 || hi > c.h.PayloadLen {
 		return c.bad(i, "offset", "block [%d, +%d) runs past the %d-byte payload", e.Offset, e.Bytes(), c.h.PayloadLen)
 	}

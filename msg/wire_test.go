@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -98,6 +99,12 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		{"empty block", "entry[0].shape", mutate(func(b []byte) []byte { b[64+16] = 0; return reseal(b) }), false},
 		{"overlap", "entry[1].offset", mutate(func(b []byte) []byte { b[64+32+9] = 0; b[64+32+8] = 8; return reseal(b) }), false},
 		{"past payload", "entry[2].offset", mutate(func(b []byte) []byte { b[64+2*32+20] = 200; return reseal(b) }), false},
+		{"size overflows 64 bits", "entry[2].offset", mutate(func(b []byte) []byte {
+			// 2^32-1 rows and cols of complex64: rows*cols*8 wraps around 2^64.
+			binary.LittleEndian.PutUint32(b[64+2*32+16:], math.MaxUint32)
+			binary.LittleEndian.PutUint32(b[64+2*32+20:], math.MaxUint32)
+			return reseal(b)
+		}), false},
 		{"duplicate id", "entry[1].id", mutate(func(b []byte) []byte { b[64+32] = 7; return reseal(b) }), false},
 		{"reserved", "entry[0].reserved", mutate(func(b []byte) []byte { b[64+30] = 1; return reseal(b) }), false},
 		{"padding", "padding", mutate(func(b []byte) []byte { b[255] = 1; return reseal(b) }), false},
