@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"flag"
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -100,9 +99,9 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		{"overlap", "entry[1].offset", mutate(func(b []byte) []byte { b[64+32+9] = 0; b[64+32+8] = 8; return reseal(b) }), false},
 		{"past payload", "entry[2].offset", mutate(func(b []byte) []byte { b[64+2*32+20] = 200; return reseal(b) }), false},
 		{"size overflows 64 bits", "entry[2].offset", mutate(func(b []byte) []byte {
-			// 2^32-1 rows and cols of complex64: rows*cols*8 wraps around 2^64.
-			binary.LittleEndian.PutUint32(b[64+2*32+16:], math.MaxUint32)
-			binary.LittleEndian.PutUint32(b[64+2*32+20:], math.MaxUint32)
+			// 2^31 x 2^30 complex64: rows*cols*8 is 2^64, 0 in 64 bits.
+			binary.LittleEndian.PutUint32(b[64+2*32+16:], 1<<31)
+			binary.LittleEndian.PutUint32(b[64+2*32+20:], 1<<30)
 			return reseal(b)
 		}), false},
 		{"duplicate id", "entry[1].id", mutate(func(b []byte) []byte { b[64+32] = 7; return reseal(b) }), false},
