@@ -162,6 +162,9 @@ func (e *exchange) abandon(sends, recvs []schedOp) {
 func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 	x := e.x
 	ch := &m.chunks[i]
+	if ch.posted {
+		return nil // released after an earlier failure of its message
+	}
 	defer func() {
 		if ch.ready != nil {
 			_ = ch.ready.Release()
@@ -211,6 +214,9 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 func (e *exchange) postRecv(in *inMsg, i int) *cluster.Request {
 	x := e.x
 	ch := &in.chunks[i]
+	if ch.posted {
+		return nil
+	}
 	rel := in.attach(i)
 	r, err := x.comm.Irecv(ch.mem, in.src, x.o.Tag)
 	if err == nil {
