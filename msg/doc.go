@@ -43,9 +43,12 @@
 // when the buffer is device memory; decoded from the pinned chunks when
 // staged), the payload checksum verified when present, and
 // packing.FromManifest plus packing.WrapAt turn the buffer into a
-// Coalesced whose views start after the manifest. A learned Pattern
-// compares the manifest's entries with the learned ones instead and reuses
-// the learned plan.
+// Coalesced whose views start after the manifest. A message whose entries
+// are byte for byte those of the last message from its source (a sweep
+// repeating its layout) reuses that message's plan instead of decoding the
+// entries again; a learned Pattern compares them with the learned ones and
+// reuses the learned plan. The exchanger keeps, per source, the last
+// layout's entries and plan for this.
 //
 // # Scheduling
 //

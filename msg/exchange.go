@@ -44,7 +44,10 @@ type Exchanger struct {
 	cache  map[int]*outManifest // by destination: the manifest of the last layout sent there
 	// scratch holds decoded entries between decoding and FromManifest.
 	scratch []packing.Entry
-	hooks   testHooks
+	// lastIn is, by source, the layout of the last message received: the
+	// next one with byte-equal entries reuses its plan.
+	lastIn map[int]*learnedIn
+	hooks  testHooks
 }
 
 // testHooks let this package's tests act between the steps of an exchange.
@@ -73,7 +76,7 @@ func New(o Options) (*Exchanger, error) {
 		return nil, fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
 			-all[2], all[0], -all[3], all[1], ErrInvalid)
 	}
-	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}}
+	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{}}
 	if x.sendS, err = o.Alloc.NewStream(); err != nil {
 		return nil, fmt.Errorf("msg: new: %w", err)
 	}
@@ -184,13 +187,20 @@ type Pattern struct {
 	recv     []*learnedIn
 }
 
-// learnedIn is what a pattern keeps of a message it learned.
+// learnedIn is what is kept of a received layout: by a pattern, and by the
+// exchanger for the last message from each source.
 type learnedIn struct {
 	count      uint32
 	dtype      DType
 	payloadLen uint64
 	entries    []byte
 	plan       *packing.Plan
+}
+
+// matches reports whether a message with header h and encoded entries has
+// this layout.
+func (l *learnedIn) matches(h Header, encoded []byte) bool {
+	return l != nil && l.count == h.Count && l.dtype == h.DType && l.payloadLen == h.PayloadLen && string(l.entries) == string(encoded)
 }
 
 // NewPattern returns an unlearned pattern of this exchanger.

@@ -165,3 +165,38 @@ func TestExchangeBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.ErrorIs(t, z.Close(), ErrClosed)
 }
+
+// TestLayoutReuse checks that a message whose entries equal the last ones
+// from its source reuses their plan, and that any other is decoded afresh.
+func TestLayoutReuse(t *testing.T) {
+	for _, viaMPI := range []bool{false, true} {
+		t.Run(fmt.Sprintf("self-mpi=%v", viaMPI), func(t *testing.T) {
+			a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+			comm := world(t)
+			rank, size := comm.Rank(), comm.Size()
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: viaMPI})
+			s := a.DefaultStream()
+			exchange := func(tr traffic) *packing.Plan {
+				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+				require.NoError(t, err)
+				tr.fill(t, s, rank, bufs)
+				r, err := x.Exchange(bufs)
+				require.NoError(t, err)
+				tr.verify(t, s, rank, size, r)
+				p := r.From(rank).Plan()
+				require.NoError(t, r.Free())
+				for _, b := range bufs {
+					require.NoError(t, b.Free())
+				}
+				return p
+			}
+			a1 := exchange(selfTraffic(21))
+			again := selfTraffic(21)
+			again.iter = 1 // same layout, other contents, other buffers
+			require.Same(t, a1, exchange(again), "byte-equal entries reuse the plan")
+			b := exchange(selfTraffic(22))
+			require.NotSame(t, a1, b, "another layout is decoded")
+			require.NotSame(t, a1, exchange(selfTraffic(21)), "only the last layout of a source is kept")
+		})
+	}
+}

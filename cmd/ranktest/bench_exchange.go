@@ -26,7 +26,10 @@ const (
 // 20 repetitions of the slower rank's time.
 //
 //	packed      msg.Exchanger.Exchange: one message per peer (count
-//	            exchange, manifest, decode)
+//	            exchange, manifest; the receiver reuses the plan of the
+//	            previous, byte-equal layout)
+//	packed-cold the same with two layouts taking turns, so that every
+//	            exchange decodes its manifest and builds its plan
 //	persistent  msg.Pattern.Exchange: the same with a learned pattern
 //	perblock    one MPI message per block through cluster: the baseline
 //	raw         one MPI_Isend/MPI_Irecv of the packed message's bytes, in C
@@ -45,7 +48,7 @@ func benchExchange(c *benchContext) error {
 		}
 		return fmt.Errorf("exchange needs exactly 2 ranks (mpirun -n 2 with a binary built with -tags mpi), have %d", n)
 	}
-	small := []string{"packed", "persistent", "perblock", "raw"}
+	small := []string{"packed", "packed-cold", "persistent", "perblock", "raw"}
 	var modes []string
 	device := false
 	switch m := c.cfg.mode; {
@@ -81,6 +84,7 @@ type exchangeSetup struct {
 	plan     *packing.Plan // the N blocks for the peer (the peer's are alike)
 	recvPlan *packing.Plan // what arrives: the same layout, one group
 	send     []*packing.Coalesced
+	other    []*packing.Coalesced // the same blocks under other ids
 }
 
 func newExchangeSetup(c *benchContext, a *devalloc.Allocator, defBlocks int, defBytes int64) (*exchangeSetup, error) {
@@ -113,6 +117,16 @@ func newExchangeSetup(c *benchContext, a *devalloc.Allocator, defBlocks int, def
 	if e.send, err = msg.AllocSend(a, e.plan, s); err != nil {
 		return nil, err
 	}
+	for i := range descs {
+		descs[i].ID, descs[i].Dest = uint64(n+i), e.peer
+	}
+	other, err := packing.NewPlan(descs, packing.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if e.other, err = msg.AllocSend(a, other, s); err != nil {
+		return nil, err
+	}
 	if err := s.Memset(e.send[0].Buffer(), 0, e.send[0].Buffer().Size(), byte(1+c.world.Rank())); err != nil {
 		return nil, err
 	}
@@ -120,7 +134,7 @@ func newExchangeSetup(c *benchContext, a *devalloc.Allocator, defBlocks int, def
 }
 
 func (e *exchangeSetup) close() {
-	for _, b := range e.send {
+	for _, b := range append(e.send, e.other...) {
 		_ = b.Free()
 	}
 }
@@ -182,9 +196,22 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		return err
 	}
 
+	cold := 0
 	run := map[string]func() error{
 		"packed": func() error {
 			r, err := x.Exchange(e.send)
+			if err == nil {
+				err = r.Free()
+			}
+			return err
+		},
+		"packed-cold": func() error {
+			cold++
+			send := e.send
+			if cold%2 == 1 {
+				send = e.other
+			}
+			r, err := x.Exchange(send)
 			if err == nil {
 				err = r.Free()
 			}
@@ -256,7 +283,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		extra := map[string]any{"reps": reps, "block_bytes": e.bytes, "wire_bytes": e.wire(), "payload_bytes": e.payload(),
 			"p10_us": spread[m][0], "p90_us": spread[m][1]}
 		switch m {
-		case "packed", "persistent":
+		case "packed", "packed-cold", "persistent":
 			extra["mpi_messages_per_exchange"] = float64(st.Messages) / float64(st.Exchanges)
 			if p, ok := med["perblock"]; ok {
 				extra["perblock_over_"+m] = p / med[m]
