@@ -243,6 +243,7 @@ type exchange struct {
 	outs   []*outMsg // through MPI, in schedule order
 	ins    []*inMsg  // through MPI, in schedule order
 	selfIn *inMsg    // the local copy to self, if any
+	q      sched
 	errs   []error
 	res    []*packing.Coalesced
 }
@@ -323,6 +324,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		}
 		e.ins = append(e.ins, e.newIn(s, k, recvSize[s]))
 	}
+	e.startRecvs()
 	// Sends, in schedule order; an abort notice replaces what cannot be sent.
 	for k := range n {
 		d := (x.rank + k) % n

@@ -15,7 +15,7 @@ type schedOp struct {
 	chunk int
 }
 
-// run posts the exchange's requests and completes them.
+// sched is the request state of an exchange.
 //
 // Receives are posted in schedule order (step k: from rank-k), as are sends
 // (step k: to rank+k), each chunk after the previous one of its message, at
@@ -25,112 +25,138 @@ type schedOp struct {
 // because everything before it has completed there, so MPI completes it
 // and the windows move on. A staged chunk is posted once its copy to pinned
 // memory has completed.
+type sched struct {
+	sendQ, recvQ []schedOp
+	si, ri       int // next to post
+	nSend, nRecv int // outstanding
+	active       []*cluster.Request
+	meta         []schedOp
+	staged       bool // some receive is staged: handle chunks as they come
+}
+
+// postRecvs posts receives while the window allows.
+func (e *exchange) postRecvs() {
+	q := &e.q
+	for q.ri < len(q.recvQ) && q.nRecv < e.x.o.Window {
+		op := q.recvQ[q.ri]
+		q.ri++
+		if r := e.postRecv(op.in, op.chunk); r != nil {
+			q.active, q.meta = append(q.active, r), append(q.meta, op)
+			q.nRecv++
+		}
+	}
+	e.x.stats.MaxInFlight = max(e.x.stats.MaxInFlight, q.nRecv)
+}
+
+// postSends posts sends, in order, while the window allows and their data
+// is ready.
+func (e *exchange) postSends() {
+	q := &e.q
+	for q.si < len(q.sendQ) && q.nSend < e.x.o.Window {
+		op := q.sendQ[q.si]
+		if ev := op.out.chunks[op.chunk].ready; ev != nil {
+			done, err := ev.Done()
+			if err != nil {
+				e.fail(e.outErr(op.out.dest, "staging", err))
+			} else if !done {
+				break // posted in order: the next one waits for its copy
+			}
+		}
+		q.si++
+		if r := e.postSend(op.out, op.chunk); r != nil {
+			q.active, q.meta = append(q.active, r), append(q.meta, op)
+			q.nSend++
+		}
+	}
+	e.x.stats.MaxInFlight = max(e.x.stats.MaxInFlight, q.nSend)
+}
+
+// startRecvs posts the first receives as soon as their buffers exist, so
+// that messages can be matched while this rank still prepares its sends.
+func (e *exchange) startRecvs() {
+	q := &e.q
+	for _, in := range e.ins {
+		q.staged = q.staged || in.staged
+		for i := range in.chunks {
+			q.recvQ = append(q.recvQ, schedOp{in: in, chunk: i})
+		}
+	}
+	if e.x.hooks.beforePost != nil {
+		e.x.hooks.beforePost(e)
+	}
+	e.postRecvs()
+}
+
+// complete handles the completion of active request k.
+func (e *exchange) complete(k int, st cluster.Status, err error) {
+	q := &e.q
+	op := q.meta[k]
+	last := len(q.active) - 1
+	q.active[k], q.meta[k] = q.active[last], q.meta[last]
+	q.active, q.meta = q.active[:last], q.meta[:last]
+	if op.out != nil {
+		q.nSend--
+		if err != nil {
+			e.fail(e.outErr(op.out.dest, "send", err))
+		}
+		return
+	}
+	q.nRecv--
+	e.chunkDone(op.in, op.chunk, st, err)
+}
+
+// run posts the sends and the remaining receives and completes every
+// request.
 func (e *exchange) run() {
-	x := e.x
-	var sendQ, recvQ []schedOp
+	x, q := e.x, &e.q
 	for _, m := range e.outs {
 		for i := range m.chunks {
-			sendQ = append(sendQ, schedOp{out: m, chunk: i})
+			q.sendQ = append(q.sendQ, schedOp{out: m, chunk: i})
 		}
-	}
-	staged := false
-	for _, in := range e.ins {
-		staged = staged || in.staged
-		for i := range in.chunks {
-			recvQ = append(recvQ, schedOp{in: in, chunk: i})
-		}
-	}
-	w := x.o.Window
-	var active []*cluster.Request
-	var meta []schedOp
-	nSend, nRecv, si, ri := 0, 0, 0, 0
-	post := func() {
-		for ri < len(recvQ) && nRecv < w {
-			op := recvQ[ri]
-			ri++
-			if r := e.postRecv(op.in, op.chunk); r != nil {
-				active, meta = append(active, r), append(meta, op)
-				nRecv++
-			}
-		}
-		for si < len(sendQ) && nSend < w {
-			op := sendQ[si]
-			if ev := op.out.chunks[op.chunk].ready; ev != nil {
-				done, err := ev.Done()
-				if err != nil {
-					e.fail(e.outErr(op.out.dest, "staging", err))
-				} else if !done {
-					break // posted in order: the next one waits for its copy
-				}
-			}
-			si++
-			if r := e.postSend(op.out, op.chunk); r != nil {
-				active, meta = append(active, r), append(meta, op)
-				nSend++
-			}
-		}
-		x.stats.MaxInFlight = max(x.stats.MaxInFlight, nSend, nRecv)
-	}
-	complete := func(k int, st cluster.Status, err error) {
-		op := meta[k]
-		last := len(active) - 1
-		active[k], meta[k] = active[last], meta[last]
-		active, meta = active[:last], meta[:last]
-		if op.out != nil {
-			nSend--
-			if err != nil {
-				e.fail(e.outErr(op.out.dest, "send", err))
-			}
-			return
-		}
-		nRecv--
-		e.chunkDone(op.in, op.chunk, st, err)
-	}
-
-	if x.hooks.beforePost != nil {
-		x.hooks.beforePost(e)
 	}
 	hooked := false
 	var idleSince time.Time
 	idle := 0
-	for si < len(sendQ) || ri < len(recvQ) || len(active) > 0 {
-		post()
+	for q.si < len(q.sendQ) || q.ri < len(q.recvQ) || len(q.active) > 0 {
+		e.postRecvs()
+		e.postSends()
 		if !hooked {
 			hooked = true
 			if x.hooks.afterPost != nil {
 				x.hooks.afterPost(e)
 			}
 		}
-		if len(active) == 0 {
-			if si < len(sendQ) {
+		if len(q.active) == 0 {
+			if q.si < len(q.sendQ) {
 				// Nothing in flight: the next send waits for its staging copy.
-				if err := sendQ[si].out.chunks[sendQ[si].chunk].ready.Wait(); err != nil {
-					e.fail(e.outErr(sendQ[si].out.dest, "staging", err))
+				op := q.sendQ[q.si]
+				if err := op.out.chunks[op.chunk].ready.Wait(); err != nil {
+					e.fail(e.outErr(op.out.dest, "staging", err))
 				}
 			}
 			continue
 		}
-		if si == len(sendQ) && ri == len(recvQ) && !staged {
+		if q.si == len(q.sendQ) && q.ri == len(q.recvQ) && !q.staged {
 			// Everything is posted and nothing needs handling as it
 			// arrives: one wait for all (cluster polls, then blocks).
-			_ = cluster.Waitall(active)
-			for len(active) > 0 {
-				st, err := active[0].Wait() // completed: returns its result
-				complete(0, st, err)
+			_ = cluster.Waitall(q.active)
+			for len(q.active) > 0 {
+				st, err := q.active[0].Wait() // completed: returns its result
+				e.complete(0, st, err)
 			}
 			continue
 		}
-		k, st, ok, err := cluster.Testany(active)
+		k, st, ok, err := cluster.Testany(q.active)
 		switch {
 		case ok && k >= 0:
-			complete(k, st, err)
+			e.complete(k, st, err)
 			idle = 0
 			continue
 		case err != nil:
 			// MPI itself is unusable (finalized, or the requests are
 			// corrupt): nothing more can complete.
 			e.fail(e.outErr(x.rank, "progress", err))
-			e.abandon(sendQ[si:], recvQ[ri:])
+			e.abandon(q.sendQ[q.si:], q.recvQ[q.ri:])
 			return
 		}
 		if idle == 0 {
