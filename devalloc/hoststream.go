@@ -86,6 +86,9 @@ func (s *hostStream) handle() uintptr { return 0 }
 
 func (s *hostStream) record() (eventImpl, error) {
 	ev := &hostEvent{done: make(chan struct{})}
+	if s.runNowIfIdle(func() { close(ev.done) }) {
+		return ev, nil
+	}
 	if err := s.push(func() { close(ev.done) }); err != nil {
 		return nil, err
 	}

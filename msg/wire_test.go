@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"flag"
+	"math"
+	"math/bits"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -98,6 +101,12 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		{"empty block", "entry[0].shape", mutate(func(b []byte) []byte { b[64+16] = 0; return reseal(b) }), false},
 		{"overlap", "entry[1].offset", mutate(func(b []byte) []byte { b[64+32+9] = 0; b[64+32+8] = 8; return reseal(b) }), false},
 		{"past payload", "entry[2].offset", mutate(func(b []byte) []byte { b[64+2*32+20] = 200; return reseal(b) }), false},
+		{"size overflows 64 bits", "entry[2].offset", mutate(func(b []byte) []byte {
+			// 2^31 x 2^30 complex64: rows*cols*8 is 2^64, 0 in 64 bits.
+			binary.LittleEndian.PutUint32(b[64+2*32+16:], 1<<31)
+			binary.LittleEndian.PutUint32(b[64+2*32+20:], 1<<30)
+			return reseal(b)
+		}), false},
 		{"duplicate id", "entry[1].id", mutate(func(b []byte) []byte { b[64+32] = 7; return reseal(b) }), false},
 		{"reserved", "entry[0].reserved", mutate(func(b []byte) []byte { b[64+30] = 1; return reseal(b) }), false},
 		{"padding", "padding", mutate(func(b []byte) []byte { b[255] = 1; return reseal(b) }), false},
@@ -152,6 +161,9 @@ func FuzzDecodeManifest(f *testing.F) {
 	empty := make([]byte, PayloadOffset(0))
 	_ = EncodeManifest(empty, Header{DType: Float32}, nil)
 	f.Add(empty)
+	notice := make([]byte, AbortSize)
+	_ = EncodeAbort(notice, Header{Source: 1, Dest: 2, Tag: 3, Epoch: 4})
+	f.Add(notice)
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		m, err := DecodeManifest(msg, 1, 2)
 		if err != nil {
@@ -169,10 +181,61 @@ func FuzzDecodeManifest(f *testing.F) {
 			t.Fatalf("accepted manifest is not canonical")
 		}
 		for _, e := range m.Entries {
-			if e.Offset+e.Bytes() > m.PayloadLen {
+			hi, n := bits.Mul64(uint64(e.Rows)*uint64(e.Cols), uint64(e.DType.Size()))
+			end, carry := bits.Add64(e.Offset, n, 0)
+			if hi != 0 || carry != 0 || end > m.PayloadLen {
 				t.Fatalf("entry %+v outside the payload", e)
 			}
 		}
 		_ = m.VerifyPayload(msg[m.PayloadOffset:], 1, 2)
 	})
+}
+
+func TestAbortNotice(t *testing.T) {
+	n := make([]byte, AbortSize)
+	require.NoError(t, EncodeAbort(n, Header{Source: 2, Dest: 5, Tag: 7, Epoch: 9, PayloadLen: 100, HasPayloadChecksum: true}))
+	m, err := DecodeManifest(n, 2, 7)
+	require.NoError(t, err)
+	require.True(t, m.Aborted)
+	require.EqualValues(t, 9, m.Epoch)
+	require.Zero(t, m.PayloadLen, "a notice carries nothing, whatever the header asked")
+	require.Empty(t, m.Entries)
+	require.Equal(t, uint16(flagAbort), binary.LittleEndian.Uint16(n[6:]))
+	// The abort flag with entries or payload is malformed.
+	require.ErrorIs(t, EncodeManifest(make([]byte, 512), Header{Aborted: true, PayloadLen: 8}, []Entry{{ID: 1, Rows: 1, Cols: 1, DType: Float64}}), ErrMalformed)
+	golden := goldenMessage(t)
+	golden[6] |= flagAbort
+	binary.LittleEndian.PutUint32(golden[60:], 0)
+	binary.LittleEndian.PutUint32(golden[60:], Checksum(golden[:HeaderSize+3*EntrySize]))
+	_, err = DecodeManifest(golden, 1, 9)
+	require.ErrorIs(t, err, ErrMalformed)
+	require.Equal(t, "flags", wireErrorOf(t, err).Field)
+}
+
+func TestFirstDuplicate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		n := 1 + rng.IntN(300)
+		ids := make([]uint64, n)
+		for i := range ids {
+			switch rng.IntN(4) {
+			case 0:
+				ids[i] = math.MaxUint64 - uint64(rng.IntN(3)) // around the wrap of id+1
+			case 1:
+				ids[i] = uint64(rng.IntN(2 * n))
+			default:
+				ids[i] = rng.Uint64()
+			}
+		}
+		want := -1
+		seen := map[uint64]bool{}
+		for i, id := range ids {
+			if seen[id] {
+				want = i
+				break
+			}
+			seen[id] = true
+		}
+		require.Equal(t, want, firstDuplicate(n, func(i int) uint64 { return ids[i] }), "ids %v", ids)
+	}
 }

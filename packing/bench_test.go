@@ -87,7 +87,7 @@ func BenchmarkPlanViews(b *testing.B) {
 				if err != nil {
 					return err
 				}
-				c, err := wrap(buf, p, 0)
+				c, err := wrap(buf, 0, p, 0)
 				if err != nil {
 					return err
 				}
@@ -106,7 +106,7 @@ func BenchmarkPlanViewIndex(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		c, err := wrap(buf, p, 0)
+		c, err := wrap(buf, 0, p, 0)
 		if err != nil {
 			return err
 		}
@@ -129,7 +129,7 @@ func BenchmarkPlanViewSlice(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		c, err := wrap(buf, p, 0)
+		c, err := wrap(buf, 0, p, 0)
 		if err != nil {
 			return err
 		}

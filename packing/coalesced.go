@@ -17,7 +17,8 @@ type Coalesced struct {
 	plan  *Plan
 	group int
 	buf   *devalloc.Buffer
-	base  uintptr        // address of the buffer
+	start int64          // where the layout begins in buf (a prefix before it is the caller's)
+	base  uintptr        // address of the layout: the buffer's address plus start
 	host  unsafe.Pointer // the same, when Go may address the memory
 	size  int64          // the group's bytes
 	n     int            // blocks in the group
@@ -74,14 +75,59 @@ func AllocPinned(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream) (*Co
 	return allocGroup(a, p, g, s, true)
 }
 
+// AllocPrefixed allocates the buffer of group g with prefix bytes reserved
+// before the layout, in one allocator call: room for a message header, so
+// that the buffer holding the blocks is also the whole message and sending
+// it copies nothing. The views start at Start() == prefix; the prefix is the
+// caller's and its bytes are undefined until written. prefix must be a
+// non-negative multiple of the plan's Align, so the blocks keep their
+// alignment in memory.
+func AllocPrefixed(a *devalloc.Allocator, p *Plan, g int, prefix int64, s *devalloc.Stream) (*Coalesced, error) {
+	if p == nil {
+		return nil, fmt.Errorf("packing: alloc prefixed: nil plan: %w", ErrInvalid)
+	}
+	if g < 0 || g >= len(p.groups) {
+		return nil, fmt.Errorf("packing: alloc prefixed: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
+	}
+	if err := p.checkStart("alloc prefixed", prefix); err != nil {
+		return nil, err
+	}
+	return allocGroupAt(a, p, g, prefix, s, false)
+}
+
+// checkStart validates where a layout may begin in a buffer: a multiple of
+// the plan's alignment (of the largest element for a manifest plan, whose
+// Align is 0) and small enough to add to a layout size.
+func (p *Plan) checkStart(op string, start int64) error {
+	align := p.opts.Align
+	if align == 0 {
+		align = maxElemSize
+	}
+	if start < 0 || start > MaxBytes || start%align != 0 {
+		return fmt.Errorf("packing: %s: start %d: want a multiple of %d in [0, 2^50]: %w", op, start, align, ErrBadAlign)
+	}
+	return nil
+}
+
+// maxElemSize is the largest element size: a layout that starts on a
+// multiple of it keeps every block's elements aligned.
+const maxElemSize = 16
+
 func allocGroup(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream, pinned bool) (*Coalesced, error) {
+	return allocGroupAt(a, p, g, 0, s, pinned)
+}
+
+func allocGroupAt(a *devalloc.Allocator, p *Plan, g int, start int64, s *devalloc.Stream, pinned bool) (*Coalesced, error) {
 	if a == nil {
 		return nil, fmt.Errorf("packing: alloc: nil allocator: %w", ErrInvalid)
 	}
 	size := p.groups[g].Bytes
+	if start > MaxBytes-size {
+		return nil, fmt.Errorf("packing: alloc group %d: %d bytes after a %d-byte prefix exceed 2^50: %w", g, size, start, ErrOverflow)
+	}
 	// An empty group still gets a (minimal) buffer so that every group is
 	// one buffer and one message.
-	n := max(size, 1)
+	n := max(start+size, 1)
 	var buf *devalloc.Buffer
 	var err error
 	if pinned {
@@ -92,7 +138,7 @@ func allocGroup(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream, pinne
 	if err != nil {
 		return nil, fmt.Errorf("packing: alloc group %d (%d blocks, %d bytes): %w", g, p.groups[g].Blocks, size, err)
 	}
-	c, err := wrap(buf, p, g)
+	c, err := wrap(buf, start, p, g)
 	if err == nil {
 		err = c.zeroPadding(s)
 	}
@@ -113,19 +159,36 @@ func Wrap(buf *devalloc.Buffer, p *Plan, g int) (*Coalesced, error) {
 	if g < 0 || g >= len(p.groups) {
 		return nil, fmt.Errorf("packing: wrap: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
 	}
-	return wrap(buf, p, g)
+	return wrap(buf, 0, p, g)
 }
 
-func wrap(buf *devalloc.Buffer, p *Plan, g int) (*Coalesced, error) {
+// WrapAt is Wrap for a layout that begins at byte off of buf, such as the
+// payload of a received message after its header: the views start there and
+// Start reports off. off must be a multiple of the plan's Align (of 16 for a
+// plan from FromManifest). The Coalesced takes ownership of buf.
+func WrapAt(buf *devalloc.Buffer, off int64, p *Plan, g int) (*Coalesced, error) {
+	if buf == nil || p == nil {
+		return nil, fmt.Errorf("packing: wrap at: nil buffer or plan: %w", ErrInvalid)
+	}
+	if g < 0 || g >= len(p.groups) {
+		return nil, fmt.Errorf("packing: wrap at: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
+	}
+	if err := p.checkStart("wrap at", off); err != nil {
+		return nil, err
+	}
+	return wrap(buf, off, p, g)
+}
+
+func wrap(buf *devalloc.Buffer, start int64, p *Plan, g int) (*Coalesced, error) {
 	addr, size, _, err := buf.Region()
 	if err != nil {
 		return nil, fmt.Errorf("packing: wrap: %w", err)
 	}
 	need := p.groups[g].Bytes
-	if size < need {
-		return nil, fmt.Errorf("packing: wrap: buffer #%d holds %d bytes, the layout needs %d: %w", buf.ID(), size, need, ErrOutOfRange)
+	if size < need || start > size-need {
+		return nil, fmt.Errorf("packing: wrap: buffer #%d holds %d bytes, the layout needs %d from byte %d: %w", buf.ID(), size, need, start, ErrOutOfRange)
 	}
-	c := &Coalesced{plan: p, group: g, buf: buf, base: addr, size: need, n: p.groups[g].Blocks}
+	c := &Coalesced{plan: p, group: g, buf: buf, start: start, base: addr + uintptr(start), size: need, n: p.groups[g].Blocks}
 	if len(p.groups) > 1 {
 		c.members, _ = p.Members(g)
 	}
@@ -134,7 +197,7 @@ func wrap(buf *devalloc.Buffer, p *Plan, g int) (*Coalesced, error) {
 		if err != nil {
 			return nil, fmt.Errorf("packing: wrap: %w", err)
 		}
-		c.host = unsafe.Pointer(unsafe.SliceData(mem))
+		c.host = unsafe.Add(unsafe.Pointer(unsafe.SliceData(mem)), start)
 	}
 	return c, nil
 }
@@ -150,7 +213,7 @@ func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 		// Device memory, or a manifest layout whose classes may interleave:
 		// clear everything (block contents are undefined until written).
 		if c.host == nil {
-			return s.Memset(c.buf, 0, c.size, 0)
+			return s.Memset(c.buf, c.start, c.size, 0)
 		}
 		host, n := c.host, c.size
 		return c.enqueueWrite(s, func() { clear(unsafe.Slice((*byte)(host), n)) })
@@ -219,8 +282,13 @@ func (c *Coalesced) Len() int { return c.n }
 // Size is the number of bytes of the layout (the message payload).
 func (c *Coalesced) Size() int64 { return c.size }
 
-// Buffer is the underlying allocation. Declare work on views with its Read
-// and Write (or with the Coalesced's own); do not Free it directly.
+// Start is the byte offset in Buffer at which the layout begins: 0 unless
+// the buffer came from AllocPrefixed or WrapAt. View offsets count from it.
+func (c *Coalesced) Start() int64 { return c.start }
+
+// Buffer is the underlying allocation; the layout occupies
+// [Start, Start+Size) of it. Declare work on views with its Read and Write
+// (or with the Coalesced's own); do not Free it directly.
 func (c *Coalesced) Buffer() *devalloc.Buffer { return c.buf }
 
 // Location says where the memory lives.
@@ -275,7 +343,8 @@ func (v View) cls() *Class    { return &v.c.plan.classes[v.c.plan.blocks[v.i].cl
 // ID is the block's id.
 func (v View) ID() uint64 { return v.rec().id }
 
-// Offset is the block's byte offset in the buffer.
+// Offset is the block's byte offset in the layout, counted from the
+// Coalesced's Start.
 func (v View) Offset() int64 { return v.c.plan.offset(v.i) }
 
 // Addr is the block's address: a device pointer on device memory, a host

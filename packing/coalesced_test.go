@@ -395,3 +395,124 @@ func TestAllViews(t *testing.T) {
 		}
 	}
 }
+
+func TestAllocPrefixedAndWrapAt(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) {
+			a := bc.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			descs := mixedDescs(300, 41)
+			for i := range descs {
+				descs[i].Dest = i % 2
+			}
+			p, err := NewPlan(descs, Options{})
+			require.NoError(t, err)
+			const prefix = 512
+			before := a.Stats()
+			c, err := AllocPrefixed(a, p, 1, prefix, s)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "prefix and layout are one allocation")
+			require.EqualValues(t, prefix, c.Start())
+			require.Equal(t, p.Groups()[1].Bytes, c.Size())
+			require.Equal(t, prefix+c.Size(), c.Buffer().Size())
+			require.Equal(t, 1, c.Dest())
+			base, err := c.Buffer().Addr()
+			require.NoError(t, err)
+			members, err := p.Members(1)
+			require.NoError(t, err)
+			src := make([][]byte, c.Len())
+			for k := range src {
+				v, err := c.View(k)
+				require.NoError(t, err)
+				require.Equal(t, base+prefix+uintptr(v.Offset()), v.Addr(), "views start after the prefix")
+				require.Equal(t, descs[members[k]].ID, v.ID())
+				src[k] = bytes.Repeat([]byte{byte(k + 1)}, int(v.Bytes()))
+			}
+			// Write the prefix and the blocks; the prefix must survive the
+			// padding clear and the packing.
+			pre, err := a.AllocPinned(prefix, s)
+			require.NoError(t, err)
+			mem, err := pre.Bytes()
+			require.NoError(t, err)
+			for i := range mem {
+				mem[i] = 0xAB
+			}
+			require.NoError(t, s.Copy(c.Buffer(), 0, pre, 0, prefix))
+			require.NoError(t, pre.Free())
+			require.NoError(t, PackHost(s, c, src))
+			all := readAll(t, s, c.Buffer())
+			require.Equal(t, bytes.Repeat([]byte{0xAB}, prefix), all[:prefix])
+
+			// The same bytes seen through WrapAt over a copy of the buffer.
+			cp, err := a.Alloc(c.Buffer().Size(), s)
+			require.NoError(t, err)
+			require.NoError(t, s.Copy(cp, 0, c.Buffer(), 0, cp.Size()))
+			w, err := WrapAt(cp, prefix, p, 1)
+			require.NoError(t, err)
+			require.EqualValues(t, prefix, w.Start())
+			out := make([][]byte, w.Len())
+			for k := range out {
+				out[k] = make([]byte, len(src[k]))
+			}
+			require.NoError(t, UnpackHost(s, w, out))
+			require.NoError(t, s.Synchronize())
+			require.Equal(t, src, out)
+
+			// Transfer between layouts at different starts.
+			flat, err := AllocGroups(a, p, s)
+			require.NoError(t, err)
+			require.NoError(t, Transfer(s, flat[1], w))
+			for k := range out {
+				clear(out[k])
+			}
+			require.NoError(t, UnpackHost(s, flat[1], out))
+			require.NoError(t, s.Synchronize())
+			require.Equal(t, src, out)
+			for _, f := range flat {
+				require.NoError(t, f.Free())
+			}
+
+			// Bad starts.
+			_, err = AllocPrefixed(a, p, 0, 100, s)
+			require.ErrorIs(t, err, ErrBadAlign, "a prefix that would misalign the classes")
+			_, err = AllocPrefixed(a, p, 0, -256, s)
+			require.ErrorIs(t, err, ErrBadAlign)
+			_, err = AllocPrefixed(a, p, 2, 256, s)
+			require.ErrorIs(t, err, ErrOutOfRange)
+			_, err = WrapAt(cp, 8, p, 1)
+			require.ErrorIs(t, err, ErrBadAlign)
+			_, err = WrapAt(cp, prefix+256, p, 1)
+			require.ErrorIs(t, err, ErrOutOfRange, "the layout would run past the buffer")
+			require.NoError(t, w.Free())
+			require.NoError(t, c.Free())
+		})
+	}
+}
+
+func TestWrapAtManifestPlan(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	entries := []Entry{
+		{ID: 9, DType: Complex128, Rows: 1, Cols: 2, Offset: 0},
+		{ID: 4, DType: Float32, Rows: 3, Cols: 1, Offset: 32},
+	}
+	q, err := FromManifest(entries, 48)
+	require.NoError(t, err)
+	buf, err := a.Alloc(16+48, s)
+	require.NoError(t, err)
+	_, err = WrapAt(buf, 8, q, 0)
+	require.ErrorIs(t, err, ErrBadAlign, "complex128 elements need 16-byte alignment")
+	c, err := WrapAt(buf, 16, q, 0)
+	require.NoError(t, err)
+	v, err := c.Lookup(4)
+	require.NoError(t, err)
+	f, err := v.Float32s()
+	require.NoError(t, err)
+	mem, err := buf.Bytes()
+	require.NoError(t, err)
+	f[0] = 1.5
+	require.Equal(t, math.Float32bits(1.5), binary.LittleEndian.Uint32(mem[16+32:]))
+	require.NoError(t, c.Free())
+}

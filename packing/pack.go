@@ -384,7 +384,7 @@ func Transfer(s *devalloc.Stream, dst, src *Coalesced) error {
 	if src.size == 0 {
 		return nil
 	}
-	if err := s.Copy(dst.buf, 0, src.buf, 0, src.size); err != nil {
+	if err := s.Copy(dst.buf, dst.start, src.buf, src.start, src.size); err != nil {
 		return fmt.Errorf("packing: transfer: %w", err)
 	}
 	return nil

@@ -554,14 +554,29 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 }
 
 func checkDisjoint(p *Plan) error {
-	order := make([]int32, len(p.blocks))
-	for i := range order {
-		order[i] = int32(i)
-	}
 	b, offs := p.blocks, p.offs
-	sort.Slice(order, func(x, y int) bool { return offs[order[x]] < offs[order[y]] })
-	for k := 1; k < len(order); k++ {
-		prev, cur := order[k-1], order[k]
+	// A manifest in offset order (what a sender writes when it lists blocks
+	// as they lie in its buffer) needs one pass, not a sort.
+	sorted := true
+	for i := 1; i < len(offs) && sorted; i++ {
+		sorted = offs[i-1] <= offs[i]
+	}
+	var order []int32 // nil: the identity
+	if !sorted {
+		order = make([]int32, len(p.blocks))
+		for i := range order {
+			order[i] = int32(i)
+		}
+		sort.Slice(order, func(x, y int) bool { return offs[order[x]] < offs[order[y]] })
+	}
+	at := func(k int) int32 {
+		if order == nil {
+			return int32(k)
+		}
+		return order[k]
+	}
+	for k := 1; k < len(offs); k++ {
+		prev, cur := at(k-1), at(k)
 		if end := offs[prev] + p.classes[b[prev].class].BlockBytes; end > offs[cur] {
 			return &BlockError{Index: int(cur), ID: b[cur].id, Reason: fmt.Sprintf("bytes from %d overlap block %d (id %d) ending at %d", offs[cur], prev, b[prev].id, end), Err: ErrOverlap}
 		}

@@ -3,6 +3,7 @@ package packing
 import (
 	"errors"
 	"math/rand/v2"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -290,4 +291,29 @@ func FuzzFromManifest(f *testing.F) {
 			ivs = append(ivs, iv{off, off + d.Bytes()})
 		}
 	})
+}
+
+func TestFromManifestOrderedAndShuffled(t *testing.T) {
+	descs := mixedDescs(2000, 12)
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	entries, size, err := p.Manifest(0)
+	require.NoError(t, err)
+	sorted := append([]Entry(nil), entries...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Offset < sorted[j].Offset })
+	for _, e := range [][]Entry{entries, sorted} {
+		q, err := FromManifest(e, size)
+		require.NoError(t, err)
+		require.Equal(t, len(e), q.Len())
+		// An overlap is found whether the entries come sorted or not.
+		bad := append([]Entry(nil), e...)
+		last := len(bad) - 1
+		for k := range bad {
+			if bad[k].Offset == sorted[last].Offset {
+				bad[k].Offset = sorted[last-1].Offset
+			}
+		}
+		_, err = FromManifest(bad, size)
+		require.ErrorIs(t, err, ErrOverlap)
+	}
 }

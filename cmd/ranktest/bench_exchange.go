@@ -1,0 +1,459 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/msg"
+	"github.com/distbuf/distbuf/msg/rawmpi"
+	"github.com/distbuf/distbuf/packing"
+)
+
+func init() { benches["exchange"] = benchExchange }
+
+// Tags of the baselines: apart from the exchanger's.
+const (
+	tagPerBlock = 201
+	tagRaw      = 202
+)
+
+// benchExchange measures package msg under mpirun -n 2: each rank sends N
+// blocks of B bytes to the other and receives N, timed from "blocks ready
+// in their buffers" to "received views usable", the median over at least
+// 20 repetitions of the slower rank's time.
+//
+//	packed      msg.Exchanger.Exchange: one message per peer (count
+//	            exchange, manifest; the receiver reuses the plan of the
+//	            previous, byte-equal layout)
+//	packed-cold the same with two layouts taking turns, so that every
+//	            exchange decodes its manifest and builds its plan
+//	persistent  msg.Pattern.Exchange: the same with a learned pattern
+//	perblock    one MPI message per block through cluster: the baseline
+//	raw         one MPI_Isend/MPI_Irecv of the packed message's bytes, in C
+//
+// These four run on host memory (a host allocator even when -backend cuda
+// is given), taking turns in rounds so that all see the same machine load
+// (defaults: 1000 blocks of 256 B). Mode device (defaults: 256
+// blocks of 1 MiB, needs the CUDA backend) exchanges device buffers and
+// compares the exchange bandwidth with plain pinned device-to-host and
+// host-to-device copies measured in the same run.
+func benchExchange(c *benchContext) error {
+	if c.world == nil || c.world.Size() != 2 {
+		n := 1
+		if c.world != nil {
+			n = c.world.Size()
+		}
+		return fmt.Errorf("exchange needs exactly 2 ranks (mpirun -n 2 with a binary built with -tags mpi), have %d", n)
+	}
+	small := []string{"packed", "packed-cold", "persistent", "perblock", "raw"}
+	var modes []string
+	device := false
+	switch m := c.cfg.mode; {
+	case m == "":
+		modes = small
+		device = c.alloc.Kind().IsDevice()
+	case m == "device":
+		device = true
+	case contains(small, m):
+		modes = []string{m}
+	default:
+		return fmt.Errorf("-mode %q: exchange has modes %v and device", m, small)
+	}
+	if len(modes) > 0 {
+		if err := benchExchangeHost(c, modes); err != nil {
+			return err
+		}
+	}
+	if device {
+		return benchExchangeDevice(c)
+	}
+	return nil
+}
+
+// exchangeSetup is what every mode of one run shares.
+type exchangeSetup struct {
+	c        *benchContext
+	a        *devalloc.Allocator
+	comm     *cluster.Comm
+	peer     int
+	n        int
+	bytes    int64
+	plan     *packing.Plan // the N blocks for the peer (the peer's are alike)
+	recvPlan *packing.Plan // what arrives: the same layout, one group
+	send     []*packing.Coalesced
+	other    []*packing.Coalesced // the same blocks under other ids
+}
+
+func newExchangeSetup(c *benchContext, a *devalloc.Allocator, defBlocks int, defBytes int64) (*exchangeSetup, error) {
+	n, b := c.cfg.blocks, c.cfg.blockBytes
+	if n == 0 {
+		n = defBlocks
+	}
+	if b == 0 {
+		b = defBytes
+	}
+	if b%8 != 0 {
+		return nil, fmt.Errorf("-block-bytes %d: want a multiple of 8 (float64 blocks)", b)
+	}
+	e := &exchangeSetup{c: c, a: a, comm: c.world, peer: 1 - c.world.Rank(), n: n, bytes: b}
+	descs := make([]packing.Desc, n)
+	for i := range descs {
+		descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: 1, Cols: int(b / 8), Dest: e.peer}
+	}
+	var err error
+	if e.plan, err = packing.NewPlan(descs, packing.Options{}); err != nil {
+		return nil, err
+	}
+	for i := range descs {
+		descs[i].Dest = 0
+	}
+	if e.recvPlan, err = packing.NewPlan(descs, packing.Options{}); err != nil {
+		return nil, err
+	}
+	s := a.DefaultStream()
+	if e.send, err = msg.AllocSend(a, e.plan, s); err != nil {
+		return nil, err
+	}
+	for i := range descs {
+		descs[i].ID, descs[i].Dest = uint64(n+i), e.peer
+	}
+	other, err := packing.NewPlan(descs, packing.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if e.other, err = msg.AllocSend(a, other, s); err != nil {
+		return nil, err
+	}
+	if err := s.Memset(e.send[0].Buffer(), 0, e.send[0].Buffer().Size(), byte(1+c.world.Rank())); err != nil {
+		return nil, err
+	}
+	return e, s.Synchronize()
+}
+
+func (e *exchangeSetup) close() {
+	for _, b := range append(e.send, e.other...) {
+		_ = b.Free()
+	}
+}
+
+// payload is the bytes of the N blocks; wire adds the manifest.
+func (e *exchangeSetup) payload() int64 { return e.send[0].Size() }
+func (e *exchangeSetup) wire() int64    { return int64(msg.PayloadOffset(e.n)) + e.payload() }
+
+// slowest turns per-rank samples into the slower rank's time of each
+// repetition.
+func (e *exchangeSetup) slowest(xs []float64) ([]float64, error) {
+	out := make([]float64, len(xs))
+	return out, e.comm.AllreduceFloat64(xs, out, cluster.Max)
+}
+
+// timed runs f between two barriers' worth of synchronisation and returns
+// its duration in microseconds.
+func (e *exchangeSetup) timed(f func() error) (float64, error) {
+	if err := e.comm.Barrier(); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	err := f()
+	return float64(time.Since(start).Nanoseconds()) / 1e3, err
+}
+
+func benchExchangeHost(c *benchContext, modes []string) error {
+	a := c.alloc
+	if a.Kind().IsDevice() {
+		host, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = host.Close() }()
+		a = host
+	}
+	e, err := newExchangeSetup(c, a, 1000, 256)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	x, err := msg.New(msg.Options{Comm: e.comm, Alloc: a})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = x.Close() }()
+	pat := x.NewPattern()
+	rawSend, err := a.Alloc(e.wire(), a.DefaultStream())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rawSend.Free() }()
+	rawRecv, err := a.Alloc(e.wire(), a.DefaultStream())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rawRecv.Free() }()
+	if err := a.Sync(); err != nil {
+		return err
+	}
+
+	cold := 0
+	run := map[string]func() error{
+		"packed": func() error {
+			r, err := x.Exchange(e.send)
+			if err == nil {
+				err = r.Free()
+			}
+			return err
+		},
+		"packed-cold": func() error {
+			cold++
+			send := e.send
+			if cold%2 == 1 {
+				send = e.other
+			}
+			r, err := x.Exchange(send)
+			if err == nil {
+				err = r.Free()
+			}
+			return err
+		},
+		"persistent": func() error {
+			r, err := pat.Exchange(e.send)
+			if err == nil {
+				err = r.Free()
+			}
+			return err
+		},
+		"perblock": func() error { return e.perBlock() },
+		"raw": func() error {
+			sa, _ := rawSend.Addr()
+			ra, _ := rawRecv.Addr()
+			got, err := rawmpi.Exchange(sa, e.wire(), ra, e.wire(), e.peer, tagRaw)
+			if err == nil && got != e.wire() {
+				err = fmt.Errorf("raw: received %d bytes, want %d", got, e.wire())
+			}
+			return err
+		},
+		"raw-payload": func() error {
+			sa, _ := rawSend.Addr()
+			ra, _ := rawRecv.Addr()
+			_, err := rawmpi.Exchange(sa, e.payload(), ra, e.payload(), e.peer, tagRaw)
+			return err
+		},
+	}
+	measured := append([]string(nil), modes...)
+	if contains(modes, "raw") {
+		measured = append(measured, "raw-payload")
+	}
+	// Modes take turns in rounds, each running a batch of repetitions
+	// after a warm-up one: turns share the machine's load, batches keep
+	// each mode's own working set warm, as it would be in a loop of its own.
+	reps := max(c.cfg.iters, 20)
+	const rounds = 5
+	batch := (reps + rounds - 1) / rounds
+	samples := map[string][]float64{}
+	for range rounds {
+		for _, m := range measured {
+			for i := range batch + 1 {
+				us, err := e.timed(run[m])
+				if err != nil {
+					return fmt.Errorf("mode %s: %w", m, err)
+				}
+				if i > 0 {
+					samples[m] = append(samples[m], us)
+				}
+			}
+		}
+	}
+	reps = rounds * batch
+	med, spread := map[string]float64{}, map[string][2]float64{}
+	for _, m := range measured {
+		slow, err := e.slowest(samples[m])
+		if err != nil {
+			return err
+		}
+		med[m] = median(slow) // sorts slow
+		spread[m] = [2]float64{slow[len(slow)/10], slow[len(slow)*9/10]}
+	}
+	if c.world.Rank() != 0 {
+		return nil
+	}
+	st := x.Stats()
+	for _, m := range modes {
+		extra := map[string]any{"reps": reps, "block_bytes": e.bytes, "wire_bytes": e.wire(), "payload_bytes": e.payload(),
+			"p10_us": spread[m][0], "p90_us": spread[m][1]}
+		switch m {
+		case "packed", "packed-cold", "persistent":
+			extra["mpi_messages_per_exchange"] = float64(st.Messages) / float64(st.Exchanges)
+			if p, ok := med["perblock"]; ok {
+				extra["perblock_over_"+m] = p / med[m]
+				extra["goal_perblock_over_packed"] = 5
+			}
+			if r, ok := med["raw"]; ok {
+				extra[m+"_over_raw"] = med[m] / r
+				extra[m+"_over_raw_payload"] = med[m] / med["raw-payload"]
+				extra["goal_packed_over_raw"] = 1.15
+			}
+		case "raw":
+			extra["raw_payload_us"] = med["raw-payload"]
+		case "perblock":
+			extra["mpi_messages_per_exchange"] = e.n
+		}
+		if err := c.emit(benchResult{Bench: "exchange", Mode: m, N: e.n, Bytes: int64(e.n) * e.bytes, MedianUS: med[m], Backend: a.Kind().String(), Extra: extra}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// perBlock is the baseline: every block its own MPI message, received into
+// its slot of one pooled buffer, which then holds the views.
+func (e *exchangeSetup) perBlock() error {
+	a, s := e.a, e.a.DefaultStream()
+	sendC := e.send[0]
+	recv, err := a.Alloc(max(e.recvPlan.Groups()[0].Bytes, 1), s)
+	if err != nil {
+		return err
+	}
+	wh, err := recv.Hold(devalloc.Write)
+	if err != nil {
+		return errors.Join(err, recv.Free())
+	}
+	rh, err := sendC.Buffer().Hold(devalloc.Read)
+	if err != nil {
+		return errors.Join(err, wh.Release(), recv.Free())
+	}
+	err = errors.Join(wh.Wait(), rh.Wait())
+	reqs := make([]*cluster.Request, 0, 2*e.n)
+	for _, v := range sendC.All() {
+		if err != nil {
+			break
+		}
+		var r *cluster.Request
+		if r, err = e.comm.Irecv(cluster.Sub(recv, v.Offset(), v.Bytes()), e.peer, tagPerBlock); err == nil {
+			reqs = append(reqs, r)
+		}
+	}
+	for _, v := range sendC.All() {
+		if err != nil {
+			break
+		}
+		var r *cluster.Request
+		if r, err = e.comm.Isend(cluster.Sub(sendC.Buffer(), sendC.Start()+v.Offset(), v.Bytes()), e.peer, tagPerBlock); err == nil {
+			reqs = append(reqs, r)
+		}
+	}
+	err = errors.Join(err, cluster.Waitall(reqs), wh.Release(), rh.Release())
+	if err != nil {
+		return errors.Join(err, recv.Free())
+	}
+	got, err := packing.Wrap(recv, e.recvPlan, 0)
+	if err != nil {
+		return errors.Join(err, recv.Free())
+	}
+	return got.Free()
+}
+
+// benchExchangeDevice exchanges device buffers of N*B bytes each way and
+// compares the bandwidth with pinned copies measured in the same run, both
+// ranks copying at once as they do during the exchange (on one GPU they
+// share its copy engines and its link).
+func benchExchangeDevice(c *benchContext) error {
+	a := c.alloc
+	if !a.Kind().IsDevice() {
+		return fmt.Errorf("-mode device needs the CUDA backend (-backend cuda), have %s", a.Kind())
+	}
+	e, err := newExchangeSetup(c, a, 256, 1<<20)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	x, err := msg.New(msg.Options{Comm: e.comm, Alloc: a})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = x.Close() }()
+	s := a.DefaultStream()
+	size := e.payload()
+	pin, err := a.AllocPinned(size, s)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pin.Free() }()
+	dev, err := a.Alloc(size, s)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dev.Free() }()
+	if err := s.Synchronize(); err != nil {
+		return err
+	}
+	copyUS := func(dst, src *devalloc.Buffer) (float64, error) {
+		return e.timed(func() error {
+			if err := s.Copy(dst, 0, src, 0, size); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		})
+	}
+	exchange := func() (float64, error) {
+		var r *msg.Received
+		us, err := e.timed(func() error {
+			var err error
+			if r, err = x.Exchange(e.send); err != nil {
+				return err
+			}
+			// Views usable: the copies into the received buffer are done.
+			h, err := r.From(e.peer).Buffer().Hold(devalloc.Read)
+			if err != nil {
+				return err
+			}
+			return errors.Join(h.Wait(), h.Release())
+		})
+		if r != nil {
+			err = errors.Join(err, r.Free())
+		}
+		return us, err
+	}
+	reps := max(c.cfg.iters, 20)
+	var d2h, h2d, ex []float64
+	for rep := range reps + 2 {
+		a1, err := copyUS(pin, e.send[0].Buffer())
+		if err != nil {
+			return fmt.Errorf("device-to-host copy: %w", err)
+		}
+		a2, err := copyUS(dev, pin)
+		if err != nil {
+			return fmt.Errorf("host-to-device copy: %w", err)
+		}
+		a3, err := exchange()
+		if err != nil {
+			return fmt.Errorf("exchange: %w", err)
+		}
+		if rep >= 2 {
+			d2h, h2d, ex = append(d2h, a1), append(h2d, a2), append(ex, a3)
+		}
+	}
+	for _, xs := range []*[]float64{&d2h, &h2d, &ex} {
+		if *xs, err = e.slowest(*xs); err != nil {
+			return err
+		}
+	}
+	if c.world.Rank() != 0 {
+		return nil
+	}
+	gbps := func(us float64) float64 { return float64(size) / us / 1e3 }
+	mD2H, mH2D, mEx := median(d2h), median(h2d), median(ex)
+	aware, _ := cluster.CUDAAware()
+	st := x.Stats()
+	transport := "staged"
+	if aware {
+		transport = "cuda-aware"
+	}
+	return c.emit(benchResult{Bench: "exchange", Mode: "device", N: e.n, Bytes: size, MedianUS: mEx, Extra: map[string]any{
+		"reps": reps, "transport": transport, "chunk_bytes": x.ChunkBytes(),
+		"exchange_gbps": gbps(mEx), "pinned_d2h_gbps": gbps(mD2H), "pinned_h2d_gbps": gbps(mH2D),
+		"ratio_to_min_copy": gbps(mEx) / min(gbps(mD2H), gbps(mH2D)), "goal_ratio": 0.8,
+		"mpi_sends_per_exchange": float64(st.MPISends) / float64(st.Exchanges),
+	}})
+}

@@ -1,0 +1,102 @@
+//go:build mpi
+
+package msg
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/msg/rawmpi"
+	"github.com/distbuf/distbuf/packing"
+)
+
+// BenchmarkPairExchange runs exchanges between ranks 0 and 1 (other ranks
+// take part with nothing to send). Both ranks must run the same number of
+// iterations, so use a fixed -test.benchtime=Nx:
+//
+//	go test -c -tags mpi -o msg-mpi.test ./msg
+//	mpirun -n 2 msg-mpi.test -test.run '^$' -test.bench PairExchange -test.benchtime 2000x
+func BenchmarkPairExchange(b *testing.B) {
+	comm, err := worldB()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rank := comm.Rank()
+	b.Run("raw/blocks=1000", func(b *testing.B) {
+		a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = a.Close() }()
+		size := int64(PayloadOffset(1000)) + 256000
+		send, _ := a.Alloc(size, a.DefaultStream())
+		recv, _ := a.Alloc(size, a.DefaultStream())
+		_ = a.Sync()
+		sa, _ := send.Addr()
+		ra, _ := recv.Addr()
+		b.SetBytes(size)
+		_ = comm.Barrier()
+		b.ResetTimer()
+		for range b.N {
+			if rank <= 1 {
+				if _, err := rawmpi.Exchange(sa, size, ra, size, 1-rank, 5); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.StopTimer()
+		_ = send.Free()
+		_ = recv.Free()
+	})
+	for _, n := range []int{1000} {
+		for _, persistent := range []bool{false, true} {
+			b.Run(fmt.Sprintf("blocks=%d/persistent=%v", n, persistent), func(b *testing.B) {
+				a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = a.Close() }()
+				x, err := New(Options{Comm: comm, Alloc: a})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = x.Close() }()
+				var descs []packing.Desc
+				if rank <= 1 {
+					descs = make([]packing.Desc, n)
+					for i := range descs {
+						descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: 1, Cols: 32, Dest: 1 - rank}
+					}
+				}
+				p, err := packing.NewPlan(descs, packing.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				bufs, err := AllocSend(a, p, a.DefaultStream())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = bufs[0].Free() }()
+				pat := x.NewPattern()
+				b.SetBytes(bufs[0].Size())
+				if err := comm.Barrier(); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for range b.N {
+					var r *Received
+					if persistent {
+						r, err = pat.Exchange(bufs)
+					} else {
+						r, err = x.Exchange(bufs)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					_ = r.Free()
+				}
+			})
+		}
+	}
+}

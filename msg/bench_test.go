@@ -1,0 +1,64 @@
+package msg
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+)
+
+// BenchmarkSelfExchange measures the CPU cost of an exchange on one rank:
+// the message to self goes through MPI (the in-process world without the
+// mpi tag), so everything but the transfer between processes is in it:
+// manifest, count exchange, decoding, plan and views.
+func BenchmarkSelfExchange(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		for _, persistent := range []bool{false, true} {
+			b.Run(fmt.Sprintf("blocks=%d/persistent=%v", n, persistent), func(b *testing.B) {
+				a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = a.Close() }()
+				comm, err := worldB()
+				if err != nil {
+					b.Fatal(err)
+				}
+				x, err := New(Options{Comm: comm, Alloc: a, SelfViaMPI: true, Tag: 100 + n%7})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = x.Close() }()
+				descs := make([]packing.Desc, n)
+				for i := range descs {
+					descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: 1, Cols: 32, Dest: comm.Rank()}
+				}
+				p, err := packing.NewPlan(descs, packing.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				bufs, err := AllocSend(a, p, a.DefaultStream())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = bufs[0].Free() }()
+				pat := x.NewPattern()
+				b.SetBytes(bufs[0].Size())
+				b.ResetTimer()
+				for range b.N {
+					var r *Received
+					if persistent {
+						r, err = pat.Exchange(bufs)
+					} else {
+						r, err = x.Exchange(bufs)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					_ = r.Free()
+				}
+			})
+		}
+	}
+}

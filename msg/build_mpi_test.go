@@ -1,0 +1,5 @@
+//go:build mpi
+
+package msg
+
+const mpiBuild = true

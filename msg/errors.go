@@ -1,0 +1,69 @@
+package msg
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error this package returns matches one of them
+// with errors.Is (or is an error of package cluster, devalloc or packing,
+// wrapped).
+var (
+	// ErrMalformed matches a message whose bytes break the wire format
+	// (docs/WIRE.md); checksum failures match it too.
+	ErrMalformed = errors.New("msg: malformed message")
+	// ErrChecksum matches a manifest or payload checksum that does not
+	// match the bytes.
+	ErrChecksum = errors.New("msg: checksum mismatch")
+	// ErrSizeMismatch matches a message whose length differs from the
+	// length announced by the count exchange or expected by a persistent
+	// pattern.
+	ErrSizeMismatch = errors.New("msg: message size mismatch")
+	// ErrUnexpectedPeer matches a message whose header names another
+	// source, destination, tag or exchange epoch than the receiver expects.
+	ErrUnexpectedPeer = errors.New("msg: message from an unexpected peer")
+	// ErrPatternMismatch matches an exchange that departs from its
+	// persistent pattern: other sizes, other destinations, another manifest.
+	ErrPatternMismatch = errors.New("msg: exchange does not match the persistent pattern")
+	// ErrPeerAborted matches a message replaced by an abort notice: the
+	// sender failed (its own error says why) and sent the notice so that
+	// this rank does not wait for data that will never come.
+	ErrPeerAborted = errors.New("msg: peer aborted the exchange")
+	// ErrInvalid reports a bad argument or option.
+	ErrInvalid = errors.New("msg: invalid argument")
+	// ErrClosed is returned for any use of an Exchanger after Close.
+	ErrClosed = errors.New("msg: exchanger closed")
+)
+
+// WireError names the peer, the MPI tag and the field of a message that was
+// rejected, and the sentinel it matches: ErrMalformed, ErrChecksum (which
+// matches ErrMalformed too), ErrSizeMismatch, ErrUnexpectedPeer,
+// ErrPatternMismatch or ErrPeerAborted.
+type WireError struct {
+	Peer     int  // the other rank
+	Tag      int  // the MPI tag of the message
+	Outgoing bool // a message this rank was sending, not receiving
+	Field    string
+	Reason   string
+	Err      error
+}
+
+func (e *WireError) Error() string {
+	dir := "from"
+	if e.Outgoing {
+		dir = "to"
+	}
+	return fmt.Sprintf("msg: message %s rank %d tag %d: field %s: %s", dir, e.Peer, e.Tag, e.Field, e.Reason)
+}
+
+// Is matches the sentinel, and ErrMalformed for checksum failures.
+func (e *WireError) Is(target error) bool {
+	return target == e.Err || (target == ErrMalformed && e.Err == ErrChecksum)
+}
+
+// Unwrap exposes the sentinel.
+func (e *WireError) Unwrap() error { return e.Err }
+
+func wireErr(sentinel error, peer, tag int, field, format string, args ...any) *WireError {
+	return &WireError{Peer: peer, Tag: tag, Field: field, Reason: fmt.Sprintf(format, args...), Err: sentinel}
+}

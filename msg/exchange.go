@@ -1,0 +1,469 @@
+package msg
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+)
+
+// Stats counts what an Exchanger has done since New.
+type Stats struct {
+	Exchanges      int64 // exchanges run, failed ones included
+	CountExchanges int64 // Alltoalls of message sizes (a learned Pattern skips them)
+	Messages       int64 // logical messages sent through MPI: one per peer with something to send
+	SelfCopies     int64 // messages to this rank delivered by one stream copy, without MPI
+	MPISends       int64 // MPI sends: Messages plus the further chunks of large messages
+	MPIRecvs       int64 // MPI receives
+	BytesSent      int64 // bytes sent through MPI, manifests included
+	BytesStaged    int64 // bytes copied through pinned staging memory, both directions
+	MaxInFlight    int   // the most requests of one direction outstanding at once
+	Aborts         int64 // abort notices sent in place of announced messages
+}
+
+// Exchanger runs exchanges over one communicator: each rank passes one
+// coalesced buffer per destination and gets one per source back. Every
+// exchange is collective: all ranks of the communicator call Exchange (or
+// Pattern.Exchange) the same number of times, in the same order. An
+// Exchanger runs one exchange at a time.
+type Exchanger struct {
+	comm         *cluster.Comm
+	a            *devalloc.Allocator
+	o            Options
+	chunk        int64
+	rank, size   int
+	sendS, recvS *devalloc.Stream
+
+	mu     sync.Mutex
+	closed bool
+	epoch  uint64
+	stats  Stats
+	cache  map[int]*outManifest // by destination: the manifest of the last layout sent there
+	// scratch holds decoded entries between decoding and FromManifest.
+	scratch []packing.Entry
+	// lastIn is, by source, the layout of the last message received: the
+	// next one with byte-equal entries reuses its plan.
+	lastIn map[int]*learnedIn
+	hooks  testHooks
+}
+
+// testHooks let this package's tests act between the steps of an exchange.
+type testHooks struct {
+	beforePost func(e *exchange)           // before the first request is posted
+	afterPost  func(e *exchange)           // after the first requests are posted
+	mangle     func(dest int, wire []byte) // alters a host message before it is sent
+}
+
+// New makes an Exchanger. It is collective over o.Comm: the ranks check
+// that they agree on the tag and the chunk size. The Exchanger owns two
+// streams of o.Alloc (one for staging copies out, one for copies into
+// received buffers), destroyed by Close.
+func New(o Options) (*Exchanger, error) {
+	o, chunk, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	// One collective: max of (x, -x) gives max and min of every setting.
+	mine := []int64{int64(o.Tag), chunk, -int64(o.Tag), -chunk}
+	all := make([]int64, len(mine))
+	if err := o.Comm.AllreduceInt64(mine, all, cluster.Max); err != nil {
+		return nil, fmt.Errorf("msg: new: %w", err)
+	}
+	if all[0] != -all[2] || all[1] != -all[3] {
+		return nil, fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
+			-all[2], all[0], -all[3], all[1], ErrInvalid)
+	}
+	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{}}
+	if x.sendS, err = o.Alloc.NewStream(); err != nil {
+		return nil, fmt.Errorf("msg: new: %w", err)
+	}
+	if x.recvS, err = o.Alloc.NewStream(); err != nil {
+		_ = x.sendS.Close()
+		return nil, fmt.Errorf("msg: new: %w", err)
+	}
+	return x, nil
+}
+
+// Close waits for the exchanger's copies and destroys its streams. Buffers
+// received earlier stay valid and the caller's.
+func (x *Exchanger) Close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return fmt.Errorf("msg: close: %w", ErrClosed)
+	}
+	x.closed = true
+	return errors.Join(x.sendS.Close(), x.recvS.Close())
+}
+
+// Stats returns the counters.
+func (x *Exchanger) Stats() Stats {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.stats
+}
+
+// Epoch is the number of exchanges run so far; the next one carries
+// Epoch()+1 in its headers.
+func (x *Exchanger) Epoch() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.epoch
+}
+
+// Tag is the MPI tag of the exchanger's messages.
+func (x *Exchanger) Tag() int { return x.o.Tag }
+
+// ChunkBytes is the chunk size; 0 means messages are never cut.
+func (x *Exchanger) ChunkBytes() int64 {
+	if x.chunk == maxChunk {
+		return 0
+	}
+	return x.chunk
+}
+
+// Received is what one exchange delivered: at most one coalesced buffer per
+// source rank, whose views are the blocks that rank sent, in the sender's
+// offset order, inside the pooled buffer the message was received into.
+// The buffers are the caller's: free them (Free frees all) once done.
+type Received struct {
+	bySource []*packing.Coalesced
+	epoch    uint64
+}
+
+// From is the buffer received from rank src, or nil when src sent nothing.
+// Its views' Desc().Dest is 0: a received layout has no destination.
+func (r *Received) From(src int) *packing.Coalesced {
+	if r == nil || src < 0 || src >= len(r.bySource) {
+		return nil
+	}
+	return r.bySource[src]
+}
+
+// Sources lists, in increasing order, the ranks that sent something.
+func (r *Received) Sources() []int {
+	var out []int
+	for s, c := range r.bySource {
+		if c != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Epoch is the exchange's epoch, as carried in its headers.
+func (r *Received) Epoch() uint64 { return r.epoch }
+
+// Free frees every received buffer.
+func (r *Received) Free() error {
+	var errs []error
+	for s, c := range r.bySource {
+		if c != nil {
+			errs = append(errs, c.Free())
+			r.bySource[s] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Pattern is a persistent exchange plan for a sparsity pattern that
+// repeats, as in DMRG sweeps. Its first Exchange runs like
+// Exchanger.Exchange and learns every message size and every received
+// manifest; later ones skip the count exchange, reuse the learned receive
+// layouts (no manifest decoding, no plan building) and check that the
+// exchange still matches: a departure is an error matching
+// ErrPatternMismatch (on the rank that departs) or ErrPeerAborted (on the
+// ranks expecting its messages), never a hang. All ranks must use a
+// pattern alike: learn it in the same exchange, then use it together.
+type Pattern struct {
+	x        *Exchanger
+	learned  bool
+	sendSize []int64  // by destination
+	sendMan  [][]byte // by destination: encoded entries sent when learning
+	recvSize []int64  // by source
+	recv     []*learnedIn
+}
+
+// learnedIn is what is kept of a received layout: by a pattern, and by the
+// exchanger for the last message from each source.
+type learnedIn struct {
+	count      uint32
+	dtype      DType
+	payloadLen uint64
+	entries    []byte
+	plan       *packing.Plan
+}
+
+// matches reports whether a message with header h and encoded entries has
+// this layout.
+func (l *learnedIn) matches(h Header, encoded []byte) bool {
+	return l != nil && l.count == h.Count && l.dtype == h.DType && l.payloadLen == h.PayloadLen && string(l.entries) == string(encoded)
+}
+
+// NewPattern returns an unlearned pattern of this exchanger.
+func (x *Exchanger) NewPattern() *Pattern { return &Pattern{x: x} }
+
+// Learned reports whether the pattern has learned its exchange.
+func (p *Pattern) Learned() bool { return p.learned }
+
+// Exchange runs one exchange with the pattern: see Pattern.
+func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
+	return p.x.exchange(send, p)
+}
+
+// Exchange sends every buffer in send to its destination (Coalesced.Dest,
+// a rank of the communicator; at most one buffer per destination; empty
+// groups send nothing) and receives what the other ranks send to this one.
+// Sizes are exchanged first (one Alltoall of int64s); then every receive
+// buffer is allocated from the pool, the receives are posted, and the sends
+// issued, each message as one MPI message (cut into chunks only above the
+// chunk size), with at most Window requests of each direction outstanding.
+//
+// The send buffers must not be written until Exchange returns; then they
+// are the caller's again. Buffers from AllocSend, or any host-accessible
+// Coalesced with at least PayloadOffset(Len) bytes before its Start, are
+// sent without a copy; device memory without a CUDA-aware MPI is staged.
+//
+// On error nothing is returned: every received buffer is freed, and the
+// error joins what went wrong per peer (WireError values naming peer, tag
+// and field, matching the sentinels of this package).
+func (x *Exchanger) Exchange(send []*packing.Coalesced) (*Received, error) {
+	return x.exchange(send, nil)
+}
+
+// exchange is the state of one exchange.
+type exchange struct {
+	x      *Exchanger
+	epoch  uint64
+	pat    *Pattern
+	aware  bool
+	outs   []*outMsg // through MPI, in schedule order
+	ins    []*inMsg  // through MPI, in schedule order
+	selfIn *inMsg    // the local copy to self, if any
+	q      sched
+	errs   []error
+	res    []*packing.Coalesced
+}
+
+func (e *exchange) fail(err error) {
+	if err != nil {
+		e.errs = append(e.errs, err)
+	}
+}
+
+func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received, error) {
+	if !x.mu.TryLock() {
+		return nil, fmt.Errorf("msg: exchange while another exchange of this exchanger runs (exchanges are collective and ordered): %w", ErrInvalid)
+	}
+	defer x.mu.Unlock()
+	if x.closed {
+		return nil, fmt.Errorf("msg: exchange: %w", ErrClosed)
+	}
+	if pat != nil && pat.x != x {
+		return nil, fmt.Errorf("msg: exchange: pattern of another exchanger: %w", ErrInvalid)
+	}
+	x.epoch++
+	x.stats.Exchanges++
+	e := &exchange{x: x, epoch: x.epoch, pat: pat, res: make([]*packing.Coalesced, x.size)}
+	aware, err := cluster.CUDAAware()
+	e.aware = aware && x.o.Transport == TransportAuto
+	byDest, localErr := e.collect(send)
+	localErr = errors.Join(err, localErr)
+
+	n := x.size
+	sendSize := make([]int64, n)
+	recvSize := make([]int64, n)
+	abortTo := make([]bool, n)
+	if pat != nil && pat.learned {
+		copy(recvSize, pat.recvSize)
+		e.checkPattern(byDest, localErr != nil, abortTo)
+		for d := range n {
+			if byDest[d] != nil {
+				sendSize[d] = byDest[d].size
+			}
+		}
+	} else {
+		for d := range n {
+			switch {
+			case localErr != nil:
+				sendSize[d] = -1
+			case byDest[d] != nil:
+				sendSize[d] = byDest[d].size
+			}
+		}
+		if err := x.comm.AlltoallInt64(sendSize, recvSize); err != nil {
+			// The collective itself failed: nothing was posted, nothing can be.
+			return nil, errors.Join(localErr, fmt.Errorf("msg: count exchange: %w", err))
+		}
+		x.stats.CountExchanges++
+		if localErr != nil {
+			// Every rank saw -1 from this one: nobody sends here or expects
+			// anything from here.
+			return nil, localErr
+		}
+		for s := range n {
+			if recvSize[s] < 0 {
+				e.fail(wireErr(ErrPeerAborted, s, x.o.Tag, "count", "rank %d failed before the exchange and sends nothing (its own error says why)", s))
+				recvSize[s] = 0
+				byDest[s] = nil // it expects nothing either
+			}
+		}
+	}
+	e.fail(localErr)
+
+	// Receives: one pooled buffer per source, allocated before anything is
+	// enqueued on the receive stream so that waiting for the allocation
+	// waits for nothing else.
+	for k := range n {
+		s := (x.rank - k + n) % n
+		if recvSize[s] <= 0 || (s == x.rank && !x.o.SelfViaMPI) {
+			continue
+		}
+		e.ins = append(e.ins, e.newIn(s, k, recvSize[s]))
+	}
+	e.startRecvs()
+	// Sends, in schedule order; an abort notice replaces what cannot be sent.
+	for k := range n {
+		d := (x.rank + k) % n
+		m := byDest[d]
+		switch {
+		case d == x.rank && !x.o.SelfViaMPI:
+			continue // a local copy, or nothing: no MPI message to wait for
+		case abortTo[d]:
+			e.outs = append(e.outs, e.newAbort(d, k, pat.sendSize[d]))
+			continue
+		case m == nil:
+			continue
+		}
+		m.step = k
+		if err := e.prepareOut(m); err != nil {
+			e.fail(err)
+			m = e.newAbort(d, k, m.size)
+		}
+		e.outs = append(e.outs, m)
+	}
+	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI && !abortTo[x.rank] {
+		e.copyToSelf(m)
+	}
+
+	e.run()
+
+	for _, in := range e.ins {
+		if in.result != nil {
+			e.res[in.src] = in.result
+		}
+	}
+	if e.selfIn != nil && e.selfIn.result != nil {
+		e.res[x.rank] = e.selfIn.result
+	}
+	if len(e.errs) > 0 {
+		for _, c := range e.res {
+			if c != nil {
+				_ = c.Free()
+			}
+		}
+		return nil, errors.Join(e.errs...)
+	}
+	if pat != nil && !pat.learned {
+		e.learn(byDest, recvSize)
+	}
+	return &Received{bySource: e.res, epoch: e.epoch}, nil
+}
+
+// collect validates the send list and describes each message.
+func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
+	x := e.x
+	byDest := make([]*outMsg, x.size)
+	var errs []error
+	for i, c := range send {
+		if c == nil {
+			errs = append(errs, fmt.Errorf("msg: send buffer %d is nil: %w", i, ErrInvalid))
+			continue
+		}
+		if _, _, _, err := c.Buffer().Region(); err != nil {
+			errs = append(errs, fmt.Errorf("msg: send buffer %d: %w", i, err))
+			continue
+		}
+		d := c.Dest()
+		if d < 0 || d >= x.size {
+			errs = append(errs, fmt.Errorf("msg: send buffer %d is for rank %d, outside a communicator of %d ranks: %w", i, d, x.size, ErrInvalid))
+			continue
+		}
+		if byDest[d] != nil {
+			errs = append(errs, fmt.Errorf("msg: two send buffers for rank %d: %w", d, ErrInvalid))
+			continue
+		}
+		if c.Len() == 0 {
+			continue // nothing to send: no message
+		}
+		man := x.cache[d]
+		if man == nil || man.plan != c.Plan() || man.group != c.Group() {
+			var err error
+			if man, err = buildManifest(c); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			x.cache[d] = man
+		}
+		byDest[d] = &outMsg{dest: d, c: c, man: man, size: int64(man.payloadOffset()) + c.Size()}
+	}
+	return byDest, errors.Join(errs...)
+}
+
+// checkPattern compares this rank's messages with a learned pattern. A
+// destination the pattern expects a message for gets one in any case: the
+// message, or an abort notice when the message cannot be sent as expected.
+func (e *exchange) checkPattern(byDest []*outMsg, failed bool, abortTo []bool) {
+	p, tag := e.pat, e.x.o.Tag
+	for d, m := range byDest {
+		want := p.sendSize[d]
+		mismatch := func(field, format string, args ...any) {
+			w := wireErr(ErrPatternMismatch, d, tag, field, format, args...)
+			w.Outgoing = true
+			e.fail(w)
+		}
+		switch {
+		case failed:
+			abortTo[d] = want > 0
+			byDest[d] = nil
+		case m == nil && want > 0:
+			mismatch("message_size", "the pattern expects %d bytes, this exchange has nothing for rank %d", want, d)
+			abortTo[d] = true
+		case m == nil:
+		case want == 0:
+			mismatch("dest", "rank %d expects no message in this pattern; nothing was sent", d)
+			byDest[d] = nil
+		case m.size != want:
+			mismatch("message_size", "%d bytes, the pattern expects %d", m.size, want)
+			abortTo[d] = true
+			byDest[d] = nil
+		case string(m.man.entries) != string(p.sendMan[d]):
+			mismatch("manifest", "the blocks differ from the pattern's (same size); the receiver rejects them too")
+		}
+	}
+}
+
+// learn records the exchange that just succeeded in its pattern.
+func (e *exchange) learn(byDest []*outMsg, recvSize []int64) {
+	p := e.pat
+	n := e.x.size
+	p.sendSize, p.sendMan = make([]int64, n), make([][]byte, n)
+	for d, m := range byDest {
+		if m != nil {
+			p.sendSize[d] = m.size
+			p.sendMan[d] = m.man.entries
+		}
+	}
+	p.recvSize = append([]int64(nil), recvSize...)
+	p.recv = make([]*learnedIn, n)
+	for _, in := range e.ins {
+		p.recv[in.src] = in.learned
+	}
+	if e.selfIn != nil {
+		p.recv[e.x.rank] = e.selfIn.learned
+	}
+	p.learned = true
+}

@@ -1,0 +1,683 @@
+//go:build mpi
+
+package msg
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests run under mpirun -n 2, 3 and 4 (testdata/mpi-ranks). Every
+// rank runs every test in the same order; exchanges are collective.
+
+var mixedTypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
+
+// sendAll allocates and fills rank's send buffers for tr.
+func sendAll(t *testing.T, a *devalloc.Allocator, tr traffic, rank, size int) []*packing.Coalesced {
+	t.Helper()
+	s := a.DefaultStream()
+	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+	require.NoError(t, err)
+	tr.fill(t, s, rank, bufs)
+	t.Cleanup(func() {
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	})
+	return bufs
+}
+
+// expectedMessages counts the peers rank sends to through MPI.
+func expectedMessages(tr traffic, rank, size int, selfViaMPI bool) int64 {
+	var n int64
+	for d := range size {
+		if len(tr.blocks(rank, d)) > 0 && (d != rank || selfViaMPI) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAllToAllRandomSparsity(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	for _, v := range variants(t) {
+		for _, o := range []struct {
+			name string
+			opts Options
+		}{
+			{"defaults", Options{}},
+			{"window=1,chunk=64KiB,self=mpi", Options{Window: 1, ChunkBytes: MinChunkBytes, SelfViaMPI: true}},
+		} {
+			t.Run(v.name+"/"+o.name, func(t *testing.T) {
+				a := v.open(t)
+				opts := o.opts
+				opts.Comm, opts.Alloc, opts.PayloadChecksum = comm, a, true
+				x := newExchanger(t, opts)
+				for it := range 3 {
+					tr := traffic{seed: 100 + uint64(it), density: 0.6, maxBlocks: 250, dims: []int{1, 2, 3, 4, 7, 8}, dtypes: mixedTypes}
+					bufs := sendAll(t, a, tr, rank, size)
+					before := x.Stats()
+					r, err := x.Exchange(bufs)
+					require.NoError(t, err)
+					tr.verify(t, a.DefaultStream(), rank, size, r)
+					require.NoError(t, r.Free())
+					st := x.Stats()
+					require.Equal(t, expectedMessages(tr, rank, size, opts.SelfViaMPI), st.Messages-before.Messages, "one MPI message per peer with something to send")
+					if opts.Window == 1 {
+						require.Equal(t, 1, st.MaxInFlight, "the window bounds the requests in flight")
+					}
+				}
+				require.EqualValues(t, 3, x.Stats().CountExchanges)
+			})
+		}
+	}
+}
+
+func TestEmptyPeers(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	for _, v := range variants(t) {
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
+			// Nobody sends anything: no message at all.
+			r, err := x.Exchange(nil)
+			require.NoError(t, err)
+			require.Empty(t, r.Sources())
+			// Empty groups send nothing either.
+			p, err := packing.NewPlan(nil, packing.Options{})
+			require.NoError(t, err)
+			empty, err := AllocSend(a, p, a.DefaultStream())
+			require.NoError(t, err)
+			r, err = x.Exchange(empty)
+			require.NoError(t, err)
+			require.Empty(t, r.Sources())
+			require.NoError(t, empty[0].Free())
+			require.Zero(t, x.Stats().Messages)
+			// Only the last rank hears from rank 0.
+			tr := traffic{seed: 5, density: 1, maxBlocks: 20, dims: []int{2}, dtypes: mixedTypes}
+			only := func(src, dest int) bool { return src == 0 && dest == size-1 }
+			var descs []packing.Desc
+			for d := range size {
+				if only(rank, d) {
+					descs = append(descs, tr.blocks(rank, d)...)
+				}
+			}
+			p, err = packing.NewPlan(descs, packing.Options{})
+			require.NoError(t, err)
+			bufs, err := AllocSend(a, p, a.DefaultStream())
+			require.NoError(t, err)
+			tr.fill(t, a.DefaultStream(), rank, bufs)
+			r, err = x.Exchange(bufs)
+			require.NoError(t, err)
+			if rank == size-1 {
+				require.Equal(t, []int{0}, r.Sources())
+				c := r.From(0)
+				require.Equal(t, len(tr.blocks(0, rank)), c.Len())
+			} else {
+				require.Empty(t, r.Sources())
+			}
+			require.NoError(t, r.Free())
+			for _, b := range bufs {
+				require.NoError(t, b.Free())
+			}
+		})
+	}
+}
+
+func TestManyBlocks(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	for _, v := range variants(t) {
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
+			// 10^5 blocks per rank, spread over every rank.
+			tr := traffic{seed: 9, density: 1, maxBlocks: 1, dims: []int{1, 2}, dtypes: mixedTypes}
+			per := 100000 / size
+			var descs []packing.Desc
+			for d := range size {
+				for k := range per {
+					dt := mixedTypes[k%4]
+					descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k*7919%per), DType: dt, Rows: 1 + k%2, Cols: 1 + k%3, Dest: d})
+				}
+			}
+			p, err := packing.NewPlan(descs, packing.Options{})
+			require.NoError(t, err)
+			bufs, err := AllocSend(a, p, a.DefaultStream())
+			require.NoError(t, err)
+			tr.fill(t, a.DefaultStream(), rank, bufs)
+			r, err := x.Exchange(bufs)
+			require.NoError(t, err)
+			s := a.DefaultStream()
+			for src := range size {
+				c := r.From(src)
+				require.NotNil(t, c)
+				require.Equal(t, per, c.Len())
+				got := readBlocks(t, s, c)
+				for _, v := range c.All() {
+					require.Equal(t, uint64(rank), v.ID()>>40)
+					if string(got[v.ID()]) != string(tr.content(src, v.ID(), v.Bytes())) {
+						t.Fatalf("block %d from rank %d differs", v.ID(), src)
+					}
+				}
+			}
+			require.NoError(t, r.Free())
+			for _, b := range bufs {
+				require.NoError(t, b.Free())
+			}
+		})
+	}
+}
+
+func TestPersistentPattern(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	for _, v := range variants(t) {
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
+			pat := x.NewPattern()
+			tr := traffic{seed: 31, density: 0.7, maxBlocks: 100, dims: []int{1, 3, 4}, dtypes: mixedTypes}
+			bufs := sendAll(t, a, tr, rank, size)
+			s := a.DefaultStream()
+			for it := range 5 {
+				tr.iter = uint64(it)
+				tr.fill(t, s, rank, bufs) // the same buffers, refilled: a sweep
+				r, err := pat.Exchange(bufs)
+				require.NoError(t, err, "iteration %d", it)
+				require.True(t, pat.Learned())
+				tr.verify(t, s, rank, size, r)
+				require.NoError(t, r.Free())
+			}
+			require.EqualValues(t, 1, x.Stats().CountExchanges, "a learned pattern skips the count exchange")
+
+			// Rank 0 departs from the pattern: one more block for rank 1.
+			grown := tr
+			descs := []packing.Desc{}
+			for d := range size {
+				descs = append(descs, tr.blocks(rank, d)...)
+			}
+			if rank == 0 {
+				descs = append(descs, packing.Desc{ID: 1<<60 | 1, DType: packing.Float64, Rows: 3, Cols: 3, Dest: 1})
+			}
+			p, err := packing.NewPlan(descs, packing.Options{})
+			require.NoError(t, err)
+			other, err := AllocSend(a, p, s)
+			require.NoError(t, err)
+			grown.fill(t, s, rank, other)
+			r, err := pat.Exchange(other)
+			sentToOne := len(tr.blocks(0, 1)) > 0
+			switch {
+			case rank == 0:
+				require.ErrorIs(t, err, ErrPatternMismatch)
+				w := wireErrorOf(t, err)
+				require.Equal(t, 1, w.Peer)
+				require.True(t, w.Outgoing)
+				require.Contains(t, []string{"message_size", "dest"}, w.Field)
+			case rank == 1 && sentToOne:
+				require.ErrorIs(t, err, ErrPeerAborted, "rank 0 sent an abort notice in place of its message")
+				require.Equal(t, 0, wireErrorOf(t, err).Peer)
+			default:
+				require.NoError(t, err)
+				tr.verify(t, s, rank, size, r)
+				require.NoError(t, r.Free())
+			}
+			for _, b := range other {
+				require.NoError(t, b.Free())
+			}
+
+			// Same sizes, other blocks: two ids of rank 0's message to rank 1
+			// swapped. Both sides see the manifest change.
+			if n := len(tr.blocks(0, 1)); n >= 2 {
+				descs = descs[:0]
+				for d := range size {
+					descs = append(descs, tr.blocks(rank, d)...)
+				}
+				if rank == 0 {
+					for i := range descs {
+						if descs[i].Dest == 1 {
+							descs[i].ID ^= 1 << 62
+						}
+					}
+				}
+				p, err := packing.NewPlan(descs, packing.Options{})
+				require.NoError(t, err)
+				other, err := AllocSend(a, p, s)
+				require.NoError(t, err)
+				r, err := pat.Exchange(other)
+				switch rank {
+				case 0:
+					require.ErrorIs(t, err, ErrPatternMismatch)
+					require.Equal(t, "manifest", wireErrorOf(t, err).Field)
+				case 1:
+					require.ErrorIs(t, err, ErrPatternMismatch)
+					w := wireErrorOf(t, err)
+					require.Equal(t, 0, w.Peer)
+					require.False(t, w.Outgoing)
+					require.Equal(t, "manifest", w.Field)
+				default:
+					require.NoError(t, err)
+					require.NoError(t, r.Free())
+				}
+				for _, b := range other {
+					require.NoError(t, b.Free())
+				}
+			}
+
+			// Back on the pattern: it works again.
+			tr.iter = 99
+			tr.fill(t, s, rank, bufs)
+			r, err = pat.Exchange(bufs)
+			require.NoError(t, err)
+			tr.verify(t, s, rank, size, r)
+			require.NoError(t, r.Free())
+			require.EqualValues(t, 1, x.Stats().CountExchanges)
+		})
+	}
+}
+
+// pairTraffic has rank 0 send to rank 1 only.
+func pairTraffic(seed uint64) traffic {
+	return traffic{seed: seed, density: 1, maxBlocks: 40, dims: []int{2, 3}, dtypes: mixedTypes}
+}
+
+func pairSend(t *testing.T, a *devalloc.Allocator, tr traffic, rank int) []*packing.Coalesced {
+	var descs []packing.Desc
+	if rank == 0 {
+		descs = tr.blocks(0, 1)
+	}
+	p, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	bufs, err := AllocSend(a, p, a.DefaultStream())
+	require.NoError(t, err)
+	tr.fill(t, a.DefaultStream(), rank, bufs)
+	t.Cleanup(func() {
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	})
+	return bufs
+}
+
+// reseal recomputes the manifest checksum after an edit of the header.
+func reseal(b []byte) {
+	binary.LittleEndian.PutUint32(b[60:], 0)
+	end := HeaderSize + int(binary.LittleEndian.Uint32(b[24:]))*EntrySize
+	binary.LittleEndian.PutUint32(b[60:], Checksum(b[:end]))
+}
+
+func TestCorruptedMessages(t *testing.T) {
+	comm := world(t)
+	rank := comm.Rank()
+	v := variant{name: "host", kind: devalloc.BackendHost}
+	for _, tc := range []struct {
+		name, field string
+		sentinel    error
+		mangle      func(b []byte)
+	}{
+		{"payload bit", "payload_checksum", ErrChecksum, func(b []byte) { b[len(b)-3] ^= 0x10 }},
+		{"manifest bit", "manifest_checksum", ErrChecksum, func(b []byte) { b[HeaderSize+9] ^= 1 }},
+		{"magic", "magic", ErrMalformed, func(b []byte) { b[0] = 'X' }},
+		{"source", "source", ErrUnexpectedPeer, func(b []byte) { binary.LittleEndian.PutUint32(b[8:], 7); reseal(b) }},
+		{"dest", "dest", ErrUnexpectedPeer, func(b []byte) { binary.LittleEndian.PutUint32(b[12:], 5); reseal(b) }},
+		{"tag", "tag", ErrUnexpectedPeer, func(b []byte) { binary.LittleEndian.PutUint32(b[16:], 3); reseal(b) }},
+		{"epoch", "epoch", ErrUnexpectedPeer, func(b []byte) { binary.LittleEndian.PutUint64(b[32:], 1<<40); reseal(b) }},
+		{"block past payload", "entry[0].offset", ErrMalformed, func(b []byte) {
+			binary.LittleEndian.PutUint64(b[HeaderSize+8:], binary.LittleEndian.Uint64(b[48:]))
+			reseal(b)
+		}},
+		{"payload length", "payload_length", ErrMalformed, func(b []byte) { binary.LittleEndian.PutUint64(b[48:], 1); reseal(b) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := v.open(t)
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
+			if rank == 0 {
+				x.hooks.mangle = func(dest int, wire []byte) {
+					if dest == 1 {
+						tc.mangle(wire)
+					}
+				}
+			}
+			bufs := pairSend(t, a, pairTraffic(3), rank)
+			before := a.Stats()
+			r, err := x.Exchange(bufs)
+			if rank != 1 {
+				require.NoError(t, err)
+				require.NoError(t, r.Free())
+				return
+			}
+			require.ErrorIs(t, err, tc.sentinel)
+			w := wireErrorOf(t, err)
+			require.Equal(t, 0, w.Peer)
+			require.Equal(t, x.Tag(), w.Tag)
+			require.Equal(t, tc.field, w.Field)
+			require.Nil(t, r)
+			require.NoError(t, a.Sync())
+			require.Equal(t, before.LiveBuffers, a.Stats().LiveBuffers, "the rejected receive buffer is freed")
+		})
+	}
+}
+
+// TestHandWrittenPeer has rank 0 follow the protocol by hand, as a peer in
+// another language would (docs/WIRE.md): an Alltoall of int64 sizes, then
+// one message of that size. Rank 1 receives with Exchange.
+func TestHandWrittenPeer(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	good := func(epoch uint64) []byte {
+		payload := make([]byte, 48)
+		for i := range payload {
+			payload[i] = byte(i)
+		}
+		entries := []Entry{{ID: 5, Offset: 0, Rows: 2, Cols: 2, DType: Float64}, {ID: 6, Offset: 32, Rows: 1, Cols: 4, DType: Float32}}
+		m := make([]byte, PayloadOffset(2)+48)
+		require.NoError(t, EncodeManifest(m, Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: epoch, DType: Mixed, PayloadLen: 48,
+			HasPayloadChecksum: true, PayloadChecksum: Checksum(payload)}, entries))
+		copy(m[PayloadOffset(2):], payload)
+		return m
+	}
+	for _, tc := range []struct {
+		name     string
+		announce func(m []byte) int64
+		wire     func(m []byte) []byte
+		field    string
+		sentinel error
+	}{
+		{"well formed", nil, nil, "", nil},
+		{"shorter than announced", nil, func(m []byte) []byte { return m[:len(m)-8] }, "message_size", ErrSizeMismatch},
+		{"longer than announced", func(m []byte) int64 { return int64(len(m)) - 16 }, nil, "message_size", ErrSizeMismatch},
+		{"truncated manifest", func([]byte) int64 { return 100 }, func(m []byte) []byte { return m[:100] }, "block_count", ErrMalformed},
+		{"header only", func([]byte) int64 { return 40 }, func(m []byte) []byte { return m[:40] }, "header", ErrMalformed},
+		{"abort notice", nil, func(m []byte) []byte {
+			n := make([]byte, AbortSize)
+			require.NoError(t, EncodeAbort(n, Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: x.Epoch()})) // rank 0 has already counted this exchange
+			return n
+		}, "flags", ErrPeerAborted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if rank != 0 {
+				r, err := x.Exchange(nil)
+				if rank != 1 {
+					require.NoError(t, err)
+					return
+				}
+				if tc.sentinel == nil {
+					require.NoError(t, err)
+					c := r.From(0)
+					require.Equal(t, 2, c.Len())
+					v, err := c.Lookup(6)
+					require.NoError(t, err)
+					f, err := v.Float32s()
+					require.NoError(t, err)
+					require.Len(t, f, 4)
+					raw, err := v.Raw()
+					require.NoError(t, err)
+					require.Equal(t, []byte{32, 33, 34, 35}, raw[:4])
+					require.NoError(t, r.Free())
+					return
+				}
+				require.ErrorIs(t, err, tc.sentinel)
+				w := wireErrorOf(t, err)
+				require.Equal(t, 0, w.Peer)
+				require.Equal(t, tc.field, w.Field)
+				return
+			}
+			// Rank 0: the exchange by hand, on the exchanger's epoch.
+			x.mu.Lock()
+			x.epoch++
+			epoch := x.epoch
+			x.mu.Unlock()
+			m := good(epoch)
+			announced := int64(len(m))
+			if tc.announce != nil {
+				announced = tc.announce(m)
+			}
+			if tc.wire != nil {
+				m = tc.wire(m)
+			}
+			sizes, got := make([]int64, size), make([]int64, size)
+			sizes[1] = announced
+			require.NoError(t, comm.AlltoallInt64(sizes, got))
+			for _, n := range got {
+				require.Zero(t, n, "nobody sends to rank 0")
+			}
+			pin := cluster.PinBytes(m)
+			req, err := comm.Isend(pin, 1, x.Tag())
+			require.NoError(t, err)
+			require.NoError(t, req.Attach(pin))
+			_, err = req.Wait()
+			require.NoError(t, err)
+		})
+	}
+}
+
+func TestAbortBeforeCounts(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	tr := traffic{seed: 77, density: 1, maxBlocks: 10, dims: []int{2}, dtypes: mixedTypes}
+	bufs := sendAll(t, a, tr, rank, size)
+	send := bufs
+	if rank == 0 {
+		send = append(append([]*packing.Coalesced(nil), bufs...), bufs[0]) // two buffers for one rank
+	}
+	r, err := x.Exchange(send)
+	require.Nil(t, r)
+	if rank == 0 {
+		require.ErrorIs(t, err, ErrInvalid)
+	} else {
+		require.ErrorIs(t, err, ErrPeerAborted, "rank 0 announced that it failed")
+		w := wireErrorOf(t, err)
+		require.Equal(t, 0, w.Peer)
+		require.Equal(t, "count", w.Field)
+	}
+	// Nothing is left in flight: the next exchange works everywhere.
+	r, err = x.Exchange(bufs)
+	require.NoError(t, err)
+	tr.verify(t, a.DefaultStream(), rank, size, r)
+	require.NoError(t, r.Free())
+}
+
+func TestReceiverOutOfMemoryDrains(t *testing.T) {
+	comm := world(t)
+	rank := comm.Rank()
+	conf := devalloc.Config{}
+	if rank == 1 {
+		conf.Limit = devalloc.Limit{Bytes: 1 << 20}
+	}
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Config: &conf})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Sync()); require.NoError(t, a.Close()) })
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	var descs []packing.Desc
+	if rank == 0 {
+		descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 512, Cols: 512, Dest: 1}} // 2 MiB
+	}
+	p, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	bufs, err := AllocSend(a, p, a.DefaultStream())
+	require.NoError(t, err)
+	r, err := x.Exchange(bufs)
+	switch rank {
+	case 1:
+		require.ErrorIs(t, err, devalloc.ErrOutOfMemory, "the receive buffer does not fit the budget")
+		require.ErrorContains(t, err, "rank 0")
+	default:
+		require.NoError(t, err, "the sender completes: the receiver drained its message")
+		require.NoError(t, r.Free())
+	}
+	for _, b := range bufs {
+		require.NoError(t, b.Free())
+	}
+}
+
+// TestLifetimes checks that a send buffer is a reader and a receive buffer
+// a writer until their requests complete. Rank 1 posts nothing until rank 0
+// has made its checks (it waits for a side message), so rank 0's requests
+// are certainly pending while it checks.
+func TestLifetimes(t *testing.T) {
+	comm := world(t)
+	rank := comm.Rank()
+	for _, v := range variants(t) {
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			x := newExchanger(t, Options{Comm: comm, Alloc: a})
+			const sideTag = 77
+			tr := traffic{seed: 8, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
+			var descs []packing.Desc
+			if rank <= 1 {
+				// 4 MiB each way: far above any eager limit, so a send
+				// cannot complete before its receive is posted.
+				descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 1024, Cols: 512, Dest: 1 - rank}}
+			}
+			p, err := packing.NewPlan(descs, packing.Options{})
+			require.NoError(t, err)
+			bufs, err := AllocSend(a, p, a.DefaultStream())
+			require.NoError(t, err)
+			tr.fill(t, a.DefaultStream(), rank, bufs)
+			other, err := a.NewStream()
+			require.NoError(t, err)
+			defer func() { require.NoError(t, other.Close()) }()
+			var sendWriteRan, recvReadRan chan struct{}
+			freedEarly := false
+			switch rank {
+			case 1:
+				x.hooks.beforePost = func(*exchange) {
+					side := cluster.PinBytes(make([]byte, 1))
+					req, err := comm.Irecv(side, 0, sideTag)
+					require.NoError(t, err)
+					require.NoError(t, req.Attach(side))
+					_, err = req.Wait()
+					require.NoError(t, err)
+				}
+			case 0:
+				x.hooks.afterPost = func(e *exchange) {
+					defer func() {
+						side := cluster.PinBytes(make([]byte, 1))
+						req, err := comm.Isend(side, 1, sideTag)
+						require.NoError(t, err)
+						require.NoError(t, req.Attach(side))
+						_, err = req.Wait()
+						require.NoError(t, err)
+					}()
+					sendBuf := bufs[0].Buffer()
+					if sendBuf.Location() == devalloc.OnDevice && !v.aware {
+						return // staged: MPI holds pinned chunks, not the buffer
+					}
+					// A write to the send buffer waits for the send.
+					sendWriteRan = make(chan struct{})
+					w, err := sendBuf.Write(other)
+					require.NoError(t, err)
+					ch := sendWriteRan
+					require.NoError(t, other.Enqueue(func() error { close(ch); return nil }))
+					require.NoError(t, w.Done())
+					// Reading the receive buffer waits for the receive.
+					recvReadRan = make(chan struct{})
+					require.Len(t, e.ins, 1)
+					rd, err := e.ins[0].buf.Read(other)
+					require.NoError(t, err)
+					ch2 := recvReadRan
+					require.NoError(t, other.Enqueue(func() error { close(ch2); return nil }))
+					require.NoError(t, rd.Done())
+					time.Sleep(30 * time.Millisecond)
+					select {
+					case <-sendWriteRan:
+						t.Error("a write to the send buffer ran while the send was pending")
+					case <-recvReadRan:
+						t.Error("a read of the receive buffer ran while the receive was pending")
+					default:
+					}
+					// Freeing the send buffer now is deferred until the send completes.
+					pending := a.Stats().PendingFrees
+					require.NoError(t, bufs[0].Free())
+					require.Equal(t, pending+1, a.Stats().PendingFrees, "the free waits for the MPI request")
+					freedEarly = true
+				}
+			}
+			r, err := x.Exchange(bufs)
+			require.NoError(t, err)
+			if rank <= 1 {
+				require.Equal(t, []int{1 - rank}, r.Sources())
+			}
+			require.NoError(t, r.Free())
+			require.NoError(t, other.Synchronize())
+			if sendWriteRan != nil {
+				<-sendWriteRan
+				<-recvReadRan
+			}
+			require.NoError(t, a.Sync())
+			require.Zero(t, a.Stats().PendingFrees, "released once the requests completed")
+			for _, b := range bufs {
+				if !freedEarly {
+					require.NoError(t, b.Free())
+				}
+			}
+		})
+	}
+}
+
+// TestChunkedMessages cuts every message into many MPI messages, with a
+// manifest longer than the first chunk, through a small window.
+func TestChunkedMessages(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	for _, v := range variants(t) {
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, Window: 2, ChunkBytes: MinChunkBytes, SelfViaMPI: true})
+			// 2500 blocks to each peer: a 80 KiB manifest, about 1 MiB of payload.
+			tr := traffic{seed: 61, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
+			var descs []packing.Desc
+			for d := range size {
+				for k := range 2500 {
+					descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k), DType: mixedTypes[k%4], Rows: 4 + k%5, Cols: 3, Dest: d})
+				}
+			}
+			p, err := packing.NewPlan(descs, packing.Options{})
+			require.NoError(t, err)
+			bufs, err := AllocSend(a, p, a.DefaultStream())
+			require.NoError(t, err)
+			tr.fill(t, a.DefaultStream(), rank, bufs)
+			require.Greater(t, PayloadOffset(2500), uint64(MinChunkBytes), "the manifest spans chunks")
+			r, err := x.Exchange(bufs)
+			require.NoError(t, err)
+			s := a.DefaultStream()
+			for src := range size {
+				c := r.From(src)
+				require.NotNil(t, c)
+				require.Equal(t, 2500, c.Len())
+				got := readBlocks(t, s, c)
+				for _, v := range c.All() {
+					if string(got[v.ID()]) != string(tr.content(src, v.ID(), v.Bytes())) {
+						t.Fatalf("block %d from rank %d differs", v.ID(), src)
+					}
+				}
+			}
+			st := x.Stats()
+			require.EqualValues(t, size, st.Messages)
+			var chunks int64
+			for _, b := range bufs {
+				wire := int64(PayloadOffset(b.Len())) + b.Size()
+				chunks += (wire + MinChunkBytes - 1) / MinChunkBytes
+			}
+			require.Greater(t, chunks, 5*st.Messages)
+			require.Equal(t, chunks, st.MPISends, "each message travels as ceil(size/chunk) MPI messages")
+			require.LessOrEqual(t, st.MaxInFlight, 2)
+			require.NoError(t, r.Free())
+			for _, b := range bufs {
+				require.NoError(t, b.Free())
+			}
+		})
+	}
+}

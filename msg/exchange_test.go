@@ -1,0 +1,202 @@
+package msg
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests run on any number of ranks (one without the mpi tag): each
+// rank exchanges with itself only, which every rank does at once.
+
+func selfTraffic(seed uint64) traffic {
+	return traffic{seed: seed, density: 1, maxBlocks: 300, selfOnly: true, dims: []int{1, 2, 3, 5, 8},
+		dtypes: []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}}
+}
+
+func TestSelfExchange(t *testing.T) {
+	for _, v := range variants(t) {
+		for _, viaMPI := range []bool{false, true} {
+			name := v.name + "/copy"
+			if viaMPI {
+				name = v.name + "/mpi"
+			}
+			t.Run(name, func(t *testing.T) {
+				a := v.open(t)
+				comm := world(t)
+				rank, size := comm.Rank(), comm.Size()
+				x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+				s := a.DefaultStream()
+				tr := selfTraffic(7)
+				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+				require.NoError(t, err)
+				tr.fill(t, s, rank, bufs)
+				r, err := x.Exchange(bufs)
+				require.NoError(t, err)
+				require.Equal(t, []int{rank}, r.Sources())
+				require.EqualValues(t, 1, r.Epoch())
+				tr.verify(t, s, rank, size, r)
+				require.NoError(t, r.Free())
+				for _, b := range bufs {
+					require.NoError(t, b.Free())
+				}
+				st := x.Stats()
+				if v.kind == devalloc.BackendCUDA && !v.aware && viaMPI {
+					require.Positive(t, st.BytesStaged, "device memory goes through pinned staging")
+				}
+				if viaMPI {
+					require.EqualValues(t, 1, st.Messages, "one MPI message to self")
+					require.Zero(t, st.SelfCopies)
+				} else {
+					require.EqualValues(t, 1, st.SelfCopies)
+					require.Zero(t, st.Messages, "no MPI for a message to self")
+				}
+			})
+		}
+	}
+}
+
+func TestSelfPattern(t *testing.T) {
+	for _, v := range variants(t) {
+		for _, viaMPI := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/self-mpi=%v", v.name, viaMPI), func(t *testing.T) {
+				a := v.open(t)
+				comm := world(t)
+				rank, size := comm.Rank(), comm.Size()
+				x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+				s := a.DefaultStream()
+				tr := selfTraffic(11)
+				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+				require.NoError(t, err)
+				defer func() {
+					for _, b := range bufs {
+						require.NoError(t, b.Free())
+					}
+				}()
+				pat := x.NewPattern()
+				for it := range 3 {
+					tr.iter = uint64(it)
+					tr.fill(t, s, rank, bufs)
+					r, err := pat.Exchange(bufs)
+					require.NoError(t, err)
+					tr.verify(t, s, rank, size, r)
+					if it > 0 {
+						require.Same(t, pat.recv[rank].plan, r.From(rank).Plan(), "a learned pattern reuses the receive layout")
+					}
+					require.NoError(t, r.Free())
+				}
+				require.EqualValues(t, 1, x.Stats().CountExchanges)
+				// A different layout to self: an error, not a hang.
+				other := selfTraffic(12)
+				obufs, err := AllocSend(a, other.plan(t, rank, size), s)
+				require.NoError(t, err)
+				_, err = pat.Exchange(obufs)
+				require.ErrorIs(t, err, ErrPatternMismatch)
+				require.Equal(t, rank, wireErrorOf(t, err).Peer)
+				for _, b := range obufs {
+					require.NoError(t, b.Free())
+				}
+				// Nothing at all for self: also a mismatch.
+				_, err = pat.Exchange(nil)
+				require.ErrorIs(t, err, ErrPatternMismatch)
+				// And the pattern still works.
+				r, err := pat.Exchange(bufs)
+				require.NoError(t, err)
+				require.NoError(t, r.Free())
+			})
+		}
+	}
+}
+
+func TestExchangeBadInput(t *testing.T) {
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	_, err := New(Options{Alloc: a})
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = New(Options{Comm: comm, Alloc: a, ChunkBytes: 1000})
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = New(Options{Comm: comm, Alloc: a, Tag: -2})
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = New(Options{Comm: comm, Alloc: a, Window: -1})
+	require.ErrorIs(t, err, ErrInvalid)
+	t.Setenv(EnvChunk, "lots")
+	_, err = New(Options{Comm: comm, Alloc: a})
+	require.ErrorIs(t, err, ErrInvalid)
+	t.Setenv(EnvChunk, "off")
+	x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true})
+	require.Zero(t, x.ChunkBytes())
+
+	s := a.DefaultStream()
+	tr := selfTraffic(3)
+	p := tr.plan(t, rank, size)
+	// A buffer without room for the manifest cannot be sent in place
+	// (a copy to self needs no room).
+	flat, err := packing.AllocGroups(a, p, s)
+	require.NoError(t, err)
+	_, err = x.Exchange(flat)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "AllocSend")
+	r, err := newExchanger(t, Options{Comm: comm, Alloc: a, Tag: 11}).Exchange(flat)
+	require.NoError(t, err)
+	require.NoError(t, r.Free())
+	// A freed buffer, a nil one.
+	bufs, err := AllocSend(a, p, s)
+	require.NoError(t, err)
+	require.NoError(t, bufs[0].Free())
+	_, err = x.Exchange(bufs)
+	require.ErrorIs(t, err, devalloc.ErrFreed)
+	_, err = x.Exchange([]*packing.Coalesced{nil})
+	require.ErrorIs(t, err, ErrInvalid)
+	for _, c := range flat {
+		require.NoError(t, c.Free())
+	}
+	// A pattern of another exchanger; a closed exchanger.
+	y := newExchanger(t, Options{Comm: comm, Alloc: a, Tag: 9})
+	_, err = y.NewPattern().x.exchange(nil, x.NewPattern())
+	require.ErrorIs(t, err, ErrInvalid)
+	z, err := New(Options{Comm: comm, Alloc: a, Tag: 10})
+	require.NoError(t, err)
+	require.NoError(t, z.Close())
+	_, err = z.Exchange(nil)
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, z.Close(), ErrClosed)
+}
+
+// TestLayoutReuse checks that a message whose entries equal the last ones
+// from its source reuses their plan, and that any other is decoded afresh.
+func TestLayoutReuse(t *testing.T) {
+	for _, viaMPI := range []bool{false, true} {
+		t.Run(fmt.Sprintf("self-mpi=%v", viaMPI), func(t *testing.T) {
+			a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+			comm := world(t)
+			rank, size := comm.Rank(), comm.Size()
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: viaMPI})
+			s := a.DefaultStream()
+			exchange := func(tr traffic) *packing.Plan {
+				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+				require.NoError(t, err)
+				tr.fill(t, s, rank, bufs)
+				r, err := x.Exchange(bufs)
+				require.NoError(t, err)
+				tr.verify(t, s, rank, size, r)
+				p := r.From(rank).Plan()
+				require.NoError(t, r.Free())
+				for _, b := range bufs {
+					require.NoError(t, b.Free())
+				}
+				return p
+			}
+			a1 := exchange(selfTraffic(21))
+			again := selfTraffic(21)
+			again.iter = 1 // same layout, other contents, other buffers
+			require.Same(t, a1, exchange(again), "byte-equal entries reuse the plan")
+			b := exchange(selfTraffic(22))
+			require.NotSame(t, a1, b, "another layout is decoded")
+			require.NotSame(t, a1, exchange(selfTraffic(21)), "only the last layout of a source is kept")
+		})
+	}
+}

@@ -1,0 +1,279 @@
+package msg
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
+	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
+	"github.com/distbuf/distbuf/packing"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests run on the allocators DISTBUF_BACKEND names: "host" (host
+// memory only), "cuda" (the real CUDA runtime, which must load), or, unset,
+// the host backend and the CUDA backend, on the real runtime when
+// DISTBUF_REQUIRE_GPU=1 and otherwise on the fake libcudart of
+// internal/cudart (host memory behind the CUDA API, built with gcc in
+// TestMain), so the staged device path runs on machines without a GPU.
+var fakeCUDA struct {
+	path string // the built fake library; "" when not used
+	why  string // why there is no CUDA variant, if there is none
+}
+
+func requireGPU() bool { return os.Getenv("DISTBUF_REQUIRE_GPU") == "1" }
+
+// setupCUDA decides, once per test binary, which CUDA runtime the device
+// variants use. It returns a cleanup function.
+func setupCUDA() func() {
+	nothing := func() {}
+	switch b := os.Getenv("DISTBUF_BACKEND"); {
+	case b == "host":
+		fakeCUDA.why = "DISTBUF_BACKEND=host"
+		return nothing
+	case b == "cuda" || requireGPU():
+		return nothing // the real runtime
+	}
+	src, err := cudarttest.FindSource()
+	if err != nil {
+		fakeCUDA.why = "fake libcudart source not found: " + err.Error()
+		return nothing
+	}
+	dir, err := os.MkdirTemp("", "msgfakecuda")
+	if err != nil {
+		fakeCUDA.why = err.Error()
+		return nothing
+	}
+	out := filepath.Join(dir, "libcudart-fake.so")
+	if msg, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", out, src, "-lpthread").CombinedOutput(); err != nil {
+		fakeCUDA.why = fmt.Sprintf("gcc: %v: %s", err, msg)
+		return func() { _ = os.RemoveAll(dir) }
+	}
+	fakeCUDA.path = out
+	_ = os.Setenv(cudart.EnvCUDART, out)
+	return func() { _ = os.RemoveAll(dir) }
+}
+
+// variant is one way of running the exchange tests: an allocator and the
+// options that pick a transport.
+type variant struct {
+	name  string
+	kind  devalloc.Backend
+	aware bool // device memory handed to MPI directly (DISTBUF_MPI_CUDA_AWARE=1)
+}
+
+// variants lists the variants this binary runs. The CUDA-aware one runs
+// only on the fake runtime (whose device memory is host memory, so any MPI
+// can move it) or with an MPI that says it is CUDA-aware.
+func variants(t *testing.T) []variant {
+	out := []variant{}
+	if os.Getenv("DISTBUF_BACKEND") != "cuda" {
+		out = append(out, variant{name: "host", kind: devalloc.BackendHost})
+	}
+	if os.Getenv("DISTBUF_BACKEND") == "host" {
+		return out
+	}
+	if fakeCUDA.path == "" && fakeCUDA.why != "" {
+		t.Logf("no CUDA variant: %s", fakeCUDA.why)
+		return out
+	}
+	out = append(out, variant{name: "cuda-staged", kind: devalloc.BackendCUDA})
+	aware, _ := cluster.CUDAAware()
+	if mpiBuild && (fakeCUDA.path != "" || aware) {
+		out = append(out, variant{name: "cuda-aware", kind: devalloc.BackendCUDA, aware: true})
+	}
+	return out
+}
+
+// open opens the variant's allocator (skipping, or failing under
+// DISTBUF_REQUIRE_GPU=1, when CUDA does not open) and sets the environment
+// the variant needs for the test's duration.
+func (v variant) open(t *testing.T) *devalloc.Allocator {
+	t.Helper()
+	if v.kind == devalloc.BackendCUDA {
+		aware := "0"
+		if v.aware {
+			aware = "1"
+		}
+		t.Setenv(cluster.EnvCUDAAware, aware)
+	}
+	a, err := devalloc.Open(devalloc.Options{Backend: v.kind, Config: &devalloc.Config{}, Warn: func(m string) { t.Log(m) }})
+	if err != nil {
+		if v.kind == devalloc.BackendCUDA && requireGPU() {
+			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but the CUDA backend does not open: %v", err)
+		}
+		t.Skipf("%s: %v", v.name, err)
+	}
+	t.Cleanup(func() {
+		require.NoError(t, a.Sync())
+		require.NoError(t, a.Close(), "no buffer may leak")
+	})
+	return a
+}
+
+// world is the communicator of the tests.
+func world(t *testing.T) *cluster.Comm {
+	t.Helper()
+	c, err := cluster.World()
+	require.NoError(t, err)
+	return c
+}
+
+// newExchanger makes an exchanger closed at the end of the test.
+func newExchanger(t *testing.T, o Options) *Exchanger {
+	t.Helper()
+	x, err := New(o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, x.Close()) })
+	return x
+}
+
+// traffic describes the blocks of a test exchange: which (source,
+// destination) pairs talk, and how many blocks of which shapes. Both sides
+// derive the same blocks from it, so a receiver knows what it must get.
+type traffic struct {
+	seed      uint64
+	density   float64 // probability that a pair of ranks talks (self included)
+	maxBlocks int     // blocks per pair: 1..maxBlocks
+	dims      []int   // rows and cols are drawn from these
+	dtypes    []packing.DType
+	iter      uint64 // changes the contents (not the layout) between exchanges
+	selfOnly  bool   // every rank talks to itself only
+}
+
+func (tr traffic) pairRNG(src, dest int) *rand.Rand {
+	return rand.New(rand.NewPCG(tr.seed, uint64(src)<<32|uint64(dest)))
+}
+
+// blocks are the blocks src sends to dest, in list order.
+func (tr traffic) blocks(src, dest int) []packing.Desc {
+	rng := tr.pairRNG(src, dest)
+	if rng.Float64() >= tr.density || (tr.selfOnly && src != dest) {
+		return nil
+	}
+	n := 1 + rng.IntN(tr.maxBlocks)
+	out := make([]packing.Desc, n)
+	for k := range out {
+		out[k] = packing.Desc{
+			ID:    uint64(dest)<<40 | uint64(rng.IntN(1<<20))<<20 | uint64(k), // unique, not in order
+			DType: tr.dtypes[rng.IntN(len(tr.dtypes))],
+			Rows:  tr.dims[rng.IntN(len(tr.dims))],
+			Cols:  tr.dims[rng.IntN(len(tr.dims))],
+			Dest:  dest,
+		}
+	}
+	return out
+}
+
+// content is the bytes of block id sent from src, for this iteration.
+func (tr traffic) content(src int, id uint64, n int64) []byte {
+	b := make([]byte, n)
+	x := tr.seed ^ uint64(src)*0x9E3779B97F4A7C15 ^ id*0xBF58476D1CE4E5B9 ^ tr.iter*0x94D049BB133111EB
+	for i := range b {
+		if i%8 == 0 {
+			x ^= x >> 31
+			x *= 0xD6E8FEB86689B347
+			x ^= x >> 29
+		}
+		b[i] = byte(x >> (8 * (i % 8)))
+	}
+	return b
+}
+
+// plan lays out everything rank sends.
+func (tr traffic) plan(t testing.TB, rank, size int) *packing.Plan {
+	var descs []packing.Desc
+	for d := range size {
+		descs = append(descs, tr.blocks(rank, d)...)
+	}
+	p, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	return p
+}
+
+// fill writes the iteration's contents into the send buffers, in the order
+// of s.
+func (tr traffic) fill(t testing.TB, s *devalloc.Stream, rank int, bufs []*packing.Coalesced) {
+	for _, c := range bufs {
+		src := make([][]byte, c.Len())
+		for k, v := range c.All() {
+			src[k] = tr.content(rank, v.ID(), v.Bytes())
+		}
+		require.NoError(t, packing.PackHost(s, c, src))
+	}
+}
+
+// verify checks every block every source sent, byte for byte.
+func (tr traffic) verify(t testing.TB, s *devalloc.Stream, rank, size int, r *Received) {
+	t.Helper()
+	for src := range size {
+		want := tr.blocks(src, rank)
+		c := r.From(src)
+		if len(want) == 0 {
+			require.Nil(t, c, "rank %d sent nothing to %d, yet a buffer came", src, rank)
+			continue
+		}
+		require.NotNil(t, c, "nothing received from rank %d", src)
+		require.Equal(t, len(want), c.Len(), "blocks from rank %d", src)
+		got := readBlocks(t, s, c)
+		for _, v := range c.All() {
+			require.Zero(t, v.Offset()%v.DType().Size(), "element alignment")
+		}
+		for _, d := range want {
+			v, err := c.Lookup(d.ID)
+			require.NoError(t, err, "block %d from rank %d", d.ID, src)
+			require.Equal(t, d.DType, v.DType())
+			require.Equal(t, d.Rows, v.Rows())
+			require.Equal(t, d.Cols, v.Cols())
+			if b := got[d.ID]; string(b) != string(tr.content(src, d.ID, d.Bytes())) {
+				t.Fatalf("rank %d: block %d from rank %d differs", rank, d.ID, src)
+			}
+		}
+	}
+}
+
+// readBlocks reads a buffer's blocks back to the host, by id, once the
+// work the ledger says comes first has run. Device memory is copied to
+// pinned memory by the stream (not by a host function writing Go memory,
+// which the race detector cannot see ordered by a CUDA synchronisation).
+func readBlocks(t testing.TB, s *devalloc.Stream, c *packing.Coalesced) map[uint64][]byte {
+	t.Helper()
+	buf := c.Buffer()
+	src, off := buf, c.Start()
+	if !c.Location().HostAccessible() {
+		pin, err := buf.Allocator().AllocPinned(max(c.Size(), 1), s)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, pin.Free()) }()
+		require.NoError(t, s.Copy(pin, 0, buf, c.Start(), c.Size()))
+		src, off = pin, 0
+	}
+	h, err := src.Hold(devalloc.Read)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, h.Release()) }()
+	require.NoError(t, h.Wait())
+	mem, err := src.Bytes()
+	require.NoError(t, err)
+	out := make(map[uint64][]byte, c.Len())
+	for _, v := range c.All() {
+		o := off + v.Offset()
+		out[v.ID()] = append([]byte(nil), mem[o:o+v.Bytes()]...)
+	}
+	return out
+}
+
+// wireErrorOf extracts the WireError of err, failing when there is none.
+func wireErrorOf(t *testing.T, err error) *WireError {
+	t.Helper()
+	var w *WireError
+	require.True(t, errors.As(err, &w), "want a *WireError, got %v", err)
+	return w
+}
+
+func worldB() (*cluster.Comm, error) { return cluster.World() }

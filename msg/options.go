@@ -1,0 +1,139 @@
+package msg
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+)
+
+// Defaults of Options.
+const (
+	// DefaultTag is the MPI tag of exchange messages when Options.Tag is 0.
+	// It is below 32767, the smallest MPI_TAG_UB the MPI standard allows.
+	DefaultTag = 0x4442 // "DB"
+	// DefaultWindow bounds the outstanding receive requests, and separately
+	// the outstanding send requests, of one exchange.
+	DefaultWindow = 32
+	// DefaultChunkBytes is the size of the MPI messages a large logical
+	// message is cut into (docs/WIRE.md, "Transport").
+	DefaultChunkBytes = 4 << 20
+	// MinChunkBytes is the smallest chunk size accepted.
+	MinChunkBytes = 64 << 10
+
+	maxChunk = math.MaxInt64 // no chunking
+)
+
+// Environment variables read by New when the matching option is zero.
+const (
+	// EnvChunk sets the chunk size, e.g. "8MiB", or "off" for no chunking.
+	EnvChunk = "DISTBUF_MSG_CHUNK"
+	// EnvWindow sets the request window, e.g. "16".
+	EnvWindow = "DISTBUF_MSG_WINDOW"
+)
+
+// Transport says how device memory travels. Host-accessible memory always
+// goes to MPI directly.
+type Transport int
+
+const (
+	// TransportAuto hands device memory to MPI directly when
+	// cluster.CUDAAware reports true, and stages it through pinned host
+	// memory otherwise.
+	TransportAuto Transport = iota
+	// TransportStaged always stages device memory through pinned host
+	// memory, even with a CUDA-aware MPI (for measurements, or an MPI whose
+	// device path is slower than staging).
+	TransportStaged
+)
+
+func (t Transport) String() string {
+	switch t {
+	case TransportAuto:
+		return "auto"
+	case TransportStaged:
+		return "staged"
+	}
+	return fmt.Sprintf("Transport(%d)", int(t))
+}
+
+// Options configures an Exchanger. Comm and Alloc are required; the rest
+// has defaults. Tag and the chunk size must be the same on every rank (New
+// checks).
+type Options struct {
+	Comm  *cluster.Comm
+	Alloc *devalloc.Allocator
+	// Tag is the MPI tag of every message of the exchanger's exchanges; 0
+	// means DefaultTag. Exchangers sharing a communicator need distinct tags.
+	Tag int
+	// Window bounds the outstanding receive requests, and separately the
+	// outstanding send requests; 0 means EnvWindow, else DefaultWindow.
+	Window int
+	// ChunkBytes is the size of the MPI messages a logical message larger
+	// than it is cut into, so that staging copies overlap the transfer. 0
+	// means EnvChunk, else DefaultChunkBytes; negative means never cut.
+	ChunkBytes int64
+	// PayloadChecksum adds a CRC-32C of the payload to every message and
+	// checks it on receipt. On device memory without staging it costs a
+	// copy of the payload to the host on both sides.
+	PayloadChecksum bool
+	// Transport chooses between direct and staged device transfers.
+	Transport Transport
+	// SelfViaMPI sends a rank's message to itself through MPI like any
+	// other. By default it is one stream-ordered copy, without MPI.
+	SelfViaMPI bool
+}
+
+func (o Options) resolve() (Options, int64, error) {
+	if o.Comm == nil || o.Alloc == nil {
+		return o, 0, fmt.Errorf("msg: Options.Comm and Options.Alloc are required: %w", ErrInvalid)
+	}
+	if o.Tag == 0 {
+		o.Tag = DefaultTag
+	}
+	maxTag, err := cluster.MaxTag()
+	if err != nil {
+		return o, 0, fmt.Errorf("msg: %w", err)
+	}
+	if o.Tag < 0 || o.Tag > maxTag {
+		return o, 0, fmt.Errorf("msg: Options.Tag %d outside 0..%d: %w", o.Tag, maxTag, ErrInvalid)
+	}
+	if o.Window == 0 {
+		o.Window = DefaultWindow
+		if v, ok := os.LookupEnv(EnvWindow); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 1 {
+				return o, 0, fmt.Errorf("msg: %s=%q: want a positive number of requests: %w", EnvWindow, v, ErrInvalid)
+			}
+			o.Window = n
+		}
+	}
+	if o.Window < 1 {
+		return o, 0, fmt.Errorf("msg: Options.Window %d: want at least 1: %w", o.Window, ErrInvalid)
+	}
+	chunk := o.ChunkBytes
+	if chunk == 0 {
+		chunk = DefaultChunkBytes
+		if v, ok := os.LookupEnv(EnvChunk); ok {
+			if strings.TrimSpace(v) == "off" {
+				chunk = -1
+			} else if chunk, err = devalloc.ParseBytes(v); err != nil {
+				return o, 0, fmt.Errorf("msg: %s=%q: %w: %w", EnvChunk, v, ErrInvalid, err)
+			}
+		}
+	}
+	if chunk < 0 {
+		chunk = maxChunk
+	}
+	if chunk < MinChunkBytes {
+		return o, 0, fmt.Errorf("msg: chunk size %d: want at least %d bytes, or negative for none: %w", chunk, MinChunkBytes, ErrInvalid)
+	}
+	if o.Transport != TransportAuto && o.Transport != TransportStaged {
+		return o, 0, fmt.Errorf("msg: Options.Transport %v: %w", o.Transport, ErrInvalid)
+	}
+	return o, chunk, nil
+}

@@ -1,0 +1,343 @@
+package msg
+
+import (
+	"fmt"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+)
+
+// span is a chunk of a logical message: bytes [off, off+n).
+type span struct{ off, n int64 }
+
+// chunkSpans cuts a message of size bytes into the MPI messages it travels
+// as (docs/WIRE.md, "Transport"): ceil(size/chunk) pieces, all but the last
+// chunk bytes long.
+func chunkSpans(size, chunk int64) []span {
+	k := (size-1)/chunk + 1
+	out := make([]span, k)
+	for i := range out {
+		off := int64(i) * chunk
+		out[i] = span{off, min(chunk, size-off)}
+	}
+	return out
+}
+
+// header is the header of a message from this rank to dest in this exchange.
+func (e *exchange) header(dest int) Header {
+	return Header{Source: int32(e.x.rank), Dest: int32(dest), Tag: int32(e.x.o.Tag), Epoch: e.epoch}
+}
+
+func (e *exchange) outErr(dest int, field string, err error) error {
+	return fmt.Errorf("msg: message to rank %d tag %d: %s: %w", dest, e.x.o.Tag, field, err)
+}
+
+// prepareOut writes the manifest and readies the chunks of m for posting:
+// in place before the blocks for host memory and for device memory handed
+// to a CUDA-aware MPI, or into pinned staging chunks otherwise.
+func (e *exchange) prepareOut(m *outMsg) error {
+	loc := m.c.Location()
+	switch {
+	case loc.HostAccessible():
+		return e.prepareInPlace(m, false)
+	case e.aware:
+		return e.prepareInPlace(m, true)
+	}
+	return e.prepareStaged(m)
+}
+
+// prepareInPlace writes the manifest into the room before the blocks and
+// takes the read hold the requests keep until they complete.
+func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
+	x, c := e.x, m.c
+	buf := c.Buffer()
+	p, start, l := int64(m.man.payloadOffset()), c.Start(), c.Size()
+	if start < p {
+		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend): %w", start, p, ErrInvalid))
+	}
+	h := e.header(m.dest)
+	if device {
+		if x.o.PayloadChecksum {
+			err := readDevice(x.a, x.sendS, buf, start, l, func(b []byte) error {
+				h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(b)
+				return nil
+			})
+			if err != nil {
+				return e.outErr(m.dest, "payload_checksum", err)
+			}
+		}
+		scratch, err := x.a.AllocPinned(p, x.sendS)
+		if err != nil {
+			return e.outErr(m.dest, "manifest", err)
+		}
+		mem, err := scratch.Bytes()
+		if err == nil {
+			m.man.encodeInto(mem, h)
+			err = x.sendS.Copy(buf, start-p, scratch, 0, p)
+		}
+		if ferr := scratch.Free(); err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return e.outErr(m.dest, "manifest", err)
+		}
+	} else {
+		// The manifest is written from this goroutine, after the work
+		// the buffer's ledger says must come first.
+		wh, err := buf.Hold(devalloc.Write)
+		if err != nil {
+			return e.outErr(m.dest, "manifest", err)
+		}
+		err = wh.Wait()
+		var mem []byte
+		if err == nil {
+			mem, err = buf.Bytes()
+		}
+		if err == nil {
+			wire := mem[start-p : start+l]
+			if x.o.PayloadChecksum {
+				h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(wire[p:])
+			}
+			m.man.encodeInto(wire, h)
+			if x.hooks.mangle != nil {
+				x.hooks.mangle(m.dest, wire)
+			}
+		}
+		if rerr := wh.Release(); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return e.outErr(m.dest, "manifest", err)
+		}
+	}
+	rh, err := buf.Hold(devalloc.Read)
+	if err != nil {
+		return e.outErr(m.dest, "payload", err)
+	}
+	if err := rh.Wait(); err != nil {
+		_ = rh.Release()
+		return e.outErr(m.dest, "payload", err)
+	}
+	spans := chunkSpans(m.size, x.chunk)
+	m.share = newShared(rh, len(spans))
+	m.chunks = make([]outChunk, len(spans))
+	for i, sp := range spans {
+		m.chunks[i] = outChunk{off: sp.off, n: sp.n, mem: cluster.Sub(buf, start-p+sp.off, sp.n)}
+	}
+	return nil
+}
+
+// prepareStaged copies the message into pinned chunks: the manifest from
+// the host, the blocks by one device-to-host copy per chunk on the send
+// stream, each followed by an event that tells when the chunk may be sent.
+// With the payload checksum on, the manifest needs the whole payload first,
+// so every copy completes before the first chunk is sent.
+func (e *exchange) prepareStaged(m *outMsg) (err error) {
+	x, c := e.x, m.c
+	p, start := int64(m.man.payloadOffset()), c.Start()
+	spans := chunkSpans(m.size, x.chunk)
+	m.chunks = make([]outChunk, len(spans))
+	defer func() {
+		if err != nil {
+			m.release()
+		}
+	}()
+	for i, sp := range spans {
+		cb, err := x.a.AllocPinned(sp.n, x.sendS)
+		if err != nil {
+			return e.outErr(m.dest, "staging", err)
+		}
+		m.chunks[i] = outChunk{off: sp.off, n: sp.n, mem: cb, buf: cb}
+	}
+	man := make([]byte, p)
+	h := e.header(m.dest)
+	writeManifest := func() error {
+		m.man.encodeInto(man, h)
+		for i := range m.chunks {
+			ch := &m.chunks[i]
+			if ch.off >= p {
+				break
+			}
+			mem, err := ch.buf.Bytes()
+			if err != nil {
+				return err
+			}
+			// A pinned block leaves the pool only once every earlier use of
+			// it has completed, and the copies below write other bytes.
+			copy(mem, man[ch.off:min(ch.off+ch.n, p)])
+		}
+		return nil
+	}
+	if !x.o.PayloadChecksum {
+		if err := writeManifest(); err != nil {
+			return e.outErr(m.dest, "manifest", err)
+		}
+	}
+	for i := range m.chunks {
+		ch := &m.chunks[i]
+		if end := ch.off + ch.n; end > p {
+			from := max(ch.off, p)
+			if err := x.sendS.Copy(ch.buf, from-ch.off, c.Buffer(), start+from-p, end-from); err != nil {
+				return e.outErr(m.dest, "staging", err)
+			}
+			x.stats.BytesStaged += end - from
+		}
+		if ch.ready, err = x.sendS.Record(); err != nil {
+			return e.outErr(m.dest, "staging", err)
+		}
+	}
+	if x.o.PayloadChecksum {
+		if err := m.chunks[len(m.chunks)-1].ready.Wait(); err != nil {
+			return e.outErr(m.dest, "staging", err)
+		}
+		var sum uint32
+		for i := range m.chunks {
+			ch := &m.chunks[i]
+			if ch.off+ch.n <= p {
+				continue
+			}
+			mem, err := ch.buf.Bytes()
+			if err != nil {
+				return e.outErr(m.dest, "payload_checksum", err)
+			}
+			sum = crcUpdate(sum, mem[max(p-ch.off, 0):])
+		}
+		h.HasPayloadChecksum, h.PayloadChecksum = true, sum
+		if err := writeManifest(); err != nil {
+			return e.outErr(m.dest, "manifest", err)
+		}
+	}
+	return nil
+}
+
+// newAbort makes the abort notice that replaces an announced message of
+// size bytes to dest: the notice in the first chunk, empty messages for the
+// others, so the receiver's requests all complete.
+func (e *exchange) newAbort(dest, step int, size int64) *outMsg {
+	notice := make([]byte, AbortSize)
+	h := e.header(dest)
+	_ = EncodeAbort(notice, h) // cannot fail: no entries, and the buffer is large enough
+	spans := chunkSpans(size, e.x.chunk)
+	m := &outMsg{dest: dest, step: step, abort: true, size: size, chunks: make([]outChunk, len(spans))}
+	for i := range m.chunks {
+		var b []byte
+		if i == 0 {
+			b = notice
+		}
+		pin := cluster.PinBytes(b)
+		m.chunks[i] = outChunk{mem: pin, pin: pin}
+	}
+	e.x.stats.Aborts++
+	return m
+}
+
+// release frees what the chunks not yet posted hold: called when a message
+// will not be (fully) sent.
+func (m *outMsg) release() {
+	for i := range m.chunks {
+		ch := &m.chunks[i]
+		if ch.posted {
+			continue
+		}
+		ch.posted = true
+		if ch.ready != nil {
+			_ = ch.ready.Release()
+		}
+		if ch.buf != nil {
+			_ = ch.buf.Free()
+		}
+		if ch.pin != nil {
+			_ = ch.pin.Release()
+		}
+		if m.share != nil {
+			_ = m.share.Release()
+		}
+	}
+}
+
+// readDevice copies n bytes of buf from off to pinned memory on s and hands
+// them to fn once the copy is done.
+func readDevice(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer, off, n int64, fn func([]byte) error) error {
+	if n == 0 {
+		return fn(nil)
+	}
+	pin, err := a.AllocPinned(n, s)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pin.Free() }()
+	if err := s.Copy(pin, 0, buf, off, n); err != nil {
+		return err
+	}
+	h, err := pin.Hold(devalloc.Read)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = h.Release() }()
+	if err := h.Wait(); err != nil {
+		return err
+	}
+	mem, err := pin.Bytes()
+	if err != nil {
+		return err
+	}
+	return fn(mem)
+}
+
+// copyToSelf delivers this rank's message to itself without MPI: the
+// manifest and one stream-ordered copy of the blocks into a pooled buffer
+// laid out like a received message.
+func (e *exchange) copyToSelf(m *outMsg) {
+	x, c := e.x, m.c
+	p, l := int64(m.man.payloadOffset()), c.Size()
+	in := &inMsg{src: x.rank, size: m.size, local: true}
+	e.selfIn = in
+	buf, err := x.a.Alloc(m.size, x.recvS)
+	if err != nil {
+		e.fail(e.outErr(x.rank, "receive buffer", err))
+		return
+	}
+	man := make([]byte, p)
+	m.man.encodeInto(man, e.header(x.rank))
+	if buf.Location().HostAccessible() {
+		var w *devalloc.Access
+		var mem []byte
+		if w, err = buf.Write(x.recvS); err == nil {
+			if mem, err = buf.Bytes(); err == nil {
+				err = x.recvS.Enqueue(func() error { copy(mem, man); return nil })
+			}
+			if derr := w.Done(); err == nil {
+				err = derr
+			}
+		}
+	} else {
+		var scratch *devalloc.Buffer
+		if scratch, err = x.a.AllocPinned(p, x.recvS); err == nil {
+			var mem []byte
+			if mem, err = scratch.Bytes(); err == nil {
+				copy(mem, man)
+				err = x.recvS.Copy(buf, 0, scratch, 0, p)
+			}
+			if ferr := scratch.Free(); err == nil {
+				err = ferr
+			}
+		}
+	}
+	if err == nil {
+		err = x.recvS.Copy(buf, p, c.Buffer(), c.Start(), l)
+	}
+	if err != nil {
+		_ = buf.Free()
+		e.fail(e.outErr(x.rank, "self copy", err))
+		return
+	}
+	in.buf = buf
+	x.stats.SelfCopies++
+	plan, _, err := e.accept(in, man, uint64(m.size))
+	if err != nil {
+		_ = buf.Free()
+		e.fail(err)
+		return
+	}
+	e.wrapResult(in, plan, p)
+}

@@ -1,0 +1,180 @@
+package msg
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+)
+
+// SendPrefix is the room AllocSend reserves before the blocks of group g of
+// p: the group's manifest (PayloadOffset of its block count) rounded up to
+// the plan's alignment, so the blocks keep their alignment in memory.
+func SendPrefix(p *packing.Plan, g int) (int64, error) {
+	if p == nil {
+		return 0, fmt.Errorf("msg: send prefix: nil plan: %w", ErrInvalid)
+	}
+	groups := p.Groups()
+	if g < 0 || g >= len(groups) {
+		return 0, fmt.Errorf("msg: send prefix: group %d of %d: %w", g, len(groups), ErrInvalid)
+	}
+	align := max(p.Options().Align, 16)
+	pre := int64(PayloadOffset(groups[g].Blocks))
+	return (pre + align - 1) / align * align, nil
+}
+
+// AllocSend allocates the send buffers of plan p, one per destination
+// group in the order of p.Groups, each with room for its manifest before
+// the blocks (packing.AllocPrefixed): the buffer holding the blocks is then
+// the whole message, and sending it copies nothing. Fill the views in the
+// order of s (or declare the work with Read/Write), then pass the buffers
+// to Exchange. They stay the caller's: free them, or refill them for the
+// next exchange.
+func AllocSend(a *devalloc.Allocator, p *packing.Plan, s *devalloc.Stream) ([]*packing.Coalesced, error) {
+	if a == nil || p == nil {
+		return nil, fmt.Errorf("msg: alloc send: nil allocator or plan: %w", ErrInvalid)
+	}
+	out := make([]*packing.Coalesced, 0, len(p.Groups()))
+	for g := range p.Groups() {
+		pre, err := SendPrefix(p, g)
+		if err == nil {
+			var c *packing.Coalesced
+			if c, err = packing.AllocPrefixed(a, p, g, pre, s); err == nil {
+				out = append(out, c)
+				continue
+			}
+		}
+		for _, c := range out {
+			_ = c.Free()
+		}
+		return nil, fmt.Errorf("msg: alloc send: %w", err)
+	}
+	return out, nil
+}
+
+// outManifest is a send buffer's manifest, encoded once per layout: the
+// entries in offset order, and what the header needs.
+type outManifest struct {
+	plan       *packing.Plan
+	group      int
+	count      int
+	dtype      DType
+	payloadLen uint64
+	entries    []byte // count*EntrySize bytes
+}
+
+// buildManifest lists c's blocks in offset order, as the wire format wants.
+// A NewPlan layout lists each shape class in one run and classes one after
+// another, so the entries go to their places without a sort; other layouts
+// are sorted.
+func buildManifest(c *packing.Coalesced) (*outManifest, error) {
+	p := c.Plan()
+	n := c.Len()
+	entries := make([]Entry, n)
+	classes := p.Classes()
+	first := make(map[int]int) // class -> index of its first entry
+	regular := true
+	next := 0
+	for _, ci := range p.Groups()[c.Group()].Classes {
+		cl := classes[ci]
+		regular = regular && cl.Regular && cl.Stride > 0
+		first[ci] = next
+		next += cl.Count
+	}
+	common, mixed := DType(0), false
+	for k, v := range c.All() {
+		e := Entry{ID: v.ID(), Offset: uint64(v.Offset()), Rows: uint32(v.Rows()), Cols: uint32(v.Cols()), DType: DType(v.DType())}
+		if k == 0 {
+			common = e.DType
+		} else if e.DType != common {
+			mixed = true
+		}
+		pos := k
+		if regular {
+			ci := p.Class(v.PlanIndex())
+			cl := &classes[ci]
+			pos = first[ci] + int((v.Offset()-cl.Offset)/cl.Stride)
+		}
+		entries[pos] = e
+	}
+	if !slices.IsSortedFunc(entries, byOffset) {
+		slices.SortFunc(entries, byOffset)
+	}
+	h := Header{DType: common, PayloadLen: uint64(c.Size())}
+	if mixed || n == 0 {
+		h.DType = Mixed
+	}
+	if err := validateEntries(h, entries, -1, -1); err != nil {
+		return nil, fmt.Errorf("msg: the layout of the send buffer for rank %d cannot be described: %w", c.Dest(), err)
+	}
+	m := &outManifest{plan: p, group: c.Group(), count: n, dtype: h.DType, payloadLen: h.PayloadLen, entries: make([]byte, n*EntrySize)}
+	encodeEntries(m.entries, entries)
+	return m, nil
+}
+
+func byOffset(a, b Entry) int {
+	switch {
+	case a.Offset < b.Offset:
+		return -1
+	case a.Offset > b.Offset:
+		return 1
+	}
+	return 0
+}
+
+// encodeInto writes the whole manifest (header, entries, zero padding) into
+// dst, which holds at least payloadOffset bytes.
+func (m *outManifest) encodeInto(dst []byte, h Header) {
+	h.DType, h.PayloadLen = m.dtype, m.payloadLen
+	end := HeaderSize + len(m.entries)
+	copy(dst[HeaderSize:end], m.entries)
+	clear(dst[end:PayloadOffset(m.count)])
+	sealHeader(dst, h, dst[HeaderSize:end])
+}
+
+func (m *outManifest) payloadOffset() uint64 { return PayloadOffset(m.count) }
+
+// outMsg is one logical message this rank sends in an exchange.
+type outMsg struct {
+	dest  int
+	step  int
+	c     *packing.Coalesced // nil for an abort notice
+	man   *outManifest
+	size  int64 // bytes on the wire
+	abort bool
+
+	chunks []outChunk
+	share  *sharedRelease // direct: the buffer's read hold, shared by the chunks
+}
+
+type outChunk struct {
+	off, n int64
+	mem    cluster.Memory
+	ready  *devalloc.Event      // staged: the copy into the pinned chunk is done
+	buf    *devalloc.Buffer     // staged: the pinned chunk, freed once posted
+	pin    *cluster.PinnedBytes // abort notice and empty messages
+	posted bool
+}
+
+// sharedRelease releases what it wraps when the last of its n users has
+// released it: one buffer hold shared by the requests of a chunked message.
+type sharedRelease struct {
+	r    cluster.Releaser
+	left atomic.Int32
+}
+
+func newShared(r cluster.Releaser, n int) *sharedRelease {
+	s := &sharedRelease{r: r}
+	s.left.Store(int32(n))
+	return s
+}
+
+func (s *sharedRelease) Release() error {
+	if s.left.Add(-1) == 0 {
+		return s.r.Release()
+	}
+	return nil
+}
