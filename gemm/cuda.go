@@ -80,7 +80,7 @@ func (e *Engine) runCUDA(p *Plan, declare func(*devalloc.Buffer, bool) error) er
 		if err != nil {
 			return fmt.Errorf("gemm: %w", err)
 		}
-		bases[i] = addr
+		bases[i] = addr + uintptr(c.Start()) // view offsets count from the layout's start
 	}
 	var arrA, arrB, arrC uintptr
 	if p.needArr {

@@ -17,12 +17,13 @@ import (
 // parallelFlops is the work below which one goroutine runs a whole wave.
 const parallelFlops = 1 << 20
 
+// hostBase is where c's layout begins: view offsets count from there.
 func hostBase(c *packing.Coalesced) (unsafe.Pointer, error) {
 	mem, err := c.Buffer().Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("gemm: %w", err)
 	}
-	return unsafe.Pointer(unsafe.SliceData(mem)), nil
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(mem)), c.Start()), nil
 }
 
 // runHost enqueues the plan: one stream function per wave whose products

@@ -102,10 +102,16 @@ func randValue(rng *rand.Rand, dt packing.DType) complex128 {
 
 // makeOperand lays out descs, fills them with random values and packs them.
 func makeOperand(t *testing.T, s *devalloc.Stream, descs []packing.Desc, rng *rand.Rand) *operand {
+	return makeOperandAt(t, s, descs, rng, 0)
+}
+
+// makeOperandAt is makeOperand with the layout starting prefix bytes into
+// its buffer, as in a message buffer whose manifest comes first.
+func makeOperandAt(t *testing.T, s *devalloc.Stream, descs []packing.Desc, rng *rand.Rand, prefix int64) *operand {
 	t.Helper()
 	p, err := packing.NewPlan(descs, packing.Options{})
 	require.NoError(t, err)
-	c, err := packing.Alloc(s.Allocator(), p, s)
+	c, err := packing.AllocPrefixed(s.Allocator(), p, 0, prefix, s)
 	require.NoError(t, err)
 	op := &operand{c: c, desc: descs}
 	raw := make([][]byte, len(descs))
@@ -374,6 +380,41 @@ func TestSharedBuffer(t *testing.T) {
 			require.Equal(t, op.vals[0], got[0], "inputs untouched")
 			require.NoError(t, p.Close())
 			require.NoError(t, op.c.Free())
+		})
+	}
+}
+
+// Operands whose layouts start inside their buffers (a send buffer with its
+// manifest first) are addressed from the layout's start.
+func TestPrefixedOperands(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) {
+			a := bc.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			eng, err := NewEngine(s, EngineOptions{})
+			require.NoError(t, err)
+			defer eng.Close()
+			rng := rand.New(rand.NewPCG(78, 1))
+			A := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 4), rng, 256)
+			B := makeOperandAt(t, s, uniform(3, packing.Float64, 4, 6), rng, 512)
+			C := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 6), rng, 768)
+			pr := Problem{A: A.c, B: B.c, C: C.c, Alpha: 1.5, Beta: 0.25, Triples: []Triple{{0, 0, 0}, {1, 1, 1}, {2, 2, 2}}}
+			ref, mag := reference(pr, A, B, C)
+			for _, strategy := range []Strategy{Auto, Loop} {
+				if strategy == Loop { // run again from the original C
+					pr.Beta = 0
+					ref, mag = reference(pr, A, B, C)
+				}
+				p, err := NewPlan(pr, Options{Strategy: strategy})
+				require.NoError(t, err)
+				require.NoError(t, eng.Run(p))
+				checkResult(t, packing.Float64, C.read(t, s), ref, mag)
+				require.NoError(t, p.Close())
+			}
+			for _, op := range []*operand{A, B, C} {
+				require.NoError(t, op.c.Free())
+			}
 		})
 	}
 }

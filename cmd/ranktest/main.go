@@ -1,15 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"os"
-	"sort"
-	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -32,11 +27,11 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.backend, "backend", "auto", "memory backend: auto, cuda or host")
 	flag.StringVar(&cfg.policy, "policy", "retain", "pool retention policy: retain or free")
-	flag.IntVar(&cfg.iters, "iters", 20, "solve iterations")
+	flag.IntVar(&cfg.iters, "iters", 20, "solves per rank")
 	flag.Uint64Var(&cfg.seed, "seed", 1, "workload seed")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON summary object as the last line")
 	flag.StringVar(&cfg.bench, "bench", "", "run a benchmark instead of the workload: a name or all (one JSON line per result)")
-	flag.StringVar(&cfg.mode, "mode", "", "benchmark mode (default: every mode of the benchmark)")
+	flag.StringVar(&cfg.mode, "mode", "", "packed or perblock for the solve (default packed); a benchmark's mode with -bench (default: all)")
 	flag.IntVar(&cfg.blocks, "blocks", 0, "blocks per rank (0: the workload's or benchmark's default)")
 	flag.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
 	flag.Parse()
@@ -69,7 +64,7 @@ func mainErr(cfg config) (err error) {
 	if cfg.bench != "" {
 		return runBench(cfg, world, os.Stdout)
 	}
-	return run(cfg, os.Stdout)
+	return run(cfg, world, os.Stdout, os.Stderr)
 }
 
 func openAllocator(cfg config) (*devalloc.Allocator, error) {
@@ -89,88 +84,4 @@ func openAllocator(cfg config) (*devalloc.Allocator, error) {
 	}
 	conf.Policy = policy
 	return devalloc.Open(devalloc.Options{Backend: backend, Device: cfg.device, Config: &conf})
-}
-
-// summary is the -json line.
-type summary struct {
-	OK                    bool    `json:"ok"`
-	Backend               string  `json:"backend"`
-	Policy                string  `json:"policy"`
-	Iters                 int     `json:"iters"`
-	AllocCalls            int64   `json:"alloc_calls"`
-	BackendCalls          int64   `json:"backend_calls"`
-	MedianCycleUS         float64 `json:"median_cycle_us"`
-	PoolReservedPeakBytes int64   `json:"pool_reserved_peak_bytes"`
-	RequestedPeakBytes    int64   `json:"requested_peak_bytes"`
-}
-
-// run performs an allocation cycle shaped like a two-site solve: a few large
-// buffers and many tiny blocks, each allocated, touched and freed.
-func run(cfg config, out io.Writer) (err error) {
-	if cfg.iters <= 0 {
-		return fmt.Errorf("-iters must be positive, got %d", cfg.iters)
-	}
-	a, err := openAllocator(cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, a.Close()) }()
-	s := a.DefaultStream()
-	rng := rand.New(rand.NewPCG(cfg.seed, 0))
-	cycles := make([]float64, 0, cfg.iters)
-	for range cfg.iters {
-		start := time.Now()
-		var bufs []*devalloc.Buffer
-		for range 4 {
-			bufs = append(bufs, nil)
-			n := int64(1+rng.IntN(4)) << 20
-			if bufs[len(bufs)-1], err = a.Alloc(n, s); err != nil {
-				return err
-			}
-		}
-		for range 500 {
-			n := int64(64 << rng.IntN(8))
-			b, err := a.Alloc(n, s)
-			if err != nil {
-				return err
-			}
-			bufs = append(bufs, b)
-		}
-		for _, b := range bufs {
-			if err := s.Memset(b, 0, b.Size(), 0); err != nil {
-				return err
-			}
-			if err := b.Free(); err != nil {
-				return err
-			}
-		}
-		if err := s.Synchronize(); err != nil {
-			return err
-		}
-		if err := a.EndPhase(); err != nil {
-			return err
-		}
-		cycles = append(cycles, float64(time.Since(start).Microseconds()))
-	}
-	st := a.Stats()
-	sort.Float64s(cycles)
-	sum := summary{
-		OK: true, Backend: a.Kind().String(), Policy: a.Policy().String(), Iters: cfg.iters,
-		AllocCalls: st.AllocCalls, BackendCalls: st.BackendCalls, MedianCycleUS: cycles[len(cycles)/2],
-		PoolReservedPeakBytes: st.ReservedPeak, RequestedPeakBytes: st.RequestedPeak,
-	}
-	fmt.Fprintf(out, "backend      %s (%s)\n", a.Kind(), a.Describe())
-	if r := a.FallbackReason(); r != "" {
-		fmt.Fprintf(out, "fallback     %s\n", r)
-	}
-	fmt.Fprintf(out, "policy       %s\n", a.Policy())
-	fmt.Fprintf(out, "iterations   %d, median cycle %.0f us\n", cfg.iters, sum.MedianCycleUS)
-	fmt.Fprintf(out, "allocs       %d (backend calls %d, frees %d)\n", st.AllocCalls, st.BackendCalls, st.Frees)
-	fmt.Fprintf(out, "requested    peak %s, total %s\n", devalloc.FormatBytes(st.RequestedPeak), devalloc.FormatBytes(st.RequestedTotal))
-	fmt.Fprintf(out, "reserved     now %s, peak %s\n", devalloc.FormatBytes(st.ReservedCurrent), devalloc.FormatBytes(st.ReservedPeak))
-	if cfg.json {
-		line, _ := json.Marshal(sum)
-		fmt.Fprintln(out, string(line))
-	}
-	return nil
 }

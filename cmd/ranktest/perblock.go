@@ -1,0 +1,176 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/gemm"
+	"github.com/distbuf/distbuf/packing"
+)
+
+// perBlock is the baseline the packed solve is measured against: every block
+// is its own allocation (A, B and C each), its own host-to-device copy, its
+// own GEMM launch and its own MPI message.
+func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
+	if err := sv.perBlockPlans(); err != nil {
+		return err
+	}
+	maxTag, err := cluster.MaxTag()
+	if err != nil {
+		return err
+	}
+	if len(sv.specs) > maxTag {
+		return fmt.Errorf("-mode perblock tags each message with its block id: %d blocks exceed the MPI tag limit %d", len(sv.specs), maxTag)
+	}
+	var owned []*packing.Coalesced
+	var raw []*devalloc.Buffer
+	defer func() {
+		for _, c := range owned {
+			err = errors.Join(err, c.Free())
+		}
+		for _, b := range raw {
+			err = errors.Join(err, b.Free())
+		}
+	}()
+	alloc := func(p *packing.Plan) (*packing.Coalesced, error) {
+		c, err := packing.Alloc(sv.a, p, sv.s)
+		if err == nil {
+			owned = append(owned, c)
+		}
+		return c, err
+	}
+	start := time.Now()
+	alpha := alphaFor(iter)
+	device := sv.a.Kind().IsDevice()
+	cudaAware, _ := cluster.CUDAAware()
+
+	// Receives first: one message per incoming block, into host-accessible
+	// memory (pinned on a GPU).
+	recvs := make([]*devalloc.Buffer, len(sv.incoming))
+	var reqs []*cluster.Request
+	for i, in := range sv.incoming {
+		b, err := sv.a.AllocPinned(int64(in.sp.m*in.sp.n*8), sv.s)
+		if err != nil {
+			return err
+		}
+		raw = append(raw, b)
+		recvs[i] = b
+		r, err := sv.post(b, devalloc.Write, func() (*cluster.Request, error) { return sv.world.Irecv(b, in.src, int(in.id)) })
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+	}
+
+	offA, offB := sv.stageA.Buffer(), sv.stageB.Buffer()
+	for k, bp := range sv.blockPlans {
+		A, err := alloc(bp[0])
+		if err != nil {
+			return err
+		}
+		B, err := alloc(bp[1])
+		if err != nil {
+			return err
+		}
+		C, err := alloc(bp[2])
+		if err != nil {
+			return err
+		}
+		va, _ := sv.stageA.View(k)
+		vb, _ := sv.stageB.View(k)
+		if err := sv.s.Copy(A.Buffer(), 0, offA, va.Offset(), va.Bytes()); err != nil {
+			return err
+		}
+		if err := sv.s.Copy(B.Buffer(), 0, offB, vb.Offset(), vb.Bytes()); err != nil {
+			return err
+		}
+		gp, err := gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: complex(alpha, 0), Triples: []gemm.Triple{{}}}, gemm.Options{Strategy: gemm.Loop})
+		if err != nil {
+			return err
+		}
+		err = sv.eng.Run(gp)
+		st.gemmLaunches += int64(gp.Launches())
+		if err = errors.Join(err, gp.Close()); err != nil {
+			return err
+		}
+		send := C.Buffer()
+		if device && !cudaAware {
+			// One staging copy per message when MPI cannot read the GPU.
+			p, err := sv.a.AllocPinned(send.Size(), sv.s)
+			if err != nil {
+				return err
+			}
+			raw = append(raw, p)
+			if err := sv.s.Copy(p, 0, send, 0, send.Size()); err != nil {
+				return err
+			}
+			send = p
+		}
+		dest, n := sv.specs[k].dest, int64(sv.specs[k].m*sv.specs[k].n*8)
+		r, err := sv.post(send, devalloc.Read, func() (*cluster.Request, error) { return sv.world.Isend(cluster.Sub(send, 0, n), dest, k) })
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+		st.messages++
+		st.bytesMoved += n
+	}
+	if err := cluster.Waitall(reqs); err != nil {
+		return err
+	}
+	st.solveUS = since(start)
+
+	vstart := time.Now()
+	for i, in := range sv.incoming {
+		mem, err := recvs[i].Bytes()
+		if err != nil {
+			return err
+		}
+		sv.check(st, in.src, in.id, float64s(mem), iter)
+	}
+	st.verifyUS = since(vstart)
+	return nil
+}
+
+// post takes a hold of the given mode on b, waits for the stream work it
+// must follow, starts the request and attaches the hold to it, so b cannot
+// be released or reused before the request completes.
+func (sv *solver) post(b *devalloc.Buffer, mode devalloc.Mode, start func() (*cluster.Request, error)) (*cluster.Request, error) {
+	h, err := b.Hold(mode)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Wait(); err != nil {
+		return nil, errors.Join(err, h.Release())
+	}
+	r, err := start()
+	if err != nil {
+		return nil, errors.Join(err, h.Release())
+	}
+	if err := r.Attach(h); err != nil {
+		return nil, errors.Join(err, h.Release())
+	}
+	return r, nil
+}
+
+// perBlockPlans makes one single-block plan per operand and block, once.
+func (sv *solver) perBlockPlans() error {
+	if sv.blockPlans != nil {
+		return nil
+	}
+	sv.blockPlans = make([][3]*packing.Plan, len(sv.specs))
+	for k, sp := range sv.specs {
+		dims := [3][2]int{{sp.m, sp.k}, {sp.k, sp.n}, {sp.m, sp.n}}
+		for j, d := range dims {
+			p, err := packing.NewPlan([]packing.Desc{{ID: uint64(k), DType: packing.Float64, Rows: d[0], Cols: d[1]}}, packing.Options{})
+			if err != nil {
+				return err
+			}
+			sv.blockPlans[k][j] = p
+		}
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/distbuf/distbuf/packing"
+)
+
+// blockSpec is one contraction of a rank's synthetic solve: C (m x n) =
+// alpha * A (m x k) * B (k x n), after which C goes to rank dest.
+type blockSpec struct {
+	m, k, n int
+	dest    int
+}
+
+// workloadShape sets the synthetic sector spectrum: a DMRG two-site solve
+// at moderate bond dimension has a few large symmetry blocks and thousands
+// of tiny ones.
+type workloadShape struct {
+	blocks    int     // blocks per rank
+	largeFrac float64 // fraction of large blocks
+	largeMin  int     // large block dimensions, uniform in [largeMin, largeMax]
+	largeMax  int
+	tinyMax   int // tiny block dimensions, uniform in [1, tinyMax]
+}
+
+var defaultShape = workloadShape{blocks: 2000, largeFrac: 0.01, largeMin: 24, largeMax: 64, tinyMax: 8}
+
+// specsFor is the block list of rank src, the same on every rank: a
+// receiver regenerates the sender's operands from it to check the results.
+func specsFor(seed uint64, src, size int, sh workloadShape) []blockSpec {
+	rng := rand.New(rand.NewPCG(seed, uint64(src)+1))
+	out := make([]blockSpec, sh.blocks)
+	for i := range out {
+		dim := func() int { return 1 + rng.IntN(sh.tinyMax) }
+		if rng.Float64() < sh.largeFrac {
+			dim = func() int { return sh.largeMin + rng.IntN(sh.largeMax-sh.largeMin+1) }
+		}
+		out[i] = blockSpec{m: dim(), k: dim(), n: dim(), dest: rng.IntN(size)}
+	}
+	return out
+}
+
+// operand fills dst with the values of operand which (0: A, 1: B) of block
+// id of rank src: a cheap hash, so any rank can regenerate any block.
+func operand(dst []float64, seed uint64, src int, id uint64, which int) {
+	h := seed*0x9e3779b97f4a7c15 ^ uint64(src)<<48 ^ id<<8 ^ uint64(which)
+	for i := range dst {
+		x := h + uint64(i)*0xbf58476d1ce4e5b9
+		x ^= x >> 31
+		x *= 0x94d049bb133111eb
+		x ^= x >> 29
+		dst[i] = float64(x%2001)/1000 - 1 // in [-1, 1], exact in binary to 1e-3 steps
+	}
+}
+
+// reference computes A*B for block id of rank src by the textbook triple loop.
+func reference(seed uint64, src int, id uint64, sp blockSpec) []float64 {
+	a := make([]float64, sp.m*sp.k)
+	b := make([]float64, sp.k*sp.n)
+	operand(a, seed, src, id, 0)
+	operand(b, seed, src, id, 1)
+	c := make([]float64, sp.m*sp.n)
+	for i := range sp.m {
+		for j := range sp.n {
+			var sum float64
+			for l := range sp.k {
+				sum += a[i*sp.k+l] * b[l*sp.n+j]
+			}
+			c[i*sp.n+j] = sum
+		}
+	}
+	return c
+}
+
+// alphaFor varies the scale from solve to solve, so a stale result from an
+// earlier iteration cannot pass verification.
+func alphaFor(iter int) float64 { return float64(1 + iter%7) }
+
+// plans lays out A, B (one buffer each) and C (one buffer per destination).
+func plans(specs []blockSpec) (a, b, c *packing.Plan, err error) {
+	da := make([]packing.Desc, len(specs))
+	db := make([]packing.Desc, len(specs))
+	dc := make([]packing.Desc, len(specs))
+	for i, sp := range specs {
+		id := uint64(i)
+		da[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.k}
+		db[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.k, Cols: sp.n}
+		dc[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.n, Dest: sp.dest}
+	}
+	if a, err = packing.NewPlan(da, packing.Options{}); err != nil {
+		return
+	}
+	if b, err = packing.NewPlan(db, packing.Options{}); err != nil {
+		return
+	}
+	c, err = packing.NewPlan(dc, packing.Options{})
+	return
+}
+
+// verifyBlock compares a received block with alpha times the reference.
+func verifyBlock(got []float64, want []float64, alpha float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("has %d elements, want %d", len(got), len(want))
+	}
+	for i := range got {
+		w := alpha * want[i]
+		if d := math.Abs(got[i] - w); d > 1e-12*math.Max(1, math.Abs(w))*8 {
+			return fmt.Errorf("element %d is %v, want %v", i, got[i], w)
+		}
+	}
+	return nil
+}
