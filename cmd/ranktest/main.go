@@ -83,5 +83,8 @@ func openAllocator(cfg config) (*devalloc.Allocator, error) {
 		}
 	}
 	conf.Policy = policy
-	return devalloc.Open(devalloc.Options{Backend: backend, Device: cfg.device, Config: &conf})
+	// The fallback reason is printed once, by rank 0 (run's banner); the
+	// table counts ranks on another backend than rank 0's.
+	quiet := func(string) {}
+	return devalloc.Open(devalloc.Options{Backend: backend, Device: cfg.device, Config: &conf, Warn: quiet})
 }

@@ -146,7 +146,16 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		return err
 	}
 	failures := counts[4]
+	// Ranks may land on different backends (a node without a GPU, say).
+	lo64, hi64 := []int64{int64(a.Kind())}, []int64{int64(a.Kind())}
+	if err := errors.Join(world.AllreduceInt64(lo64, lo64, cluster.Min), world.AllreduceInt64(hi64, hi64, cluster.Max)); err != nil {
+		return err
+	}
 	if world.Rank() == 0 {
+		if lo64[0] != hi64[0] {
+			fmt.Fprintf(out, "ranktest: the ranks do not all run on the same backend (%s to %s): see each rank's devalloc.FallbackReason\n",
+				devalloc.Kind(lo64[0]), devalloc.Kind(hi64[0]))
+		}
 		ranks := float64(world.Size())
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "per rank\tmin\tmean\tmax\t")

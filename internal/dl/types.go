@@ -30,15 +30,24 @@ type NotFoundError struct {
 }
 
 func (e *NotFoundError) Error() string {
-	var parts []string
-	for i, c := range e.Candidates {
-		r := "not tried"
-		if i < len(e.Reasons) {
-			r = e.Reasons[i]
+	msg := "dl: cannot load any of " + strings.Join(e.Candidates, ", ")
+	// dlopen's reasons differ only when a library was found but unusable
+	// (wrong architecture, missing dependency): show those, else the first.
+	seen := map[string]bool{}
+	var reasons []string
+	for _, r := range e.Reasons {
+		if !strings.Contains(r, "cannot open shared object file") && !seen[r] {
+			seen[r] = true
+			reasons = append(reasons, r)
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", c, r))
 	}
-	return "dl: cannot load any of: " + strings.Join(parts, "; ")
+	if len(reasons) == 0 && len(e.Reasons) > 0 {
+		reasons = e.Reasons[:1]
+	}
+	if len(reasons) > 0 {
+		msg += ": " + strings.Join(reasons, "; ")
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrNotFound) true.
