@@ -10,7 +10,7 @@
 #       runs each step under its own timeout and writes to OUTDIR:
 #       summary.txt, machine.txt, the benchmarks' JSON lines (*.jsonl) and
 #       logs.tgz with every step's log.
-#       Steps (default: all but soak):
+#       Steps (default: all):
 #         abi        scripts/check-cuda-abi.sh: every hand declaration vs the headers
 #         cudart     internal/cudart tests, real libcudart
 #         devalloc   devalloc tests, DISTBUF_REQUIRE_GPU=1 (conformance on the pool and the fallback)
@@ -87,7 +87,7 @@ run() {
   export BIN LOG
   export -f gotest sanitize
   local steps=("$@")
-  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck bench mpi exchange solve)
+  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck bench mpi exchange solve mpibench soak)
   mkdir -p "$LOG"
   : >"$LOG/summary.txt"
   failed=()
@@ -112,9 +112,11 @@ run() {
         [ -x "$BIN/cluster-mpi.test" ] && step mpi-cluster 120 "cd cluster && mpirun --allow-run-as-root --oversubscribe -n 2 ../$BIN/cluster-mpi.test -test.count=1 -test.v"
         [ -x "$BIN/msg-mpi.test" ] && step mpi-msg 180 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 ../$BIN/msg-mpi.test -test.count=1 -test.v" ;;
       exchange) step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl" ;;
-      solve) step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 50 -json" ;;
+      solve)
+        step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
+        step solve-perblock 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode perblock -iters 10 -json" ;;
       mpibench) step mpibench 240 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/mpibench.test -test.run '^\$' -test.bench 'PingPong/bytes=(65536|262144|1048576|4194304)/' -test.benchtime 1000x -test.count 3" ;;
-      soak) step soak 300 "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 100 -json" ;;
+      soak) step soak 300 "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 20 -blocks 1000 -json" ;;
       *) echo "unknown step $s" | tee -a "$LOG/summary.txt"; failed+=("$s") ;;
     esac
   done
