@@ -96,7 +96,7 @@
 // announced or expects: a rank that fails before the count exchange
 // announces -1 (its peers skip it), a sender that fails afterwards sends an
 // abort notice in place of the message, and a receiver that cannot
-// allocate receives the message into nothing (MPI discards it). The
+// allocate from the pool receives the message into Go memory and drops it. The
 // failing rank reports its own error, the others ErrPeerAborted naming it.
 // On error Exchange returns no buffers and frees those it received.
 //
