@@ -21,9 +21,13 @@
 // manifest to the end of the blocks as the message: the buffer that holds
 // the blocks is the message. On host-accessible memory the manifest is
 // written from the calling goroutine under a write hold (after the work the
-// buffer's ledger says comes first); on device memory it is encoded in
-// pinned memory and copied in front of the blocks on the exchanger's send
-// stream. Device memory goes to MPI directly when cluster.CUDAAware
+// buffer's ledger says comes first); a buffer sent again with the layout
+// its prefix already holds gets a new header only, checksummed from the
+// known CRC of its entries, so bytes changed in the prefix meanwhile fail
+// the receiver's check rather than pass. On device memory the manifest is
+// encoded in pinned memory and copied in front of the blocks on the
+// exchanger's send stream. Receives are posted before the sends are
+// prepared. Device memory goes to MPI directly when cluster.CUDAAware
 // reports true (and Options.Transport allows); otherwise it is staged: each
 // chunk is copied to its own pinned buffer by the send stream, and sent as
 // soon as that copy has completed, so the copy of chunk i+1 overlaps the
@@ -46,9 +50,11 @@
 // Coalesced whose views start after the manifest. A message whose entries
 // are byte for byte those of the last message from its source (a sweep
 // repeating its layout) reuses that message's plan instead of decoding the
-// entries again; a learned Pattern compares them with the learned ones and
-// reuses the learned plan. The exchanger keeps, per source, the last
-// layout's entries and plan for this.
+// entries again, and its manifest checksum is checked by hashing the header
+// only, combined with the known CRC of the entries once they compare equal;
+// a learned Pattern does the same with the layouts it learned, and a
+// different layout is then an error. The exchanger keeps, per source, the
+// last layout's entries, their CRC and its plan for this.
 //
 // # Scheduling
 //
@@ -96,7 +102,7 @@
 // announced or expects: a rank that fails before the count exchange
 // announces -1 (its peers skip it), a sender that fails afterwards sends an
 // abort notice in place of the message, and a receiver that cannot
-// allocate receives the message into nothing (MPI discards it). The
+// allocate from the pool receives the message into Go memory and drops it. The
 // failing rank reports its own error, the others ErrPeerAborted naming it.
 // On error Exchange returns no buffers and frees those it received.
 //

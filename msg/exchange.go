@@ -47,7 +47,11 @@ type Exchanger struct {
 	// lastIn is, by source, the layout of the last message received: the
 	// next one with byte-equal entries reuses its plan.
 	lastIn map[int]*learnedIn
-	hooks  testHooks
+	// written records, for each send buffer of the last exchange, the
+	// manifest its prefix holds, so that the next exchange of the same
+	// buffer and layout rewrites only the header.
+	written map[*devalloc.Buffer]writtenManifest
+	hooks   testHooks
 }
 
 // testHooks let this package's tests act between the steps of an exchange.
@@ -76,7 +80,7 @@ func New(o Options) (*Exchanger, error) {
 		return nil, fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
 			-all[2], all[0], -all[3], all[1], ErrInvalid)
 	}
-	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{}}
+	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{}, written: map[*devalloc.Buffer]writtenManifest{}}
 	if x.sendS, err = o.Alloc.NewStream(); err != nil {
 		return nil, fmt.Errorf("msg: new: %w", err)
 	}
@@ -194,7 +198,22 @@ type learnedIn struct {
 	dtype      DType
 	payloadLen uint64
 	entries    []byte
+	entriesCRC uint32
+	shift      *crcShift // advances a CRC by len(entries): built at the first reuse
 	plan       *packing.Plan
+}
+
+func newLearnedIn(h Header, encoded []byte, plan *packing.Plan) *learnedIn {
+	return &learnedIn{count: h.Count, dtype: h.DType, payloadLen: h.PayloadLen,
+		entries: append([]byte(nil), encoded...), entriesCRC: Checksum(encoded), plan: plan}
+}
+
+func (l *learnedIn) shiftOp() *crcShift {
+	if l.shift == nil {
+		op := newCRCShift(uint64(len(l.entries)))
+		l.shift = &op
+	}
+	return l.shift
 }
 
 // matches reports whether a message with header h and encoded entries has
@@ -245,7 +264,9 @@ type exchange struct {
 	selfIn *inMsg    // the local copy to self, if any
 	q      sched
 	errs   []error
-	res    []*packing.Coalesced
+	// written is what x.written becomes after this exchange.
+	written map[*devalloc.Buffer]writtenManifest
+	res     []*packing.Coalesced
 }
 
 func (e *exchange) fail(err error) {
@@ -267,7 +288,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	}
 	x.epoch++
 	x.stats.Exchanges++
-	e := &exchange{x: x, epoch: x.epoch, pat: pat, res: make([]*packing.Coalesced, x.size)}
+	e := &exchange{x: x, epoch: x.epoch, pat: pat, res: make([]*packing.Coalesced, x.size), written: map[*devalloc.Buffer]writtenManifest{}}
 	aware, err := cluster.CUDAAware()
 	e.aware = aware && x.o.Transport == TransportAuto
 	byDest, localErr := e.collect(send)
@@ -350,6 +371,10 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	}
 
 	e.run()
+	x.written = e.written
+	if len(e.errs) > 0 {
+		x.written = map[*devalloc.Buffer]writtenManifest{} // after a failure, trust no prefix
+	}
 
 	for _, in := range e.ins {
 		if in.result != nil {

@@ -200,3 +200,63 @@ func TestLayoutReuse(t *testing.T) {
 		})
 	}
 }
+
+// TestHeaderOnlyRewrite: a buffer sent again with the same layout gets only
+// a new header; its entries are vouched for by their known CRC, so bytes
+// changed in the prefix meanwhile make the message fail its checksum
+// instead of passing for a valid manifest.
+func TestHeaderOnlyRewrite(t *testing.T) {
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true, PayloadChecksum: true})
+	s := a.DefaultStream()
+	tr := selfTraffic(41)
+	tr.maxBlocks = 1 // one block: 96 bytes of manifest, 160 of padding, on every rank alike
+	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+	require.NoError(t, err)
+	defer func() {
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	}()
+	prefix := func() []byte {
+		require.NoError(t, a.Sync())
+		c := bufs[0]
+		mem, err := c.Buffer().Bytes()
+		require.NoError(t, err)
+		return mem[c.Start()-int64(PayloadOffset(c.Len())) : c.Start()]
+	}
+	for it := range 3 {
+		tr.iter = uint64(it)
+		tr.fill(t, s, rank, bufs)
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err, "exchange %d", it)
+		tr.verify(t, s, rank, size, r)
+		require.NoError(t, r.Free())
+		m, err := DecodeManifest(append(prefix(), make([]byte, bufs[0].Size())...), rank, x.Tag())
+		require.NoError(t, err, "the prefix holds a valid manifest")
+		require.EqualValues(t, it+1, m.Epoch)
+	}
+	for _, tc := range []struct {
+		field string
+		at    func(p []byte) int
+	}{
+		{"manifest_checksum", func([]byte) int { return HeaderSize + 3 }}, // inside entry 0
+		{"padding", func(p []byte) int { return len(p) - 1 }},
+	} {
+		p := prefix()
+		require.Greater(t, len(p), HeaderSize+bufs[0].Len()*EntrySize, "the layout has padding")
+		r, err := x.Exchange(bufs) // records what the prefix holds
+		require.NoError(t, err)
+		require.NoError(t, r.Free())
+		p[tc.at(p)] ^= 0x40
+		_, err = x.Exchange(bufs)
+		require.ErrorIs(t, err, ErrMalformed)
+		require.Equal(t, tc.field, wireErrorOf(t, err).Field)
+		// After a failure the next exchange writes the whole manifest again.
+		r, err = x.Exchange(bufs)
+		require.NoError(t, err)
+		require.NoError(t, r.Free())
+	}
+}

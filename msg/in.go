@@ -64,10 +64,14 @@ func (e *exchange) newIn(src, step int, size int64) *inMsg {
 	x.stats.MPIRecvs += int64(len(spans))
 	err := e.allocIn(in)
 	if err != nil {
+		// Receive the message anyway, into Go memory it is then dropped
+		// with, so that the sender completes. (A receive shorter than the
+		// message would do in MPI's terms, but some MPIs still copy the
+		// whole message when it is large.)
 		e.fail(e.inErr(in, "receive buffer", err))
 		in.drain = true
 		for i := range in.chunks {
-			pin := cluster.PinBytes(nil)
+			pin := cluster.PinBytes(make([]byte, in.chunks[i].n))
 			in.chunks[i].mem, in.chunks[i].pin = pin, pin
 		}
 	}
@@ -204,7 +208,7 @@ func (e *exchange) sizeError(in *inMsg, i int, head []byte) error {
 	ch := &in.chunks[i]
 	tag := e.x.o.Tag
 	if i == 0 && ch.err == nil && ch.got == AbortSize && len(head) >= AbortSize {
-		if h, err := decodeHeader(head[:AbortSize], AbortSize, in.src, tag); err == nil && h.Aborted {
+		if h, _, err := decodeHeader(head[:AbortSize], AbortSize, in.src, tag, nil); err == nil && h.Aborted {
 			if err := e.checkPeer(in, h); err != nil {
 				return err
 			}
@@ -377,7 +381,14 @@ func (e *exchange) checkPeer(in *inMsg, h Header) error {
 // ones instead of being decoded again.
 func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, uint64, error) {
 	tag := e.x.o.Tag
-	h, err := decodeHeader(man, msgLen, in.src, tag)
+	// The layout this message should, or likely does, have: the pattern's,
+	// else the last one from this source.
+	known := e.x.lastIn[in.src]
+	learned := e.pat != nil && e.pat.learned
+	if learned {
+		known = e.pat.recv[in.src]
+	}
+	h, matched, err := decodeHeader(man, msgLen, in.src, tag, known)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -389,19 +400,15 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 	}
 	in.header, in.p = h, h.PayloadOffset
 	encoded := man[HeaderSize : HeaderSize+int(h.Count)*EntrySize]
-	if p := e.pat; p != nil && p.learned {
-		l := p.recv[in.src]
-		if !l.matches(h, encoded) {
-			return nil, 0, wireErr(ErrPatternMismatch, in.src, tag, "manifest", "the blocks differ from those the pattern learned")
-		}
-		return l.plan, h.PayloadOffset, nil
-	}
-	// The same layout as the last message from this source (a sweep that
-	// repeats without a Pattern): its plan, checked when it was built,
-	// serves again. Byte-equal entries describe the same blocks.
-	if l := e.x.lastIn[in.src]; l.matches(h, encoded) {
-		in.learned = l
-		return l.plan, h.PayloadOffset, nil
+	switch {
+	case matched:
+		// The same layout (byte-equal entries) as the pattern's or as the
+		// last message from this source, a sweep repeating itself: its
+		// plan, checked when it was built, serves again.
+		in.learned = known
+		return known.plan, h.PayloadOffset, nil
+	case learned:
+		return nil, 0, wireErr(ErrPatternMismatch, in.src, tag, "manifest", "the blocks differ from those the pattern learned")
 	}
 	// Decode and check the entries straight into packing's form, in a
 	// scratch slice the exchanger keeps (FromManifest keeps none of it).
@@ -430,7 +437,7 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 	if err != nil {
 		return nil, 0, wireErr(ErrMalformed, in.src, tag, "entries", "%v", err)
 	}
-	in.learned = &learnedIn{count: h.Count, dtype: h.DType, payloadLen: h.PayloadLen, entries: append([]byte(nil), encoded...), plan: plan}
+	in.learned = newLearnedIn(h, encoded, plan)
 	e.x.lastIn[in.src] = in.learned
 	return plan, h.PayloadOffset, nil
 }

@@ -98,7 +98,12 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 			if x.o.PayloadChecksum {
 				h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(wire[p:])
 			}
-			m.man.encodeInto(wire, h)
+			if w, ok := x.written[buf]; ok && w.off == start-p && w.man == m.man && x.hooks.mangle == nil {
+				m.man.sealInto(wire, h) // same buffer, same layout: the header changes, the entries do not
+			} else {
+				m.man.encodeInto(wire, h)
+			}
+			e.written[buf] = writtenManifest{off: start - p, man: m.man}
 			if x.hooks.mangle != nil {
 				x.hooks.mangle(m.dest, wire)
 			}

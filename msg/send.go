@@ -64,6 +64,14 @@ type outManifest struct {
 	dtype      DType
 	payloadLen uint64
 	entries    []byte // count*EntrySize bytes
+	entriesCRC uint32
+	shift      *crcShift // advances a CRC by len(entries): built at the first header-only seal
+}
+
+// writtenManifest is the manifest a send buffer's prefix holds, at off.
+type writtenManifest struct {
+	off int64
+	man *outManifest
 }
 
 // buildManifest lists c's blocks in offset order, as the wire format wants.
@@ -112,6 +120,7 @@ func buildManifest(c *packing.Coalesced) (*outManifest, error) {
 	}
 	m := &outManifest{plan: p, group: c.Group(), count: n, dtype: h.DType, payloadLen: h.PayloadLen, entries: make([]byte, n*EntrySize)}
 	encodeEntries(m.entries, entries)
+	m.entriesCRC = Checksum(m.entries)
 	return m, nil
 }
 
@@ -136,6 +145,19 @@ func (m *outManifest) encodeInto(dst []byte, h Header) {
 }
 
 func (m *outManifest) payloadOffset() uint64 { return PayloadOffset(m.count) }
+
+// sealInto rewrites only the header of a manifest whose entries and
+// padding dst already holds. The checksum comes from the entries' known
+// CRC: if the bytes in dst were changed meanwhile, the receiver's check of
+// the manifest checksum fails, so nothing wrong can pass as valid.
+func (m *outManifest) sealInto(dst []byte, h Header) {
+	if m.shift == nil {
+		op := newCRCShift(uint64(len(m.entries)))
+		m.shift = &op
+	}
+	h.DType, h.PayloadLen = m.dtype, m.payloadLen
+	sealHeaderKnown(dst, h, m.count, m.entriesCRC, m.shift)
+}
 
 // outMsg is one logical message this rank sends in an exchange.
 type outMsg struct {

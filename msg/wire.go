@@ -157,11 +157,25 @@ func encodeEntries(dst []byte, entries []Entry) {
 }
 
 // sealHeader writes the header of h into b[:HeaderSize] and the manifest
-// checksum over it and the encoded entries, which must already be in place
-// (a persistent sender keeps them and rewrites only the header).
+// checksum over it and the encoded entries, which must already be in place.
 func sealHeader(b []byte, h Header, encodedEntries []byte) {
-	le := binary.LittleEndian
 	hdr := b[:HeaderSize]
+	writeHeader(hdr, h, len(encodedEntries)/EntrySize)
+	binary.LittleEndian.PutUint32(hdr[60:], crc32.Update(crc32.Checksum(hdr, castagnoli), castagnoli, encodedEntries))
+}
+
+// sealHeaderKnown is sealHeader for entries whose CRC-32C is known: only
+// the 64 header bytes are hashed.
+func sealHeaderKnown(hdr []byte, h Header, count int, entriesCRC uint32, shift *crcShift) {
+	writeHeader(hdr, h, count)
+	binary.LittleEndian.PutUint32(hdr[60:], crcCombine(Checksum(hdr[:HeaderSize]), entriesCRC, shift))
+}
+
+// writeHeader writes every header field but the manifest checksum, which
+// it leaves 0.
+func writeHeader(hdr []byte, h Header, count int) {
+	le := binary.LittleEndian
+	hdr = hdr[:HeaderSize]
 	clear(hdr)
 	copy(hdr[0:4], wireMagic)
 	le.PutUint16(hdr[4:], WireVersion)
@@ -178,13 +192,11 @@ func sealHeader(b []byte, h Header, encodedEntries []byte) {
 	le.PutUint32(hdr[12:], uint32(h.Dest))
 	le.PutUint32(hdr[16:], uint32(h.Tag))
 	hdr[20] = byte(h.DType)
-	le.PutUint32(hdr[24:], uint32(len(encodedEntries)/EntrySize))
+	le.PutUint32(hdr[24:], uint32(count))
 	le.PutUint32(hdr[28:], EntrySize)
 	le.PutUint64(hdr[32:], h.Epoch)
-	le.PutUint64(hdr[40:], PayloadOffset(len(encodedEntries)/EntrySize))
+	le.PutUint64(hdr[40:], PayloadOffset(count))
 	le.PutUint64(hdr[48:], h.PayloadLen)
-	sum := crc32.Update(crc32.Checksum(hdr, castagnoli), castagnoli, encodedEntries)
-	le.PutUint32(hdr[60:], sum)
 }
 
 // EncodeAbort writes the abort notice a sender sends in place of a message
@@ -200,7 +212,7 @@ func EncodeAbort(dst []byte, h Header) error {
 // payload checksum is checked by VerifyPayload, so that a payload still on
 // the device can be checked where it is.
 func DecodeManifest(msg []byte, peer, tag int) (*Manifest, error) {
-	h, err := decodeHeader(msg, uint64(len(msg)), peer, tag)
+	h, _, err := decodeHeader(msg, uint64(len(msg)), peer, tag, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -222,33 +234,34 @@ func ManifestSize(header []byte) (uint64, bool) {
 	return PayloadOffset(int(binary.LittleEndian.Uint32(header[24:]))), true
 }
 
-// decodeHeader runs validation steps 1 to 5 of docs/WIRE.md on man, which
+// decodeHeader runs validation steps 1 to 6 of docs/WIRE.md on man, which
 // holds at least the manifest of a message of msgLen bytes (all of it when
-// it is shorter), and returns the header.
-func decodeHeader(man []byte, msgLen uint64, peer, tag int) (Header, error) {
-	var h Header
+// it is shorter), and returns the header. When the entries are byte for
+// byte those of known, a layout decoded before, it says so and hashes only
+// the header for the manifest checksum, using the known entries' CRC.
+func decodeHeader(man []byte, msgLen uint64, peer, tag int, known *learnedIn) (h Header, matched bool, err error) {
 	bad := func(field, format string, args ...any) error {
 		return wireErr(ErrMalformed, peer, tag, field, format, args...)
 	}
 	if msgLen < HeaderSize || len(man) < HeaderSize {
-		return h, bad("header", "truncated: %d bytes, the header alone is %d", min(msgLen, uint64(len(man))), HeaderSize)
+		return h, false, bad("header", "truncated: %d bytes, the header alone is %d", min(msgLen, uint64(len(man))), HeaderSize)
 	}
 	le := binary.LittleEndian
 	if string(man[0:4]) != wireMagic {
-		return h, bad("magic", "got %q, want %q", man[0:4], wireMagic)
+		return h, false, bad("magic", "got %q, want %q", man[0:4], wireMagic)
 	}
 	if v := le.Uint16(man[4:]); v != WireVersion {
-		return h, bad("version", "unsupported version %d (this decoder reads %d)", v, WireVersion)
+		return h, false, bad("version", "unsupported version %d (this decoder reads %d)", v, WireVersion)
 	}
 	flags := le.Uint16(man[6:])
 	if flags&^knownFlags != 0 {
-		return h, bad("flags", "unknown flag bits %#x", flags&^knownFlags)
+		return h, false, bad("flags", "unknown flag bits %#x", flags&^knownFlags)
 	}
 	if man[21] != 0 || man[22] != 0 || man[23] != 0 {
-		return h, bad("reserved", "header bytes 21-23 must be zero")
+		return h, false, bad("reserved", "header bytes 21-23 must be zero")
 	}
 	if es := le.Uint32(man[28:]); es != EntrySize {
-		return h, bad("entry_size", "got %d, want %d", es, EntrySize)
+		return h, false, bad("entry_size", "got %d, want %d", es, EntrySize)
 	}
 	h.Source = int32(le.Uint32(man[8:]))
 	h.Dest = int32(le.Uint32(man[12:]))
@@ -262,37 +275,42 @@ func decodeHeader(man []byte, msgLen uint64, peer, tag int) (Header, error) {
 	h.Aborted = flags&flagAbort != 0
 	h.PayloadChecksum = le.Uint32(man[56:])
 	if !h.HasPayloadChecksum && h.PayloadChecksum != 0 {
-		return h, bad("payload_checksum", "set without the payload-checksum flag")
+		return h, false, bad("payload_checksum", "set without the payload-checksum flag")
 	}
 	if h.DType != Mixed && h.DType.Size() == 0 {
-		return h, bad("dtype", "unknown dtype code %d", uint8(h.DType))
+		return h, false, bad("dtype", "unknown dtype code %d", uint8(h.DType))
 	}
 	if want := PayloadOffset(int(h.Count)); h.PayloadOffset != want {
-		return h, bad("payload_offset", "got %d, want %d for %d entries", h.PayloadOffset, want, h.Count)
+		return h, false, bad("payload_offset", "got %d, want %d for %d entries", h.PayloadOffset, want, h.Count)
 	}
 	if h.PayloadOffset > msgLen || h.PayloadOffset > uint64(len(man)) {
-		return h, bad("block_count", "%d entries need a %d-byte manifest, message has %d bytes", h.Count, h.PayloadOffset, min(msgLen, uint64(len(man))))
+		return h, false, bad("block_count", "%d entries need a %d-byte manifest, message has %d bytes", h.Count, h.PayloadOffset, min(msgLen, uint64(len(man))))
 	}
 	end := HeaderSize + int(h.Count)*EntrySize
 	want := le.Uint32(man[60:])
 	hdr := [HeaderSize]byte(man[:HeaderSize])
 	le.PutUint32(hdr[60:], 0)
-	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, man[HeaderSize:end])
+	var sum uint32
+	if matched = known.matches(h, man[HeaderSize:end]); matched {
+		sum = crcCombine(Checksum(hdr[:]), known.entriesCRC, known.shiftOp())
+	} else {
+		sum = crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, man[HeaderSize:end])
+	}
 	if sum != want {
-		return h, wireErr(ErrChecksum, peer, tag, "manifest_checksum", "computed %#08x, header says %#08x", sum, want)
+		return h, false, wireErr(ErrChecksum, peer, tag, "manifest_checksum", "computed %#08x, header says %#08x", sum, want)
 	}
 	for _, c := range man[end:h.PayloadOffset] {
 		if c != 0 {
-			return h, bad("padding", "manifest padding must be zero")
+			return h, false, bad("padding", "manifest padding must be zero")
 		}
 	}
 	if got := msgLen - h.PayloadOffset; got != h.PayloadLen {
-		return h, bad("payload_length", "header says %d bytes, message carries %d", h.PayloadLen, got)
+		return h, false, bad("payload_length", "header says %d bytes, message carries %d", h.PayloadLen, got)
 	}
 	if h.Aborted && (h.Count != 0 || h.PayloadLen != 0 || h.HasPayloadChecksum || h.DType != Mixed) {
-		return h, bad("flags", "an abort notice must have no entries, no payload, no payload checksum and dtype 0")
+		return h, false, bad("flags", "an abort notice must have no entries, no payload, no payload checksum and dtype 0")
 	}
-	return h, nil
+	return h, matched, nil
 }
 
 // decodeEntries runs validation step 6 on the entries of a manifest whose

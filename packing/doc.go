@@ -28,7 +28,9 @@
 // the devalloc ledger), so Free, called once, releases the memory only after
 // the last completion of any view's work. After Free, the Coalesced and every
 // view report ErrFreed. Wrap turns an existing buffer, such as a received
-// message, into a Coalesced without copying; FromManifest rebuilds the plan
+// message, into a Coalesced without copying, WrapAt one whose layout starts
+// after a header, and AllocPrefixed reserves room for a header before a
+// group's layout (Coalesced.Start says where the layout begins); FromManifest rebuilds the plan
 // of a received manifest after checking it (bounds, alignment, overlaps,
 // duplicate ids); Manifest lists what a receiver needs.
 //
