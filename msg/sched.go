@@ -165,11 +165,20 @@ func (e *exchange) run() {
 		idle++
 		switch {
 		case idle < 64:
-		case time.Since(idleSince) < 2*time.Millisecond:
-			runtime.Gosched()
+		case q.si == len(q.sendQ) && q.ri == len(q.recvQ) && time.Since(idleSince) > 200*time.Microsecond:
+			// Everything is posted: block in MPI on the oldest request. MPI
+			// progresses all of them meanwhile, which a sleeping poll does
+			// not: Open MPI's shared-memory transport moves a large message
+			// in fragments, one per progress call, so sleeps between polls
+			// stretch each chunk to milliseconds. Blocking is safe here: no
+			// request this rank still has to post can be what a peer waits for.
+			st, err := q.active[0].Wait()
+			e.complete(0, st, err)
+			idle = 0
 		default:
-			// A long wait (a peer still computing): stop spinning hard.
-			time.Sleep(20 * time.Microsecond)
+			// A send still waits for its staging copy, or the receive
+			// window is full: keep polling, which also drives MPI.
+			runtime.Gosched()
 		}
 	}
 }

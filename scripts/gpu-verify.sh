@@ -23,6 +23,7 @@
 #         mpi        cluster and msg MPI tests under mpirun -n 2 on the GPU
 #         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
+#         sweep      the solve, packed and perblock, over 250 to 4000 blocks per rank (for the plot)
 #         mpibench   MPI ping-pong from Go against the same loop in C, 64 KiB to 4 MiB
 #         soak       a short ranktest soak under compute-sanitizer
 set -uo pipefail
@@ -115,6 +116,7 @@ run() {
       solve)
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
         step solve-perblock 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode perblock -iters 10 -json" ;;
+      sweep) step solve-sweep 300 "for mode in packed perblock; do for b in 250 500 1000 2000 4000; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode \$mode -blocks \$b -iters 5 -json | tail -n 1 >> $LOG/solve-sweep.jsonl || exit 1; done; done" ;;
       mpibench) step mpibench 240 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/mpibench.test -test.run '^\$' -test.bench 'PingPong/bytes=(65536|262144|1048576|4194304)/' -test.benchtime 1000x -test.count 3" ;;
       soak) step soak 300 "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 20 -blocks 1000 -json" ;;
       *) echo "unknown step $s" | tee -a "$LOG/summary.txt"; failed+=("$s") ;;
