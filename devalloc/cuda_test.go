@@ -2,17 +2,15 @@ package devalloc_test
 
 import (
 	"errors"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/distbuf/distbuf/internal/gputest"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/alloctest"
 	"github.com/stretchr/testify/require"
 )
-
-// cudaEnvRequireGPU set to 1 turns a missing GPU from a skip into a failure.
-const cudaEnvRequireGPU = "DISTBUF_REQUIRE_GPU"
 
 // requireCUDA skips the test, saying why, when no CUDA device is usable,
 // and fails it instead when DISTBUF_REQUIRE_GPU=1.
@@ -23,10 +21,7 @@ func requireCUDA(t *testing.T) {
 		err = errors.New("the runtime reports no device")
 	}
 	if err != nil {
-		if os.Getenv(cudaEnvRequireGPU) == "1" {
-			t.Fatalf("%s=1 but CUDA is unavailable: %v", cudaEnvRequireGPU, err)
-		}
-		t.Skipf("CUDA unavailable (set %s=1 to make this a failure): %v", cudaEnvRequireGPU, err)
+		gputest.Unavailable(t, "CUDA", err)
 	}
 }
 

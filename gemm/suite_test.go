@@ -5,47 +5,22 @@ import (
 	"math"
 	"math/cmplx"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"unsafe"
+
+	"github.com/distbuf/distbuf/internal/alloctest"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
 )
 
-type backendCase struct {
-	name string
-	open func(t *testing.T) *devalloc.Allocator
-}
-
-func openHost(t *testing.T) *devalloc.Allocator {
-	t.Helper()
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(m string) { t.Log(m) }})
-	require.NoError(t, err)
-	return a
-}
-
-// openCUDA skips without a GPU and fails when DISTBUF_REQUIRE_GPU=1.
-func openCUDA(t *testing.T) *devalloc.Allocator {
-	t.Helper()
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Warn: func(m string) { t.Log(m) }})
-	if err != nil {
-		if os.Getenv("DISTBUF_REQUIRE_GPU") == "1" {
-			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but the CUDA backend does not open: %v", err)
-		}
-		t.Skipf("CUDA backend unavailable: %v", err)
-	}
-	return a
-}
-
-var backends = []backendCase{{"host", openHost}, {"cuda", openCUDA}}
-
-func closeClean(t *testing.T, a *devalloc.Allocator) {
-	t.Helper()
-	require.NoError(t, a.Sync())
-	require.NoError(t, a.Close())
-}
+var (
+	backends   = alloctest.Backends()
+	openHost   = alloctest.OpenHost
+	openCUDA   = alloctest.OpenCUDA
+	closeClean = alloctest.CloseClean
+)
 
 // values is a block's elements as complex128, whatever the dtype.
 type values []complex128
@@ -292,16 +267,16 @@ var dtypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64
 // the CUDA engine's launch code driven through a column-major fake of
 // cuBLAS on host memory (so the mapping is checked without a GPU).
 func TestContractions(t *testing.T) {
-	for _, bc := range append(backends, backendCase{"fake-cublas", openHost}) {
-		t.Run(bc.name, func(t *testing.T) {
-			a := bc.open(t)
+	for _, bc := range append(backends, alloctest.Backend{Name: "fake-cublas", Open: openHost}) {
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			run, err := a.NewStream() // a second stream: the ledger must order it after the fills
 			require.NoError(t, err)
 			var eng *Engine
 			var fake *fakeBLAS
-			if bc.name == "fake-cublas" {
+			if bc.Name == "fake-cublas" {
 				eng, fake = newFakeEngine(run, true)
 			} else {
 				eng, err = NewEngine(run, EngineOptions{})
@@ -352,8 +327,8 @@ func TestContractions(t *testing.T) {
 // TestSharedBuffer puts A, B and C blocks in one Coalesced.
 func TestSharedBuffer(t *testing.T) {
 	for _, bc := range backends {
-		t.Run(bc.name, func(t *testing.T) {
-			a := bc.open(t)
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			eng, err := NewEngine(s, EngineOptions{})
@@ -388,8 +363,8 @@ func TestSharedBuffer(t *testing.T) {
 // manifest first) are addressed from the layout's start.
 func TestPrefixedOperands(t *testing.T) {
 	for _, bc := range backends {
-		t.Run(bc.name, func(t *testing.T) {
-			a := bc.open(t)
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			eng, err := NewEngine(s, EngineOptions{})

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/distbuf/distbuf/internal/gputest"
+
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -28,7 +30,7 @@ var fakeCUDA struct {
 	why  string // why there is no CUDA variant, if there is none
 }
 
-func requireGPU() bool { return os.Getenv("DISTBUF_REQUIRE_GPU") == "1" }
+var requireGPU = gputest.Required
 
 // setupCUDA decides, once per test binary, which CUDA runtime the device
 // variants use. It returns a cleanup function.
@@ -106,8 +108,8 @@ func (v variant) open(t *testing.T) *devalloc.Allocator {
 	}
 	a, err := devalloc.Open(devalloc.Options{Backend: v.kind, Config: &devalloc.Config{}, Warn: func(m string) { t.Log(m) }})
 	if err != nil {
-		if v.kind == devalloc.BackendCUDA && requireGPU() {
-			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but the CUDA backend does not open: %v", err)
+		if v.kind == devalloc.BackendCUDA {
+			gputest.Unavailable(t, "the CUDA backend ("+v.name+")", err)
 		}
 		t.Skipf("%s: %v", v.name, err)
 	}

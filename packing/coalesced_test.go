@@ -12,8 +12,8 @@ import (
 
 func TestCoalescedOneAllocation(t *testing.T) {
 	for _, bc := range backends {
-		t.Run(bc.name, func(t *testing.T) {
-			a := bc.open(t)
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			descs := mixedDescs(10000, 21)
@@ -65,8 +65,8 @@ func TestCoalescedGroupsOneAllocationEach(t *testing.T) {
 
 func TestCoalescedPaddingZero(t *testing.T) {
 	for _, bc := range backends {
-		t.Run(bc.name, func(t *testing.T) {
-			a := bc.open(t)
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			descs := []Desc{
@@ -249,8 +249,8 @@ func TestFreeAfterLastViewCompletion(t *testing.T) {
 
 func TestWrapReceivedBuffer(t *testing.T) {
 	for _, bc := range backends {
-		t.Run(bc.name, func(t *testing.T) {
-			a := bc.open(t)
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			descs := mixedDescs(500, 31)
@@ -398,8 +398,8 @@ func TestAllViews(t *testing.T) {
 
 func TestAllocPrefixedAndWrapAt(t *testing.T) {
 	for _, bc := range backends {
-		t.Run(bc.name, func(t *testing.T) {
-			a := bc.open(t)
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			descs := mixedDescs(300, 41)

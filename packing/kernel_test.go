@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/distbuf/distbuf/internal/gputest"
+
 	"github.com/distbuf/distbuf/internal/cukernel"
 	"github.com/stretchr/testify/require"
 )
@@ -18,10 +20,7 @@ func TestCopyKernelRaw(t *testing.T) {
 		_, _, err = rt.ComputeCapability(0)
 	}
 	if err != nil {
-		if requireGPU() {
-			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but the CUDA runtime is unusable: %v", err)
-		}
-		t.Skipf("CUDA runtime unavailable: %v", err)
+		gputest.Unavailable(t, "the CUDA runtime", err)
 	}
 	k, err := copyKernel(rt, 0)
 	require.NoError(t, err, "the kernel must build on the GPU machine (NVRTC, CUDA 12.8+)")

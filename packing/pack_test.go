@@ -188,8 +188,8 @@ func TestMoverBadInput(t *testing.T) {
 
 func TestPackHostSlicesAndTransfer(t *testing.T) {
 	for _, bc := range backends {
-		t.Run(bc.name, func(t *testing.T) {
-			a := bc.open(t)
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
 			descs := mixedDescs(4000, 50)

@@ -6,9 +6,10 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"unsafe"
+
+	"github.com/distbuf/distbuf/internal/gputest"
 
 	"github.com/distbuf/distbuf/internal/cukernel"
 	"github.com/stretchr/testify/require"
@@ -25,10 +26,7 @@ func loadOrSkip(t *testing.T) (*Lib, *cukernel.Runtime) {
 		_, _, err = rt.ComputeCapability(0)
 	}
 	if err != nil {
-		if os.Getenv("DISTBUF_REQUIRE_GPU") == "1" {
-			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but cuBLAS is unusable: %v", err)
-		}
-		t.Skipf("cuBLAS unavailable: %v", err)
+		gputest.Unavailable(t, "cuBLAS", err)
 	}
 	return l, rt
 }

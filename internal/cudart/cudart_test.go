@@ -4,11 +4,12 @@ package cudart_test
 
 import (
 	"errors"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/distbuf/distbuf/internal/gputest"
 
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
@@ -226,10 +227,7 @@ func TestRealRuntime(t *testing.T) {
 		n, err = rt.DeviceCount()
 	}
 	if err != nil {
-		if os.Getenv("DISTBUF_REQUIRE_GPU") == "1" {
-			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but CUDA is unavailable: %v", err)
-		}
-		t.Skipf("CUDA unavailable: %v", err)
+		gputest.Unavailable(t, "CUDA", err)
 	}
 	c := rt.Capabilities()
 	t.Logf("%s: runtime %s, driver %s, %d device(s), capabilities %+v", rt.Path(),

@@ -7,9 +7,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"testing"
+
+	"github.com/distbuf/distbuf/internal/gputest"
 
 	"github.com/distbuf/distbuf/internal/nvrtc"
 	"github.com/stretchr/testify/require"
@@ -22,10 +23,7 @@ func loadOrSkip(t *testing.T) *Runtime {
 		_, _, err = rt.ComputeCapability(0)
 	}
 	if err != nil {
-		if os.Getenv("DISTBUF_REQUIRE_GPU") == "1" {
-			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but the CUDA runtime is unusable: %v", err)
-		}
-		t.Skipf("CUDA runtime unavailable: %v", err)
+		gputest.Unavailable(t, "the CUDA runtime", err)
 	}
 	return rt
 }
