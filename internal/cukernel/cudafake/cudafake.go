@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 
 	"github.com/distbuf/distbuf/internal/dl"
 )
@@ -86,4 +87,20 @@ func build(dir, name string) (string, error) {
 		return "", fmt.Errorf("cudafake: %s: %v: %s", cmd, err, msg)
 	}
 	return out, nil
+}
+
+// Main is the TestMain of a package whose tests load CUDA libraries: it runs
+// them on the real libraries when they load and on the stand-ins otherwise,
+// so the loaders' C trampolines run on machines without a GPU too.
+// DISTBUF_TEST_SAY_CUDA=1 prints which it chose.
+func Main(m *testing.M) {
+	how, cleanup, err := Setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cudafake:", err)
+	} else if os.Getenv("DISTBUF_TEST_SAY_CUDA") != "" {
+		fmt.Println("CUDA:", how)
+	}
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
 }
