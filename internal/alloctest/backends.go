@@ -16,7 +16,9 @@ type Backend struct {
 
 // Backends are the host backend and the CUDA backend; the CUDA one skips
 // without a GPU (and fails under DISTBUF_REQUIRE_GPU=1).
-func Backends() []Backend { return []Backend{{Name: "host", Open: OpenHost}, {Name: "cuda", Open: OpenCUDA}} }
+func Backends() []Backend {
+	return []Backend{{Name: "host", Open: OpenHost}, {Name: "cuda", Open: OpenCUDA}}
+}
 
 // OpenHost opens a host-backend allocator with the default configuration.
 func OpenHost(t *testing.T) *devalloc.Allocator {
