@@ -34,6 +34,8 @@ type summary struct {
 	// ranks: equal when the pool does not grow in steady state.
 	PoolReservedAfterWarmupBytes int64 `json:"pool_reserved_after_warmup_bytes"`
 	PoolReservedFinalBytes       int64 `json:"pool_reserved_final_bytes"`
+	// Devices is the CUDA device of each rank, -1 on the host backend.
+	Devices []int64 `json:"devices"`
 }
 
 // warmupIters is how many solves warm the pool up before its size is
@@ -146,12 +148,21 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		return err
 	}
 	failures := counts[4]
+	// Placement: the device of every rank, and whether ranks of one node
+	// share one although the node has enough.
+	devices := make([]int64, world.Size())
+	if err := world.AllgatherInt64([]int64{placementOf(a)}, devices); err != nil {
+		return err
+	}
 	// Ranks may land on different backends (a node without a GPU, say).
 	lo64, hi64 := []int64{int64(a.Kind())}, []int64{int64(a.Kind())}
 	if err := errors.Join(world.AllreduceInt64(lo64, lo64, cluster.Min), world.AllreduceInt64(hi64, hi64, cluster.Max)); err != nil {
 		return err
 	}
 	if world.Rank() == 0 {
+		if a.Kind().IsDevice() {
+			fmt.Fprintf(out, "placement (device of each rank): %v\n", devices)
+		}
 		if lo64[0] != hi64[0] {
 			fmt.Fprintf(out, "ranktest: the ranks do not all run on the same backend (%s to %s): see each rank's devalloc.FallbackReason\n",
 				devalloc.Kind(lo64[0]), devalloc.Kind(hi64[0]))
@@ -169,7 +180,7 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 				OK: failures == 0, Ranks: world.Size(), Backend: a.Kind().String(), Policy: a.Policy().String(), Mode: cfg.mode,
 				Iters: cfg.iters, Blocks: sv.shape.blocks, AllocCalls: counts[0], GemmLaunches: counts[1], Messages: counts[2],
 				BytesMoved: counts[3], VerifyFailures: failures, MedianSolveUS: round3(medSolve), PoolReservedPeakBytes: maxPeak[0],
-				PoolReservedAfterWarmupBytes: counts[6], PoolReservedFinalBytes: counts[7],
+				PoolReservedAfterWarmupBytes: counts[6], PoolReservedFinalBytes: counts[7], Devices: devices,
 			})
 			fmt.Fprintln(out, string(line))
 		}
@@ -206,4 +217,12 @@ func human(v float64, unit string) string {
 		return fmt.Sprintf("%d", int64(v))
 	}
 	return fmt.Sprintf("%.1f", v)
+}
+
+// placementOf is the CUDA ordinal the allocator runs on, -1 on the host.
+func placementOf(a *devalloc.Allocator) int64 {
+	if !a.Kind().IsDevice() {
+		return -1
+	}
+	return int64(a.Device())
 }
