@@ -35,7 +35,7 @@ build() {
   rm -rf "$BIN"
   mkdir -p "$BIN"
   local ld=(-ldflags "-s -w")
-  for p in devalloc internal/cudart internal/cukernel internal/nvrtc internal/cublas packing gemm; do
+  for p in devalloc internal/cudart internal/cukernel internal/nvrtc internal/cublas internal/nccl packing gemm; do
     go test -c "${ld[@]}" -o "$BIN/$(echo "$p" | tr / -).test" "./$p"
   done
   for p in cluster msg; do

@@ -7,6 +7,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/nccl"
 	"github.com/distbuf/distbuf/msg"
 	"github.com/distbuf/distbuf/msg/rawmpi"
 	"github.com/distbuf/distbuf/packing"
@@ -439,6 +440,10 @@ func benchExchangeDevice(c *benchContext) error {
 			return err
 		}
 	}
+	nc, ncclNote, err := ncclExchange(c, e, reps)
+	if err != nil {
+		return fmt.Errorf("nccl exchange: %w", err)
+	}
 	if c.world.Rank() != 0 {
 		return nil
 	}
@@ -455,5 +460,115 @@ func benchExchangeDevice(c *benchContext) error {
 		"exchange_gbps": gbps(mEx), "pinned_d2h_gbps": gbps(mD2H), "pinned_h2d_gbps": gbps(mH2D),
 		"ratio_to_min_copy": gbps(mEx) / min(gbps(mD2H), gbps(mH2D)), "goal_ratio": 0.8,
 		"mpi_sends_per_exchange": float64(st.MPISends) / float64(st.Exchanges),
+		"nccl":                   ncclNote,
+		"nccl_gbps":              ncclGbps(nc, e),
+		"nccl_over_staged":       ncclSpeedup(nc, mEx),
 	}})
+}
+
+// ncclExchange sends the same send buffers device to device through NCCL
+// (bootstrapped through MPI), when every rank can load libnccl, and checks
+// every byte received. It returns the slower rank's time of each repetition,
+// or nil and the reason NCCL was not used.
+func ncclExchange(c *benchContext, e *exchangeSetup, reps int) ([]float64, string, error) {
+	a, s := e.a, e.a.DefaultStream()
+	lib, loadErr := nccl.Load()
+	ok := []int64{1}
+	if loadErr != nil {
+		ok[0] = 0
+	}
+	if err := e.comm.AllreduceInt64(ok, ok, cluster.Min); err != nil {
+		return nil, "", err
+	}
+	if ok[0] == 0 {
+		why := "not loaded on every rank"
+		if loadErr != nil {
+			why = loadErr.Error()
+		}
+		return nil, why, nil
+	}
+	id := make([]byte, nccl.UniqueIDBytes)
+	if e.comm.Rank() == 0 {
+		var err error
+		if id, err = lib.UniqueID(); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := e.comm.Bcast(id, 0); err != nil {
+		return nil, "", err
+	}
+	comm, err := lib.NewComm(id, e.comm.Size(), e.comm.Rank(), a.Device())
+	if err != nil {
+		return nil, "", err
+	}
+	defer func() { _ = comm.Close() }()
+	send := e.send[0].Buffer()
+	recv, err := a.Alloc(send.Size(), s)
+	if err != nil {
+		return nil, "", err
+	}
+	defer func() { _ = recv.Free() }()
+	sendAddr, _ := send.Addr()
+	recvAddr, _ := recv.Addr()
+	n := send.Size()
+	once := func() error {
+		r, err := send.Read(s)
+		if err != nil {
+			return err
+		}
+		w, err := recv.Write(s)
+		if err != nil {
+			return errors.Join(err, r.Done())
+		}
+		err = comm.SendRecv(s.Handle(), []nccl.Transfer{{Addr: sendAddr, Bytes: n, Peer: e.peer}},
+			[]nccl.Transfer{{Addr: recvAddr, Bytes: n, Peer: e.peer}})
+		return errors.Join(err, r.Done(), w.Done(), s.Synchronize())
+	}
+	var ts []float64
+	for rep := range reps + 2 {
+		us, err := e.timed(once)
+		if err != nil {
+			return nil, "", err
+		}
+		if rep >= 2 {
+			ts = append(ts, us)
+		}
+	}
+	// Every byte came from the peer, whose buffer holds its rank + 1.
+	pin, err := a.AllocPinned(n, s)
+	if err != nil {
+		return nil, "", err
+	}
+	defer func() { _ = pin.Free() }()
+	if err := errors.Join(s.Copy(pin, 0, recv, 0, n), s.Synchronize()); err != nil {
+		return nil, "", err
+	}
+	mem, err := pin.Bytes()
+	if err != nil {
+		return nil, "", err
+	}
+	for i, b := range mem {
+		if b != byte(1+e.peer) {
+			return nil, "", fmt.Errorf("byte %d received through NCCL is %d, want %d", i, b, 1+e.peer)
+		}
+	}
+	if ts, err = e.slowest(ts); err != nil {
+		return nil, "", err
+	}
+	v, _ := lib.Version()
+	return ts, fmt.Sprintf("%s (version %d), every byte verified", lib.Library(), v), nil
+}
+
+func ncclGbps(ts []float64, e *exchangeSetup) float64 {
+	if len(ts) == 0 {
+		return 0
+	}
+	return float64(e.send[0].Buffer().Size()) / median(append([]float64(nil), ts...)) / 1e3
+}
+
+func ncclSpeedup(ts []float64, staged float64) float64 {
+	if len(ts) == 0 {
+		return 0
+	}
+	return staged / median(append([]float64(nil), ts...))
 }

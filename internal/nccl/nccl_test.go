@@ -1,0 +1,68 @@
+//go:build cgo
+
+package nccl
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/stretchr/testify/require"
+)
+
+// loadOrSkip loads NCCL, an optional library: its absence is a skip with
+// the reason even on the GPU machine, where DISTBUF_NCCL names it.
+func loadOrSkip(t *testing.T) (*Lib, *cukernel.Runtime) {
+	t.Helper()
+	l, err := Load()
+	if err != nil {
+		t.Skipf("NCCL unavailable (set %s to its libnccl.so.2): %v", EnvNCCL, err)
+	}
+	rt, err := cukernel.Load()
+	require.NoError(t, err)
+	return l, rt
+}
+
+// A one-rank communicator sends a device buffer to itself.
+func TestSelfSendRecv(t *testing.T) {
+	l, rt := loadOrSkip(t)
+	v, err := l.Version()
+	require.NoError(t, err)
+	t.Logf("%s, version %d", l.Library(), v)
+	id, err := l.UniqueID()
+	require.NoError(t, err)
+	_, err = l.NewComm(id[:10], 1, 0, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = l.NewComm(id, 1, 1, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+	c, err := l.NewComm(id, 1, 0, 0)
+	require.NoError(t, err)
+	const n = 1 << 20
+	src, err := rt.Malloc(0, n)
+	require.NoError(t, err)
+	defer rt.Free(0, src)
+	dst, err := rt.Malloc(0, n)
+	require.NoError(t, err)
+	defer rt.Free(0, dst)
+	data := bytes.Repeat([]byte{1, 2, 3, 5, 8, 13, 21, 34}, n/8)
+	require.NoError(t, rt.CopyToDevice(0, src, data))
+	require.NoError(t, c.SendRecv(0, []Transfer{{Addr: src, Bytes: n, Peer: 0}}, []Transfer{{Addr: dst, Bytes: n, Peer: 0}}))
+	require.NoError(t, rt.Synchronize(0))
+	got := make([]byte, n)
+	require.NoError(t, rt.CopyFromDevice(0, got, dst))
+	require.Equal(t, data, got)
+	require.ErrorIs(t, c.SendRecv(0, []Transfer{{Addr: src, Bytes: -1}}, nil), ErrInvalid)
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, c.Close(), ErrInvalid)
+	require.ErrorIs(t, c.SendRecv(0, nil, nil), ErrInvalid)
+}
+
+func TestLoadMissing(t *testing.T) {
+	if loaded != nil {
+		t.Skip("NCCL already loaded in this process")
+	}
+	t.Setenv(EnvNCCL, "libnccl-does-not-exist.so.9")
+	_, err := Load()
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorContains(t, err, "libnccl-does-not-exist.so.9")
+}
