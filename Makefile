@@ -46,8 +46,12 @@ bench: deps
 bench-mpi: deps
 	@if [ -x scripts/bench-mpi.sh ]; then scripts/bench-mpi.sh; fi
 
+# Builds the GPU test and benchmark binaries into gpubin/ and prints the
+# command that runs every check and benchmark on the GPU machine.
 gpu-bench:
-	@if [ -x scripts/gpu-bench.sh ]; then scripts/gpu-bench.sh; else echo "no GPU benchmarks yet"; fi
+	scripts/gpu-verify.sh build
+	@echo 'On the GPU machine, from the repository root with gpubin/ carried along:'
+	@echo '  scripts/gpu-verify.sh run "$$OUT"          # every step; or name steps, e.g. bench exchange solve
 
 run: build
 	@if [ -n "$(MPI_TAGS)" ]; then \

@@ -172,17 +172,7 @@ func (c *Comm) Isend(m Memory, dest, tag int) (*Request, error) {
 		return nil, err
 	}
 	defer exit()
-	if err := c.checkPeer("Isend", dest, false); err != nil {
-		return nil, err
-	}
-	if err := c.checkTag("Isend", tag, false); err != nil {
-		return nil, err
-	}
-	reg, err := checkMemory(m, "Isend")
-	if err != nil {
-		return nil, err
-	}
-	lay, err := layoutFor(reg.size)
+	reg, lay, err := c.checkP2P("Isend", m, dest, tag, false)
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +184,24 @@ func (c *Comm) Isend(m Memory, dest, tag int) (*Request, error) {
 	return r, nil
 }
 
+// checkP2P validates a point-to-point operation: the peer and tag (the
+// wildcards only when receiving) and the memory, which it turns into the
+// region and layout MPI is given.
+func (c *Comm) checkP2P(op string, m Memory, peer, tag int, recv bool) (region, byteLayout, error) {
+	if err := c.checkPeer(op, peer, recv); err != nil {
+		return region{}, byteLayout{}, err
+	}
+	if err := c.checkTag(op, tag, recv); err != nil {
+		return region{}, byteLayout{}, err
+	}
+	reg, err := checkMemory(m, op)
+	if err != nil {
+		return region{}, byteLayout{}, err
+	}
+	lay, err := layoutFor(reg.size)
+	return reg, lay, err
+}
+
 // Irecv starts receiving into m a message from source (or AnySource) with
 // tag (or AnyTag) (MPI_Irecv). The message may be shorter than m; a longer
 // one fails with ErrTruncate when the request completes.
@@ -202,17 +210,7 @@ func (c *Comm) Irecv(m Memory, source, tag int) (*Request, error) {
 		return nil, err
 	}
 	defer exit()
-	if err := c.checkPeer("Irecv", source, true); err != nil {
-		return nil, err
-	}
-	if err := c.checkTag("Irecv", tag, true); err != nil {
-		return nil, err
-	}
-	reg, err := checkMemory(m, "Irecv")
-	if err != nil {
-		return nil, err
-	}
-	lay, err := layoutFor(reg.size)
+	reg, lay, err := c.checkP2P("Irecv", m, source, tag, true)
 	if err != nil {
 		return nil, err
 	}
