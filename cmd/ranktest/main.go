@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -21,6 +22,7 @@ type config struct {
 	blocks     int    // blocks per rank (workload and benchmarks)
 	blockBytes int64  // bytes per block for benchmarks that use one size
 	device     int    // CUDA device, set from the rank's placement
+	cpuProfile string // per-rank CPU profile path prefix; "" for none
 }
 
 func main() {
@@ -34,6 +36,7 @@ func main() {
 	flag.StringVar(&cfg.mode, "mode", "", "packed or perblock for the solve (default packed); a benchmark's mode with -bench (default: all)")
 	flag.IntVar(&cfg.blocks, "blocks", 0, "blocks per rank (0: the workload's or benchmark's default)")
 	flag.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
 	flag.Parse()
 	if err := mainErr(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "ranktest:", err)
@@ -56,6 +59,13 @@ func mainErr(cfg config) (err error) {
 	if err != nil {
 		return err
 	}
+	if cfg.cpuProfile != "" {
+		stop, err := startCPUProfile(fmt.Sprintf("%s.rank%d", cfg.cpuProfile, world.Rank()))
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
 	if n, _ := devalloc.DeviceCount(); n > 0 {
 		if cfg.device, err = world.Device(n); err != nil {
 			return err
@@ -65,6 +75,23 @@ func mainErr(cfg config) (err error) {
 		return runBench(cfg, world, os.Stdout)
 	}
 	return run(cfg, world, os.Stdout, os.Stderr)
+}
+
+// startCPUProfile profiles this process into path until the returned
+// function is called.
+func startCPUProfile(path string) (func() error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 func openAllocator(cfg config) (*devalloc.Allocator, error) {
