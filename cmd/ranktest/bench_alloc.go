@@ -26,7 +26,10 @@ import (
 //     threshold0 and cudamalloc;
 //   - retained-packed: the retained pool, with the tiny blocks packed into
 //     one coalesced buffer (packing.Plan): one allocation, one memset and one
-//     free for all of them, instead of 2000 of each.
+//     free for all of them, instead of 2000 of each;
+//   - raw-pool: the cycle on a cudaMemPool called directly (no devalloc),
+//     retained and at threshold 0 (CUDA only): what the platform itself
+//     allows, the bound of any allocator built on the pool.
 //
 // Each configuration gets its own Allocator, opened on the backend of the
 // run (-backend). Two measurements per configuration:
@@ -39,6 +42,12 @@ import (
 //     allocated, each touched by a memset, all freed, then one stream
 //     synchronisation. A phase is allocPhaseCycles cycles; EndPhase (and for
 //     trim-phase, Trim(0)) runs at its end, inside the timed cycle.
+//     Two touches, each its own line: case "cycle" fills every buffer
+//     (840 MB of memsets per cycle, about 0.3 ms on an H200, the same in every
+//     mode), case "cycle-touch" sets the first touchBytes of each buffer
+//     (all of a tiny one), so the cycle times allocation rather than memset
+//     bandwidth. A coalesced buffer is always filled: every block in it is
+//     touched.
 //
 // Results are medians. The retained lines carry the ratios against
 // threshold0 and cudamalloc measured in the same run (vs_threshold0,
@@ -56,6 +65,7 @@ type allocBenchParams struct {
 	largeMin, largeMax int64
 	tinyMin, tinyMax   int64
 	phaseCycles        int
+	touchBytes         int64
 	goalVsThreshold0   float64
 	goalVsCudaMalloc   float64
 }
@@ -64,7 +74,7 @@ var allocParams = allocBenchParams{
 	pairs: 1000, pairWarmup: 20, pairSizes: []int64{256, 64 << 10, 16 << 20}, nosyncBatch: 100,
 	minCycles: 20, warmup: 2,
 	large: 20, tiny: 2000, largeMin: 16 << 20, largeMax: 64 << 20, tinyMin: 64, tinyMax: 16 << 10,
-	phaseCycles: 5, goalVsThreshold0: 10, goalVsCudaMalloc: 5,
+	phaseCycles: 5, touchBytes: 4096, goalVsThreshold0: 10, goalVsCudaMalloc: 5,
 }
 
 type allocVariant struct {
@@ -83,7 +93,25 @@ var allocVariants = []allocVariant{
 	{mode: "retained-packed", cfg: devalloc.Config{Policy: devalloc.Retain}, packed: true},
 }
 
-var allocModes = []string{"cudamalloc", "threshold0", "trim-phase", "retained", "large-only", "retained-packed"}
+var allocModes = []string{"cudamalloc", "threshold0", "trim-phase", "retained", "large-only", "retained-packed", "raw-pool"}
+
+// cycleTouch is one way of touching the buffers of a cycle.
+type cycleTouch struct {
+	kase  string // the "case" of the result line
+	bytes int64  // bytes set at the start of each buffer; 0: all of it
+}
+
+func cycleTouches() []cycleTouch {
+	return []cycleTouch{{"cycle", 0}, {"cycle-touch", allocParams.touchBytes}}
+}
+
+// key names a cycle median in allocRun.cycle.
+func (t cycleTouch) key(mode string) string {
+	if t.bytes == 0 {
+		return mode
+	}
+	return mode + "#touch"
+}
 
 func variantByMode(mode string) (allocVariant, error) {
 	for _, v := range allocVariants {
@@ -115,9 +143,12 @@ func benchAlloc(c *benchContext) error {
 	run := &allocRun{pair: map[string]map[int64]float64{}, cycle: map[string]float64{}}
 	for _, mode := range modes {
 		var err error
-		if mode == "large-only" {
+		switch mode {
+		case "large-only":
 			err = benchAllocLargeOnly(c, run)
-		} else {
+		case "raw-pool":
+			err = benchRawPool(c, run)
+		default:
 			var v allocVariant
 			if v, err = variantByMode(mode); err == nil {
 				err = benchAllocVariant(c, run, v)
@@ -206,17 +237,22 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 		}
 	}
 
-	res, err := solveCycles(c, a, v, p.large, p.tiny)
-	if err != nil {
-		return err
+	for _, t := range cycleTouches() {
+		res, err := solveCycles(c, a, v, p.large, p.tiny, t)
+		if err != nil {
+			return err
+		}
+		run.cycle[t.key(v.mode)] = res.median
+		extra := res.extra()
+		if v.mode == "retained" {
+			addRatios(extra, run.cycle[t.key("threshold0")], run.cycle[t.key("cudamalloc")], res.median, true)
+		}
+		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+			Backend: a.Kind().String(), Extra: extra}); err != nil {
+			return err
+		}
 	}
-	run.cycle[v.mode] = res.median
-	extra := res.extra()
-	if v.mode == "retained" {
-		addRatios(extra, run.cycle["threshold0"], run.cycle["cudamalloc"], res.median, true)
-	}
-	return c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-		Backend: a.Kind().String(), Extra: extra})
+	return nil
 }
 
 // pairsWithoutSync times Alloc+Free in batches, synchronising between
@@ -266,19 +302,23 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 			}
 			continue
 		}
-		res, err := solveCycles(c, a, v, p.large, 0)
-		err = errors.Join(err, a.Close())
-		if err != nil {
-			return err
+		for _, t := range cycleTouches() {
+			res, err := solveCycles(c, a, v, p.large, 0, t)
+			if err != nil {
+				return errors.Join(err, a.Close())
+			}
+			run.cycle[t.key("large-only/"+mode)] = res.median
+			extra := res.extra()
+			extra["allocator"] = mode
+			if mode == "retained" {
+				addRatios(extra, run.cycle[t.key("large-only/threshold0")], run.cycle[t.key("large-only/cudamalloc")], res.median, true)
+			}
+			if err := c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes,
+				MedianUS: res.median, Backend: a.Kind().String(), Extra: extra}); err != nil {
+				return errors.Join(err, a.Close())
+			}
 		}
-		run.cycle["large-only/"+mode] = res.median
-		extra := res.extra()
-		extra["allocator"] = mode
-		if mode == "retained" {
-			addRatios(extra, run.cycle["large-only/threshold0"], run.cycle["large-only/cudamalloc"], res.median, true)
-		}
-		if err := c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes,
-			MedianUS: res.median, Backend: a.Kind().String(), Extra: extra}); err != nil {
+		if err := a.Close(); err != nil {
 			return err
 		}
 	}
@@ -327,11 +367,12 @@ type cycleResult struct {
 	reservedAfterPhase    int64 // reserved after the last phase boundary
 	backendCallsPerCycle  float64
 	kind                  string
+	touch                 cycleTouch
 }
 
 func (r cycleResult) extra() map[string]any {
 	e := map[string]any{
-		"case": "cycle", "kind": r.kind, "allocs_per_cycle": r.allocs, "mean_us": round3(r.mean), "p90_us": round3(r.p90),
+		"case": r.touch.kase, "touch_bytes": r.touch.bytes, "kind": r.kind, "allocs_per_cycle": r.allocs, "mean_us": round3(r.mean), "p90_us": round3(r.p90),
 		"reserved_peak_bytes": r.reservedPeak, "reserved_between_cycles_max_bytes": r.reservedBetweenCycles,
 		"reserved_after_phase_bytes": r.reservedAfterPhase, "backend_calls_per_cycle": round3(r.backendCallsPerCycle),
 		"phase_cycles": allocParams.phaseCycles,
@@ -356,11 +397,11 @@ func cycleSizes(seed uint64, i, large, tiny int) []int64 {
 	return sizes
 }
 
-func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, tiny int) (cycleResult, error) {
+func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, tiny int, touch cycleTouch) (cycleResult, error) {
 	p := allocParams
 	cycles := max(c.cfg.iters, p.minCycles)
 	s := a.DefaultStream()
-	res := cycleResult{cycles: cycles, allocs: large + tiny, kind: a.Kind().String()}
+	res := cycleResult{cycles: cycles, allocs: large + tiny, kind: a.Kind().String(), touch: touch}
 	times := make([]float64, 0, cycles)
 	bufs := make([]*devalloc.Buffer, 0, large+tiny)
 	var totalBytes int64
@@ -371,6 +412,7 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 		phaseEnd := (i+1)%p.phaseCycles == 0
 		start := time.Now()
 		bufs = bufs[:0]
+		var filled int // bufs[filled:] are filled whatever the touch
 		if v.packed {
 			// The large buffers each on their own, the tiny ones as the views
 			// of one coalesced buffer.
@@ -386,6 +428,7 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 					tinySizes = append(tinySizes, n)
 				}
 			}
+			filled = len(bufs)
 			if len(tinySizes) > 0 {
 				plan, err := packTiny(tinySizes)
 				if err != nil {
@@ -405,9 +448,14 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 				}
 				bufs = append(bufs, b)
 			}
+			filled = len(bufs)
 		}
-		for _, b := range bufs {
-			if err := s.Memset(b, 0, b.Size(), byte(i)); err != nil {
+		for k, b := range bufs {
+			n := b.Size()
+			if touch.bytes > 0 && k < filled {
+				n = min(n, touch.bytes)
+			}
+			if err := s.Memset(b, 0, n, byte(i)); err != nil {
 				return res, err
 			}
 			if err := b.Free(); err != nil {
@@ -504,13 +552,18 @@ func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
 			return err
 		}
 	}
-	res, err := rawCycles(c, r, p.large, p.tiny)
-	if err != nil {
-		return err
+	for _, t := range cycleTouches() {
+		res, err := rawCycles(c, r.cycle, p.large, p.tiny, t)
+		if err != nil {
+			return err
+		}
+		run.cycle[t.key(mode)] = res.median
+		if err := c.emit(benchResult{Bench: "alloc", Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+			Backend: "cuda-raw", Extra: res.extra()}); err != nil {
+			return err
+		}
 	}
-	run.cycle[mode] = res.median
-	return c.emit(benchResult{Bench: "alloc", Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-		Backend: "cuda-raw", Extra: res.extra()})
+	return nil
 }
 
 func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) {
@@ -522,28 +575,75 @@ func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) 
 		return err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
-	res, err := rawCycles(c, r, allocParams.large, 0)
-	if err != nil {
-		return err
+	for _, t := range cycleTouches() {
+		res, err := rawCycles(c, r.cycle, allocParams.large, 0, t)
+		if err != nil {
+			return err
+		}
+		run.cycle[t.key("large-only/"+mode)] = res.median
+		extra := res.extra()
+		extra["allocator"] = mode
+		if err := c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+			Backend: "cuda-raw", Extra: extra}); err != nil {
+			return err
+		}
 	}
-	run.cycle["large-only/"+mode] = res.median
-	extra := res.extra()
-	extra["allocator"] = mode
-	return c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-		Backend: "cuda-raw", Extra: extra})
+	return nil
 }
 
-// rawCycles runs the solve cycle of solveCycles on the raw baseline.
-func rawCycles(c *benchContext, r *rawCUDA, large, tiny int) (cycleResult, error) {
+// benchRawPool runs the solve cycle on a cudaMemPool called directly,
+// retained and at threshold 0: the platform's own figures, against which
+// the allocator's goals can be judged. The retained line carries the
+// ratios to threshold 0 and to cudamalloc of the same run.
+func benchRawPool(c *benchContext, run *allocRun) (err error) {
+	if !c.alloc.Kind().IsDevice() {
+		return c.skipLine("raw-pool", "needs the CUDA backend (a cudaMemPool called directly)", nil)
+	}
+	p := allocParams
+	for _, retained := range []bool{false, true} {
+		name := map[bool]string{false: "threshold0", true: "retained"}[retained]
+		r, err := openRawPool(c.alloc.Device(), retained)
+		if err != nil {
+			return err
+		}
+		for _, t := range cycleTouches() {
+			res, cerr := rawCycles(c, r.cycle, p.large, p.tiny, t)
+			if cerr != nil {
+				return errors.Join(cerr, r.close())
+			}
+			res.kind = "cuda-pool-raw"
+			run.cycle[t.key("raw-pool/"+name)] = res.median
+			extra := res.extra()
+			extra["allocator"] = name
+			if retained {
+				addRatios(extra, run.cycle[t.key("raw-pool/threshold0")], run.cycle[t.key("cudamalloc")], res.median, true)
+				if ours := run.cycle[t.key("retained")]; ours > 0 {
+					extra["allocator_retained_over_raw"] = round3(ours / res.median)
+				}
+			}
+			if cerr := c.emit(benchResult{Bench: "alloc", Mode: "raw-pool", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+				Backend: "cuda-raw", Extra: extra}); cerr != nil {
+				return errors.Join(cerr, r.close())
+			}
+		}
+		if err := r.close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rawCycles runs the solve cycle of solveCycles on a raw baseline.
+func rawCycles(c *benchContext, cycle func(sizes []int64, val byte, touch int64) error, large, tiny int, touch cycleTouch) (cycleResult, error) {
 	p := allocParams
 	cycles := max(c.cfg.iters, p.minCycles)
-	res := cycleResult{cycles: cycles, allocs: large + tiny, kind: "cuda-raw", backendCallsPerCycle: float64(large + tiny)}
+	res := cycleResult{cycles: cycles, allocs: large + tiny, kind: "cuda-raw", backendCallsPerCycle: float64(large + tiny), touch: touch}
 	times := make([]float64, 0, cycles)
 	var totalBytes int64
 	for i := range p.warmup + cycles {
 		sizes := cycleSizes(c.cfg.seed, i, large, tiny)
 		start := time.Now()
-		if err := r.cycle(sizes, byte(i)); err != nil {
+		if err := cycle(sizes, byte(i), touch.bytes); err != nil {
 			return res, err
 		}
 		if i < p.warmup {
@@ -573,18 +673,27 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 		return err
 	}
 	defer func() { err = errors.Join(err, a.Close()) }()
-	res, err := solveCycles(c, a, v, allocParams.large, allocParams.tiny)
+	for _, t := range cycleTouches() {
+		if err := benchPackedCycles(c, run, v, a, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func benchPackedCycles(c *benchContext, run *allocRun, v allocVariant, a *devalloc.Allocator, t cycleTouch) error {
+	res, err := solveCycles(c, a, v, allocParams.large, allocParams.tiny, t)
 	if err != nil {
 		return err
 	}
 	extra := res.extra()
-	if lo := run.cycle["large-only/retained"]; lo > 0 {
+	if lo := run.cycle[t.key("large-only/retained")]; lo > 0 {
 		r := res.median / lo
 		extra["vs_large_only"] = round3(r)
 		extra["goal_vs_large_only_at_most"] = 1.2
 		extra["meets_goal_vs_large_only"] = r <= 1.2
 	}
-	if cm := run.cycle["cudamalloc"]; cm > 0 {
+	if cm := run.cycle[t.key("cudamalloc")]; cm > 0 {
 		r := cm / res.median
 		extra["vs_cudamalloc"] = round3(r)
 		extra["goal_vs_cudamalloc"] = 100

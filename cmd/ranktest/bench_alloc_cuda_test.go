@@ -36,7 +36,35 @@ func TestBenchAllocFakeCUDA(t *testing.T) {
 			large = append(large, r)
 		}
 	}
-	require.Len(t, large, 3)
-	require.EqualValues(t, 2, large[2].Extra["allocs_per_cycle"])
-	require.Contains(t, large[2].Extra, "vs_cudamalloc")
+	require.Len(t, large, 6, "three allocators, two touches each")
+	for _, r := range large[4:] {
+		require.Equal(t, "retained", r.Extra["allocator"])
+		require.EqualValues(t, 2, r.Extra["allocs_per_cycle"])
+		require.Contains(t, r.Extra, "vs_cudamalloc")
+	}
+	require.Equal(t, "cycle", large[4].Extra["case"])
+	require.Equal(t, "cycle-touch", large[5].Extra["case"])
+
+	// The raw pool: both thresholds, both touches; the retained lines carry
+	// the platform's ratios and how far the allocator is from it.
+	for _, kase := range []string{"cycle", "cycle-touch"} {
+		var raw []benchResult
+		for _, r := range lines {
+			if r.Mode == "raw-pool" && r.Extra["case"] == kase {
+				raw = append(raw, r)
+			}
+		}
+		require.Len(t, raw, 2, kase)
+		require.Equal(t, "threshold0", raw[0].Extra["allocator"])
+		require.Equal(t, "retained", raw[1].Extra["allocator"])
+		require.Equal(t, "cuda-pool-raw", raw[1].Extra["kind"])
+		for _, k := range []string{"vs_threshold0", "vs_cudamalloc", "allocator_retained_over_raw"} {
+			require.Contains(t, raw[1].Extra, k, kase)
+		}
+		require.InDelta(t, raw[0].MedianUS/raw[1].MedianUS, raw[1].Extra["vs_threshold0"], 0.001)
+	}
+	touch := find(lines, "retained-packed", "cycle-touch", 0)
+	require.NotNil(t, touch)
+	require.Contains(t, touch.Extra, "vs_large_only")
+	require.EqualValues(t, allocParams.touchBytes, touch.Extra["touch_bytes"])
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -49,9 +50,9 @@ func (r *rawCUDA) pair(size int64) (float64, error) {
 	return us(time.Since(start)), nil
 }
 
-// cycle allocates every size, touches each with a memset, frees each, and
-// synchronises once.
-func (r *rawCUDA) cycle(sizes []int64, val byte) (err error) {
+// cycle allocates every size, touches each with a memset (of its first
+// touch bytes, or all of it for 0), frees each, and synchronises once.
+func (r *rawCUDA) cycle(sizes []int64, val byte, touch int64) (err error) {
 	ptrs := make([]uintptr, 0, len(sizes))
 	defer func() {
 		for _, p := range ptrs {
@@ -66,7 +67,7 @@ func (r *rawCUDA) cycle(sizes []int64, val byte) (err error) {
 		ptrs = append(ptrs, p)
 	}
 	for i, p := range ptrs {
-		if err := r.dev.MemsetAsync(p, val, sizes[i], r.s); err != nil {
+		if err := r.dev.MemsetAsync(p, val, touched(sizes[i], touch), r.s); err != nil {
 			return err
 		}
 	}
@@ -77,4 +78,73 @@ func (r *rawCUDA) cycle(sizes []int64, val byte) (err error) {
 		ptrs = ptrs[1:]
 	}
 	return r.dev.StreamSynchronize(r.s)
+}
+
+func touched(size, touch int64) int64 {
+	if touch > 0 {
+		return min(size, touch)
+	}
+	return size
+}
+
+// rawPool is the solve cycle on a private cudaMemPool called directly:
+// cudaMallocFromPoolAsync, cudaMemsetAsync and cudaFreeAsync on one stream,
+// no ledger, no events. It is the floor under any allocator on the pool.
+type rawPool struct {
+	dev  *cudart.Device
+	s    cudart.Stream
+	pool cudart.MemPool
+}
+
+// openRawPool makes the pool retained (release threshold UINT64_MAX) or
+// releasing at every synchronisation (threshold 0, the driver's default).
+func openRawPool(device int, retained bool) (*rawPool, error) {
+	rt, err := cudart.Load()
+	if err != nil {
+		return nil, err
+	}
+	dev := rt.Device(device)
+	s, err := dev.StreamCreate()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := dev.MemPoolCreate()
+	if err != nil {
+		return nil, errors.Join(err, dev.StreamDestroy(s))
+	}
+	threshold := uint64(0)
+	if retained {
+		threshold = math.MaxUint64
+	}
+	if err := dev.MemPoolSetUint64(pool, cudart.PoolAttrReleaseThreshold, threshold); err != nil {
+		return nil, errors.Join(err, dev.MemPoolDestroy(pool), dev.StreamDestroy(s))
+	}
+	return &rawPool{dev: dev, s: s, pool: pool}, nil
+}
+
+func (r *rawPool) close() error {
+	return errors.Join(r.dev.StreamSynchronize(r.s), r.dev.MemPoolDestroy(r.pool), r.dev.StreamDestroy(r.s))
+}
+
+// cycle is rawCUDA.cycle on the pool, stream-ordered throughout.
+func (r *rawPool) cycle(sizes []int64, val byte, touch int64) error {
+	ptrs := make([]uintptr, 0, len(sizes))
+	var err error
+	for _, n := range sizes {
+		var p uintptr
+		if p, err = r.dev.MallocFromPoolAsync(n, r.pool, r.s); err != nil {
+			err = fmt.Errorf("cudaMallocFromPoolAsync of %d bytes: %w", n, err)
+			break
+		}
+		ptrs = append(ptrs, p)
+	}
+	for i, p := range ptrs {
+		if err == nil {
+			err = r.dev.MemsetAsync(p, val, touched(sizes[i], touch), r.s)
+		}
+	}
+	for _, p := range ptrs {
+		err = errors.Join(err, r.dev.FreeAsync(p, r.s))
+	}
+	return errors.Join(err, r.dev.StreamSynchronize(r.s))
 }

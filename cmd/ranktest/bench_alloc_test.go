@@ -57,12 +57,17 @@ func TestBenchAllocHost(t *testing.T) {
 			require.Positive(t, p.MedianUS)
 			require.Equal(t, 20, p.N)
 		}
-		cyc := find(lines, mode, "cycle", 0)
-		require.NotNil(t, cyc, mode)
-		require.Equal(t, 3, cyc.N)
-		require.EqualValues(t, 22, cyc.Extra["allocs_per_cycle"])
-		require.Positive(t, cyc.MedianUS)
+		for _, kase := range []string{"cycle", "cycle-touch"} {
+			cyc := find(lines, mode, kase, 0)
+			require.NotNil(t, cyc, "%s %s", mode, kase)
+			require.Equal(t, 3, cyc.N)
+			require.EqualValues(t, 22, cyc.Extra["allocs_per_cycle"])
+			require.Positive(t, cyc.MedianUS)
+		}
 	}
+	require.EqualValues(t, 0, find(lines, "retained", "cycle", 0).Extra["touch_bytes"])
+	require.EqualValues(t, 4096, find(lines, "retained", "cycle-touch", 0).Extra["touch_bytes"])
+	require.Equal(t, "needs the CUDA backend (a cudaMemPool called directly)", lines[len(lines)-1].Extra["skipped"])
 	ret := find(lines, "retained", "cycle", 0)
 	require.Contains(t, ret.Extra, "vs_threshold0")
 	require.Contains(t, ret.Extra["ratios_missing"], "cudamalloc")
@@ -70,8 +75,9 @@ func TestBenchAllocHost(t *testing.T) {
 	require.Positive(t, ret.Extra["reserved_after_phase_bytes"], "retained keeps its memory")
 
 	only := runAllocBench(t, "host", "retained")
-	require.Len(t, only, 3)
+	require.Len(t, only, 4, "two pairs, two cycles")
 	require.NotContains(t, only[2].Extra, "vs_threshold0", "no baseline in a run of one mode")
+	require.NotContains(t, only[3].Extra, "vs_threshold0", "no baseline in a run of one mode")
 
 	var out bytes.Buffer
 	err := runBench(config{backend: "host", policy: "retain", iters: 3, seed: 1, bench: "alloc", mode: "nope"}, nil, &out)
