@@ -386,6 +386,19 @@ func benchExchangeDevice(c *benchContext) error {
 		return err
 	}
 	defer func() { _ = dev.Free() }()
+	// What MPI alone does with the message's bytes in pinned memory, both
+	// ranks sending at once: the ceiling of any staged exchange.
+	wire := e.wire()
+	mpiSend, err := a.AllocPinned(wire, s)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = mpiSend.Free() }()
+	mpiRecv, err := a.AllocPinned(wire, s)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = mpiRecv.Free() }()
 	if err := s.Synchronize(); err != nil {
 		return err
 	}
@@ -416,8 +429,25 @@ func benchExchangeDevice(c *benchContext) error {
 		}
 		return us, err
 	}
+	rawMPI := func() (float64, error) {
+		sa, err := mpiSend.Addr()
+		if err != nil {
+			return 0, err
+		}
+		ra, err := mpiRecv.Addr()
+		if err != nil {
+			return 0, err
+		}
+		return e.timed(func() error {
+			got, err := rawmpi.Exchange(sa, wire, ra, wire, e.peer, tagRaw)
+			if err == nil && got != wire {
+				err = fmt.Errorf("raw: received %d bytes, want %d", got, wire)
+			}
+			return err
+		})
+	}
 	reps := max(c.cfg.iters, 20)
-	var d2h, h2d, ex []float64
+	var d2h, h2d, ex, mpiHost []float64
 	for rep := range reps + 2 {
 		a1, err := copyUS(pin, e.send[0].Buffer())
 		if err != nil {
@@ -431,11 +461,15 @@ func benchExchangeDevice(c *benchContext) error {
 		if err != nil {
 			return fmt.Errorf("exchange: %w", err)
 		}
+		a4, err := rawMPI()
+		if err != nil {
+			return fmt.Errorf("raw MPI exchange of pinned memory: %w", err)
+		}
 		if rep >= 2 {
-			d2h, h2d, ex = append(d2h, a1), append(h2d, a2), append(ex, a3)
+			d2h, h2d, ex, mpiHost = append(d2h, a1), append(h2d, a2), append(ex, a3), append(mpiHost, a4)
 		}
 	}
-	for _, xs := range []*[]float64{&d2h, &h2d, &ex} {
+	for _, xs := range []*[]float64{&d2h, &h2d, &ex, &mpiHost} {
 		if *xs, err = e.slowest(*xs); err != nil {
 			return err
 		}
@@ -448,7 +482,7 @@ func benchExchangeDevice(c *benchContext) error {
 		return nil
 	}
 	gbps := func(us float64) float64 { return float64(size) / us / 1e3 }
-	mD2H, mH2D, mEx := median(d2h), median(h2d), median(ex)
+	mD2H, mH2D, mEx, mMPI := median(d2h), median(h2d), median(ex), median(mpiHost)
 	aware, _ := cluster.CUDAAware()
 	st := x.Stats()
 	transport := "staged"
@@ -459,6 +493,7 @@ func benchExchangeDevice(c *benchContext) error {
 		"reps": reps, "transport": transport, "chunk_bytes": x.ChunkBytes(),
 		"exchange_gbps": gbps(mEx), "pinned_d2h_gbps": gbps(mD2H), "pinned_h2d_gbps": gbps(mH2D),
 		"ratio_to_min_copy": gbps(mEx) / min(gbps(mD2H), gbps(mH2D)), "goal_ratio": 0.8,
+		"mpi_pinned_gbps": float64(wire) / mMPI / 1e3, "ratio_to_mpi_pinned": mMPI / mEx,
 		"mpi_sends_per_exchange": float64(st.MPISends) / float64(st.Exchanges),
 		"nccl":                   ncclNote,
 		"nccl_gbps":              ncclGbps(nc, e),
