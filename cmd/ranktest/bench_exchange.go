@@ -522,6 +522,20 @@ func ncclExchange(c *benchContext, e *exchangeSetup, reps int) ([]float64, strin
 		}
 		return nil, why, nil
 	}
+	// NCCL wants one GPU per rank: ranks sharing one get "invalid usage"
+	// from ncclCommInitRank.
+	perDevice := make([]int64, 256) // the same length on every rank
+	if d := a.Device(); d < len(perDevice) {
+		perDevice[d] = 1
+	}
+	if err := e.comm.AllreduceInt64(perDevice, perDevice, cluster.Sum); err != nil {
+		return nil, "", err
+	}
+	for d, n := range perDevice {
+		if n > 1 {
+			return nil, fmt.Sprintf("not used: %d ranks share GPU %d, and NCCL needs one GPU per rank", n, d), nil
+		}
+	}
 	id := make([]byte, nccl.UniqueIDBytes)
 	if e.comm.Rank() == 0 {
 		var err error
