@@ -85,6 +85,10 @@ type Request struct {
 	status     Status
 	err        error
 	holds      []Releaser
+	// holdBuf is the storage of holds for the usual one or two releasers
+	// (a buffer's hold, a pinned slice), so that Attach allocates nothing
+	// on the path every message takes.
+	holdBuf [2]Releaser
 }
 
 func (r *Request) acquire() error {
@@ -134,6 +138,7 @@ func (r *Request) complete(st Status, err error) {
 		}
 	}
 	r.holds = nil
+	r.holdBuf = [2]Releaser{}
 	untrack(r)
 }
 
@@ -156,6 +161,9 @@ func (r *Request) Attach(h Releaser) error {
 	}
 	if r.done {
 		return h.Release()
+	}
+	if r.holds == nil {
+		r.holds = r.holdBuf[:0]
 	}
 	r.holds = append(r.holds, h)
 	return nil
