@@ -49,9 +49,16 @@ type Exchanger struct {
 	lastIn map[int]*learnedIn
 	// written records, for each send buffer of the last exchange, the
 	// manifest its prefix holds, so that the next exchange of the same
-	// buffer and layout rewrites only the header.
-	written map[*devalloc.Buffer]writtenManifest
-	hooks   testHooks
+	// buffer and layout rewrites only the header. writtenNext is the map
+	// the next exchange fills in its place (then they swap), kept so that
+	// neither is built anew each exchange.
+	written, writtenNext map[*devalloc.Buffer]writtenManifest
+	// spare is the state of the last exchange, reused by the next one: an
+	// exchange in a loop then allocates little of its own. Only an
+	// exchange that ended without error leaves its state here, since only
+	// then has every request that referenced it certainly completed.
+	spare *exchange
+	hooks testHooks
 }
 
 // testHooks let this package's tests act between the steps of an exchange.
@@ -80,7 +87,8 @@ func New(o Options) (*Exchanger, error) {
 		return nil, fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
 			-all[2], all[0], -all[3], all[1], ErrInvalid)
 	}
-	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{}, written: map[*devalloc.Buffer]writtenManifest{}}
+	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{},
+		written: map[*devalloc.Buffer]writtenManifest{}, writtenNext: map[*devalloc.Buffer]writtenManifest{}}
 	if x.sendS, err = o.Alloc.NewStream(); err != nil {
 		return nil, fmt.Errorf("msg: new: %w", err)
 	}
@@ -166,7 +174,9 @@ func (r *Received) Free() error {
 	var errs []error
 	for s, c := range r.bySource {
 		if c != nil {
-			errs = append(errs, c.Free())
+			if err := c.Free(); err != nil {
+				errs = append(errs, err)
+			}
 			r.bySource[s] = nil
 		}
 	}
@@ -266,7 +276,74 @@ type exchange struct {
 	errs   []error
 	// written is what x.written becomes after this exchange.
 	written map[*devalloc.Buffer]writtenManifest
-	res     []*packing.Coalesced
+
+	// Per-rank scratch and the message records, kept for the next exchange.
+	byDest             []*outMsg
+	sendSize, recvSize []int64
+	abortTo            []bool
+	outRecs            []*outMsg
+	inRecs             []*inMsg
+	nOut, nIn          int // records handed out in this exchange
+}
+
+// begin returns the state of a new exchange: the spare one of the last
+// exchange, emptied, or a new one.
+func (x *Exchanger) begin(pat *Pattern) *exchange {
+	e := x.spare
+	x.spare = nil
+	if e == nil {
+		n := x.size
+		e = &exchange{x: x, byDest: make([]*outMsg, n), sendSize: make([]int64, n), recvSize: make([]int64, n), abortTo: make([]bool, n)}
+	}
+	e.epoch, e.pat = x.epoch, pat
+	clear(e.byDest)
+	clear(e.sendSize)
+	clear(e.recvSize)
+	clear(e.abortTo)
+	clear(x.writtenNext)
+	e.written = x.writtenNext
+	return e
+}
+
+// end keeps the state of an exchange that succeeded for the next one,
+// without the references to buffers that are no longer its business.
+func (x *Exchanger) end(e *exchange) {
+	for _, m := range e.outRecs[:e.nOut] {
+		clear(m.chunks)
+		*m = outMsg{chunks: m.chunks[:0]}
+	}
+	for _, in := range e.inRecs[:e.nIn] {
+		clear(in.chunks)
+		*in = inMsg{chunks: in.chunks[:0]}
+	}
+	clear(e.byDest)
+	e.nOut, e.nIn = 0, 0
+	e.outs, e.ins, e.selfIn, e.pat, e.written = e.outs[:0], e.ins[:0], nil, nil, nil
+	e.q.reset()
+	x.spare = e
+}
+
+// newOut hands out a message record: a reused one, emptied but for the
+// array of its chunks, or a new one.
+func (e *exchange) newOut() *outMsg {
+	if e.nOut == len(e.outRecs) {
+		e.outRecs = append(e.outRecs, new(outMsg))
+	}
+	m := e.outRecs[e.nOut]
+	e.nOut++
+	*m = outMsg{chunks: m.chunks[:0]}
+	return m
+}
+
+// newIn is newOut for received messages.
+func (e *exchange) newIn() *inMsg {
+	if e.nIn == len(e.inRecs) {
+		e.inRecs = append(e.inRecs, new(inMsg))
+	}
+	in := e.inRecs[e.nIn]
+	e.nIn++
+	*in = inMsg{chunks: in.chunks[:0]}
+	return in
 }
 
 func (e *exchange) fail(err error) {
@@ -288,16 +365,14 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	}
 	x.epoch++
 	x.stats.Exchanges++
-	e := &exchange{x: x, epoch: x.epoch, pat: pat, res: make([]*packing.Coalesced, x.size), written: map[*devalloc.Buffer]writtenManifest{}}
+	e := x.begin(pat)
 	aware, err := cluster.CUDAAware()
 	e.aware = aware && x.o.Transport == TransportAuto
 	byDest, localErr := e.collect(send)
 	localErr = errors.Join(err, localErr)
 
 	n := x.size
-	sendSize := make([]int64, n)
-	recvSize := make([]int64, n)
-	abortTo := make([]bool, n)
+	sendSize, recvSize, abortTo := e.sendSize, e.recvSize, e.abortTo
 	if pat != nil && pat.learned {
 		copy(recvSize, pat.recvSize)
 		e.checkPattern(byDest, localErr != nil, abortTo)
@@ -343,7 +418,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		if recvSize[s] <= 0 || (s == x.rank && !x.o.SelfViaMPI) {
 			continue
 		}
-		e.ins = append(e.ins, e.newIn(s, k, recvSize[s]))
+		e.ins = append(e.ins, e.newRecv(s, k, recvSize[s]))
 	}
 	e.startRecvs()
 	// Sends, in schedule order; an abort notice replaces what cannot be sent.
@@ -371,21 +446,22 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	}
 
 	e.run()
-	x.written = e.written
+	x.written, x.writtenNext = e.written, x.written
 	if len(e.errs) > 0 {
-		x.written = map[*devalloc.Buffer]writtenManifest{} // after a failure, trust no prefix
+		clear(x.written) // after a failure, trust no prefix
 	}
 
+	res := make([]*packing.Coalesced, n)
 	for _, in := range e.ins {
 		if in.result != nil {
-			e.res[in.src] = in.result
+			res[in.src] = in.result
 		}
 	}
 	if e.selfIn != nil && e.selfIn.result != nil {
-		e.res[x.rank] = e.selfIn.result
+		res[x.rank] = e.selfIn.result
 	}
 	if len(e.errs) > 0 {
-		for _, c := range e.res {
+		for _, c := range res {
 			if c != nil {
 				_ = c.Free()
 			}
@@ -395,13 +471,14 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	if pat != nil && !pat.learned {
 		e.learn(byDest, recvSize)
 	}
-	return &Received{bySource: e.res, epoch: e.epoch}, nil
+	x.end(e)
+	return &Received{bySource: res, epoch: x.epoch}, nil
 }
 
 // collect validates the send list and describes each message.
 func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 	x := e.x
-	byDest := make([]*outMsg, x.size)
+	byDest := e.byDest
 	var errs []error
 	for i, c := range send {
 		if c == nil {
@@ -433,7 +510,9 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 			}
 			x.cache[d] = man
 		}
-		byDest[d] = &outMsg{dest: d, c: c, man: man, size: int64(man.payloadOffset()) + c.Size()}
+		m := e.newOut()
+		m.dest, m.c, m.man, m.size = d, c, man, int64(man.payloadOffset())+c.Size()
+		byDest[d] = m
 	}
 	return byDest, errors.Join(errs...)
 }

@@ -25,6 +25,7 @@ type inMsg struct {
 
 	buf    *devalloc.Buffer
 	share  *sharedRelease // direct: the buffer's write hold, shared by the chunks
+	shared sharedRelease  // what share points to
 	chunks []inChunk
 	next   int // staged: the next chunk to process, in order
 
@@ -41,6 +42,7 @@ type inMsg struct {
 type inChunk struct {
 	off, n int64
 	mem    cluster.Memory
+	region bufRegion        // direct, when the chunk is not the whole buffer: what mem points to
 	buf    *devalloc.Buffer // staged: the pinned chunk
 	hold   *devalloc.Hold   // staged: its write hold
 	pin    *cluster.PinnedBytes
@@ -50,18 +52,20 @@ type inChunk struct {
 	err    error
 }
 
-// newIn sets up the receive of size bytes from src: one pooled buffer, and
+// newRecv sets up the receive of size bytes from src: one pooled buffer, and
 // for staging one pinned buffer per chunk. When memory cannot be had the
 // message is drained (received into nothing) so the sender is not left
 // waiting, and the failure is reported.
-func (e *exchange) newIn(src, step int, size int64) *inMsg {
+func (e *exchange) newRecv(src, step int, size int64) *inMsg {
 	x := e.x
-	spans := chunkSpans(size, x.chunk)
-	in := &inMsg{src: src, step: step, size: size, chunks: make([]inChunk, len(spans))}
-	for i, sp := range spans {
-		in.chunks[i] = inChunk{off: sp.off, n: sp.n}
+	in := e.newIn()
+	in.src, in.step, in.size = src, step, size
+	in.chunks = resize(in.chunks, chunkCount(size, x.chunk))
+	for i := range in.chunks {
+		sp := chunkAt(size, x.chunk, i)
+		in.chunks[i].off, in.chunks[i].n = sp.off, sp.n
 	}
-	x.stats.MPIRecvs += int64(len(spans))
+	x.stats.MPIRecvs += int64(len(in.chunks))
 	err := e.allocIn(in)
 	if err != nil {
 		// Receive the message anyway, into Go memory it is then dropped
@@ -113,10 +117,16 @@ func (e *exchange) allocIn(in *inMsg) (err error) {
 			_ = h.Release()
 			return err
 		}
-		in.share = newShared(h, len(in.chunks))
+		in.shared.init(h, len(in.chunks))
+		in.share = &in.shared
 		for i := range in.chunks {
 			ch := &in.chunks[i]
-			ch.mem = cluster.Sub(in.buf, ch.off, ch.n)
+			if ch.off == 0 && ch.n == in.buf.Size() {
+				ch.mem = in.buf // the whole buffer: the usual single chunk
+				continue
+			}
+			ch.region = bufRegion{in.buf, ch.off, ch.n}
+			ch.mem = &ch.region
 		}
 		return nil
 	}

@@ -10,17 +10,35 @@ import (
 // span is a chunk of a logical message: bytes [off, off+n).
 type span struct{ off, n int64 }
 
-// chunkSpans cuts a message of size bytes into the MPI messages it travels
-// as (docs/WIRE.md, "Transport"): ceil(size/chunk) pieces, all but the last
-// chunk bytes long.
-func chunkSpans(size, chunk int64) []span {
-	k := (size-1)/chunk + 1
-	out := make([]span, k)
-	for i := range out {
-		off := int64(i) * chunk
-		out[i] = span{off, min(chunk, size-off)}
+// chunkCount is how many MPI messages a message of size bytes travels as
+// (docs/WIRE.md, "Transport"): ceil(size/chunk), all but the last chunk
+// bytes long.
+func chunkCount(size, chunk int64) int { return int((size-1)/chunk + 1) }
+
+// chunkAt is chunk i of a message of size bytes.
+func chunkAt(size, chunk int64, i int) span {
+	off := int64(i) * chunk
+	return span{off, min(chunk, size-off)}
+}
+
+// bufRegion is bytes [off, off+n) of a buffer, as MPI is handed them. It
+// is cluster.Sub, but lives in the message record the exchanger reuses
+// from one exchange to the next, so posting a request allocates no new
+// Memory value.
+type bufRegion struct {
+	buf    *devalloc.Buffer
+	off, n int64
+}
+
+func (r *bufRegion) Region() (uintptr, int64, bool, error) {
+	addr, size, dev, err := r.buf.Region()
+	if err != nil {
+		return 0, 0, false, err
 	}
-	return out
+	if r.off < 0 || r.n < 0 || r.off > size || r.n > size-r.off {
+		return 0, 0, false, fmt.Errorf("msg: bytes [%d, +%d) outside a buffer of %d bytes: %w", r.off, r.n, size, ErrInvalid)
+	}
+	return addr + uintptr(r.off), r.n, dev, nil
 }
 
 // header is the header of a message from this rank to dest in this exchange.
@@ -123,11 +141,14 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 		_ = rh.Release()
 		return e.outErr(m.dest, "payload", err)
 	}
-	spans := chunkSpans(m.size, x.chunk)
-	m.share = newShared(rh, len(spans))
-	m.chunks = make([]outChunk, len(spans))
-	for i, sp := range spans {
-		m.chunks[i] = outChunk{off: sp.off, n: sp.n, mem: cluster.Sub(buf, start-p+sp.off, sp.n)}
+	k := chunkCount(m.size, x.chunk)
+	m.share = m.shareWith(rh, k)
+	m.chunks = resize(m.chunks, k)
+	for i := range m.chunks {
+		sp := chunkAt(m.size, x.chunk, i)
+		ch := &m.chunks[i]
+		ch.off, ch.n, ch.region = sp.off, sp.n, bufRegion{buf, start - p + sp.off, sp.n}
+		ch.mem = &ch.region
 	}
 	return nil
 }
@@ -140,14 +161,14 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 func (e *exchange) prepareStaged(m *outMsg) (err error) {
 	x, c := e.x, m.c
 	p, start := int64(m.man.payloadOffset()), c.Start()
-	spans := chunkSpans(m.size, x.chunk)
-	m.chunks = make([]outChunk, len(spans))
+	m.chunks = resize(m.chunks, chunkCount(m.size, x.chunk))
 	defer func() {
 		if err != nil {
 			m.release()
 		}
 	}()
-	for i, sp := range spans {
+	for i := range m.chunks {
+		sp := chunkAt(m.size, x.chunk, i)
 		cb, err := x.a.AllocPinned(sp.n, x.sendS)
 		if err != nil {
 			return e.outErr(m.dest, "staging", err)
@@ -222,8 +243,9 @@ func (e *exchange) newAbort(dest, step int, size int64) *outMsg {
 	notice := make([]byte, AbortSize)
 	h := e.header(dest)
 	_ = EncodeAbort(notice, h) // cannot fail: no entries, and the buffer is large enough
-	spans := chunkSpans(size, e.x.chunk)
-	m := &outMsg{dest: dest, step: step, abort: true, size: size, chunks: make([]outChunk, len(spans))}
+	m := e.newOut()
+	m.dest, m.step, m.abort, m.size = dest, step, true, size
+	m.chunks = resize(m.chunks, chunkCount(size, e.x.chunk))
 	for i := range m.chunks {
 		var b []byte
 		if i == 0 {
@@ -295,7 +317,8 @@ func readDevice(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer,
 func (e *exchange) copyToSelf(m *outMsg) {
 	x, c := e.x, m.c
 	p, l := int64(m.man.payloadOffset()), c.Size()
-	in := &inMsg{src: x.rank, size: m.size, local: true}
+	in := e.newIn()
+	in.src, in.size, in.local = x.rank, m.size, true
 	e.selfIn = in
 	buf, err := x.a.Alloc(m.size, x.recvS)
 	if err != nil {

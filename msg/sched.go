@@ -34,6 +34,15 @@ type sched struct {
 	staged       bool // some receive is staged: handle chunks as they come
 }
 
+// reset empties the queues for the next exchange, keeping their arrays.
+func (q *sched) reset() {
+	clear(q.sendQ)
+	clear(q.recvQ)
+	clear(q.active)
+	clear(q.meta)
+	*q = sched{sendQ: q.sendQ[:0], recvQ: q.recvQ[:0], active: q.active[:0], meta: q.meta[:0]}
+}
+
 // postRecvs posts receives while the window allows.
 func (e *exchange) postRecvs() {
 	q := &e.q

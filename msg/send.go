@@ -170,11 +170,19 @@ type outMsg struct {
 
 	chunks []outChunk
 	share  *sharedRelease // direct: the buffer's read hold, shared by the chunks
+	shared sharedRelease  // what share points to
+}
+
+// shareWith makes r shared by the n requests of m.
+func (m *outMsg) shareWith(r cluster.Releaser, n int) *sharedRelease {
+	m.shared.init(r, n)
+	return &m.shared
 }
 
 type outChunk struct {
 	off, n int64
 	mem    cluster.Memory
+	region bufRegion            // direct: what mem points to
 	ready  *devalloc.Event      // staged: the copy into the pinned chunk is done
 	buf    *devalloc.Buffer     // staged: the pinned chunk, freed once posted
 	pin    *cluster.PinnedBytes // abort notice and empty messages
@@ -188,9 +196,19 @@ type sharedRelease struct {
 	left atomic.Int32
 }
 
-func newShared(r cluster.Releaser, n int) *sharedRelease {
-	s := &sharedRelease{r: r}
+func (s *sharedRelease) init(r cluster.Releaser, n int) {
+	s.r = r
 	s.left.Store(int32(n))
+}
+
+// resize returns s with n zeroed elements, reusing its array when it is
+// large enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
 	return s
 }
 

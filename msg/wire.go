@@ -106,6 +106,9 @@ type Manifest struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// zeroChecksum stands for the manifest checksum field while it is hashed.
+var zeroChecksum [4]byte
+
 // Checksum is the CRC-32C the wire format uses for manifests and payloads.
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
@@ -288,13 +291,14 @@ func decodeHeader(man []byte, msgLen uint64, peer, tag int, known *learnedIn) (h
 	}
 	end := HeaderSize + int(h.Count)*EntrySize
 	want := le.Uint32(man[60:])
-	hdr := [HeaderSize]byte(man[:HeaderSize])
-	le.PutUint32(hdr[60:], 0)
+	// The header's CRC with its checksum field read as 0, hashed in place:
+	// a copy of the header would escape to the heap through crc32.
+	hsum := crcUpdate(crcUpdate(0, man[:60]), zeroChecksum[:])
 	var sum uint32
 	if matched = known.matches(h, man[HeaderSize:end]); matched {
-		sum = crcCombine(Checksum(hdr[:]), known.entriesCRC, known.shiftOp())
+		sum = crcCombine(hsum, known.entriesCRC, known.shiftOp())
 	} else {
-		sum = crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, man[HeaderSize:end])
+		sum = crcUpdate(hsum, man[HeaderSize:end])
 	}
 	if sum != want {
 		return h, false, wireErr(ErrChecksum, peer, tag, "manifest_checksum", "computed %#08x, header says %#08x", sum, want)
