@@ -441,11 +441,12 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		}
 		e.outs = append(e.outs, m)
 	}
+	var self *outMsg // delivered by run once the MPI requests are posted
 	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI && !abortTo[x.rank] {
-		e.copyToSelf(m)
+		self = m
 	}
 
-	e.run()
+	e.run(self)
 	x.written, x.writtenNext = e.written, x.written
 	if len(e.errs) > 0 {
 		clear(x.written) // after a failure, trust no prefix

@@ -115,26 +115,29 @@ func (e *exchange) complete(k int, st cluster.Status, err error) {
 }
 
 // run posts the sends and the remaining receives and completes every
-// request.
-func (e *exchange) run() {
+// request. The message to self, if any, is copied once the first requests
+// are posted: the copy needs no peer, and done before, it would delay
+// every peer's receive.
+func (e *exchange) run(self *outMsg) {
 	x, q := e.x, &e.q
 	for _, m := range e.outs {
 		for i := range m.chunks {
 			q.sendQ = append(q.sendQ, schedOp{out: m, chunk: i})
 		}
 	}
-	hooked := false
+	e.postRecvs()
+	e.postSends()
+	if self != nil {
+		e.copyToSelf(self)
+	}
+	if x.hooks.afterPost != nil {
+		x.hooks.afterPost(e)
+	}
 	var idleSince time.Time
 	idle := 0
 	for q.si < len(q.sendQ) || q.ri < len(q.recvQ) || len(q.active) > 0 {
 		e.postRecvs()
 		e.postSends()
-		if !hooked {
-			hooked = true
-			if x.hooks.afterPost != nil {
-				x.hooks.afterPost(e)
-			}
-		}
 		if len(q.active) == 0 {
 			if q.si < len(q.sendQ) {
 				// Nothing in flight: the next send waits for its staging copy.
