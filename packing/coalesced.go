@@ -209,7 +209,7 @@ func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 	if c.size == 0 {
 		return nil
 	}
-	if c.host == nil || c.plan.offs != nil {
+	if c.host == nil || c.plan.manifest() {
 		// Device memory, or a manifest layout whose classes may interleave:
 		// clear everything (block contents are undefined until written).
 		if c.host == nil {
@@ -337,11 +337,10 @@ type View struct {
 	i int // plan index
 }
 
-func (v View) rec() *blockRec { return &v.c.plan.blocks[v.i] }
-func (v View) cls() *Class    { return &v.c.plan.classes[v.c.plan.blocks[v.i].class] }
+func (v View) cls() *Class { return v.c.plan.class(v.i) }
 
 // ID is the block's id.
-func (v View) ID() uint64 { return v.rec().id }
+func (v View) ID() uint64 { return v.c.plan.ids[v.i] }
 
 // Offset is the block's byte offset in the layout, counted from the
 // Coalesced's Start.
@@ -375,7 +374,7 @@ func (v View) Coalesced() *Coalesced { return v.c }
 // Desc is the block's descriptor.
 func (v View) Desc() Desc {
 	cl := v.cls()
-	return Desc{ID: v.rec().id, DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: v.c.Dest()}
+	return Desc{ID: v.ID(), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: v.c.Dest()}
 }
 
 // View returns the block at group position k.
@@ -399,7 +398,7 @@ func (c *Coalesced) Lookup(id uint64) (View, error) {
 		return View{}, err
 	}
 	i, ok := c.plan.Index(id)
-	if !ok || c.plan.classes[c.plan.blocks[i].class].Group != c.group {
+	if !ok || c.plan.class(i).Group != c.group {
 		return View{}, fmt.Errorf("packing: no block with id %d in this buffer: %w", id, ErrOutOfRange)
 	}
 	return View{c: c, i: i}, nil
@@ -413,12 +412,16 @@ func (c *Coalesced) All() iter.Seq2[int, View] {
 		if c == nil || c.freed.Load() {
 			return
 		}
-		for k := range c.n {
-			i := k
-			if c.members != nil {
-				i = int(c.members[k])
+		if c.members == nil {
+			for k := range c.n {
+				if !yield(k, View{c: c, i: k}) {
+					return
+				}
 			}
-			if !yield(k, View{c: c, i: i}) {
+			return
+		}
+		for k, i := range c.members {
+			if !yield(k, View{c: c, i: int(i)}) {
 				return
 			}
 		}

@@ -13,9 +13,10 @@
 // block size rounded up to Options.BlockAlign, by default tightly packed),
 // so that every class is one strided batch for gemm. Padding is zero. Blocks
 // are row-major. The plan is deterministic: the same list and options give
-// the same layout on every rank. A plan stores 16 bytes per block and
-// computes offsets from its class table, so planning and walking 10^5 blocks
-// costs a few nanoseconds per block (BenchmarkPlanViews).
+// the same layout on every rank. A plan stores 12 bytes per block (the id,
+// and the class and rank in 32 bits) and computes offsets from its class
+// table, so planning and walking 10^5 blocks costs a few nanoseconds per
+// block (BenchmarkPlanViews).
 //
 // # Buffers, views and lifetimes
 //

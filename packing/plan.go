@@ -1,9 +1,12 @@
 package packing
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -97,26 +100,36 @@ type Group struct {
 // or, inside one group, by their position among that group's blocks in list
 // order ("group position"); for a single-group plan the two are equal.
 type Plan struct {
-	opts    Options
-	blocks  []blockRec
-	offs    []int64 // explicit offsets of a manifest plan; nil when regular
-	classes []Class
-	groups  []Group
+	opts Options
+	ids  []uint64 // by plan index
+	// meta holds each block's class and its rank in the class (offset =
+	// class Offset + rank*Stride) as class<<rankBits | rank: four bytes a
+	// block, which halves what the views read and shrinks what NewPlan
+	// allocates. When the classes outnumber what the bits that ranks leave
+	// can count, and for a manifest plan, meta holds the class alone
+	// (rankBits 0) and offs every offset.
+	meta     []uint32
+	rankBits uint8
+	rankMask uint32
+	offs     []int64 // explicit offsets; nil when meta gives them
+	classes  []Class
+	groups   []Group
 
 	membersOnce sync.Once
 	members     [][]int32 // per group: plan indices in list order (nil for a single group)
-	groupOf     []int32
 
 	indexOnce sync.Once
 	index     map[uint64]int32
 }
 
-// blockRec is what a plan keeps per block: one flat record, so that the
-// passes and the views touch one stream of memory.
-type blockRec struct {
-	id    uint64
-	class uint32
-	rank  uint32 // position in its class: offset = class Offset + rank*Stride
+// manifest reports whether the plan came from FromManifest, whose classes
+// may interleave (NewPlan always resolves a non-zero Align).
+func (p *Plan) manifest() bool { return p.opts.Align == 0 }
+
+// class is the class of block i. (rankBits is below 32; masking it lets the
+// compiler drop the check for longer shifts here and in offset.)
+func (p *Plan) class(i int) *Class {
+	return &p.classes[p.meta[i]>>(p.rankBits&31)]
 }
 
 // classTable finds the class of a (dest, dtype, rows, cols) key: open
@@ -169,6 +182,139 @@ func (t *classTable) insert(k classKey, slot int) int32 {
 	return c - 1
 }
 
+// directSize is the size of the direct class table: a slot for each dtype
+// and shape up to 32x32.
+const directSize = 4 << 10
+
+// directSlot is the direct table slot of a block, and whether the block has
+// one: a single-destination block of valid dtype and a shape up to 32x32.
+func directSlot(d *Desc) (uint, bool) {
+	r, c, t := uint(d.Rows-1), uint(d.Cols-1), uint(d.DType-1)
+	return (t<<10 | r<<5 | c) & (directSize - 1), (r|c)>>5|t>>2|uint(d.Dest) == 0
+}
+
+// classifier is pass 1's state apart from the per-block loop. A class's
+// counter word is the place its next block gets (class<<rankBits | rank),
+// so that one load and one increment give a block both its class and its
+// rank.
+type classifier struct {
+	rankBits   uint
+	maxClasses int // how many classes the plan's place encoding holds
+	tab        classTable
+	counts     []uint64 // counter words by class; the direct table holds those of its classes
+	lastKey    classKey
+	lastClass  int32
+}
+
+// noClass marks an unused direct table slot: no counter word reaches it,
+// since a class index is below 2^31.
+const noClass = math.MaxUint64
+
+// errTooManyClasses tells NewPlan to classify again with 64-bit places.
+var errTooManyClasses = errors.New("packing: more classes than 32-bit places hold")
+
+func newClassifier(rankBits uint) classifier {
+	cf := classifier{rankBits: rankBits, maxClasses: math.MaxInt, lastClass: -1}
+	if rankBits < 32 {
+		cf.maxClasses = 1 << (32 - rankBits)
+	}
+	cf.tab.init(6)
+	return cf
+}
+
+// classify is pass 1: it records each block's id and place and counts the
+// classes. It reports whether ids may repeat: ids that increase cannot.
+// direct, when not nil, is room for the counter words of single-destination
+// classes of small shapes by directSlot, so that most blocks find theirs
+// with one load. The inner loop leaves for the others only, which keeps the
+// call to slow, and the registers it needs saved, out of its way.
+func classify[P uint32 | int64](cf *classifier, descs []Desc, ids []uint64, places []P, direct *[directSize]uint64) (unordered bool, err error) {
+	n := len(descs)
+	ids, places = ids[:n], places[:n]
+	if direct != nil {
+		for s := range direct {
+			direct[s] = noClass
+		}
+	}
+	// prev is the last id, or MaxUint64 for good once an id does not
+	// increase (an id of MaxUint64 itself only costs the full check).
+	var prev uint64
+	for i := 0; i < n; i++ {
+		if direct != nil {
+			for ; i < n; i++ {
+				d := &descs[i]
+				s, ok := directSlot(d)
+				if !ok || direct[s] == noClass {
+					break
+				}
+				if d.ID > prev {
+					prev = d.ID
+				} else {
+					prev = math.MaxUint64
+				}
+				e := direct[s]
+				direct[s] = e + 1
+				ids[i] = d.ID
+				places[i] = P(e)
+			}
+			if i == n {
+				break
+			}
+		}
+		// Block 0 always comes here, the direct table being empty.
+		d := &descs[i]
+		if i == 0 || d.ID > prev {
+			prev = d.ID
+		} else {
+			prev = math.MaxUint64
+		}
+		w, err := cf.slow(i, d, direct)
+		if err != nil {
+			return false, err
+		}
+		e := *w
+		*w = e + 1
+		ids[i] = d.ID
+		places[i] = P(e)
+	}
+	return prev == math.MaxUint64, nil
+}
+
+// slow returns the counter word of block i's class for every block the
+// direct table does not hold, after validating the block, and creates the
+// class on its first block. direct is an argument rather than a field so
+// that it can stay on NewPlan's stack.
+func (cf *classifier) slow(i int, d *Desc, direct *[directSize]uint64) (*uint64, error) {
+	if uint64(d.Rows-1) >= maxDim || uint64(d.Cols-1) >= maxDim || uint8(d.DType-1) > 3 || uint64(d.Dest) > maxDest {
+		return nil, badDesc(i, d)
+	}
+	k := classKey{rc: uint64(d.Rows)<<32 | uint64(d.Cols), dd: uint64(d.Dest)<<8 | uint64(d.DType)}
+	s, inDirect := directSlot(d)
+	inDirect = inDirect && direct != nil
+	if !inDirect && cf.lastClass >= 0 && k == cf.lastKey {
+		return &cf.counts[cf.lastClass], nil
+	}
+	c, slot := cf.tab.find(k)
+	if c < 0 {
+		if !fits(d) {
+			return nil, &BlockError{Index: i, ID: d.ID, Reason: fmt.Sprintf("%dx%d %s is more than 2^50 bytes", d.Rows, d.Cols, d.DType), Err: ErrOverflow}
+		}
+		if len(cf.counts) == cf.maxClasses {
+			return nil, errTooManyClasses
+		}
+		c = cf.tab.insert(k, slot)
+		cf.counts = append(cf.counts, uint64(c)<<cf.rankBits)
+	}
+	if inDirect {
+		// The class counts in the direct table; its word in counts stays at
+		// 0 blocks until NewPlan adds the two.
+		direct[s] = uint64(c) << cf.rankBits
+		return &direct[s], nil
+	}
+	cf.lastKey, cf.lastClass = k, c
+	return &cf.counts[c], nil
+}
+
 // NewPlan lays out the blocks. It runs in two passes over the descriptors,
 // as DBCSR does: the first classifies each block into its (destination,
 // dtype, shape) class and counts it, the second prefix-sums the class sizes
@@ -184,70 +330,52 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 	if int64(n) > math.MaxInt32 {
 		return nil, fmt.Errorf("packing: %d blocks: at most 2^31-1 per plan: %w", n, ErrOverflow)
 	}
-	p := &Plan{opts: o, blocks: make([]blockRec, n)}
-	blocks := p.blocks
-
-	// Pass 1: classify and count: each block gets its class and its rank
-	// in the class.
-	var tab classTable
-	tab.init(6)
-	counts := make([]int64, 0, 16)
-	// Large single-destination plans of small blocks, the common case, find
-	// the class of a shape up to 32x32 with one load from a direct table.
-	var direct []int32
+	// A block's class and rank fit in 32 bits unless the classes outnumber
+	// what the bits that ranks leave can count; then classify again with 64
+	// bits, kept in offs until pass 2 turns them into offsets.
+	rankBits := uint(bits.Len(uint(n)))
+	p := &Plan{opts: o, ids: make([]uint64, n), meta: make([]uint32, n), rankBits: uint8(rankBits), rankMask: 1<<rankBits - 1}
+	// Only plans large enough to repay filling the direct table use it.
+	var direct *[directSize]uint64
 	if n >= 1<<12 {
-		direct = make([]int32, 4<<10)
+		direct = new([directSize]uint64)
 	}
-	lastKey, lastClass := classKey{}, int32(-1)
-	increasing := true // ids in strictly increasing order cannot repeat
-	prevID := uint64(0)
-	blocks = blocks[:len(descs)]
-	for i := range descs {
-		d := &descs[i]
-		if uint64(d.Rows-1) >= maxDim || uint64(d.Cols-1) >= maxDim || uint8(d.DType-1) > 3 || uint64(d.Dest) > maxDest {
-			return nil, badDesc(i, d)
-		}
-		k := classKey{rc: uint64(d.Rows)<<32 | uint64(d.Cols), dd: uint64(d.Dest)<<8 | uint64(d.DType)}
-		c := lastClass
-		small := -1
-		if direct != nil && d.Dest == 0 && uint64(d.Rows-1)|uint64(d.Cols-1) < 32 {
-			small = int(d.DType-1)<<10 | (d.Rows-1)<<5 | (d.Cols - 1)
-			c = direct[small] - 1
-		}
-		if c < 0 || (small < 0 && k != lastKey) {
-			var slot int
-			if c, slot = tab.find(k); c < 0 {
-				if !fits(d) {
-					return nil, &BlockError{Index: i, ID: d.ID, Reason: fmt.Sprintf("%dx%d %s is more than 2^50 bytes", d.Rows, d.Cols, d.DType), Err: ErrOverflow}
-				}
-				c = tab.insert(k, slot)
-				counts = append(counts, 0)
-			}
-			if small >= 0 {
-				direct[small] = c + 1
-			}
-			lastKey, lastClass = k, c
-		}
-		blocks[i] = blockRec{id: d.ID, class: uint32(c), rank: uint32(counts[c])}
-		counts[c]++
-		increasing = increasing && (d.ID > prevID || i == 0)
-		prevID = d.ID
+	cf := newClassifier(rankBits)
+	unordered, err := classify(&cf, descs, p.ids, p.meta, direct)
+	if err == errTooManyClasses {
+		p.offs, p.rankBits, p.rankMask = make([]int64, n), 0, 0
+		cf = newClassifier(32)
+		unordered, err = classify(&cf, descs, p.ids, p.offs, direct)
 	}
-	if !increasing {
+	if err != nil {
+		return nil, err
+	}
+	if unordered {
 		minID, maxID := uint64(math.MaxUint64), uint64(0)
-		for i := range blocks {
-			minID = min(minID, blocks[i].id)
-			maxID = max(maxID, blocks[i].id)
+		for _, id := range p.ids {
+			minID = min(minID, id)
+			maxID = max(maxID, id)
 		}
-		if err := checkUniqueIDs(blocks, minID, maxID); err != nil {
+		if err := checkUniqueIDs(p.ids, minID, maxID); err != nil {
 			return nil, err
 		}
 	}
+	counts := cf.counts
+	countMask := uint64(1)<<cf.rankBits - 1
+	if direct != nil {
+		for _, e := range direct {
+			if e != noClass {
+				counts[e>>cf.rankBits] += e & countMask
+			}
+		}
+	}
+	tab := &cf.tab
 
 	// Pass 2: order the classes (by destination, then first appearance) and
 	// prefix-sum their sizes into class offsets. A block's offset is its
 	// class's offset plus rank times stride, computed when asked for, so this
-	// pass touches classes only.
+	// pass touches classes only (but for the explicit offsets of a plan with
+	// too many classes for 32-bit places).
 	p.classes = make([]Class, len(tab.keys))
 	order := make([]int, len(tab.keys))
 	for c, k := range tab.keys {
@@ -255,20 +383,28 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		rows, cols := int(k.rc>>32), int(k.rc&0xffffffff)
 		bb := int64(rows) * int64(cols) * dt.Size()
 		ba := max(o.BlockAlign, dt.Size())
-		p.classes[c] = Class{DType: dt, Rows: rows, Cols: cols, Count: int(counts[c]), BlockBytes: bb, Stride: alignUp(bb, ba), Regular: true}
+		p.classes[c] = Class{DType: dt, Rows: rows, Cols: cols, Count: int(counts[c] & countMask), BlockBytes: bb, Stride: alignUp(bb, ba), Regular: true}
 		order[c] = c
 	}
 	dest := func(c int) int { return int(tab.keys[c].dd >> 8) }
-	sort.SliceStable(order, func(a, b int) bool { return dest(order[a]) < dest(order[b]) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(dest(a), dest(b)) })
+	// Each group's Classes is its run of order, capped so that an append
+	// cannot reach the next group's.
 	var cursor int64
-	for _, c := range order {
+	first := 0 // where the current group's run of order begins
+	closeGroup := func(end int) {
+		g := &p.groups[len(p.groups)-1]
+		g.Bytes = alignUp(cursor, o.Align)
+		g.Classes = order[first:end:end]
+	}
+	for k, c := range order {
 		cl := &p.classes[c]
 		if len(p.groups) == 0 || p.groups[len(p.groups)-1].Dest != dest(c) {
 			if len(p.groups) > 0 {
-				p.groups[len(p.groups)-1].Bytes = alignUp(cursor, o.Align)
+				closeGroup(k)
 			}
 			p.groups = append(p.groups, Group{Dest: dest(c)})
-			cursor = 0
+			cursor, first = 0, k
 		}
 		g := &p.groups[len(p.groups)-1]
 		cl.Group = len(p.groups) - 1
@@ -279,12 +415,20 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		cl.Offset = cursor
 		cursor += cl.Stride * int64(cl.Count)
 		g.Blocks += cl.Count
-		g.Classes = append(g.Classes, c)
 	}
 	if len(p.groups) > 0 {
-		p.groups[len(p.groups)-1].Bytes = alignUp(cursor, o.Align)
+		closeGroup(len(order))
 	} else {
 		p.groups = []Group{{}}
+	}
+	if p.offs != nil {
+		// Classified with 64 bits: the class goes to meta, the offset to offs.
+		for i, w := range p.offs {
+			c := uint32(uint64(w) >> 32)
+			cl := &p.classes[c]
+			p.meta[i] = c
+			p.offs[i] = cl.Offset + int64(uint32(w))*cl.Stride
+		}
 	}
 	return p, nil
 }
@@ -314,16 +458,16 @@ func badDesc(i int, d *Desc) error {
 
 // checkUniqueIDs finds a duplicate id with a bitmap when the ids are dense
 // and an open-addressing set otherwise.
-func checkUniqueIDs(blocks []blockRec, lo, hi uint64) error {
-	n := len(blocks)
+func checkUniqueIDs(ids []uint64, lo, hi uint64) error {
+	n := len(ids)
 	if n < 2 {
 		return nil
 	}
 	dup := -1
 	if span := hi - lo; span < uint64(n)*32 {
 		bitmap := make([]uint64, span/64+1)
-		for i := range blocks {
-			v := blocks[i].id - lo
+		for i, id := range ids {
+			v := id - lo
 			w, b := v>>6, uint64(1)<<(v&63)
 			if bitmap[w]&b != 0 {
 				dup = i
@@ -336,8 +480,7 @@ func checkUniqueIDs(blocks []blockRec, lo, hi uint64) error {
 		set := make([]uint64, size)
 		mask := uint64(size - 1)
 		zero := false
-		for i := range blocks {
-			id := blocks[i].id
+		for i, id := range ids {
 			if id == 0 {
 				if zero {
 					dup = i
@@ -360,17 +503,17 @@ func checkUniqueIDs(blocks []blockRec, lo, hi uint64) error {
 		return nil
 	}
 	first := 0
-	for blocks[first].id != blocks[dup].id {
+	for ids[first] != ids[dup] {
 		first++
 	}
-	return &BlockError{Index: dup, ID: blocks[dup].id, Reason: fmt.Sprintf("id already used by block %d", first), Err: ErrDuplicateID}
+	return &BlockError{Index: dup, ID: ids[dup], Reason: fmt.Sprintf("id already used by block %d", first), Err: ErrDuplicateID}
 }
 
 // Options returns the resolved options (defaults filled in).
 func (p *Plan) Options() Options { return p.opts }
 
 // Len is the number of blocks.
-func (p *Plan) Len() int { return len(p.blocks) }
+func (p *Plan) Len() int { return len(p.ids) }
 
 // Groups lists the destination groups in increasing Dest. A plan always has
 // at least one group (an empty plan has one empty group).
@@ -381,34 +524,35 @@ func (p *Plan) Classes() []Class { return p.classes }
 
 // Block returns the descriptor and offset of the block at plan index i.
 func (p *Plan) Block(i int) (Desc, int64, error) {
-	if i < 0 || i >= len(p.blocks) {
-		return Desc{}, 0, fmt.Errorf("packing: block index %d outside a plan of %d blocks: %w", i, len(p.blocks), ErrOutOfRange)
+	if i < 0 || i >= len(p.ids) {
+		return Desc{}, 0, fmt.Errorf("packing: block index %d outside a plan of %d blocks: %w", i, len(p.ids), ErrOutOfRange)
 	}
-	r := &p.blocks[i]
-	cl := &p.classes[r.class]
-	return Desc{ID: r.id, DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: p.groups[cl.Group].Dest}, p.offset(i), nil
+	cl := p.class(i)
+	return Desc{ID: p.ids[i], DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: p.groups[cl.Group].Dest}, p.offset(i), nil
 }
 
 // offset is the byte offset of block i in its group's buffer.
 func (p *Plan) offset(i int) int64 {
+	// The class first, as class does it, so that a caller that also asks
+	// for the shape loads the block's meta and class once.
+	m := p.meta[i]
+	cl := &p.classes[m>>(p.rankBits&31)]
 	if p.offs != nil {
 		return p.offs[i]
 	}
-	r := &p.blocks[i]
-	cl := &p.classes[r.class]
-	return cl.Offset + int64(r.rank)*cl.Stride
+	return cl.Offset + int64(m&p.rankMask)*cl.Stride
 }
 
 // Class returns the index in Classes of the class of block i.
-func (p *Plan) Class(i int) int { return int(p.blocks[i].class) }
+func (p *Plan) Class(i int) int { return int(p.meta[i] >> (p.rankBits & 31)) }
 
 // Index returns the plan index of the block with the given id. The first call
 // builds a map of all ids.
 func (p *Plan) Index(id uint64) (int, bool) {
 	p.indexOnce.Do(func() {
-		p.index = make(map[uint64]int32, len(p.blocks))
-		for i := range p.blocks {
-			p.index[p.blocks[i].id] = int32(i)
+		p.index = make(map[uint64]int32, len(p.ids))
+		for i, id := range p.ids {
+			p.index[id] = int32(i)
 		}
 	})
 	i, ok := p.index[id]
@@ -423,7 +567,7 @@ func (p *Plan) Members(g int) ([]int32, error) {
 	}
 	p.buildMembers()
 	if p.members == nil {
-		all := make([]int32, len(p.blocks))
+		all := make([]int32, len(p.ids))
 		for i := range all {
 			all[i] = int32(i)
 		}
@@ -441,8 +585,8 @@ func (p *Plan) buildMembers() {
 		for g := range p.groups {
 			p.members[g] = make([]int32, 0, p.groups[g].Blocks)
 		}
-		for i := range p.blocks {
-			g := p.classes[p.blocks[i].class].Group
+		for i := range p.ids {
+			g := p.class(i).Group
 			p.members[g] = append(p.members[g], int32(i))
 		}
 	})
@@ -467,9 +611,8 @@ func (p *Plan) Manifest(g int) ([]Entry, int64, error) {
 	}
 	out := make([]Entry, len(members))
 	for k, i := range members {
-		r := &p.blocks[i]
-		cl := &p.classes[r.class]
-		out[k] = Entry{ID: r.id, DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Offset: p.offset(int(i))}
+		cl := p.class(int(i))
+		out[k] = Entry{ID: p.ids[i], DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Offset: p.offset(int(i))}
 	}
 	return out, p.groups[g].Bytes, nil
 }
@@ -489,7 +632,7 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 	if int64(n) > math.MaxInt32 {
 		return nil, fmt.Errorf("packing: manifest of %d blocks: %w", n, ErrOverflow)
 	}
-	p := &Plan{blocks: make([]blockRec, n), offs: make([]int64, n)}
+	p := &Plan{ids: make([]uint64, n), meta: make([]uint32, n), offs: make([]int64, n)}
 	var tab classTable
 	tab.init(6)
 	var last []int64 // offset of each class's latest block
@@ -531,12 +674,13 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 		}
 		last[c] = e.Offset
 		cl.Count++
-		p.blocks[i] = blockRec{id: e.ID, class: uint32(c), rank: uint32(cl.Count - 1)}
+		p.ids[i] = e.ID
+		p.meta[i] = uint32(c)
 		p.offs[i] = e.Offset
 		minID = min(minID, e.ID)
 		maxID = max(maxID, e.ID)
 	}
-	if err := checkUniqueIDs(p.blocks, minID, maxID); err != nil {
+	if err := checkUniqueIDs(p.ids, minID, maxID); err != nil {
 		return nil, err
 	}
 	if err := checkDisjoint(p); err != nil {
@@ -554,7 +698,7 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 }
 
 func checkDisjoint(p *Plan) error {
-	b, offs := p.blocks, p.offs
+	offs := p.offs
 	// A manifest in offset order (what a sender writes when it lists blocks
 	// as they lie in its buffer) needs one pass, not a sort.
 	sorted := true
@@ -563,7 +707,7 @@ func checkDisjoint(p *Plan) error {
 	}
 	var order []int32 // nil: the identity
 	if !sorted {
-		order = make([]int32, len(p.blocks))
+		order = make([]int32, len(offs))
 		for i := range order {
 			order[i] = int32(i)
 		}
@@ -577,8 +721,8 @@ func checkDisjoint(p *Plan) error {
 	}
 	for k := 1; k < len(offs); k++ {
 		prev, cur := at(k-1), at(k)
-		if end := offs[prev] + p.classes[b[prev].class].BlockBytes; end > offs[cur] {
-			return &BlockError{Index: int(cur), ID: b[cur].id, Reason: fmt.Sprintf("bytes from %d overlap block %d (id %d) ending at %d", offs[cur], prev, b[prev].id, end), Err: ErrOverlap}
+		if end := offs[prev] + p.class(int(prev)).BlockBytes; end > offs[cur] {
+			return &BlockError{Index: int(cur), ID: p.ids[cur], Reason: fmt.Sprintf("bytes from %d overlap block %d (id %d) ending at %d", offs[cur], prev, p.ids[prev], end), Err: ErrOverlap}
 		}
 	}
 	return nil

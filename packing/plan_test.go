@@ -317,3 +317,162 @@ func TestFromManifestOrderedAndShuffled(t *testing.T) {
 		require.ErrorIs(t, err, ErrOverlap)
 	}
 }
+
+// modelLayout is the layout NewPlan documents, computed the plain way:
+// groups in increasing Dest, classes in first-appearance order, each on an
+// Align boundary, blocks of a class in list order at the class stride.
+func modelLayout(descs []Desc, o Options) (offs []int64, dests []int, bytes []int64) {
+	o, _ = o.resolve()
+	type key struct {
+		dest       int
+		dt         DType
+		rows, cols int
+	}
+	var keys []key
+	index := map[key]int{}
+	count := map[key]int64{}
+	rank := make([]int64, len(descs))
+	for i, d := range descs {
+		k := key{d.Dest, d.DType, d.Rows, d.Cols}
+		if _, ok := index[k]; !ok {
+			index[k] = len(keys)
+			keys = append(keys, k)
+		}
+		rank[i] = count[k]
+		count[k]++
+	}
+	order := append([]key(nil), keys...)
+	sort.SliceStable(order, func(a, b int) bool { return order[a].dest < order[b].dest })
+	start := map[key]int64{}
+	stride := func(k key) int64 {
+		bb := int64(k.rows) * int64(k.cols) * k.dt.Size()
+		return alignUp(bb, max(o.BlockAlign, k.dt.Size()))
+	}
+	var cursor int64
+	for j, k := range order {
+		if j == 0 || k.dest != order[j-1].dest {
+			if j > 0 {
+				bytes = append(bytes, alignUp(cursor, o.Align))
+			}
+			dests = append(dests, k.dest)
+			cursor = 0
+		}
+		cursor = alignUp(cursor, o.Align)
+		start[k] = cursor
+		cursor += stride(k) * count[k]
+	}
+	bytes = append(bytes, alignUp(cursor, o.Align))
+	offs = make([]int64, len(descs))
+	for i, d := range descs {
+		k := key{d.Dest, d.DType, d.Rows, d.Cols}
+		offs[i] = start[k] + rank[i]*stride(k)
+	}
+	return offs, dests, bytes
+}
+
+func requireModelLayout(t *testing.T, descs []Desc, o Options) *Plan {
+	t.Helper()
+	p, err := NewPlan(descs, o)
+	require.NoError(t, err)
+	offs, dests, bytes := modelLayout(descs, o)
+	require.Len(t, p.Groups(), len(dests))
+	for g, gr := range p.Groups() {
+		require.Equal(t, dests[g], gr.Dest)
+		require.Equal(t, bytes[g], gr.Bytes, "group %d", g)
+	}
+	for i, d := range descs {
+		got, off, err := p.Block(i)
+		require.NoError(t, err)
+		require.Equal(t, d, got)
+		require.Equal(t, offs[i], off, "block %d", i)
+	}
+	return p
+}
+
+// TestPlanMatchesModel compares NewPlan with the plain computation on lists
+// that take every way through the classification: small and large plans
+// (with and without the direct table), shapes past 32, several destinations,
+// padded blocks.
+func TestPlanMatchesModel(t *testing.T) {
+	for seed := range uint64(24) {
+		rng := rand.New(rand.NewPCG(seed, 21))
+		n := []int{1, 7, 600, 5000, 20000}[seed%5]
+		maxDim := []int{3, 32, 40}[seed%3]
+		dests := 1 + int(seed%4)/2*3
+		descs := make([]Desc, n)
+		for i := range descs {
+			descs[i] = Desc{ID: rng.Uint64(), DType: DType(1 + rng.IntN(4)), Rows: 1 + rng.IntN(maxDim), Cols: 1 + rng.IntN(maxDim), Dest: rng.IntN(dests)}
+		}
+		o := Options{}
+		if seed%3 == 1 {
+			o = Options{Align: 64, BlockAlign: 32}
+		}
+		requireModelLayout(t, descs, o)
+	}
+}
+
+// TestPlanManyClasses has more classes than a 32-bit place holds beside the
+// rank of 2^17 blocks (2^14), which NewPlan lays out with explicit offsets.
+func TestPlanManyClasses(t *testing.T) {
+	descs := make([]Desc, 1<<17)
+	for i := range descs {
+		descs[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + i%200, Cols: 1 + (i/200)%110, Dest: i / (1 << 16)}
+	}
+	p := requireModelLayout(t, descs, Options{})
+	require.NotNil(t, p.offs, "explicit offsets")
+	require.Greater(t, len(p.Classes()), 1<<14)
+	checkLayout(t, p, descs)
+	// One class fewer than the limit still packs into 32 bits.
+	descs = descs[:1<<16]
+	for i := range descs {
+		descs[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + i%(1<<15-1)}
+		descs[i].Cols = 1
+	}
+	p = requireModelLayout(t, descs, Options{})
+	require.Nil(t, p.offs)
+	require.Equal(t, 1<<15-1, len(p.Classes()))
+}
+
+// TestPlanIDOrder covers the shortcut that skips the duplicate check for
+// increasing ids, around the ids that could fool it: 0 and 2^64-1.
+func TestPlanIDOrder(t *testing.T) {
+	const top = ^uint64(0)
+	for _, n := range []int{8, 5000} {
+		// upFrom is n-k ids counting up from id, then the tail.
+		upFrom := func(id uint64, k int, tail ...uint64) []uint64 {
+			ids := make([]uint64, 0, n)
+			for range n - k {
+				ids = append(ids, id)
+				id++
+			}
+			return append(ids, tail...)
+		}
+		for _, c := range []struct {
+			name string
+			ids  []uint64
+			dup  int // index of the expected duplicate, -1 for none
+		}{
+			{"from 0", upFrom(0, 0), -1},
+			{"up to the top", upFrom(top-uint64(n-1), 0), -1},
+			{"top first", append([]uint64{top}, upFrom(0, 1)...), -1},
+			{"0 after the top", upFrom(top-uint64(n-2), 1, 0), -1},
+			{"the top twice", upFrom(0, 2, top, top), n - 1},
+			{"0 again after the top", upFrom(0, 2, top, 0), n - 1},
+			{"a repeat", upFrom(0, 1, 3), n - 1},
+		} {
+			descs := make([]Desc, n)
+			for i := range descs {
+				descs[i] = Desc{ID: c.ids[i], DType: Float64, Rows: 1 + i%5, Cols: 2}
+			}
+			_, err := NewPlan(descs, Options{})
+			if c.dup < 0 {
+				require.NoError(t, err, "%s, %d blocks", c.name, n)
+				continue
+			}
+			require.ErrorIs(t, err, ErrDuplicateID, "%s, %d blocks", c.name, n)
+			var be *BlockError
+			require.True(t, errors.As(err, &be))
+			require.Equal(t, c.dup, be.Index, "%s, %d blocks", c.name, n)
+		}
+	}
+}
