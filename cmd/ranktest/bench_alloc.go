@@ -404,6 +404,7 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	res := cycleResult{cycles: cycles, allocs: large + tiny, kind: a.Kind().String(), touch: touch}
 	times := make([]float64, 0, cycles)
 	bufs := make([]*devalloc.Buffer, 0, large+tiny)
+	var descs []packing.Desc
 	var totalBytes int64
 	a.ResetPeak()
 	callsBefore := a.Stats().BackendCalls
@@ -430,7 +431,9 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 			}
 			filled = len(bufs)
 			if len(tinySizes) > 0 {
-				plan, err := packTiny(tinySizes)
+				var plan *packing.Plan
+				var err error
+				plan, descs, err = packTiny(descs, tinySizes)
 				if err != nil {
 					return res, err
 				}
@@ -710,10 +713,14 @@ func benchPackedCycles(c *benchContext, run *allocRun, v allocVariant, a *devall
 // to the 256 B granularity the pool gives every allocation, as a float32
 // row: the same footprint as allocating them one by one, in at most 64
 // shape classes (a realistic sector spectrum) rather than 2000.
-func packTiny(sizes []int64) (*packing.Plan, error) {
-	descs := make([]packing.Desc, len(sizes))
+//
+// descs is scratch for the descriptors, reused across cycles as a solver
+// reuses its block list: the plan keeps none of it.
+func packTiny(descs []packing.Desc, sizes []int64) (*packing.Plan, []packing.Desc, error) {
+	descs = descs[:0]
 	for i, n := range sizes {
-		descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float32, Rows: 1, Cols: int((n + 255) / 256 * 64)}
+		descs = append(descs, packing.Desc{ID: uint64(i), DType: packing.Float32, Rows: 1, Cols: int((n + 255) / 256 * 64)})
 	}
-	return packing.NewPlan(descs, packing.Options{})
+	p, err := packing.NewPlan(descs, packing.Options{})
+	return p, descs, err
 }
