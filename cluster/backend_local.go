@@ -5,6 +5,7 @@ package cluster
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 	"unsafe"
 )
@@ -163,6 +164,25 @@ func backendWaitall(rs []*Request, sts []Status, errs []error) {
 		<-r.impl.lr.done
 		sts[i], errs[i] = r.impl.lr.result("MPI_Waitall")
 	}
+}
+
+func backendWaitsome(rs []*Request, sts []Status, errs []error, idx []int) (int, error) {
+	cases := make([]reflect.SelectCase, len(rs))
+	for i, r := range rs {
+		cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.impl.lr.done)}
+	}
+	reflect.Select(cases)
+	k := 0
+	for i, r := range rs {
+		select {
+		case <-r.impl.lr.done:
+			sts[i], errs[i] = r.impl.lr.result("MPI_Waitsome")
+			idx[k] = i
+			k++
+		default:
+		}
+	}
+	return k, nil
 }
 
 func backendTestany(rs []*Request) (int, Status, error) {

@@ -34,6 +34,8 @@ package cluster
 #cgo nocallback dist_waitall
 #cgo noescape dist_testany
 #cgo nocallback dist_testany
+#cgo noescape dist_waitsome
+#cgo nocallback dist_waitsome
 #cgo noescape dist_probe
 #cgo nocallback dist_probe
 #cgo noescape dist_iprobe
@@ -491,6 +493,77 @@ func waitallFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int, cst0 []C.di
 		return len(left) == 0
 	})
 	copy(cst0, cst)
+}
+
+// backendWaitsome completes at least one of rs, all pending: polling as
+// Wait does (blocking at once when a message is large), or on the funnel
+// thread between other calls. Completed ones are listed in idx[:k] by
+// position in rs, with their statuses and errors at those positions.
+func backendWaitsome(rs []*Request, sts []Status, errs []error, idx []int) (k int, err error) {
+	n := len(rs)
+	var hsBuf [smallBatch]*C.MPI_Request
+	var recvBuf [smallBatch]C.int
+	var cstBuf [smallBatch]C.dist_status
+	var idxBuf [smallBatch]C.int
+	hs, recv, cst, cidx := hsBuf[:0], recvBuf[:0], cstBuf[:0], idxBuf[:0]
+	if n > smallBatch {
+		hs, recv, cst, cidx = make([]*C.MPI_Request, 0, n), make([]C.int, 0, n), make([]C.dist_status, 0, n), make([]C.int, 0, n)
+	}
+	var largest int64
+	for _, r := range rs {
+		hs, recv = append(hs, r.impl.h), append(recv, cBool(!r.send))
+		largest = max(largest, r.size)
+	}
+	cst, cidx = cst[:n], cidx[:n]
+	var rc, done C.int
+	switch f := mpiEngine.fun; {
+	case f != nil:
+		rc, done = waitsomeFunneled(f, hs, recv, cst, cidx)
+	case largest >= blockingBytes:
+		rc = C.dist_waitsome(C.int(n), &hs[0], &recv[0], &cst[0], 0, 1, &cidx[0], &done)
+	default:
+		rc, done = waitsomePolling(hs, recv, cst, cidx)
+	}
+	for _, i := range cidx[:done] {
+		rs[i].impl.h = nil
+		sts[i] = goStatus(&cst[i])
+		errs[i] = mpiErr("MPI_Waitsome", C.int(cst[i].err))
+		idx[k] = int(i)
+		k++
+	}
+	if done == 0 {
+		return 0, mpiErr("MPI_Waitsome", rc)
+	}
+	return k, nil
+}
+
+func waitsomePolling(hs []*C.MPI_Request, recv []C.int, cst []C.dist_status, idx []C.int) (rc, done C.int) {
+	n := C.int(len(hs))
+	for range pollSlices {
+		if rc = C.dist_waitsome(n, &hs[0], &recv[0], &cst[0], pollSlice, 0, &idx[0], &done); done > 0 || rc != C.MPI_SUCCESS {
+			return rc, done
+		}
+		runtime.Gosched()
+	}
+	rc = C.dist_waitsome(n, &hs[0], &recv[0], &cst[0], 0, 1, &idx[0], &done)
+	return rc, done
+}
+
+// waitsomeFunneled tests the requests between other calls on the funnel
+// thread, for the reason waitallFunneled does, on copies of the arrays.
+func waitsomeFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int, cst0 []C.dist_status, idx0 []C.int) (rc, done C.int) {
+	n := len(hs0)
+	hs := append([]*C.MPI_Request(nil), hs0...)
+	recv := append([]C.int(nil), recv0...)
+	cst := make([]C.dist_status, n)
+	idx := make([]C.int, n)
+	f.until(func() bool {
+		rc = C.dist_waitsome(C.int(n), &hs[0], &recv[0], &cst[0], 0, 0, &idx[0], &done)
+		return done > 0 || rc != C.MPI_SUCCESS
+	})
+	copy(cst0, cst)
+	copy(idx0, idx)
+	return rc, done
 }
 
 func backendTestany(rs []*Request) (int, Status, error) {

@@ -33,7 +33,7 @@
 // until the request completes. Attach a devalloc Hold (Read for a send,
 // Write for a receive) to the request so the buffer is neither freed nor
 // reused before then; the call that observes completion (Wait, Waitall,
-// Test, Testany) releases it. A request that is dropped while pending stays
+// Waitsome, Test, Testany) releases it. A request that is dropped while pending stays
 // reachable from an internal list, with its memory, so a forgotten request
 // leaks rather than letting the garbage collector reclaim memory MPI still
 // writes. Device memory is refused unless CUDAAware reports true.

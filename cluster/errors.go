@@ -42,7 +42,7 @@ var (
 	// ErrCommFreed is returned for any use of a communicator after Free.
 	ErrCommFreed = errors.New("cluster: communicator freed")
 	// ErrInUse reports a request used by two goroutines at once, or listed
-	// twice in one Waitall or Testany.
+	// twice in one Waitall, Waitsome or Testany.
 	ErrInUse = errors.New("cluster: request in use by another call")
 	// ErrNoDevice reports a placement request with no visible GPU.
 	ErrNoDevice = errors.New("cluster: no visible GPU")

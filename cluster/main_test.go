@@ -59,6 +59,7 @@ func callEverything(world *cluster.Comm) map[string]error {
 	_, _, errs["Request.Test"] = new(cluster.Request).Test()
 	errs["Waitall"] = cluster.Waitall([]*cluster.Request{new(cluster.Request)})
 	_, _, _, errs["Testany"] = cluster.Testany([]*cluster.Request{new(cluster.Request)})
+	_, errs["Waitsome"] = cluster.Waitsome([]*cluster.Request{new(cluster.Request)}, nil)
 	if world == nil {
 		return errs
 	}

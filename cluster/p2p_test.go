@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -173,7 +174,7 @@ func TestProbe(t *testing.T) {
 func TestTruncatedReceive(t *testing.T) {
 	w := testComm(t)
 	left, right := ring(w)
-	for _, how := range []string{"Wait", "Waitall", "Test"} {
+	for _, how := range []string{"Wait", "Waitall", "Waitsome", "Test"} {
 		t.Run("by="+how, func(t *testing.T) {
 			const tag = 31
 			sr, err := w.Isend(pinned(t, pattern(w.Rank(), right, tag, 100)), right, tag)
@@ -189,6 +190,13 @@ func TestTruncatedReceive(t *testing.T) {
 				_, err = rr.Wait()
 			case "Waitall":
 				err = cluster.Waitall([]*cluster.Request{rr})
+			case "Waitsome":
+				// The call succeeds; the request carries the failure.
+				done, werr := cluster.Waitsome([]*cluster.Request{nil, rr}, nil)
+				if werr != nil || !slices.Equal(done, []int{1}) {
+					t.Fatalf("Waitsome on a truncated receive: %v, %v; want [1] and no error", done, werr)
+				}
+				_, err = rr.Wait()
 			case "Test":
 				for done := false; !done; {
 					_, done, err = rr.Test()
@@ -346,6 +354,73 @@ func TestWaitallTestany(t *testing.T) {
 	}
 }
 
+// TestWaitsome completes receives as they arrive, some sent only after
+// earlier ones were seen, so that a call returns with part of the list
+// still pending; every request completes exactly once, with its status.
+func TestWaitsome(t *testing.T) {
+	w := testComm(t)
+	left, right := ring(w)
+	const k = 6
+	recvs := make([]*cluster.Request, k+2) // with nil entries
+	bufs := make([]*cluster.PinnedBytes, k)
+	for i := range k {
+		bufs[i] = pinned(t, make([]byte, 64*(i+1)))
+		r, err := w.Irecv(bufs[i], left, 60+i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recvs[i+1] = r
+	}
+	// The first half now; the rest once Waitsome has returned them.
+	var sends []*cluster.Request
+	send := func(i int) {
+		r, err := w.Isend(pinned(t, pattern(w.Rank(), right, 60+i, 64*(i+1))), right, 60+i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sends = append(sends, r)
+	}
+	for i := range k / 2 {
+		send(i)
+	}
+	seen := map[int]bool{}
+	var done []int
+	for len(seen) < k {
+		var err error
+		before := len(done)
+		if done, err = cluster.Waitsome(recvs, done); err != nil {
+			t.Fatal(err)
+		}
+		got := done[before:]
+		if len(got) == 0 || !slices.IsSorted(got) {
+			t.Fatalf("Waitsome returned %v", got)
+		}
+		for _, idx := range got {
+			if idx < 1 || idx > k || seen[idx] {
+				t.Fatalf("Waitsome returned index %d (seen %v)", idx, seen)
+			}
+			seen[idx] = true
+			i := idx - 1
+			st, ok := recvs[idx].Status()
+			if !ok || st != (cluster.Status{Source: left, Tag: 60 + i, Bytes: int64(64 * (i + 1))}) {
+				t.Fatalf("status %+v (completed %v) for request %d", st, ok, idx)
+			}
+			sameBytes(t, fmt.Sprintf("message %d", i), bufs[i].Bytes(), pattern(left, w.Rank(), 60+i, 64*(i+1)))
+		}
+		if len(seen) >= k/2 && len(sends) == k/2 {
+			for i := k / 2; i < k; i++ {
+				send(i)
+			}
+		}
+	}
+	if again, err := cluster.Waitsome(recvs, nil); len(again) != 0 || err != nil {
+		t.Fatalf("Waitsome with nothing pending: %v %v, want nothing", again, err)
+	}
+	if err := cluster.Waitall(sends); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRequestMisuse(t *testing.T) {
 	w := testComm(t)
 	left, right := ring(w)
@@ -359,6 +434,9 @@ func TestRequestMisuse(t *testing.T) {
 	}
 	if _, _, _, err := cluster.Testany([]*cluster.Request{rr, nil, rr}); !errors.Is(err, cluster.ErrInUse) {
 		t.Fatalf("Testany listing a request twice: %v, want ErrInUse", err)
+	}
+	if _, err := cluster.Waitsome([]*cluster.Request{rr, rr}, nil); !errors.Is(err, cluster.ErrInUse) {
+		t.Fatalf("Waitsome listing a request twice: %v, want ErrInUse", err)
 	}
 	if err := rr.Attach(nil); !errors.Is(err, cluster.ErrInvalid) {
 		t.Fatalf("Attach(nil): %v", err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,12 +62,12 @@ func pendingError() error {
 	if p.n > len(some) {
 		some = append(some, "...")
 	}
-	return fmt.Errorf("cluster: %d requests not completed (Wait, Waitall, Test or Testany them first): %s: %w",
+	return fmt.Errorf("cluster: %d requests not completed (Wait, Waitall, Waitsome, Test or Testany them first): %s: %w",
 		p.n, strings.Join(some, "; "), ErrPending)
 }
 
 // Request is a pending nonblocking send or receive. It completes when Wait,
-// Waitall, Test or Testany observes it complete; then what was attached to
+// Waitall, Waitsome, Test or Testany observes it complete; then what was attached to
 // it is released and its memory is no longer referenced. A request is used
 // by one call at a time: a second concurrent call (or a request listed
 // twice) gets ErrInUse rather than a data race inside MPI.
@@ -227,8 +228,8 @@ func (r *Request) Status() (Status, bool) {
 	return r.status, r.done
 }
 
-// smallBatch is how many requests Waitall and Testany handle without
-// allocating.
+// smallBatch is how many requests Waitall, Waitsome and Testany handle
+// without allocating.
 const smallBatch = 16
 
 // acquireAll acquires every non-nil request, or none.
@@ -308,6 +309,65 @@ func Waitall(reqs []*Request) error {
 		errs = append(errs, fmt.Errorf("cluster: Waitall: and %d more failed requests", failed-shown))
 	}
 	return errors.Join(errs...)
+}
+
+// Waitsome blocks until at least one of reqs has completed (nil entries
+// and requests already completed are skipped), completes every one that
+// has, and appends their indices to done, in increasing order. With none
+// pending it returns done as it is, at once (MPI_Waitsome's
+// MPI_UNDEFINED). As after Waitall, each completed request's status and
+// error come from Wait or Status; the error Waitsome returns is about the
+// call itself (MPI unusable, a request in use), and then none completed.
+//
+// Unlike Waitall it returns as soon as anything completes, so a caller can
+// handle each message as it arrives, or post more requests, while MPI
+// blocks instead of being polled.
+func Waitsome(reqs []*Request, done []int) ([]int, error) {
+	if err := acquireAll(reqs); err != nil {
+		return done, err
+	}
+	defer unlockAll(reqs)
+	var pendBuf [smallBatch]*Request
+	var whereBuf [smallBatch]int
+	pending, where := pendBuf[:0], whereBuf[:0]
+	for i, r := range reqs {
+		if r != nil && !r.done {
+			pending = append(pending, r)
+			where = append(where, i)
+		}
+	}
+	n := len(pending)
+	if n == 0 {
+		return done, nil
+	}
+	if err := enter(); err != nil {
+		return done, err
+	}
+	for _, r := range pending {
+		if err := r.checkPosted(); err != nil {
+			exit()
+			return done, err
+		}
+	}
+	var stBuf [smallBatch]Status
+	var errBuf [smallBatch]error
+	var idxBuf [smallBatch]int
+	sts, errs, idx := stBuf[:0], errBuf[:0], idxBuf[:0]
+	if n > smallBatch {
+		sts, errs, idx = make([]Status, 0, n), make([]error, 0, n), make([]int, 0, n)
+	}
+	sts, errs, idx = sts[:n], errs[:n], idx[:n]
+	k, err := backendWaitsome(pending, sts, errs, idx)
+	exit()
+	if err != nil {
+		return done, err
+	}
+	slices.Sort(idx[:k])
+	for _, j := range idx[:k] {
+		pending[j].complete(sts[j], errs[j])
+		done = append(done, where[j])
+	}
+	return done, nil
 }
 
 // Testany completes at most one pending request. It returns the index of

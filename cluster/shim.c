@@ -393,6 +393,80 @@ int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status
 	return MPI_SUCCESS;
 }
 
+int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done) {
+	MPI_Request rbuf[STACK_REQS];
+	MPI_Status sbuf[STACK_REQS];
+	int ibuf[STACK_REQS], mbuf[STACK_REQS];
+	MPI_Request *r = rbuf;
+	MPI_Status *s = sbuf;
+	int *got = ibuf, *map = mbuf;
+	*done = 0;
+	if (n > STACK_REQS) {
+		r = malloc((size_t)n * sizeof *r);
+		s = malloc((size_t)n * sizeof *s);
+		got = malloc((size_t)n * sizeof *got);
+		map = malloc((size_t)n * sizeof *map);
+		if (!r || !s || !got || !map) {
+			free(r);
+			free(s);
+			free(got);
+			free(map);
+			return MPI_ERR_NO_MEM;
+		}
+	}
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		if (!reqs[i]) continue;
+		r[m] = *reqs[i];
+		map[m++] = i;
+	}
+	int rc = MPI_SUCCESS, out = MPI_UNDEFINED;
+	if (m > 0) {
+		// MPI_Testsome drives progress once per call for all requests.
+		int64_t end = now_ns() + spin_ns;
+		for (;;) {
+			out = MPI_UNDEFINED;
+			rc = MPI_Testsome(m, r, &out, got, s);
+			if ((rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || (out != MPI_UNDEFINED && out > 0) || now_ns() >= end) break;
+		}
+		if (block && (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) && (out == MPI_UNDEFINED || out == 0)) {
+			out = MPI_UNDEFINED;
+			rc = MPI_Waitsome(m, r, &out, got, s);
+		}
+	}
+	if (m > 0 && rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+		// Not tied to one request: every pending one ends with it.
+		for (int k = 0; k < m; k++) {
+			int i = map[k];
+			sts[i].source = sts[i].tag = sts[i].bytes = -1;
+			sts[i].err = rc;
+			free(reqs[i]);
+			reqs[i] = NULL;
+			idx[(*done)++] = i;
+		}
+	} else if (m > 0) {
+		for (int k = 0; out != MPI_UNDEFINED && k < out; k++) {
+			int i = map[got[k]];
+			int code = rc == MPI_SUCCESS ? MPI_SUCCESS : s[k].MPI_ERROR;
+			fill_status(&s[k], is_recv[i] && code == MPI_SUCCESS, &sts[i]);
+			sts[i].err = code;
+			free(reqs[i]);
+			reqs[i] = NULL;
+			idx[(*done)++] = i;
+		}
+		// Requests still pending keep their handles, updated by MPI.
+		for (int k = 0; k < m; k++)
+			if (reqs[map[k]]) *reqs[map[k]] = r[k];
+	}
+	if (n > STACK_REQS) {
+		free(r);
+		free(s);
+		free(got);
+		free(map);
+	}
+	return rc == MPI_ERR_IN_STATUS ? MPI_SUCCESS : rc;
+}
+
 int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st) {
 	MPI_Request rbuf[STACK_REQS];
 	MPI_Request *r = rbuf;

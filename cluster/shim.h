@@ -62,6 +62,12 @@ int dist_test_for(MPI_Request *req, int is_recv, int64_t spin_ns, int *flag, dis
 int dist_waitall(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts);
 int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int *left);
 int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st);
+// dist_waitsome completes at least one of the requests (NULL entries
+// skipped), testing them for spin_ns and then, if block is set, waiting in
+// MPI_Waitsome: each completed one gets its status and code in sts[i], its
+// cell freed, reqs[i] set to NULL and i listed in idx; *done is how many.
+// Without block *done may be 0; with none pending it is 0 at once.
+int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done);
 int dist_probe(MPI_Comm *c, int source, int tag, dist_status *st);
 int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st);
 int dist_iprobe_for(MPI_Comm *c, int source, int tag, int64_t spin_ns, int *flag, dist_status *st);

@@ -100,7 +100,7 @@ func InitWith(o Options) error {
 
 // Finalize shuts MPI down (MPI_Finalize, on the thread that initialised
 // it). It returns ErrPending, and leaves MPI running, while any request has
-// not been completed by Wait, Waitall, Test or Testany. It waits for calls
+// not been completed by Wait, Waitall, Waitsome, Test or Testany. It waits for calls
 // still running on other goroutines; a Probe or collective that never
 // completes keeps it waiting, as it would keep MPI_Finalize waiting. After
 // Finalize every call returns ErrFinalized.
