@@ -2,7 +2,6 @@ package msg
 
 import (
 	"runtime"
-	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -25,13 +24,24 @@ type schedOp struct {
 // because everything before it has completed there, so MPI completes it
 // and the windows move on. A staged chunk is posted once its copy to pinned
 // memory has completed.
+//
+// Waiting blocks in MPI (cluster.Waitsome) over every outstanding request
+// of the rank, never on one chosen request, and only when nothing but an
+// MPI completion can let the rank go on: everything is posted, or what is
+// not waits for a window slot. That cannot deadlock: the lowest incomplete
+// request is posted on both of its sides, both ranks are inside MPI (or
+// doing local work that ends), so it completes and returns both ranks'
+// waits, which then post what its slot allows. The one exception is a send
+// held back by its staging copy, which completes outside MPI: the rank then
+// polls MPI and the copy's event in turn. Messages are handled as their
+// requests complete, so a manifest is checked while other transfers go on.
 type sched struct {
 	sendQ, recvQ []schedOp
 	si, ri       int // next to post
 	nSend, nRecv int // outstanding
 	active       []*cluster.Request
 	meta         []schedOp
-	staged       bool // some receive is staged: handle chunks as they come
+	done         []int // indices into active that Waitsome completed
 }
 
 // reset empties the queues for the next exchange, keeping their arrays.
@@ -40,7 +50,7 @@ func (q *sched) reset() {
 	clear(q.recvQ)
 	clear(q.active)
 	clear(q.meta)
-	*q = sched{sendQ: q.sendQ[:0], recvQ: q.recvQ[:0], active: q.active[:0], meta: q.meta[:0]}
+	*q = sched{sendQ: q.sendQ[:0], recvQ: q.recvQ[:0], active: q.active[:0], meta: q.meta[:0], done: q.done[:0]}
 }
 
 // postRecvs posts receives while the window allows.
@@ -85,7 +95,6 @@ func (e *exchange) postSends() {
 func (e *exchange) startRecvs() {
 	q := &e.q
 	for _, in := range e.ins {
-		q.staged = q.staged || in.staged
 		for i := range in.chunks {
 			q.recvQ = append(q.recvQ, schedOp{in: in, chunk: i})
 		}
@@ -133,13 +142,13 @@ func (e *exchange) run(self *outMsg) {
 	if x.hooks.afterPost != nil {
 		x.hooks.afterPost(e)
 	}
-	var idleSince time.Time
 	idle := 0
 	for q.si < len(q.sendQ) || q.ri < len(q.recvQ) || len(q.active) > 0 {
 		e.postRecvs()
 		e.postSends()
+		awaitsCopy := q.si < len(q.sendQ) && q.nSend < x.o.Window // postSends stopped at a staging event
 		if len(q.active) == 0 {
-			if q.si < len(q.sendQ) {
+			if awaitsCopy {
 				// Nothing in flight: the next send waits for its staging copy.
 				op := q.sendQ[q.si]
 				if err := op.out.chunks[op.chunk].ready.Wait(); err != nil {
@@ -148,51 +157,49 @@ func (e *exchange) run(self *outMsg) {
 			}
 			continue
 		}
-		if q.si == len(q.sendQ) && q.ri == len(q.recvQ) && !q.staged {
-			// Everything is posted and nothing needs handling as it
-			// arrives: one wait for all (cluster polls, then blocks).
-			_ = cluster.Waitall(q.active)
-			for len(q.active) > 0 {
-				st, err := q.active[0].Wait() // completed: returns its result
-				e.complete(0, st, err)
+		if !awaitsCopy {
+			// Only a completion can let this rank go on: wait in MPI for
+			// the next ones, whichever they are (see sched).
+			var err error
+			if q.done, err = cluster.Waitsome(q.active, q.done[:0]); err != nil {
+				e.progressFailed(err)
+				return
+			}
+			// From the highest index down: complete moves the last request
+			// into the slot it empties, which is then already handled.
+			for i := len(q.done) - 1; i >= 0; i-- {
+				k := q.done[i]
+				st, err := q.active[k].Wait() // completed: returns its result
+				e.complete(k, st, err)
 			}
 			continue
 		}
+		// A send waits for its staging copy, which completes outside MPI:
+		// poll both, without sleeping, since MPI only moves data (Open
+		// MPI's shared-memory transport a fragment of a large message)
+		// while it is called.
 		k, st, ok, err := cluster.Testany(q.active)
 		switch {
 		case ok && k >= 0:
 			e.complete(k, st, err)
 			idle = 0
-			continue
 		case err != nil:
-			// MPI itself is unusable (finalized, or the requests are
-			// corrupt): nothing more can complete.
-			e.fail(e.outErr(x.rank, "progress", err))
-			e.abandon(q.sendQ[q.si:], q.recvQ[q.ri:])
+			e.progressFailed(err)
 			return
-		}
-		if idle == 0 {
-			idleSince = time.Now()
-		}
-		idle++
-		switch {
-		case idle < 64:
-		case q.si == len(q.sendQ) && q.ri == len(q.recvQ) && time.Since(idleSince) > 200*time.Microsecond:
-			// Everything is posted: block in MPI on the oldest request. MPI
-			// progresses all of them meanwhile, which a sleeping poll does
-			// not: Open MPI's shared-memory transport moves a large message
-			// in fragments, one per progress call, so sleeps between polls
-			// stretch each chunk to milliseconds. Blocking is safe here: no
-			// request this rank still has to post can be what a peer waits for.
-			st, err := q.active[0].Wait()
-			e.complete(0, st, err)
-			idle = 0
 		default:
-			// A send still waits for its staging copy, or the receive
-			// window is full: keep polling, which also drives MPI.
-			runtime.Gosched()
+			if idle++; idle >= 64 {
+				runtime.Gosched()
+			}
 		}
 	}
+}
+
+// progressFailed ends an exchange whose requests MPI can no longer
+// complete (finalized, or the requests are corrupt).
+func (e *exchange) progressFailed(err error) {
+	q := &e.q
+	e.fail(e.outErr(e.x.rank, "progress", err))
+	e.abandon(q.sendQ[q.si:], q.recvQ[q.ri:])
 }
 
 // abandon releases what requests never posted hold.
