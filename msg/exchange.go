@@ -22,6 +22,7 @@ type Stats struct {
 	BytesStaged    int64 // bytes copied through pinned staging memory, both directions
 	MaxInFlight    int   // the most requests of one direction outstanding at once
 	Aborts         int64 // abort notices sent in place of announced messages
+	NCCLTransfers  int64 // NCCL sends posted (TransportNCCL: messages cut at 64 MiB)
 }
 
 // Exchanger runs exchanges over one communicator: each rank passes one
@@ -36,6 +37,11 @@ type Exchanger struct {
 	chunk        int64
 	rank, size   int
 	sendS, recvS *devalloc.Stream
+	// link is the NCCL communicator under TransportNCCL, nil when some rank
+	// cannot use NCCL (linkWhy says why): device memory then travels as
+	// under TransportAuto.
+	link    *ncclLink
+	linkWhy string
 
 	mu     sync.Mutex
 	closed bool
@@ -78,14 +84,21 @@ func New(o Options) (*Exchanger, error) {
 		return nil, err
 	}
 	// One collective: max of (x, -x) gives max and min of every setting.
-	mine := []int64{int64(o.Tag), chunk, -int64(o.Tag), -chunk}
+	useNCCL := int64(0)
+	if o.Transport == TransportNCCL {
+		useNCCL = 1
+	}
+	mine := []int64{int64(o.Tag), chunk, useNCCL, -int64(o.Tag), -chunk, -useNCCL}
 	all := make([]int64, len(mine))
 	if err := o.Comm.AllreduceInt64(mine, all, cluster.Max); err != nil {
 		return nil, fmt.Errorf("msg: new: %w", err)
 	}
-	if all[0] != -all[2] || all[1] != -all[3] {
+	if all[0] != -all[3] || all[1] != -all[4] {
 		return nil, fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
-			-all[2], all[0], -all[3], all[1], ErrInvalid)
+			-all[3], all[0], -all[4], all[1], ErrInvalid)
+	}
+	if all[2] != -all[5] {
+		return nil, fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", ErrInvalid)
 	}
 	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{},
 		written: map[*devalloc.Buffer]writtenManifest{}, writtenNext: map[*devalloc.Buffer]writtenManifest{}}
@@ -96,7 +109,26 @@ func New(o Options) (*Exchanger, error) {
 		_ = x.sendS.Close()
 		return nil, fmt.Errorf("msg: new: %w", err)
 	}
+	if o.Transport == TransportNCCL {
+		if x.link, x.linkWhy, err = openNCCL(o.Comm, o.Alloc); err != nil {
+			return nil, errors.Join(err, x.sendS.Close(), x.recvS.Close())
+		}
+	}
 	return x, nil
+}
+
+// Transport says how device memory travels between ranks in this
+// exchanger's exchanges, and why when TransportNCCL could not be honoured:
+// "nccl", "cuda-aware mpi" or "staged".
+func (x *Exchanger) Transport() (string, string) {
+	aware, _ := cluster.CUDAAware()
+	switch {
+	case x.link != nil:
+		return "nccl", ""
+	case aware && x.o.Transport != TransportStaged:
+		return "cuda-aware mpi", x.linkWhy
+	}
+	return "staged", x.linkWhy
 }
 
 // Close waits for the exchanger's copies and destroys its streams. Buffers
@@ -108,7 +140,11 @@ func (x *Exchanger) Close() error {
 		return fmt.Errorf("msg: close: %w", ErrClosed)
 	}
 	x.closed = true
-	return errors.Join(x.sendS.Close(), x.recvS.Close())
+	var linkErr error
+	if x.link != nil {
+		linkErr = x.link.close()
+	}
+	return errors.Join(linkErr, x.sendS.Close(), x.recvS.Close())
 }
 
 // Stats returns the counters.
@@ -366,6 +402,9 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	x.epoch++
 	x.stats.Exchanges++
 	e := x.begin(pat)
+	if x.link != nil {
+		return x.exchangeNCCL(e, send, pat)
+	}
 	aware, err := cluster.CUDAAware()
 	e.aware = aware && x.o.Transport == TransportAuto
 	byDest, localErr := e.collect(send)

@@ -34,6 +34,9 @@ const (
 	EnvChunk = "DISTBUF_MSG_CHUNK"
 	// EnvWindow sets the request window, e.g. "16".
 	EnvWindow = "DISTBUF_MSG_WINDOW"
+	// EnvTransport sets the transport of an Options.Transport left at
+	// TransportAuto: "auto", "staged" or "nccl".
+	EnvTransport = "DISTBUF_MSG_TRANSPORT"
 )
 
 // Transport says how device memory travels. Host-accessible memory always
@@ -49,6 +52,11 @@ const (
 	// memory, even with a CUDA-aware MPI (for measurements, or an MPI whose
 	// device path is slower than staging).
 	TransportStaged
+	// TransportNCCL moves every message between two ranks GPU to GPU
+	// through NCCL, when every rank has its own GPU and loads libnccl (New
+	// decides, collectively); otherwise it is TransportAuto, and
+	// Exchanger.Transport says why.
+	TransportNCCL
 )
 
 func (t Transport) String() string {
@@ -57,6 +65,8 @@ func (t Transport) String() string {
 		return "auto"
 	case TransportStaged:
 		return "staged"
+	case TransportNCCL:
+		return "nccl"
 	}
 	return fmt.Sprintf("Transport(%d)", int(t))
 }
@@ -81,7 +91,8 @@ type Options struct {
 	// checks it on receipt. On device memory without staging it costs a
 	// copy of the payload to the host on both sides.
 	PayloadChecksum bool
-	// Transport chooses between direct and staged device transfers.
+	// Transport chooses how device memory travels: see Transport; 0 means
+	// EnvTransport, else TransportAuto.
 	Transport Transport
 	// SelfViaMPI sends a rank's message to itself through MPI like any
 	// other. By default it is one stream-ordered copy, without MPI.
@@ -132,7 +143,18 @@ func (o Options) resolve() (Options, int64, error) {
 	if chunk < MinChunkBytes {
 		return o, 0, fmt.Errorf("msg: chunk size %d: want at least %d bytes, or negative for none: %w", chunk, MinChunkBytes, ErrInvalid)
 	}
-	if o.Transport != TransportAuto && o.Transport != TransportStaged {
+	if v, ok := os.LookupEnv(EnvTransport); ok && o.Transport == TransportAuto {
+		switch strings.TrimSpace(v) {
+		case "auto", "":
+		case "staged":
+			o.Transport = TransportStaged
+		case "nccl":
+			o.Transport = TransportNCCL
+		default:
+			return o, 0, fmt.Errorf("msg: %s=%q: want auto, staged or nccl: %w", EnvTransport, v, ErrInvalid)
+		}
+	}
+	if o.Transport != TransportAuto && o.Transport != TransportStaged && o.Transport != TransportNCCL {
 		return o, 0, fmt.Errorf("msg: Options.Transport %v: %w", o.Transport, ErrInvalid)
 	}
 	return o, chunk, nil

@@ -1,0 +1,383 @@
+package msg
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/nccl"
+	"github.com/distbuf/distbuf/packing"
+)
+
+// ncclLink is an exchanger's NCCL communicator: with TransportNCCL, every
+// message between two ranks goes GPU to GPU through it, as ncclSend and
+// ncclRecv pairs of one group on the exchanger's send stream.
+//
+// NCCL cannot cancel a posted receive, and a send waits on the stream until
+// its receive is posted: so every rank must post exactly what its peers
+// expect. The link keeps that true in three ways. Sends are prepared before
+// the count exchange, so a rank that fails announces -1 and nobody expects
+// its messages. A learned Pattern still exchanges counts, for the same
+// reason. A receiver that cannot allocate a buffer receives into drain, a
+// buffer of one chunk allocated with the link, chunk after chunk.
+type ncclLink struct {
+	comm  *nccl.Comm
+	chunk int64
+	drain *devalloc.Buffer
+}
+
+// ncclChunk is the largest single NCCL transfer: the size of the drain
+// buffer, and the unit messages are cut into.
+const ncclChunk = 64 << 20
+
+// openNCCL sets up the link, collectively over comm. It returns nil and the
+// reason when some rank cannot use NCCL: the allocator is not device
+// memory, libnccl does not load, or ranks share a GPU (NCCL wants one GPU
+// per rank). Errors are failures of the collectives or of NCCL itself once
+// every rank agreed to use it.
+func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, error) {
+	why := ""
+	var lib *nccl.Lib
+	var drain *devalloc.Buffer
+	switch {
+	case !a.Kind().IsDevice():
+		why = fmt.Sprintf("the allocator's memory is %s, not device memory", a.Kind())
+	default:
+		var err error
+		if lib, err = nccl.Load(); err != nil {
+			why = err.Error()
+		} else if drain, err = a.Alloc(ncclChunk, a.DefaultStream()); err != nil {
+			why = fmt.Sprintf("no drain buffer: %v", err)
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok && drain != nil {
+			_ = drain.Free()
+		}
+	}()
+	// One Allreduce: slot 0 counts the ranks that cannot use NCCL, the
+	// others count ranks per GPU.
+	const slots = 257
+	v := make([]int64, slots)
+	if why != "" {
+		v[0] = 1
+	} else if d := a.Device(); d < slots-1 {
+		v[1+d] = 1
+	}
+	if err := comm.AllreduceInt64(v, v, cluster.Sum); err != nil {
+		return nil, "", fmt.Errorf("msg: nccl: %w", err)
+	}
+	if v[0] > 0 {
+		if why == "" {
+			why = fmt.Sprintf("%d of %d ranks cannot use NCCL", v[0], comm.Size())
+		}
+		return nil, why, nil
+	}
+	for d, n := range v[1:] {
+		if n > 1 {
+			return nil, fmt.Sprintf("%d ranks share GPU %d, and NCCL needs one GPU per rank", n, d), nil
+		}
+	}
+	id := make([]byte, nccl.UniqueIDBytes)
+	var idErr error
+	if comm.Rank() == 0 {
+		id, idErr = lib.UniqueID()
+	}
+	// Rank 0 failing to make an id must not leave the others in Bcast
+	// alone: the flag travels with the id.
+	msgBuf := append([]byte{0}, id...)
+	if idErr != nil {
+		msgBuf[0] = 1
+	}
+	if err := comm.Bcast(msgBuf, 0); err != nil {
+		return nil, "", fmt.Errorf("msg: nccl: %w", err)
+	}
+	if msgBuf[0] != 0 {
+		if idErr == nil {
+			idErr = errors.New("rank 0 could not make the NCCL unique id")
+		}
+		return nil, "", fmt.Errorf("msg: nccl: %w", idErr)
+	}
+	c, err := lib.NewComm(msgBuf[1:], comm.Size(), comm.Rank(), a.Device())
+	if err != nil {
+		return nil, "", fmt.Errorf("msg: nccl: %w", err)
+	}
+	ok = true
+	return &ncclLink{comm: c, chunk: ncclChunk, drain: drain}, "", nil
+}
+
+func (l *ncclLink) close() error {
+	return errors.Join(l.drain.Free(), l.comm.Close())
+}
+
+// exchangeNCCL is Exchange over the link. The protocol differs from the
+// MPI one only where NCCL requires: every send is prepared (manifest
+// written, host buffers copied to the device) before the count exchange,
+// the counts are exchanged even with a learned pattern, and everything
+// moves in one NCCL group, after which the stream is synchronised. The
+// messages are byte for byte those of docs/WIRE.md; received buffers are
+// checked and wrapped exactly as device buffers received through a
+// CUDA-aware MPI.
+func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pattern) (*Received, error) {
+	n := x.size
+	byDest, localErr := e.collect(send)
+	if localErr == nil && pat != nil && pat.learned {
+		localErr = e.departures(byDest)
+	}
+	// Prepared sends, released (holds, device copies) once the group has
+	// completed or the exchange ends early.
+	var staged []*devalloc.Buffer
+	var holds []cluster.Releaser
+	release := func() error {
+		var errs []error
+		for _, h := range holds {
+			errs = append(errs, h.Release())
+		}
+		for _, b := range staged {
+			errs = append(errs, b.Free())
+		}
+		holds, staged = nil, nil
+		return errors.Join(errs...)
+	}
+	type transfer struct {
+		addr uintptr
+		size int64
+		peer int
+	}
+	var sends []transfer
+	if localErr == nil {
+		for d, m := range byDest {
+			if m == nil || (d == x.rank && !x.o.SelfViaMPI) {
+				continue
+			}
+			addr, h, tmp, err := e.prepareNCCL(m)
+			if err != nil {
+				localErr = err
+				break
+			}
+			holds = append(holds, h)
+			if tmp != nil {
+				staged = append(staged, tmp)
+			}
+			sends = append(sends, transfer{addr, m.size, d})
+		}
+	}
+	sendSize, recvSize := e.sendSize, e.recvSize
+	for d := range n {
+		switch {
+		case localErr != nil:
+			sendSize[d] = -1
+		case byDest[d] != nil:
+			sendSize[d] = byDest[d].size
+		default:
+			sendSize[d] = 0
+		}
+	}
+	if err := x.comm.AlltoallInt64(sendSize, recvSize); err != nil {
+		return nil, errors.Join(localErr, release(), fmt.Errorf("msg: count exchange: %w", err))
+	}
+	x.stats.CountExchanges++
+	if localErr != nil {
+		return nil, errors.Join(localErr, release())
+	}
+	for s := range n {
+		if recvSize[s] < 0 {
+			e.fail(wireErr(ErrPeerAborted, s, x.o.Tag, "count", "rank %d failed before the exchange and sends nothing (its own error says why)", s))
+			recvSize[s] = 0
+		}
+	}
+
+	// Receives: a pooled device buffer per source under a write hold, or
+	// the drain buffer when none can be had.
+	var recvs []transfer
+	var drained []*inMsg
+	for k := range n {
+		s := (x.rank - k + n) % n
+		if recvSize[s] <= 0 || (s == x.rank && !x.o.SelfViaMPI) {
+			continue
+		}
+		in := e.newIn()
+		in.src, in.step, in.size, in.device = s, k, recvSize[s], true
+		in.chunks = append(in.chunks[:0], inChunk{n: recvSize[s], got: recvSize[s]})
+		x.stats.MPIRecvs++ // one logical receive, counted as MPI's are
+		addr, h, err := e.allocNCCL(in)
+		if err != nil {
+			e.fail(e.inErr(in, "receive buffer", err))
+			in.drain = true
+			drained = append(drained, in)
+			for off := int64(0); off < in.size; off += x.link.chunk {
+				da, _ := x.link.drain.Addr()
+				recvs = append(recvs, transfer{da, min(x.link.chunk, in.size-off), s})
+			}
+			continue
+		}
+		holds = append(holds, h)
+		e.ins = append(e.ins, in)
+		recvs = append(recvs, transfer{addr, in.size, s})
+	}
+	var ns, nr []nccl.Transfer
+	cut := func(ts []transfer, out []nccl.Transfer) []nccl.Transfer {
+		for _, t := range ts {
+			for off := int64(0); off < t.size; off += x.link.chunk {
+				out = append(out, nccl.Transfer{Addr: t.addr + uintptr(off), Bytes: min(x.link.chunk, t.size-off), Peer: t.peer})
+			}
+		}
+		return out
+	}
+	ns, nr = cut(sends, ns), cut(recvs, nr)
+	err := x.link.comm.SendRecv(x.sendS.Handle(), ns, nr)
+	if err == nil {
+		err = x.sendS.Synchronize()
+	}
+	if err != nil {
+		// NCCL failed: the communicator cannot be trusted with another group.
+		e.fail(fmt.Errorf("msg: nccl transfer: %w", err))
+	}
+	e.fail(release())
+	x.stats.Messages += int64(len(sends))
+	x.stats.NCCLTransfers += int64(len(ns))
+	for _, t := range sends {
+		x.stats.BytesSent += t.size
+	}
+	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI {
+		e.copyToSelf(m)
+	}
+	for _, in := range e.ins {
+		if err == nil {
+			e.finishDirect(in)
+		} else {
+			_ = in.buf.Free()
+		}
+	}
+
+	res := make([]*packing.Coalesced, n)
+	for _, in := range e.ins {
+		if in.result != nil {
+			res[in.src] = in.result
+		}
+	}
+	if e.selfIn != nil && e.selfIn.result != nil {
+		res[x.rank] = e.selfIn.result
+	}
+	if len(e.errs) > 0 {
+		for _, c := range res {
+			if c != nil {
+				_ = c.Free()
+			}
+		}
+		return nil, errors.Join(e.errs...)
+	}
+	if pat != nil && !pat.learned {
+		e.learn(byDest, recvSize)
+	}
+	x.end(e)
+	return &Received{bySource: res, epoch: x.epoch}, nil
+}
+
+// departures checks this rank's messages against a learned pattern before
+// anything is announced: under NCCL a departure must stop the exchange
+// before the count exchange, as no posted receive can be cancelled.
+func (e *exchange) departures(byDest []*outMsg) error {
+	p := e.pat
+	var errs []error
+	for d, m := range byDest {
+		want := p.sendSize[d]
+		bad := func(field, format string, args ...any) {
+			w := wireErr(ErrPatternMismatch, d, e.x.o.Tag, field, format, args...)
+			w.Outgoing = true
+			errs = append(errs, w)
+		}
+		switch {
+		case m == nil && want > 0:
+			bad("message_size", "the pattern expects %d bytes, this exchange has nothing for rank %d", want, d)
+		case m == nil:
+		case want == 0:
+			bad("dest", "rank %d expects no message in this pattern", d)
+		case m.size != want:
+			bad("message_size", "%d bytes, the pattern expects %d", m.size, want)
+		case string(m.man.entries) != string(p.sendMan[d]):
+			bad("manifest", "the blocks differ from the pattern's (same size)")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prepareNCCL writes m's manifest in front of its blocks and returns the
+// device address of the whole message and the hold that keeps the memory
+// NCCL reads from being freed or written before the group completes. A
+// host-accessible buffer is copied into a pooled device buffer first
+// (returned as tmp, for the caller to free).
+func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp *devalloc.Buffer, err error) {
+	x, c := e.x, m.c
+	device := !c.Location().HostAccessible()
+	if err := e.prepareInPlace(m, device); err != nil {
+		return 0, nil, nil, err
+	}
+	// prepareInPlace left one read hold for the message's chunks: the
+	// group is one user of it.
+	hold := m.share.r
+	p := int64(m.man.payloadOffset())
+	src := c.Buffer()
+	off := c.Start() - p
+	if !device {
+		if tmp, err = x.a.Alloc(m.size, x.sendS); err == nil {
+			if err = x.sendS.Copy(tmp, 0, src, off, m.size); err == nil {
+				var wh *devalloc.Hold
+				if wh, err = tmp.Hold(devalloc.Read); err == nil {
+					if err = wh.Wait(); err != nil {
+						_ = wh.Release()
+					}
+				}
+				if err == nil {
+					err = hold.Release() // the copy reads the host buffer now, in its ledger
+					hold, src, off = wh, tmp, 0
+				}
+			}
+			if err != nil {
+				_ = tmp.Free()
+				tmp = nil
+			}
+		}
+		if err != nil {
+			return 0, nil, nil, errors.Join(e.outErr(m.dest, "staging", err), hold.Release())
+		}
+	}
+	base, err := src.Addr()
+	if err != nil {
+		if tmp != nil {
+			_ = tmp.Free()
+		}
+		return 0, nil, nil, errors.Join(e.outErr(m.dest, "payload", err), hold.Release())
+	}
+	return base + uintptr(off), hold, tmp, nil
+}
+
+// allocNCCL takes in's device buffer and a write hold on it, waited for, so
+// that NCCL writes after whatever the pool's earlier use of the memory
+// queued.
+func (e *exchange) allocNCCL(in *inMsg) (uintptr, cluster.Releaser, error) {
+	x := e.x
+	buf, err := x.a.Alloc(in.size, x.recvS)
+	if err != nil {
+		return 0, nil, err
+	}
+	h, err := buf.Hold(devalloc.Write)
+	if err == nil {
+		if err = h.Wait(); err != nil {
+			_ = h.Release()
+		}
+	}
+	var addr uintptr
+	if err == nil {
+		if addr, err = buf.Addr(); err != nil {
+			_ = h.Release()
+		}
+	}
+	if err != nil {
+		return 0, nil, errors.Join(err, buf.Free())
+	}
+	in.buf = buf
+	return addr, h, nil
+}

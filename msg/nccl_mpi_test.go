@@ -1,0 +1,97 @@
+//go:build mpi
+
+package msg
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/gputest"
+	"github.com/distbuf/distbuf/packing"
+	"github.com/stretchr/testify/require"
+)
+
+// TestNCCLExchange runs exchanges GPU to GPU through NCCL: random
+// sparsity with every block checked, a learned pattern, and messages larger
+// than one NCCL transfer. It needs one GPU per rank (mpirun on a node with
+// as many GPUs as ranks); elsewhere it skips, saying why.
+func TestNCCLExchange(t *testing.T) {
+	if fakeCUDA.path != "" {
+		t.Skip("the fake libcudart has no NCCL")
+	}
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	// One GPU per rank, by the node-local rank, as ranktest places them.
+	n, err := devalloc.DeviceCount()
+	if err != nil || n == 0 {
+		gputest.Unavailable(t, "a CUDA device", fmt.Errorf("%d devices: %v", n, err))
+	}
+	dev, err := comm.Device(n)
+	require.NoError(t, err)
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Device: dev, Config: &devalloc.Config{}, Warn: func(m string) { t.Log(m) }})
+	if err != nil {
+		gputest.Unavailable(t, "the CUDA backend", err)
+	}
+	t.Cleanup(func() {
+		require.NoError(t, a.Sync())
+		require.NoError(t, a.Close(), "no buffer may leak")
+	})
+	x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: TransportNCCL, PayloadChecksum: true})
+	if tr, why := x.Transport(); tr != "nccl" {
+		t.Skipf("no NCCL: %s", why)
+	}
+	s := a.DefaultStream()
+	for it := range 3 {
+		tr := traffic{seed: 300 + uint64(it), density: 0.7, maxBlocks: 200, dims: []int{1, 2, 5, 8, 16}, dtypes: mixedTypes}
+		bufs := sendAll(t, a, tr, rank, size)
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		tr.verify(t, s, rank, size, r)
+		require.NoError(t, r.Free())
+	}
+	st := x.Stats()
+	require.Positive(t, st.NCCLTransfers)
+	require.Zero(t, st.MPISends, "nothing but counts goes through MPI")
+	require.Zero(t, st.BytesStaged)
+
+	// A learned pattern, its contents changing every sweep.
+	pat := x.NewPattern()
+	tr := traffic{seed: 77, density: 0.8, maxBlocks: 100, dims: []int{2, 4, 8}, dtypes: mixedTypes}
+	bufs := sendAll(t, a, tr, rank, size)
+	for it := range 4 {
+		tr.iter = uint64(it)
+		tr.fill(t, s, rank, bufs)
+		r, err := pat.Exchange(bufs)
+		require.NoError(t, err)
+		tr.verify(t, s, rank, size, r)
+		require.NoError(t, r.Free())
+	}
+	require.True(t, pat.Learned())
+
+	// 80 MiB to the next rank: two NCCL transfers of one message.
+	big := traffic{seed: 5, density: 1, maxBlocks: 1, dims: []int{2048, 5120}, dtypes: []packing.DType{packing.Float64}}
+	descs := []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 2048, Cols: 5120, Dest: (rank + 1) % size}}
+	p, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	bb, err := AllocSend(a, p, s)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, b := range bb {
+			require.NoError(t, b.Free())
+		}
+	})
+	big.fill(t, s, rank, bb)
+	before := x.Stats().NCCLTransfers
+	r, err := x.Exchange(bb)
+	require.NoError(t, err)
+	from := (rank - 1 + size) % size
+	c := r.From(from)
+	require.NotNil(t, c)
+	got := readBlocks(t, s, c)
+	require.Equal(t, string(big.content(from, 1, 2048*5120*8)), string(got[1]), "the 80 MiB block from rank %d", from)
+	require.NoError(t, r.Free())
+	if size > 1 {
+		require.EqualValues(t, 2, x.Stats().NCCLTransfers-before)
+	}
+}
