@@ -410,7 +410,15 @@ func benchExchangeDevice(c *benchContext) error {
 			return s.Synchronize()
 		})
 	}
-	exchange := func() (float64, error) {
+	// The same exchange through msg over NCCL, when every rank has its own
+	// GPU (New decides, collectively).
+	xn, err := msg.New(msg.Options{Comm: e.comm, Alloc: a, Tag: x.Tag() + 1, Transport: msg.TransportNCCL})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = xn.Close() }()
+	overNCCL, ncclWhy := xn.Transport()
+	exchangeWith := func(x *msg.Exchanger) (float64, error) {
 		var r *msg.Received
 		us, err := e.timed(func() error {
 			var err error
@@ -429,6 +437,7 @@ func benchExchangeDevice(c *benchContext) error {
 		}
 		return us, err
 	}
+	exchange := func() (float64, error) { return exchangeWith(x) }
 	rawMPI := func() (float64, error) {
 		sa, err := mpiSend.Addr()
 		if err != nil {
@@ -447,7 +456,7 @@ func benchExchangeDevice(c *benchContext) error {
 		})
 	}
 	reps := max(c.cfg.iters, 20)
-	var d2h, h2d, ex, mpiHost []float64
+	var d2h, h2d, ex, mpiHost, exNCCL []float64
 	for rep := range reps + 2 {
 		a1, err := copyUS(pin, e.send[0].Buffer())
 		if err != nil {
@@ -465,11 +474,17 @@ func benchExchangeDevice(c *benchContext) error {
 		if err != nil {
 			return fmt.Errorf("raw MPI exchange of pinned memory: %w", err)
 		}
+		a5 := 0.0
+		if overNCCL == "nccl" {
+			if a5, err = exchangeWith(xn); err != nil {
+				return fmt.Errorf("exchange over nccl: %w", err)
+			}
+		}
 		if rep >= 2 {
-			d2h, h2d, ex, mpiHost = append(d2h, a1), append(h2d, a2), append(ex, a3), append(mpiHost, a4)
+			d2h, h2d, ex, mpiHost, exNCCL = append(d2h, a1), append(h2d, a2), append(ex, a3), append(mpiHost, a4), append(exNCCL, a5)
 		}
 	}
-	for _, xs := range []*[]float64{&d2h, &h2d, &ex, &mpiHost} {
+	for _, xs := range []*[]float64{&d2h, &h2d, &ex, &mpiHost, &exNCCL} {
 		if *xs, err = e.slowest(*xs); err != nil {
 			return err
 		}
@@ -489,8 +504,17 @@ func benchExchangeDevice(c *benchContext) error {
 	if aware {
 		transport = "cuda-aware"
 	}
+	msgNCCL := map[string]any{"transport": overNCCL, "why_not": ncclWhy}
+	if overNCCL == "nccl" {
+		m := median(exNCCL)
+		msgNCCL["median_us"] = m
+		msgNCCL["exchange_gbps"] = gbps(m)
+		msgNCCL["ratio_to_min_copy"] = gbps(m) / min(gbps(mD2H), gbps(mH2D))
+		msgNCCL["meets_goal_ratio"] = gbps(m)/min(gbps(mD2H), gbps(mH2D)) >= 0.8
+	}
 	return c.emit(benchResult{Bench: "exchange", Mode: "device", N: e.n, Bytes: size, MedianUS: mEx, Extra: map[string]any{
-		"reps": reps, "transport": transport, "chunk_bytes": x.ChunkBytes(),
+		"msg_nccl": msgNCCL,
+		"reps":     reps, "transport": transport, "chunk_bytes": x.ChunkBytes(),
 		"exchange_gbps": gbps(mEx), "pinned_d2h_gbps": gbps(mD2H), "pinned_h2d_gbps": gbps(mH2D),
 		"ratio_to_min_copy": gbps(mEx) / min(gbps(mD2H), gbps(mH2D)), "goal_ratio": 0.8,
 		"mpi_pinned_gbps": float64(wire) / mMPI / 1e3, "ratio_to_mpi_pinned": mMPI / mEx,
