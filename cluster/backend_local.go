@@ -167,22 +167,27 @@ func backendWaitall(rs []*Request, sts []Status, errs []error) {
 }
 
 func backendWaitsome(rs []*Request, sts []Status, errs []error, idx []int) (int, error) {
-	cases := make([]reflect.SelectCase, len(rs))
-	for i, r := range rs {
-		cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.impl.lr.done)}
-	}
-	reflect.Select(cases)
-	k := 0
-	for i, r := range rs {
-		select {
-		case <-r.impl.lr.done:
-			sts[i], errs[i] = r.impl.lr.result("MPI_Waitsome")
-			idx[k] = i
-			k++
-		default:
+	for {
+		k := 0
+		for i, r := range rs {
+			select {
+			case <-r.impl.lr.done:
+				sts[i], errs[i] = r.impl.lr.result("MPI_Waitsome")
+				idx[k] = i
+				k++
+			default:
+			}
 		}
+		if k > 0 {
+			return k, nil
+		}
+		// Nothing yet: sleep until any of them completes.
+		cases := make([]reflect.SelectCase, len(rs))
+		for i, r := range rs {
+			cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.impl.lr.done)}
+		}
+		reflect.Select(cases)
 	}
-	return k, nil
 }
 
 func backendTestany(rs []*Request) (int, Status, error) {
