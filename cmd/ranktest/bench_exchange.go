@@ -607,7 +607,8 @@ func ncclExchange(c *benchContext, e *exchangeSetup, reps int) ([]float64, strin
 			ts = append(ts, us)
 		}
 	}
-	// Every byte came from the peer, whose buffer holds its rank + 1.
+	// Every byte of the blocks came from the peer, whose blocks hold its
+	// rank + 1 (the prefix before them holds whatever manifest msg wrote).
 	pin, err := a.AllocPinned(n, s)
 	if err != nil {
 		return nil, "", err
@@ -620,7 +621,9 @@ func ncclExchange(c *benchContext, e *exchangeSetup, reps int) ([]float64, strin
 	if err != nil {
 		return nil, "", err
 	}
-	for i, b := range mem {
+	start := e.send[0].Start()
+	for i, b := range mem[start:] {
+		i += int(start)
 		if b != byte(1+e.peer) {
 			return nil, "", fmt.Errorf("byte %d received through NCCL is %d, want %d", i, b, 1+e.peer)
 		}
