@@ -63,13 +63,16 @@
 // message, with at most Options.Window requests of each direction
 // outstanding; the incomplete request of lowest step and chunk over all
 // ranks is always posted on both sides, so the windows cannot deadlock.
-// Ranks with nothing to send each other exchange no message at all. A
-// rank's message to itself is one stream-ordered copy into a fresh pooled
-// buffer, without MPI, made once the first MPI requests are posted (it
-// needs no peer, and the peers need those requests): the sender keeps its buffer (persistent exchanges
-// refill it every sweep), so handing it over is not an option, and on
-// device memory the copy stays on the device where MPI would stage it
-// twice. Options.SelfViaMPI sends it through MPI instead.
+// A rank waits inside MPI for whichever of its requests completes next
+// (polling only while a staged send waits for its copy), and handles each
+// message as it completes. Ranks with nothing to send each other exchange
+// no message at all. A rank's message to itself is one stream-ordered copy
+// into a fresh pooled buffer, without MPI, made once the first MPI
+// requests are posted (it needs no peer, and the peers need those
+// requests): the sender keeps its buffer (persistent exchanges refill it
+// every sweep), so handing it over is not an option, and on device memory
+// the copy stays on the device where MPI would stage it twice.
+// Options.SelfViaMPI sends it through MPI instead.
 //
 // # Ownership and lifetimes
 //
