@@ -179,14 +179,17 @@ func (c *Comm) SendRecv(stream uintptr, sends, recvs []Transfer) error {
 		return fmt.Errorf("nccl: communicator closed: %w", ErrInvalid)
 	}
 	n, m := len(sends), len(recvs)
-	arr := C.malloc(C.size_t(max(1, n+m)) * (8 + 8 + 4))
+	// One slot more than the transfers, so that the receives' part
+	// (starting at index n) exists even when there are none.
+	slots := n + m + 1
+	arr := C.malloc(C.size_t(slots) * (8 + 8 + 4))
 	if arr == nil {
 		return errors.New("nccl: out of host memory")
 	}
 	defer C.free(arr)
-	bufs := unsafe.Slice((*C.uintptr_t)(arr), n+m)
-	counts := unsafe.Slice((*C.uint64_t)(unsafe.Add(arr, 8*(n+m))), n+m)
-	peers := unsafe.Slice((*C.int)(unsafe.Add(arr, 16*(n+m))), n+m)
+	bufs := unsafe.Slice((*C.uintptr_t)(arr), slots)
+	counts := unsafe.Slice((*C.uint64_t)(unsafe.Add(arr, 8*slots)), slots)
+	peers := unsafe.Slice((*C.int)(unsafe.Add(arr, 16*slots)), slots)
 	for i, t := range append(append([]Transfer(nil), sends...), recvs...) {
 		if t.Bytes < 0 {
 			return fmt.Errorf("nccl: transfer of %d bytes: %w", t.Bytes, ErrInvalid)
