@@ -35,6 +35,17 @@
 // whole payload first, so staging then finishes every copy before the first
 // send.
 //
+// With TransportNCCL (DISTBUF_MSG_TRANSPORT=nccl) and every rank on a GPU
+// of its own, messages go GPU to GPU through NCCL instead: the same bytes,
+// all of an exchange's sends and receives in one NCCL group on the send
+// stream, with the send buffers under read holds and the receive buffers
+// under write holds until the stream has passed the group. NCCL cannot
+// cancel a posted receive, so sends are prepared before the count exchange
+// (a failing rank announces -1), learned patterns still exchange counts,
+// and a receiver that cannot allocate drains the message into a scratch
+// buffer of 64 MiB kept by the exchanger (docs/WIRE.md, rule 5). New
+// decides collectively; Exchanger.Transport reports the outcome and why.
+//
 // # Receiving
 //
 // Sizes come from one Alltoall of int64s (or from a learned Pattern). Each
