@@ -368,6 +368,8 @@ type cycleResult struct {
 	backendCallsPerCycle  float64
 	kind                  string
 	touch                 cycleTouch
+	syncMedian            float64 // waiting for the device at the cycle's end
+	planMedian            float64 // the tiny blocks' plan (retained-packed)
 }
 
 func (r cycleResult) extra() map[string]any {
@@ -376,6 +378,12 @@ func (r cycleResult) extra() map[string]any {
 		"reserved_peak_bytes": r.reservedPeak, "reserved_between_cycles_max_bytes": r.reservedBetweenCycles,
 		"reserved_after_phase_bytes": r.reservedAfterPhase, "backend_calls_per_cycle": round3(r.backendCallsPerCycle),
 		"phase_cycles": allocParams.phaseCycles,
+	}
+	if r.syncMedian > 0 {
+		e["sync_median_us"] = r.syncMedian
+	}
+	if r.planMedian > 0 {
+		e["plan_median_us"] = r.planMedian
 	}
 	return e
 }
@@ -405,6 +413,9 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	times := make([]float64, 0, cycles)
 	bufs := make([]*devalloc.Buffer, 0, large+tiny)
 	var descs []packing.Desc
+	// Where a cycle's time goes: building the tiny blocks' plan (packed
+	// only), and waiting for the device at the synchronisation.
+	var planTimes, syncTimes []float64
 	var totalBytes int64
 	a.ResetPeak()
 	callsBefore := a.Stats().BackendCalls
@@ -433,7 +444,9 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 			if len(tinySizes) > 0 {
 				var plan *packing.Plan
 				var err error
+				t0 := time.Now()
 				plan, descs, err = packTiny(descs, tinySizes)
+				planTimes = append(planTimes, us(time.Since(t0)))
 				if err != nil {
 					return res, err
 				}
@@ -465,9 +478,11 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 				return res, err
 			}
 		}
+		t0 := time.Now()
 		if err := s.Synchronize(); err != nil {
 			return res, err
 		}
+		syncTimes = append(syncTimes, us(time.Since(t0)))
 		reservedSynced := a.Stats().ReservedCurrent
 		if phaseEnd {
 			if v.trimPhase {
@@ -507,6 +522,10 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	res.mean = sum / float64(len(times))
 	res.p90 = percentile(times, 0.9)
 	res.median = round3(median(times))
+	res.syncMedian = round3(median(syncTimes[min(p.warmup, len(syncTimes)):]))
+	if len(planTimes) > p.warmup {
+		res.planMedian = round3(median(planTimes[p.warmup:]))
+	}
 	return res, nil
 }
 
