@@ -2,6 +2,7 @@ package packing
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"syscall"
 	"testing"
@@ -25,6 +26,21 @@ func mixedDescs(n int, seed uint64) []Desc {
 	return out
 }
 
+// tinyRowDescs is the tiny blocks of a DMRG solve cycle as ranktest -bench
+// alloc -mode retained-packed packs them: sizes log-uniform in [64 B, 16 KiB]
+// rounded up to 256 B, each a float32 row, so Rows 1 and Cols a multiple of
+// 64 up to 4096 (at most 64 classes), ids increasing from 0.
+func tinyRowDescs(n int, seed uint64) []Desc {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	lo, hi := math.Log(64), math.Log(16<<10)
+	out := make([]Desc, n)
+	for i := range out {
+		size := int64(math.Exp(lo + rng.Float64()*(hi-lo)))
+		out[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1, Cols: int((size + 255) / 256 * 64)}
+	}
+	return out
+}
+
 // benchPlan runs build (plan plus views of every block) b.N times over n
 // blocks and reports ns/block. The buffer is allocated once outside the
 // loop: it is one allocator call per plan, not per block.
@@ -35,6 +51,11 @@ func benchPlan(b *testing.B, n int, shuffled bool, build func(descs []Desc, buf 
 		rng := rand.New(rand.NewPCG(2, 2))
 		rng.Shuffle(n, func(i, j int) { descs[i].ID, descs[j].ID = descs[j].ID, descs[i].ID })
 	}
+	benchPlanDescs(b, descs, build)
+}
+
+func benchPlanDescs(b *testing.B, descs []Desc, build func(descs []Desc, buf *devalloc.Buffer) error) {
+	n := len(descs)
 	p0, err := NewPlan(descs, Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -82,20 +103,37 @@ func BenchmarkPlanViews(b *testing.B) {
 		shuffled bool
 	}{{1000, false}, {100000, false}, {100000, true}} {
 		b.Run(fmt.Sprintf("blocks=%d/shuffled-ids=%v", c.n, c.shuffled), func(b *testing.B) {
-			benchPlan(b, c.n, c.shuffled, func(descs []Desc, buf *devalloc.Buffer) error {
-				p, err := NewPlan(descs, Options{})
-				if err != nil {
-					return err
-				}
-				c, err := wrap(buf, 0, p, 0)
-				if err != nil {
-					return err
-				}
-				for _, v := range c.All() {
-					sink += v.Addr() + uintptr(v.Rows()*v.Cols())
-				}
-				return nil
-			})
+			benchPlan(b, c.n, c.shuffled, walkViews)
+		})
+	}
+}
+
+// walkViews is what BenchmarkPlanViews times per plan: NewPlan, then the
+// address and shape of every view.
+func walkViews(descs []Desc, buf *devalloc.Buffer) error {
+	p, err := NewPlan(descs, Options{})
+	if err != nil {
+		return err
+	}
+	c, err := wrap(buf, 0, p, 0)
+	if err != nil {
+		return err
+	}
+	for _, v := range c.All() {
+		sink += v.Addr() + uintptr(v.Rows()*v.Cols())
+	}
+	return nil
+}
+
+// BenchmarkPlanTinyRows is BenchmarkPlanViews for the plan that ranktest
+// -bench alloc -mode retained-packed builds in every timed cycle (see
+// tinyRowDescs): a few thousand blocks of few classes, where fixed costs
+// count and the shapes are long rows. The goal is at most 5 ns/block at 2000
+// blocks, fixed costs included.
+func BenchmarkPlanTinyRows(b *testing.B) {
+	for _, n := range []int{2000, 1000} {
+		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
+			benchPlanDescs(b, tinyRowDescs(n, 1), walkViews)
 		})
 	}
 }

@@ -340,7 +340,7 @@ type View struct {
 func (v View) cls() *Class { return v.c.plan.class(v.i) }
 
 // ID is the block's id.
-func (v View) ID() uint64 { return v.c.plan.ids[v.i] }
+func (v View) ID() uint64 { return v.c.plan.id(v.i) }
 
 // Offset is the block's byte offset in the layout, counted from the
 // Coalesced's Start.
@@ -412,16 +412,17 @@ func (c *Coalesced) All() iter.Seq2[int, View] {
 		if c == nil || c.freed.Load() {
 			return
 		}
-		if c.members == nil {
-			for k := range c.n {
-				if !yield(k, View{c: c, i: k}) {
-					return
-				}
+		// One call of yield rather than a loop for each case: the compiler
+		// inlines a loop body into the loop with a budget ten times larger
+		// when the iterator calls it from one place, so that a body of a few
+		// view calls (address and shape, say) is inlined, not called.
+		members := c.members
+		for k := range c.n {
+			i := k
+			if members != nil {
+				i = int(members[k])
 			}
-			return
-		}
-		for k, i := range c.members {
-			if !yield(k, View{c: c, i: int(i)}) {
+			if !yield(k, View{c: c, i: i}) {
 				return
 			}
 		}

@@ -71,16 +71,18 @@ func (o Options) resolve() (Options, error) {
 // out from Offset at a constant Stride, in the order of the descriptor list.
 // A class is therefore one strided batch.
 type Class struct {
-	Group      int
-	DType      DType
+	Group int
+	DType DType
+	// Regular is true when the blocks sit at a constant Stride. Plans made by
+	// NewPlan are always regular; FromManifest keeps the sender's offsets.
+	// (It sits beside DType so that a Class is 64 bytes: a plan allocates
+	// less, and views find a class with a shift.)
+	Regular    bool
 	Rows, Cols int
 	Count      int
 	Offset     int64 // byte offset of the first block in the group's buffer
 	Stride     int64 // bytes from one block to the next; 0 when !Regular
 	BlockBytes int64 // rows * cols * element size
-	// Regular is true when the blocks sit at a constant Stride. Plans made by
-	// NewPlan are always regular; FromManifest keeps the sender's offsets.
-	Regular bool
 }
 
 // Group is the part of a plan bound for one destination: one buffer.
@@ -101,7 +103,10 @@ type Group struct {
 // order ("group position"); for a single-group plan the two are equal.
 type Plan struct {
 	opts Options
-	ids  []uint64 // by plan index
+	// ids holds the id of each block, or is nil when they count in steps:
+	// block i has id id0 + i*idStep.
+	ids         []uint64
+	id0, idStep uint64
 	// meta holds each block's class and its rank in the class (offset =
 	// class Offset + rank*Stride) as class<<rankBits | rank: four bytes a
 	// block, which halves what the views read and shrinks what NewPlan
@@ -114,6 +119,7 @@ type Plan struct {
 	offs     []int64 // explicit offsets; nil when meta gives them
 	classes  []Class
 	groups   []Group
+	group0   [1]Group // room for the first group, so that most plans allocate no groups
 
 	membersOnce sync.Once
 	members     [][]int32 // per group: plan indices in list order (nil for a single group)
@@ -126,65 +132,148 @@ type Plan struct {
 // may interleave (NewPlan always resolves a non-zero Align).
 func (p *Plan) manifest() bool { return p.opts.Align == 0 }
 
+// id is the id of block i.
+func (p *Plan) id(i int) uint64 {
+	if p.ids != nil {
+		return p.ids[i]
+	}
+	return p.id0 + uint64(i)*p.idStep
+}
+
 // class is the class of block i. (rankBits is below 32; masking it lets the
 // compiler drop the check for longer shifts here and in offset.)
 func (p *Plan) class(i int) *Class {
 	return &p.classes[p.meta[i]>>(p.rankBits&31)]
 }
 
-// classTable finds the class of a (dest, dtype, rows, cols) key: open
-// addressing over one flat array of entries, no per-block allocation.
+// classKey is a class's shape and its destination and dtype, packed.
+type classKey struct{ rc, dd uint64 }
+
+// keyOf packs a block's class key. ok is false when a field lies outside
+// the range in which the packing is one to one (rows and cols in [1, 2^31],
+// dest in [0, 2^31)), which holds every valid block. A block inside it may
+// still be invalid (its dtype, 2^31 rows), but then no class has its key:
+// only blocks that passed validation create classes.
+func keyOf(d *Desc) (k classKey, ok bool) {
+	r, c, dst := uint64(d.Rows-1), uint64(d.Cols-1), uint64(d.Dest)
+	return classKey{rc: uint64(d.Rows)<<32 | uint64(d.Cols), dd: dst<<8 | uint64(d.DType)}, r|c|dst <= math.MaxInt32
+}
+
+// hash spreads the key over the high bits, which index the table: Fibonacci
+// hashing keeps shapes in arithmetic progression (Cols 64, 128, ...) apart.
+func (k classKey) hash() uint64 {
+	return (k.rc ^ bits.RotateLeft64(k.dd, 40)) * 0x9E3779B97F4A7C15
+}
+
+// classEntry is a class in a classTable; a zero rc (no class has 0 rows)
+// marks an empty entry.
+type classEntry struct {
+	key  classKey
+	word uint64
+}
+
+// classTable maps class keys to one word each: open addressing with linear
+// probes over a power-of-two array, without allocation per class. It grows
+// when half full, or a quarter full when there are enough blocks to repay
+// the larger table in probes: a few thousand blocks of a hundred classes
+// are faster with the table on the stack (see stackTableSize) and a probe
+// too many now and then, 10^5 blocks with a larger table and nearly every
+// lookup ending at its first probe.
 type classTable struct {
 	entries []classEntry
 	shift   uint // 64 - log2(len(entries))
-	keys    []classKey
+	n       int  // entries in use
+	blocks  int  // lookups to come, about
 }
 
-type classKey struct{ rc, dd uint64 }
+// stackTableSize is the size of the table NewPlan and FromManifest start
+// with, on their stacks: up to 128 classes, 6 KiB to clear.
+const stackTableSize = 256
 
-type classEntry struct {
-	key   classKey
-	class int32 // class index + 1; 0 marks an empty entry
+// newClassTable returns an empty table over entries, which must be zero,
+// for about blocks lookups. It returns the table rather than filling one in
+// so that entries on the caller's stack can stay there (escape analysis
+// sends whatever is stored through a pointer to the heap).
+func newClassTable(entries []classEntry, blocks int) classTable {
+	return classTable{entries: entries, shift: 64 - uint(bits.TrailingZeros(uint(len(entries)))), blocks: blocks}
 }
 
-func (t *classTable) init(logSize uint) {
-	t.entries = make([]classEntry, 1<<logSize)
-	t.shift = 64 - logSize
-}
-
-// find returns the class index of k, or -1 and the empty entry to fill.
-func (t *classTable) find(k classKey) (int32, int) {
-	mask := len(t.entries) - 1
-	h := int(((k.rc ^ k.dd<<40 ^ k.dd>>24) * 0x9E3779B97F4A7C15) >> t.shift)
-	for {
-		e := &t.entries[h]
-		if e.class == 0 {
-			return -1, h
-		}
-		if e.key == k {
-			return e.class - 1, h
-		}
-		h = (h + 1) & mask
-	}
-}
-
-func (t *classTable) insert(k classKey, slot int) int32 {
-	t.keys = append(t.keys, k)
-	c := int32(len(t.keys))
-	t.entries[slot] = classEntry{key: k, class: c}
-	if len(t.keys)*2 > len(t.entries) {
-		t.init(64 - t.shift + 1)
-		for i, ok := range t.keys {
-			_, s := t.find(ok)
-			t.entries[s] = classEntry{key: ok, class: int32(i + 1)}
+// find returns k's entry, or the empty entry where k belongs.
+func (t *classTable) find(k classKey) *classEntry {
+	mask := uint64(len(t.entries) - 1)
+	for h := k.hash() >> t.shift; ; h++ {
+		if e := &t.entries[h&mask]; e.key == k || e.key.rc == 0 {
+			return e
 		}
 	}
-	return c - 1
 }
 
-// directSize is the size of the direct class table: a slot for each dtype
-// and shape up to 32x32.
-const directSize = 4 << 10
+// add enters k, which find did not find, with its word, and returns its
+// entry, growing the table first when it would be too full.
+func (t *classTable) add(k classKey, word uint64) *classEntry {
+	t.n++
+	if size := len(t.entries); t.n > size/2 || t.n > size/4 && t.blocks >= 32*size {
+		old, n := t.entries, t.n
+		*t = newClassTable(make([]classEntry, 2*size), t.blocks)
+		t.n = n
+		for _, e := range old {
+			if e.key.rc != 0 {
+				*t.find(e.key) = e
+			}
+		}
+	}
+	e := t.find(k)
+	*e = classEntry{key: k, word: word}
+	return e
+}
+
+// classifier is pass 1's state apart from the per-block loop. The word of a
+// class in its table is the place its next block gets (class<<rankBits |
+// rank), so that one probe and one increment give a block both its class
+// and its rank, and the tables hold what pass 2 needs.
+//
+// Plans of many blocks also have a direct table, which holds the words of
+// single-destination classes of shapes up to 32x32 instead of tab (where
+// their words stay at 0 blocks): such a block finds its word with one load,
+// no hash and no key to compare, which is what 10^5 blocks of DMRG-sized
+// shapes spend most in. It has 4096 words to fill, too many for a few
+// thousand blocks, whose loop is also faster without the branch to it.
+type classifier struct {
+	rankBits   uint
+	maxClasses int // how many classes the plan's place encoding holds
+	tab        classTable
+	direct     *[directSize]uint64 // nil for plans of fewer than directMinBlocks
+}
+
+// errTooManyClasses tells NewPlan to classify again with 64-bit places.
+var errTooManyClasses = errors.New("packing: more classes than 32-bit places hold")
+
+func newClassifier(rankBits uint, entries []classEntry, blocks int, direct *[directSize]uint64) classifier {
+	cf := classifier{rankBits: rankBits, maxClasses: math.MaxInt, tab: newClassTable(entries, blocks), direct: direct}
+	if rankBits < 32 {
+		cf.maxClasses = 1 << (32 - rankBits)
+	}
+	if direct != nil {
+		for s := range direct {
+			direct[s] = noClass
+		}
+	}
+	return cf
+}
+
+const (
+	// directSize is the size of the direct table: a slot for each dtype and
+	// shape up to 32x32.
+	directSize = 4 << 10
+	// directMinBlocks is the smallest plan that fills a direct table.
+	directMinBlocks = 1 << 12
+	// noClass marks an unused direct table slot: no word reaches it, since
+	// a class index is below 2^31.
+	noClass = math.MaxUint64
+)
+
+// directTables holds direct tables (*[directSize]uint64) between plans.
+var directTables sync.Pool
 
 // directSlot is the direct table slot of a block, and whether the block has
 // one: a single-destination block of valid dtype and a shape up to 32x32.
@@ -193,126 +282,199 @@ func directSlot(d *Desc) (uint, bool) {
 	return (t<<10 | r<<5 | c) & (directSize - 1), (r|c)>>5|t>>2|uint(d.Dest) == 0
 }
 
-// classifier is pass 1's state apart from the per-block loop. A class's
-// counter word is the place its next block gets (class<<rankBits | rank),
-// so that one load and one increment give a block both its class and its
-// rank.
-type classifier struct {
-	rankBits   uint
-	maxClasses int // how many classes the plan's place encoding holds
-	tab        classTable
-	counts     []uint64 // counter words by class; the direct table holds those of its classes
-	lastKey    classKey
-	lastClass  int32
-}
-
-// noClass marks an unused direct table slot: no counter word reaches it,
-// since a class index is below 2^31.
-const noClass = math.MaxUint64
-
-// errTooManyClasses tells NewPlan to classify again with 64-bit places.
-var errTooManyClasses = errors.New("packing: more classes than 32-bit places hold")
-
-func newClassifier(rankBits uint) classifier {
-	cf := classifier{rankBits: rankBits, maxClasses: math.MaxInt, lastClass: -1}
-	if rankBits < 32 {
-		cf.maxClasses = 1 << (32 - rankBits)
-	}
-	cf.tab.init(6)
-	return cf
-}
-
-// classify is pass 1: it records each block's id and place and counts the
-// classes. It reports whether ids may repeat: ids that increase cannot.
-// direct, when not nil, is room for the counter words of single-destination
-// classes of small shapes by directSlot, so that most blocks find theirs
-// with one load. The inner loop leaves for the others only, which keeps the
-// call to slow, and the registers it needs saved, out of its way.
-func classify[P uint32 | int64](cf *classifier, descs []Desc, ids []uint64, places []P, direct *[directSize]uint64) (unordered bool, err error) {
+// idStep returns the step of ids that count in steps (id0, id0+step, ...),
+// as when a solver numbers its blocks in list order, as far as the first,
+// second and last blocks tell: classify checks the others. Such ids need no
+// check for duplicates and a plan keeps them as two words. ok is false
+// unless the step gives distinct ids: it is not 0 and its multiples below
+// 2^31 differ modulo 2^64 (it has at most 32 trailing zeros).
+func idStep(descs []Desc) (step uint64, ok bool) {
 	n := len(descs)
-	ids, places = ids[:n], places[:n]
-	if direct != nil {
-		for s := range direct {
-			direct[s] = noClass
-		}
+	if n < 2 {
+		return 0, true
 	}
-	// prev is the last id, or MaxUint64 for good once an id does not
-	// increase (an id of MaxUint64 itself only costs the full check).
-	var prev uint64
+	step = descs[1].ID - descs[0].ID
+	return step, step != 0 && bits.TrailingZeros64(step) <= 32 && descs[n-1].ID == descs[0].ID+uint64(n-1)*step
+}
+
+// classify is pass 1: it gives each block its place and counts the
+// classes. ids is nil while the ids count in steps (id0, id0+step, ...):
+// at the first block whose id does not, classify allocates ids, fills in
+// the ids before it and copies the others. It returns ids. The known loops
+// take the blocks of known classes; classify comes back for the first
+// block of each class, for invalid blocks and for the end of counted ids
+// only.
+func classify[P uint32 | int64](cf *classifier, descs []Desc, places []P, ids []uint64, id0, step uint64) ([]uint64, error) {
+	n := len(descs)
+	places = places[:n]
 	for i := 0; i < n; i++ {
-		if direct != nil {
-			for ; i < n; i++ {
-				d := &descs[i]
-				s, ok := directSlot(d)
-				if !ok || direct[s] == noClass {
-					break
-				}
-				if d.ID > prev {
-					prev = d.ID
-				} else {
-					prev = math.MaxUint64
-				}
-				e := direct[s]
-				direct[s] = e + 1
-				ids[i] = d.ID
-				places[i] = P(e)
-			}
-			if i == n {
-				break
-			}
+		switch {
+		case ids != nil:
+			i += knownStored(&cf.tab, cf.direct, descs[i:], places[i:], ids[i:n])
+		case cf.direct != nil:
+			i += knownCountedDirect(&cf.tab, cf.direct, descs[i:], places[i:], id0+uint64(i)*step, step)
+		default:
+			i += knownCounted(&cf.tab, descs[i:], places[i:], id0+uint64(i)*step, step)
 		}
-		// Block 0 always comes here, the direct table being empty.
+		if i == n {
+			break
+		}
 		d := &descs[i]
-		if i == 0 || d.ID > prev {
-			prev = d.ID
-		} else {
-			prev = math.MaxUint64
+		if ids == nil && d.ID != id0+uint64(i)*step {
+			ids = make([]uint64, n)
+			for j := range i {
+				ids[j] = id0 + uint64(j)*step
+			}
 		}
-		w, err := cf.slow(i, d, direct)
+		w, err := cf.slow(i, d)
 		if err != nil {
-			return false, err
+			return nil, err
+		}
+		if ids != nil {
+			ids[i] = d.ID
 		}
 		e := *w
 		*w = e + 1
-		ids[i] = d.ID
 		places[i] = P(e)
 	}
-	return prev == math.MaxUint64, nil
+	return ids, nil
 }
 
-// slow returns the counter word of block i's class for every block the
-// direct table does not hold, after validating the block, and creates the
-// class on its first block. direct is an argument rather than a field so
-// that it can stay on NewPlan's stack.
-func (cf *classifier) slow(i int, d *Desc, direct *[directSize]uint64) (*uint64, error) {
+// knownCounted places the blocks of known classes from the start of descs,
+// of any shape and destination, whose ids count on from next in steps, up
+// to the first other block, and returns how many it placed. A block costs
+// its key, one probe (rarely more) and one increment; a key in the table
+// proves the block valid, since only validated blocks enter it. The loop
+// is alone in its function, and apart from the others, so that its values
+// stay in registers.
+func knownCounted[P uint32 | int64](tab *classTable, descs []Desc, places []P, next, step uint64) int {
+	places = places[:len(descs)]
+	entries, shift := tab.entries, tab.shift
+	for i := range descs {
+		d := &descs[i]
+		k, ok := keyOf(d)
+		if !ok || d.ID != next {
+			return i
+		}
+		e := lookup(entries, shift, k)
+		if e == nil {
+			return i
+		}
+		next += step
+		w := e.word
+		e.word = w + 1
+		places[i] = P(w)
+	}
+	return len(descs)
+}
+
+// knownCountedDirect is knownCounted for a plan with a direct table.
+func knownCountedDirect[P uint32 | int64](tab *classTable, direct *[directSize]uint64, descs []Desc, places []P, next, step uint64) int {
+	places = places[:len(descs)]
+	entries, shift := tab.entries, tab.shift
+	for i := range descs {
+		d := &descs[i]
+		if d.ID != next {
+			return i
+		}
+		var w *uint64
+		if s, ok := directSlot(d); ok {
+			if w = &direct[s]; *w == noClass {
+				return i
+			}
+		} else {
+			k, ok := keyOf(d)
+			if !ok {
+				return i
+			}
+			e := lookup(entries, shift, k)
+			if e == nil {
+				return i
+			}
+			w = &e.word
+		}
+		next += step
+		v := *w
+		*w = v + 1
+		places[i] = P(v)
+	}
+	return len(descs)
+}
+
+// knownStored is knownCountedDirect for ids that do not count in steps,
+// which it copies to ids; direct may be nil.
+func knownStored[P uint32 | int64](tab *classTable, direct *[directSize]uint64, descs []Desc, places []P, ids []uint64) int {
+	places, ids = places[:len(descs)], ids[:len(descs)]
+	entries, shift := tab.entries, tab.shift
+	for i := range descs {
+		d := &descs[i]
+		var w *uint64
+		s, small := uint(0), false
+		if direct != nil {
+			s, small = directSlot(d)
+		}
+		if small {
+			if w = &direct[s]; *w == noClass {
+				return i
+			}
+		} else {
+			k, ok := keyOf(d)
+			if !ok {
+				return i
+			}
+			e := lookup(entries, shift, k)
+			if e == nil {
+				return i
+			}
+			w = &e.word
+		}
+		ids[i] = d.ID
+		v := *w
+		*w = v + 1
+		places[i] = P(v)
+	}
+	return len(descs)
+}
+
+// lookup is find for the known loops, which keep the table in registers:
+// it returns k's entry, or nil.
+func lookup(entries []classEntry, shift uint, k classKey) *classEntry {
+	h := k.hash() >> (shift & 63)
+	e := &entries[h]
+	for e.key != k {
+		if e.key.rc == 0 {
+			return nil
+		}
+		h = (h + 1) & uint64(len(entries)-1)
+		e = &entries[h]
+	}
+	return e
+}
+
+// slow validates block i, which the known loops did not place, and returns
+// the word of its class, which it creates on the class's first block.
+func (cf *classifier) slow(i int, d *Desc) (*uint64, error) {
 	if uint64(d.Rows-1) >= maxDim || uint64(d.Cols-1) >= maxDim || uint8(d.DType-1) > 3 || uint64(d.Dest) > maxDest {
 		return nil, badDesc(i, d)
 	}
-	k := classKey{rc: uint64(d.Rows)<<32 | uint64(d.Cols), dd: uint64(d.Dest)<<8 | uint64(d.DType)}
-	s, inDirect := directSlot(d)
-	inDirect = inDirect && direct != nil
-	if !inDirect && cf.lastClass >= 0 && k == cf.lastKey {
-		return &cf.counts[cf.lastClass], nil
-	}
-	c, slot := cf.tab.find(k)
-	if c < 0 {
+	k, _ := keyOf(d)
+	e := cf.tab.find(k)
+	if e.key.rc == 0 {
 		if !fits(d) {
 			return nil, &BlockError{Index: i, ID: d.ID, Reason: fmt.Sprintf("%dx%d %s is more than 2^50 bytes", d.Rows, d.Cols, d.DType), Err: ErrOverflow}
 		}
-		if len(cf.counts) == cf.maxClasses {
+		if cf.tab.n == cf.maxClasses {
 			return nil, errTooManyClasses
 		}
-		c = cf.tab.insert(k, slot)
-		cf.counts = append(cf.counts, uint64(c)<<cf.rankBits)
+		e = cf.tab.add(k, uint64(cf.tab.n)<<cf.rankBits)
+		if s, ok := directSlot(d); ok && cf.direct != nil {
+			cf.direct[s] = e.word
+		}
 	}
-	if inDirect {
-		// The class counts in the direct table; its word in counts stays at
-		// 0 blocks until NewPlan adds the two.
-		direct[s] = uint64(c) << cf.rankBits
-		return &direct[s], nil
+	if s, ok := directSlot(d); ok && cf.direct != nil {
+		return &cf.direct[s], nil
 	}
-	cf.lastKey, cf.lastClass = k, c
-	return &cf.counts[c], nil
+	return &e.word, nil
 }
 
 // NewPlan lays out the blocks. It runs in two passes over the descriptors,
@@ -321,6 +483,11 @@ func (cf *classifier) slow(i int, d *Desc, direct *[directSize]uint64) (*uint64,
 // into offsets. The layout depends only on the list and the options: groups
 // in increasing Dest, classes in order of first appearance, blocks of a
 // class in list order.
+//
+// At a few thousand blocks, what a plan allocates costs about as much as
+// classifying the blocks (the collector reclaims every byte, and pages it
+// gives back fault in again), so a plan keeps 4 bytes a block when the ids
+// count in steps, 12 otherwise, and its class table lives on the stack.
 func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 	o, err := opts.resolve()
 	if err != nil {
@@ -334,62 +501,79 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 	// what the bits that ranks leave can count; then classify again with 64
 	// bits, kept in offs until pass 2 turns them into offsets.
 	rankBits := uint(bits.Len(uint(n)))
-	p := &Plan{opts: o, ids: make([]uint64, n), meta: make([]uint32, n), rankBits: uint8(rankBits), rankMask: 1<<rankBits - 1}
-	// Only plans large enough to repay filling the direct table use it.
-	var direct *[directSize]uint64
-	if n >= 1<<12 {
-		direct = new([directSize]uint64)
+	p := &Plan{opts: o, rankBits: uint8(rankBits), rankMask: 1<<rankBits - 1}
+	// Ids that count in steps need no array; classify allocates one if they
+	// stop counting, and others get one here.
+	var id0, step uint64
+	if s, counted := idStep(descs); counted {
+		p.meta = make([]uint32, n)
+		if n > 0 {
+			id0, step = descs[0].ID, s
+		}
+	} else {
+		p.ids, p.meta = make([]uint64, n), make([]uint32, n)
 	}
-	cf := newClassifier(rankBits)
-	unordered, err := classify(&cf, descs, p.ids, p.meta, direct)
+	var direct *[directSize]uint64
+	if n >= directMinBlocks {
+		direct, _ = directTables.Get().(*[directSize]uint64)
+		if direct == nil {
+			direct = new([directSize]uint64)
+		}
+		defer directTables.Put(direct)
+	}
+	var stackTable [stackTableSize]classEntry
+	cf := newClassifier(rankBits, stackTable[:], n, direct)
+	ids, err := classify(&cf, descs, p.meta, p.ids, id0, step)
 	if err == errTooManyClasses {
 		p.offs, p.rankBits, p.rankMask = make([]int64, n), 0, 0
-		cf = newClassifier(32)
-		unordered, err = classify(&cf, descs, p.ids, p.offs, direct)
+		clear(stackTable[:])
+		cf = newClassifier(32, stackTable[:], n, direct)
+		ids, err = classify(&cf, descs, p.offs, p.ids, id0, step)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if unordered {
-		minID, maxID := uint64(math.MaxUint64), uint64(0)
-		for _, id := range p.ids {
-			minID = min(minID, id)
-			maxID = max(maxID, id)
-		}
-		if err := checkUniqueIDs(p.ids, minID, maxID); err != nil {
-			return nil, err
-		}
+	if p.ids = ids; ids == nil {
+		p.id0, p.idStep = id0, step
+	} else if err := checkIDs(ids); err != nil {
+		return nil, err
 	}
-	counts := cf.counts
-	countMask := uint64(1)<<cf.rankBits - 1
-	if direct != nil {
-		for _, e := range direct {
-			if e != noClass {
-				counts[e>>cf.rankBits] += e & countMask
-			}
-		}
-	}
-	tab := &cf.tab
 
 	// Pass 2: order the classes (by destination, then first appearance) and
 	// prefix-sum their sizes into class offsets. A block's offset is its
 	// class's offset plus rank times stride, computed when asked for, so this
 	// pass touches classes only (but for the explicit offsets of a plan with
-	// too many classes for 32-bit places).
-	p.classes = make([]Class, len(tab.keys))
-	order := make([]int, len(tab.keys))
-	for c, k := range tab.keys {
-		dt := DType(k.dd & 0xff)
-		rows, cols := int(k.rc>>32), int(k.rc&0xffffffff)
+	// too many classes for 32-bit places). Until the groups are known, a
+	// class's Group holds its destination.
+	nc := cf.tab.n
+	countMask := uint64(1)<<cf.rankBits - 1
+	p.classes = make([]Class, nc)
+	for _, e := range cf.tab.entries {
+		if e.key.rc == 0 {
+			continue
+		}
+		dt := DType(e.key.dd & 0xff)
+		rows, cols := int(e.key.rc>>32), int(e.key.rc&0xffffffff)
+		d := Desc{DType: dt, Rows: rows, Cols: cols, Dest: int(e.key.dd >> 8)}
+		if s, ok := directSlot(&d); ok && direct != nil {
+			e.word = direct[s]
+		}
 		bb := int64(rows) * int64(cols) * dt.Size()
 		ba := max(o.BlockAlign, dt.Size())
-		p.classes[c] = Class{DType: dt, Rows: rows, Cols: cols, Count: int(counts[c] & countMask), BlockBytes: bb, Stride: alignUp(bb, ba), Regular: true}
-		order[c] = c
+		p.classes[e.word>>cf.rankBits] = Class{Group: d.Dest, DType: dt, Rows: rows, Cols: cols, Count: int(e.word & countMask), BlockBytes: bb, Stride: alignUp(bb, ba), Regular: true}
 	}
-	dest := func(c int) int { return int(tab.keys[c].dd >> 8) }
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(dest(a), dest(b)) })
+	order := make([]int, nc)
+	sorted := true
+	for c := range order {
+		order[c] = c
+		sorted = sorted && (c == 0 || p.classes[c-1].Group <= p.classes[c].Group)
+	}
+	if !sorted {
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(p.classes[a].Group, p.classes[b].Group) })
+	}
 	// Each group's Classes is its run of order, capped so that an append
-	// cannot reach the next group's.
+	// cannot reach the next group's. The first group lives in the Plan.
+	p.groups = p.group0[:0]
 	var cursor int64
 	first := 0 // where the current group's run of order begins
 	closeGroup := func(end int) {
@@ -399,11 +583,11 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 	}
 	for k, c := range order {
 		cl := &p.classes[c]
-		if len(p.groups) == 0 || p.groups[len(p.groups)-1].Dest != dest(c) {
+		if dest := cl.Group; len(p.groups) == 0 || p.groups[len(p.groups)-1].Dest != dest {
 			if len(p.groups) > 0 {
 				closeGroup(k)
 			}
-			p.groups = append(p.groups, Group{Dest: dest(c)})
+			p.groups = append(p.groups, Group{Dest: dest})
 			cursor, first = 0, k
 		}
 		g := &p.groups[len(p.groups)-1]
@@ -419,7 +603,7 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 	if len(p.groups) > 0 {
 		closeGroup(len(order))
 	} else {
-		p.groups = []Group{{}}
+		p.groups = p.group0[:]
 	}
 	if p.offs != nil {
 		// Classified with 64 bits: the class goes to meta, the offset to offs.
@@ -431,6 +615,23 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// checkIDs checks stored ids for duplicates. Ids that increase, the usual
+// case, cannot repeat and cost one compare each; others are usually in no
+// order at all, and leave that loop at once.
+func checkIDs(ids []uint64) error {
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			minID, maxID := ids[0], ids[0]
+			for _, id := range ids {
+				minID = min(minID, id)
+				maxID = max(maxID, id)
+			}
+			return checkUniqueIDs(ids, minID, maxID)
+		}
+	}
+	return nil
 }
 
 func alignUp(n, a int64) int64 { return (n + a - 1) &^ (a - 1) }
@@ -513,7 +714,7 @@ func checkUniqueIDs(ids []uint64, lo, hi uint64) error {
 func (p *Plan) Options() Options { return p.opts }
 
 // Len is the number of blocks.
-func (p *Plan) Len() int { return len(p.ids) }
+func (p *Plan) Len() int { return len(p.meta) }
 
 // Groups lists the destination groups in increasing Dest. A plan always has
 // at least one group (an empty plan has one empty group).
@@ -524,11 +725,11 @@ func (p *Plan) Classes() []Class { return p.classes }
 
 // Block returns the descriptor and offset of the block at plan index i.
 func (p *Plan) Block(i int) (Desc, int64, error) {
-	if i < 0 || i >= len(p.ids) {
-		return Desc{}, 0, fmt.Errorf("packing: block index %d outside a plan of %d blocks: %w", i, len(p.ids), ErrOutOfRange)
+	if i < 0 || i >= p.Len() {
+		return Desc{}, 0, fmt.Errorf("packing: block index %d outside a plan of %d blocks: %w", i, p.Len(), ErrOutOfRange)
 	}
 	cl := p.class(i)
-	return Desc{ID: p.ids[i], DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: p.groups[cl.Group].Dest}, p.offset(i), nil
+	return Desc{ID: p.id(i), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: p.groups[cl.Group].Dest}, p.offset(i), nil
 }
 
 // offset is the byte offset of block i in its group's buffer.
@@ -550,9 +751,9 @@ func (p *Plan) Class(i int) int { return int(p.meta[i] >> (p.rankBits & 31)) }
 // builds a map of all ids.
 func (p *Plan) Index(id uint64) (int, bool) {
 	p.indexOnce.Do(func() {
-		p.index = make(map[uint64]int32, len(p.ids))
-		for i, id := range p.ids {
-			p.index[id] = int32(i)
+		p.index = make(map[uint64]int32, p.Len())
+		for i := range p.Len() {
+			p.index[p.id(i)] = int32(i)
 		}
 	})
 	i, ok := p.index[id]
@@ -567,7 +768,7 @@ func (p *Plan) Members(g int) ([]int32, error) {
 	}
 	p.buildMembers()
 	if p.members == nil {
-		all := make([]int32, len(p.ids))
+		all := make([]int32, p.Len())
 		for i := range all {
 			all[i] = int32(i)
 		}
@@ -585,7 +786,7 @@ func (p *Plan) buildMembers() {
 		for g := range p.groups {
 			p.members[g] = make([]int32, 0, p.groups[g].Blocks)
 		}
-		for i := range p.ids {
+		for i := range p.meta {
 			g := p.class(i).Group
 			p.members[g] = append(p.members[g], int32(i))
 		}
@@ -612,7 +813,7 @@ func (p *Plan) Manifest(g int) ([]Entry, int64, error) {
 	out := make([]Entry, len(members))
 	for k, i := range members {
 		cl := p.class(int(i))
-		out[k] = Entry{ID: p.ids[i], DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Offset: p.offset(int(i))}
+		out[k] = Entry{ID: p.id(int(i)), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Offset: p.offset(int(i))}
 	}
 	return out, p.groups[g].Bytes, nil
 }
@@ -633,10 +834,9 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 		return nil, fmt.Errorf("packing: manifest of %d blocks: %w", n, ErrOverflow)
 	}
 	p := &Plan{ids: make([]uint64, n), meta: make([]uint32, n), offs: make([]int64, n)}
-	var tab classTable
-	tab.init(6)
+	var stackTable [stackTableSize]classEntry
+	tab := newClassTable(stackTable[:], n)
 	var last []int64 // offset of each class's latest block
-	minID, maxID := uint64(math.MaxUint64), uint64(0)
 	for i := range entries {
 		e := &entries[i]
 		d := Desc{ID: e.ID, DType: e.DType, Rows: e.Rows, Cols: e.Cols}
@@ -654,11 +854,12 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 			return nil, &BlockError{Index: i, ID: e.ID, Reason: fmt.Sprintf("offset %d not a multiple of the %s element size", e.Offset, d.DType), Err: ErrOutOfRange}
 		}
 		k := classKey{rc: uint64(d.Rows)<<32 | uint64(d.Cols), dd: uint64(d.DType)}
-		c, slot := tab.find(k)
-		if c < 0 {
-			c = tab.insert(k, slot)
+		ce := tab.find(k)
+		if ce.key.rc == 0 {
+			ce = tab.add(k, uint64(len(p.classes)))
 			p.classes = append(p.classes, Class{DType: d.DType, Rows: d.Rows, Cols: d.Cols, BlockBytes: bb, Offset: e.Offset, Regular: true})
 		}
+		c := ce.word
 		cl := &p.classes[c]
 		switch cl.Count {
 		case 0:
@@ -677,10 +878,8 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 		p.ids[i] = e.ID
 		p.meta[i] = uint32(c)
 		p.offs[i] = e.Offset
-		minID = min(minID, e.ID)
-		maxID = max(maxID, e.ID)
 	}
-	if err := checkUniqueIDs(p.ids, minID, maxID); err != nil {
+	if err := checkIDs(p.ids); err != nil {
 		return nil, err
 	}
 	if err := checkDisjoint(p); err != nil {

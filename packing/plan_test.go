@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -390,9 +391,9 @@ func requireModelLayout(t *testing.T, descs []Desc, o Options) *Plan {
 }
 
 // TestPlanMatchesModel compares NewPlan with the plain computation on lists
-// that take every way through the classification: small and large plans
-// (with and without the direct table), shapes past 32, several destinations,
-// padded blocks.
+// that take every way through the classification: small and large plans,
+// few classes and more than the class table on the stack holds, shapes past
+// 32, several destinations, padded blocks.
 func TestPlanMatchesModel(t *testing.T) {
 	for seed := range uint64(24) {
 		rng := rand.New(rand.NewPCG(seed, 21))
@@ -421,6 +422,12 @@ func TestPlanManyClasses(t *testing.T) {
 	p := requireModelLayout(t, descs, Options{})
 	require.NotNil(t, p.offs, "explicit offsets")
 	require.Greater(t, len(p.Classes()), 1<<14)
+	checkLayout(t, p, descs)
+	// The same with ids in no order, which the plan stores.
+	rand.New(rand.NewPCG(5, 5)).Shuffle(len(descs), func(i, j int) { descs[i].ID, descs[j].ID = descs[j].ID, descs[i].ID })
+	p = requireModelLayout(t, descs, Options{})
+	require.NotNil(t, p.offs, "explicit offsets")
+	require.NotNil(t, p.ids, "stored ids")
 	checkLayout(t, p, descs)
 	// One class fewer than the limit still packs into 32 bits.
 	descs = descs[:1<<16]
@@ -474,5 +481,80 @@ func TestPlanIDOrder(t *testing.T) {
 			require.True(t, errors.As(err, &be))
 			require.Equal(t, c.dup, be.Index, "%s, %d blocks", c.name, n)
 		}
+	}
+}
+
+// TestPlanCountedIDs covers ids that count in steps, which a plan keeps as
+// two words, and lists that look like it at the first, second and last
+// blocks but not in between.
+func TestPlanCountedIDs(t *testing.T) {
+	const top = ^uint64(0)
+	for _, n := range []int{1, 2, 3, 600, 5000} {
+		mid := -1 // the block in the middle, where it is not an end
+		if n > 2 {
+			mid = n / 2
+		}
+		for _, c := range []struct {
+			name    string
+			id      func(i int) uint64
+			counted bool
+			dup     int // index of the expected duplicate, -1 for none
+		}{
+			{"from 0", func(i int) uint64 { return uint64(i) }, true, -1},
+			{"in threes", func(i int) uint64 { return 7 + 3*uint64(i) }, true, -1},
+			{"down from the top", func(i int) uint64 { return top - uint64(i) }, true, -1},
+			{"across 0", func(i int) uint64 { return top - uint64(n/2) + uint64(i) }, true, -1},
+			{"steps of 2^32", func(i int) uint64 { return uint64(i) << 32 }, true, -1},
+			{"steps of 2^33", func(i int) uint64 { return uint64(i) << 33 }, n < 2, -1},
+			{"one off in the middle", func(i int) uint64 {
+				if i == mid {
+					return 2*uint64(i) + 1
+				}
+				return 2 * uint64(i)
+			}, mid < 0, -1},
+			{"repeat in the middle", func(i int) uint64 {
+				if i == mid {
+					return 0
+				}
+				return 2 * uint64(i)
+			}, mid < 0, mid},
+			{"all equal", func(int) uint64 { return 9 }, n < 2, min(1, n-1)},
+		} {
+			if c.dup == 0 {
+				c.dup = -1 // a single block cannot repeat
+			}
+			descs := make([]Desc, n)
+			for i := range descs {
+				descs[i] = Desc{ID: c.id(i), DType: Float32, Rows: 1, Cols: 64 * (1 + i%7)}
+			}
+			if c.dup >= 0 {
+				_, err := NewPlan(descs, Options{})
+				require.ErrorIs(t, err, ErrDuplicateID, "%s, %d blocks", c.name, n)
+				var be *BlockError
+				require.True(t, errors.As(err, &be))
+				require.Equal(t, c.dup, be.Index, "%s, %d blocks", c.name, n)
+				continue
+			}
+			p := requireModelLayout(t, descs, Options{})
+			require.Equal(t, c.counted, p.ids == nil, "%s, %d blocks: ids kept as a step", c.name, n)
+			for i, d := range descs {
+				j, ok := p.Index(d.ID)
+				require.True(t, ok)
+				require.Equal(t, i, j)
+			}
+			m, _, err := p.Manifest(0)
+			require.NoError(t, err)
+			for k, e := range m {
+				require.Equal(t, descs[k].ID, e.ID)
+			}
+		}
+	}
+}
+
+// TestClassSize keeps Class at 64 bytes, which plans of few blocks pay for
+// in allocation.
+func TestClassSize(t *testing.T) {
+	if unsafe.Sizeof(0) == 8 {
+		require.EqualValues(t, 64, unsafe.Sizeof(Class{}))
 	}
 }
