@@ -491,7 +491,15 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		clear(x.written) // after a failure, trust no prefix
 	}
 
-	res := make([]*packing.Coalesced, n)
+	return e.deliver(byDest, recvSize)
+}
+
+// deliver ends an exchange whose transfers are over: the received buffers
+// by source, or, after any failure, the errors with every buffer freed. A
+// pattern learns from its first successful exchange.
+func (e *exchange) deliver(byDest []*outMsg, recvSize []int64) (*Received, error) {
+	x := e.x
+	res := make([]*packing.Coalesced, x.size)
 	for _, in := range e.ins {
 		if in.result != nil {
 			res[in.src] = in.result
@@ -508,7 +516,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		}
 		return nil, errors.Join(e.errs...)
 	}
-	if pat != nil && !pat.learned {
+	if e.pat != nil && !e.pat.learned {
 		e.learn(byDest, recvSize)
 	}
 	x.end(e)
@@ -561,33 +569,50 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 // destination the pattern expects a message for gets one in any case: the
 // message, or an abort notice when the message cannot be sent as expected.
 func (e *exchange) checkPattern(byDest []*outMsg, failed bool, abortTo []bool) {
-	p, tag := e.pat, e.x.o.Tag
+	p := e.pat
 	for d, m := range byDest {
-		want := p.sendSize[d]
-		mismatch := func(field, format string, args ...any) {
-			w := wireErr(ErrPatternMismatch, d, tag, field, format, args...)
-			w.Outgoing = true
-			e.fail(w)
+		if failed {
+			abortTo[d] = p.sendSize[d] > 0
+			byDest[d] = nil
+			continue
 		}
-		switch {
-		case failed:
-			abortTo[d] = want > 0
-			byDest[d] = nil
-		case m == nil && want > 0:
-			mismatch("message_size", "the pattern expects %d bytes, this exchange has nothing for rank %d", want, d)
-			abortTo[d] = true
-		case m == nil:
-		case want == 0:
-			mismatch("dest", "rank %d expects no message in this pattern; nothing was sent", d)
-			byDest[d] = nil
-		case m.size != want:
-			mismatch("message_size", "%d bytes, the pattern expects %d", m.size, want)
+		w := p.departure(d, m, e.x.o.Tag)
+		if w == nil {
+			continue
+		}
+		e.fail(w)
+		switch w.Field {
+		case "message_size": // the receiver expects a message of the learned size
 			abortTo[d] = true
 			byDest[d] = nil
-		case string(m.man.entries) != string(p.sendMan[d]):
-			mismatch("manifest", "the blocks differ from the pattern's (same size); the receiver rejects them too")
+		case "dest": // the receiver expects nothing
+			byDest[d] = nil
 		}
+		// A different manifest of the right size is sent: the receiver
+		// rejects it too.
 	}
+}
+
+// departure says how m, this exchange's message for rank d (nil for none),
+// departs from the pattern, or nil when it does not.
+func (p *Pattern) departure(d int, m *outMsg, tag int) *WireError {
+	want := p.sendSize[d]
+	var w *WireError
+	switch {
+	case m == nil && want > 0:
+		w = wireErr(ErrPatternMismatch, d, tag, "message_size", "the pattern expects %d bytes, this exchange has nothing for rank %d", want, d)
+	case m == nil:
+	case want == 0:
+		w = wireErr(ErrPatternMismatch, d, tag, "dest", "rank %d expects no message in this pattern; nothing was sent", d)
+	case m.size != want:
+		w = wireErr(ErrPatternMismatch, d, tag, "message_size", "%d bytes, the pattern expects %d", m.size, want)
+	case string(m.man.entries) != string(p.sendMan[d]):
+		w = wireErr(ErrPatternMismatch, d, tag, "manifest", "the blocks differ from the pattern's (same size)")
+	}
+	if w != nil {
+		w.Outgoing = true
+	}
+	return w
 }
 
 // learn records the exchange that just succeeded in its pattern.

@@ -252,53 +252,17 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 		}
 	}
 
-	res := make([]*packing.Coalesced, n)
-	for _, in := range e.ins {
-		if in.result != nil {
-			res[in.src] = in.result
-		}
-	}
-	if e.selfIn != nil && e.selfIn.result != nil {
-		res[x.rank] = e.selfIn.result
-	}
-	if len(e.errs) > 0 {
-		for _, c := range res {
-			if c != nil {
-				_ = c.Free()
-			}
-		}
-		return nil, errors.Join(e.errs...)
-	}
-	if pat != nil && !pat.learned {
-		e.learn(byDest, recvSize)
-	}
-	x.end(e)
-	return &Received{bySource: res, epoch: x.epoch}, nil
+	return e.deliver(byDest, recvSize)
 }
 
 // departures checks this rank's messages against a learned pattern before
 // anything is announced: under NCCL a departure must stop the exchange
 // before the count exchange, as no posted receive can be cancelled.
 func (e *exchange) departures(byDest []*outMsg) error {
-	p := e.pat
 	var errs []error
 	for d, m := range byDest {
-		want := p.sendSize[d]
-		bad := func(field, format string, args ...any) {
-			w := wireErr(ErrPatternMismatch, d, e.x.o.Tag, field, format, args...)
-			w.Outgoing = true
+		if w := e.pat.departure(d, m, e.x.o.Tag); w != nil {
 			errs = append(errs, w)
-		}
-		switch {
-		case m == nil && want > 0:
-			bad("message_size", "the pattern expects %d bytes, this exchange has nothing for rank %d", want, d)
-		case m == nil:
-		case want == 0:
-			bad("dest", "rank %d expects no message in this pattern", d)
-		case m.size != want:
-			bad("message_size", "%d bytes, the pattern expects %d", m.size, want)
-		case string(m.man.entries) != string(p.sendMan[d]):
-			bad("manifest", "the blocks differ from the pattern's (same size)")
 		}
 	}
 	return errors.Join(errs...)
