@@ -489,7 +489,7 @@ func benchExchangeDevice(c *benchContext) error {
 			return err
 		}
 	}
-	nc, ncclNote, err := ncclExchange(c, e, reps)
+	nc, ncclNote, err := ncclExchange(c, e, reps, ncclWhy)
 	if err != nil {
 		return fmt.Errorf("nccl exchange: %w", err)
 	}
@@ -529,36 +529,16 @@ func benchExchangeDevice(c *benchContext) error {
 // (bootstrapped through MPI), when every rank can load libnccl, and checks
 // every byte received. It returns the slower rank's time of each repetition,
 // or nil and the reason NCCL was not used.
-func ncclExchange(c *benchContext, e *exchangeSetup, reps int) ([]float64, string, error) {
+func ncclExchange(c *benchContext, e *exchangeSetup, reps int, unusable string) ([]float64, string, error) {
+	// msg.New has decided, collectively, whether every rank can use NCCL
+	// (libnccl loads, one GPU per rank): the same conditions hold here.
+	if unusable != "" {
+		return nil, "not used: " + unusable, nil
+	}
 	a, s := e.a, e.a.DefaultStream()
-	lib, loadErr := nccl.Load()
-	ok := []int64{1}
-	if loadErr != nil {
-		ok[0] = 0
-	}
-	if err := e.comm.AllreduceInt64(ok, ok, cluster.Min); err != nil {
+	lib, err := nccl.Load()
+	if err != nil {
 		return nil, "", err
-	}
-	if ok[0] == 0 {
-		why := "not loaded on every rank"
-		if loadErr != nil {
-			why = loadErr.Error()
-		}
-		return nil, why, nil
-	}
-	// NCCL wants one GPU per rank: ranks sharing one get "invalid usage"
-	// from ncclCommInitRank.
-	perDevice := make([]int64, 256) // the same length on every rank
-	if d := a.Device(); d < len(perDevice) {
-		perDevice[d] = 1
-	}
-	if err := e.comm.AllreduceInt64(perDevice, perDevice, cluster.Sum); err != nil {
-		return nil, "", err
-	}
-	for d, n := range perDevice {
-		if n > 1 {
-			return nil, fmt.Sprintf("not used: %d ranks share GPU %d, and NCCL needs one GPU per rank", n, d), nil
-		}
 	}
 	id := make([]byte, nccl.UniqueIDBytes)
 	if e.comm.Rank() == 0 {
