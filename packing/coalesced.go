@@ -203,39 +203,31 @@ func wrap(buf *devalloc.Buffer, start int64, p *Plan, g int) (*Coalesced, error)
 }
 
 // zeroPadding clears the bytes between classes (and between blocks when
-// BlockAlign pads them) in the order of s. Device memory is cleared whole by
-// one memset: one launch is cheaper than one per gap.
+// BlockAlign pads them) in the order of s. A layout without padding, such as
+// blocks whose sizes are multiples of the alignment, needs nothing. Device
+// memory is cleared span by span when there are few spans, and otherwise
+// whole by one memset: one launch is cheaper than many.
 func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 	if c.size == 0 {
 		return nil
 	}
-	if c.host == nil || c.plan.manifest() {
-		// Device memory, or a manifest layout whose classes may interleave:
-		// clear everything (block contents are undefined until written).
-		if c.host == nil {
-			return s.Memset(c.buf, c.start, c.size, 0)
-		}
+	gaps, whole := c.paddingSpans()
+	switch {
+	case whole && c.host == nil:
+		return s.Memset(c.buf, c.start, c.size, 0)
+	case whole:
 		host, n := c.host, c.size
 		return c.enqueueWrite(s, func() { clear(unsafe.Slice((*byte)(host), n)) })
-	}
-	type span struct{ off, n int64 }
-	var gaps []span
-	var cursor int64
-	for _, ci := range c.plan.groups[c.group].Classes {
-		cl := &c.plan.classes[ci]
-		if cl.Offset > cursor {
-			gaps = append(gaps, span{cursor, cl.Offset - cursor})
+	case len(gaps) == 0:
+		return nil
+	case c.host == nil && len(gaps) > maxPaddingMemsets:
+		return s.Memset(c.buf, c.start, c.size, 0)
+	case c.host == nil:
+		for _, g := range gaps {
+			if err := s.Memset(c.buf, c.start+g.off, g.n, 0); err != nil {
+				return err
+			}
 		}
-		end := cl.Offset + cl.Stride*int64(cl.Count)
-		if cl.Stride > cl.BlockBytes {
-			gaps = append(gaps, span{cl.Offset, end - cl.Offset}) // padded blocks: clear the class
-		}
-		cursor = end
-	}
-	if c.size > cursor {
-		gaps = append(gaps, span{cursor, c.size - cursor})
-	}
-	if len(gaps) == 0 {
 		return nil
 	}
 	host := c.host
@@ -244,6 +236,39 @@ func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 			clear(unsafe.Slice((*byte)(unsafe.Add(host, g.off)), g.n))
 		}
 	})
+}
+
+// maxPaddingMemsets is the most spans of device padding cleared one memset
+// each; beyond it the whole buffer is cleared at once.
+const maxPaddingMemsets = 4
+
+// byteSpan is a byte range of a layout.
+type byteSpan struct{ off, n int64 }
+
+// paddingSpans lists the ranges of the layout that hold padding: between
+// classes, after the last one, and whole classes whose blocks are padded.
+// whole is true when the padding cannot be listed by classes (a manifest
+// layout, whose classes may interleave): then everything is to be cleared.
+func (c *Coalesced) paddingSpans() (gaps []byteSpan, whole bool) {
+	if c.plan.manifest() {
+		return nil, true
+	}
+	var cursor int64
+	for _, ci := range c.plan.groups[c.group].Classes {
+		cl := &c.plan.classes[ci]
+		if cl.Offset > cursor {
+			gaps = append(gaps, byteSpan{cursor, cl.Offset - cursor})
+		}
+		end := cl.Offset + cl.Stride*int64(cl.Count)
+		if cl.Stride > cl.BlockBytes {
+			gaps = append(gaps, byteSpan{cl.Offset, end - cl.Offset}) // padded blocks: clear the class
+		}
+		cursor = end
+	}
+	if c.size > cursor {
+		gaps = append(gaps, byteSpan{cursor, c.size - cursor})
+	}
+	return gaps, false
 }
 
 // enqueueWrite runs fn on the host in the order of s, declared as a write

@@ -69,13 +69,24 @@ func TestCoalescedPaddingZero(t *testing.T) {
 			a := bc.Open(t)
 			defer closeClean(t, a)
 			s := a.DefaultStream()
-			descs := []Desc{
+			// Padding between a few classes (one memset per gap on a device),
+			// between many (one memset of everything), and none at all.
+			few := []Desc{
 				{ID: 1, DType: Float32, Rows: 3, Cols: 1}, // 12 bytes, then padding to 256
 				{ID: 2, DType: Complex128, Rows: 2, Cols: 1},
 				{ID: 3, DType: Float32, Rows: 3, Cols: 1},
 				{ID: 4, DType: Float64, Rows: 1, Cols: 3},
 			}
-			for _, opts := range []Options{{}, {BlockAlign: 64}} {
+			var many, none []Desc
+			for i := range 7 {
+				many = append(many, Desc{ID: uint64(i), DType: Float32, Rows: 1, Cols: i + 1})
+				none = append(none, Desc{ID: uint64(i), DType: Float32, Rows: 1, Cols: 64 * (i%3 + 1)})
+			}
+			for _, tc := range []struct {
+				descs []Desc
+				opts  Options
+			}{{few, Options{}}, {few, Options{BlockAlign: 64}}, {many, Options{}}, {none, Options{}}, {none, Options{BlockAlign: 256}}} {
+				descs, opts := tc.descs, tc.opts
 				p, err := NewPlan(descs, opts)
 				require.NoError(t, err)
 				// Leave garbage where the buffer will go: the pool reuses freed memory.
@@ -515,4 +526,29 @@ func TestWrapAtManifestPlan(t *testing.T) {
 	f[0] = 1.5
 	require.Equal(t, math.Float32bits(1.5), binary.LittleEndian.Uint32(mem[16+32:]))
 	require.NoError(t, c.Free())
+}
+
+// A layout of blocks that fill their alignment has no padding to clear, so
+// allocating it enqueues no clearing at all.
+func TestPaddingSpans(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	for _, tc := range []struct {
+		name  string
+		descs []Desc
+		gaps  int
+	}{
+		{"aligned blocks", []Desc{{ID: 1, DType: Float32, Rows: 1, Cols: 64}, {ID: 2, DType: Float64, Rows: 4, Cols: 8}}, 0},
+		{"gap after each class", []Desc{{ID: 1, DType: Float32, Rows: 1, Cols: 3}, {ID: 2, DType: Float64, Rows: 1, Cols: 1}}, 2},
+	} {
+		p, err := NewPlan(tc.descs, Options{})
+		require.NoError(t, err)
+		c, err := Alloc(a, p, s)
+		require.NoError(t, err)
+		gaps, whole := c.paddingSpans()
+		require.False(t, whole, tc.name)
+		require.Len(t, gaps, tc.gaps, tc.name)
+		require.NoError(t, c.Free())
+	}
 }
