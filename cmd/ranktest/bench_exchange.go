@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/distbuf/distbuf/cluster"
@@ -58,10 +59,14 @@ func benchExchange(c *benchContext) error {
 		device = c.alloc.Kind().IsDevice()
 	case m == "device":
 		device = true
-	case contains(small, m):
-		modes = []string{m}
 	default:
-		return fmt.Errorf("-mode %q: exchange has modes %v and device", m, small)
+		// One mode, or several separated by commas, which take turns.
+		for _, one := range strings.Split(m, ",") {
+			if !contains(small, one) {
+				return fmt.Errorf("-mode %q: exchange has modes %v (one, or several separated by commas) and device", m, small)
+			}
+			modes = append(modes, one)
+		}
 	}
 	if len(modes) > 0 {
 		if err := benchExchangeHost(c, modes); err != nil {
