@@ -15,7 +15,7 @@ func smallAllocParams(t *testing.T) {
 	t.Cleanup(func() { allocParams = old })
 	allocParams.pairs, allocParams.pairWarmup, allocParams.nosyncBatch = 20, 2, 10
 	allocParams.pairSizes = []int64{256, 4096}
-	allocParams.minCycles, allocParams.warmup, allocParams.phaseCycles = 3, 1, 2
+	allocParams.minCycles, allocParams.warmup, allocParams.phaseCycles, allocParams.pairedCycles = 3, 1, 2, 3
 	allocParams.large, allocParams.tiny = 2, 20
 	allocParams.largeMin, allocParams.largeMax = 1<<20, 2<<20
 }
@@ -73,6 +73,15 @@ func TestBenchAllocHost(t *testing.T) {
 	require.Contains(t, ret.Extra["ratios_missing"], "cudamalloc")
 	require.Zero(t, find(lines, "trim-phase", "cycle", 0).Extra["reserved_after_phase_bytes"], "trimmed at the phase boundary")
 	require.Positive(t, ret.Extra["reserved_after_phase_bytes"], "retained keeps its memory")
+	for _, kase := range []string{"cycle", "cycle-touch"} {
+		pk := find(lines, "retained-packed", kase, 0)
+		require.NotNil(t, pk, kase)
+		require.Equal(t, 3, pk.N)
+		require.Positive(t, pk.Extra["large_only_in_turns_us"], "the baseline measured in turns")
+		require.Contains(t, pk.Extra, "vs_large_only")
+		require.Contains(t, pk.Extra, "vs_large_only_separate")
+		require.Positive(t, pk.Extra["plan_median_us"])
+	}
 
 	only := runAllocBench(t, "host", "retained")
 	require.Len(t, only, 4, "two pairs, two cycles")
