@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/distbuf/distbuf/packing"
@@ -17,30 +18,9 @@ import (
 // than one NCCL transfer. It needs one GPU per rank (mpirun on a node with
 // as many GPUs as ranks); elsewhere it skips, saying why.
 func TestNCCLExchange(t *testing.T) {
-	if fakeCUDA.path != "" {
-		t.Skip("the fake libcudart has no NCCL")
-	}
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	// One GPU per rank, by the node-local rank, as ranktest places them.
-	n, err := devalloc.DeviceCount()
-	if err != nil || n == 0 {
-		gputest.Unavailable(t, "a CUDA device", fmt.Errorf("%d devices: %v", n, err))
-	}
-	dev, err := comm.Device(n)
-	require.NoError(t, err)
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Device: dev, Config: &devalloc.Config{}, Warn: func(m string) { t.Log(m) }})
-	if err != nil {
-		gputest.Unavailable(t, "the CUDA backend", err)
-	}
-	t.Cleanup(func() {
-		require.NoError(t, a.Sync())
-		require.NoError(t, a.Close(), "no buffer may leak")
-	})
-	x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: TransportNCCL, PayloadChecksum: true})
-	if tr, why := x.Transport(); tr != "nccl" {
-		t.Skipf("no NCCL: %s", why)
-	}
+	a, x := ncclExchanger(t, comm, devalloc.Config{})
 	s := a.DefaultStream()
 	for it := range 3 {
 		tr := traffic{seed: 300 + uint64(it), density: 0.7, maxBlocks: 200, dims: []int{1, 2, 5, 8, 16}, dtypes: mixedTypes}
@@ -94,4 +74,115 @@ func TestNCCLExchange(t *testing.T) {
 	if size > 1 {
 		require.EqualValues(t, 2, x.Stats().NCCLTransfers-before)
 	}
+}
+
+// ncclExchanger opens this rank's GPU (by node-local rank, as ranktest
+// places them) under conf and an exchanger on the NCCL transport, or skips
+// the test saying why it cannot.
+func ncclExchanger(t *testing.T, comm *cluster.Comm, conf devalloc.Config) (*devalloc.Allocator, *Exchanger) {
+	t.Helper()
+	if fakeCUDA.path != "" {
+		t.Skip("the fake libcudart has no NCCL")
+	}
+	n, err := devalloc.DeviceCount()
+	if err != nil || n == 0 {
+		gputest.Unavailable(t, "a CUDA device", fmt.Errorf("%d devices: %v", n, err))
+	}
+	dev, err := comm.Device(n)
+	require.NoError(t, err)
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Device: dev, Config: &conf, Warn: func(m string) { t.Log(m) }})
+	if err != nil {
+		gputest.Unavailable(t, "the CUDA backend", err)
+	}
+	t.Cleanup(func() {
+		require.NoError(t, a.Sync())
+		require.NoError(t, a.Close(), "no buffer may leak")
+	})
+	x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: TransportNCCL, PayloadChecksum: true})
+	if tr, why := x.Transport(); tr != "nccl" {
+		t.Skipf("no NCCL: %s", why)
+	}
+	return a, x
+}
+
+// TestNCCLPinnedSend sends blocks that Go code wrote into pinned memory:
+// under NCCL each message is copied to the device first, then sent.
+func TestNCCLPinnedSend(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	a, x := ncclExchanger(t, comm, devalloc.Config{})
+	s := a.DefaultStream()
+	tr := traffic{seed: 41, density: 0.8, maxBlocks: 60, dims: []int{1, 3, 8}, dtypes: mixedTypes}
+	p := tr.plan(t, rank, size)
+	var bufs []*packing.Coalesced
+	t.Cleanup(func() {
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	})
+	for g, grp := range p.Groups() {
+		pre, err := SendPrefix(p, g)
+		require.NoError(t, err)
+		buf, err := a.AllocPinned(pre+max(grp.Bytes, 1), s)
+		require.NoError(t, err)
+		c, err := packing.WrapAt(buf, pre, p, g)
+		require.NoError(t, err)
+		require.True(t, c.Location().HostAccessible())
+		bufs = append(bufs, c)
+	}
+	tr.fill(t, s, rank, bufs)
+	for range 2 { // the second time, the prefixes already hold the manifests
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		tr.verify(t, s, rank, size, r)
+		require.NoError(t, r.Free())
+	}
+	require.Positive(t, x.Stats().NCCLTransfers)
+}
+
+// TestNCCLReceiverOutOfMemoryDrains: a receiver whose budget cannot hold an
+// announced message takes it into the exchanger's drain buffer, so that the
+// sender's NCCL group completes; the receiver reports the allocation
+// failure naming the sender, and the next exchange works on both sides.
+func TestNCCLReceiverOutOfMemoryDrains(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	if size < 2 {
+		t.Skip("needs two ranks")
+	}
+	conf := devalloc.Config{}
+	if rank == 1 {
+		// The drain buffer and a little more: not the 16 MiB message.
+		conf.Limit = devalloc.Limit{Bytes: ncclChunk + 4<<20}
+	}
+	a, x := ncclExchanger(t, comm, conf)
+	s := a.DefaultStream()
+	var descs []packing.Desc
+	if rank == 0 {
+		descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 2048, Cols: 1024, Dest: 1}} // 16 MiB
+	}
+	p, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	bufs, err := AllocSend(a, p, s)
+	require.NoError(t, err)
+	r, err := x.Exchange(bufs)
+	switch rank {
+	case 1:
+		require.ErrorIs(t, err, devalloc.ErrOutOfMemory, "the receive buffer does not fit the budget")
+		require.ErrorContains(t, err, "rank 0")
+	default:
+		require.NoError(t, err, "the sender completes: the receiver drained its message")
+		require.NoError(t, r.Free())
+	}
+	for _, b := range bufs {
+		require.NoError(t, b.Free())
+	}
+
+	// The communicator and the drain buffer serve the next exchange.
+	tr := traffic{seed: 9, density: 1, maxBlocks: 20, dims: []int{2, 4}, dtypes: mixedTypes}
+	next := sendAll(t, a, tr, rank, size)
+	r, err = x.Exchange(next)
+	require.NoError(t, err)
+	tr.verify(t, s, rank, size, r)
+	require.NoError(t, r.Free())
 }
