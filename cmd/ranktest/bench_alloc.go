@@ -27,12 +27,9 @@ import (
 //     threshold0 and cudamalloc;
 //   - retained-packed: the retained pool, with the tiny blocks packed into
 //     one coalesced buffer (packing.Plan, built every cycle): one allocation,
-//     one memset and one free for all of them, instead of 2000 of each. The
-//     plan is built on another goroutine while the large buffers are
-//     allocated; the line also gives the same cycle with the plan built in
-//     line (inline_plan_*). Both and their large-only baseline (retained),
-//     each on a pool of its own, take turns, ten cycles each, so that all
-//     three medians see the same machine;
+//     one memset and one free for all of them, instead of 2000 of each. Its
+//     large-only baseline (retained, on a pool of its own) runs in turns with
+//     it, ten cycles each, so that both medians see the same machine;
 //   - raw-pool: the cycle on a cudaMemPool called directly (no devalloc),
 //     retained and at threshold 0 (CUDA only): what the platform itself
 //     allows, the bound of any allocator built on the pool.
@@ -67,10 +64,10 @@ type allocBenchParams struct {
 	pairSizes         []int64
 	nosyncBatch       int
 	minCycles, warmup int
-	// pairedCycles is the least number of cycles, on a device, of the
-	// packed measurements and of their large-only baseline, which take
-	// turns: their cycles are cheap there, and a ratio of two medians of
-	// the host's noisiest steps needs the samples.
+	// pairedCycles is the least number of cycles of the packed measurement
+	// and of its large-only baseline, which take turns: their cycles are
+	// cheap, and a ratio of two medians of the host's noisiest steps needs
+	// the samples.
 	pairedCycles       int
 	large, tiny        int
 	largeMin, largeMax int64
@@ -383,8 +380,6 @@ type cycleResult struct {
 	touchMedian           float64 // the memsets and frees
 	syncMedian            float64 // waiting for the device at the cycle's end
 	planMedian            float64 // the tiny blocks' plan (retained-packed)
-	planWaitMedian        float64 // waiting for the plan after the large buffers
-	overlapped            bool    // the plan was built beside the large allocations
 }
 
 func (r cycleResult) extra() map[string]any {
@@ -402,9 +397,6 @@ func (r cycleResult) extra() map[string]any {
 	}
 	if r.planMedian > 0 {
 		e["plan_median_us"] = r.planMedian
-	}
-	if r.overlapped {
-		e["plan_wait_median_us"] = r.planWaitMedian
 	}
 	return e
 }
@@ -436,31 +428,22 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	return r.result(), nil
 }
 
-// solveCyclesInTurns runs cycle measurements taking turns, a batch of
-// cycles each, so that all see the same machine: run to run, the GPU
+// solveCyclesInTurns runs two cycle measurements taking turns, a batch of
+// cycles each, so that both see the same machine: run to run, the GPU
 // machine's host moves by up to 40%, which a ratio of two measurements made
 // one after the other would carry.
-func solveCyclesInTurns(runs ...*cycleRun) ([]cycleResult, error) {
+func solveCyclesInTurns(x, y *cycleRun) (cycleResult, cycleResult, error) {
 	const batch = 10
-	for {
-		busy := false
-		for _, r := range runs {
+	for !x.done() || !y.done() {
+		for _, r := range []*cycleRun{x, y} {
 			for k := 0; k < batch && !r.done(); k++ {
-				busy = true
 				if err := r.step(); err != nil {
-					return nil, err
+					return x.res, y.res, err
 				}
 			}
 		}
-		if !busy {
-			break
-		}
 	}
-	out := make([]cycleResult, len(runs))
-	for k, r := range runs {
-		out[k] = r.result()
-	}
-	return out, nil
+	return x.result(), y.result(), nil
 }
 
 // cycleRun is one measurement of the solve cycle, a cycle per step.
@@ -477,16 +460,11 @@ type cycleRun struct {
 	bufs        []*devalloc.Buffer
 	descs       []packing.Desc
 	tinySizes   []int64
-	// overlap builds the tiny blocks' plan on another goroutine while the
-	// large buffers are allocated, as a solver that knows its block list at
-	// the start of a step overlaps its host work; planned delivers it.
-	overlap bool
-	planned chan plannedTiny
 	// Where a cycle's time goes: allocating (with the tiny blocks' plan,
 	// when packed), touching and freeing, waiting for the device.
-	planTimes, planWaits, allocTimes, touchTimes, syncTimes []float64
-	totalBytes                                              int64
-	callsBefore                                             int64
+	planTimes, allocTimes, touchTimes, syncTimes []float64
+	totalBytes                                   int64
+	callsBefore                                  int64
 }
 
 func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, tiny int, touch cycleTouch, minCycles int) *cycleRun {
@@ -498,15 +476,6 @@ func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	a.ResetPeak()
 	r.callsBefore = a.Stats().BackendCalls
 	return r
-}
-
-// plannedTiny is a cycle's plan of its tiny blocks, built on another
-// goroutine, and how long building it took.
-type plannedTiny struct {
-	plan  *packing.Plan
-	descs []packing.Desc
-	err   error
-	us    float64
 }
 
 func (r *cycleRun) done() bool { return r.i >= r.total }
@@ -526,53 +495,31 @@ func (r *cycleRun) step() error {
 		// of one coalesced buffer.
 		r.tinySizes = r.tinySizes[:0]
 		for _, n := range sizes {
-			if n < allocParams.largeMin {
-				r.tinySizes = append(r.tinySizes, n)
-			}
-		}
-		overlapped := r.overlap && len(r.tinySizes) > 0
-		if overlapped {
-			go func(descs []packing.Desc, sizes []int64) {
-				t0 := time.Now()
-				p, descs, err := packTiny(descs, sizes)
-				r.planned <- plannedTiny{p, descs, err, us(time.Since(t0))}
-			}(r.descs, r.tinySizes)
-		}
-		var largeErr error
-		for _, n := range sizes {
 			if n >= allocParams.largeMin {
 				b, err := a.Alloc(n, s)
 				if err != nil {
-					largeErr = err
-					break
+					return err
 				}
 				bufs = append(bufs, b)
+			} else {
+				r.tinySizes = append(r.tinySizes, n)
 			}
 		}
 		filled = len(bufs)
 		if len(r.tinySizes) > 0 {
-			var pt plannedTiny
-			if overlapped {
-				t0 := time.Now()
-				pt = <-r.planned // also after a failure: the goroutine owns r.descs until then
-				r.planWaits = append(r.planWaits, us(time.Since(t0)))
-			} else if largeErr == nil {
-				t0 := time.Now()
-				pt.plan, pt.descs, pt.err = packTiny(r.descs, r.tinySizes)
-				pt.us = us(time.Since(t0))
-			}
-			r.descs = pt.descs
-			r.planTimes = append(r.planTimes, pt.us)
-			if err := errors.Join(largeErr, pt.err); err != nil {
+			var plan *packing.Plan
+			var err error
+			t0 := time.Now()
+			plan, r.descs, err = packTiny(r.descs, r.tinySizes)
+			r.planTimes = append(r.planTimes, us(time.Since(t0)))
+			if err != nil {
 				return err
 			}
-			co, err := packing.Alloc(a, pt.plan, s)
+			co, err := packing.Alloc(a, plan, s)
 			if err != nil {
 				return err
 			}
 			bufs = append(bufs, co.Buffer())
-		} else if largeErr != nil {
-			return largeErr
 		}
 	} else {
 		for _, n := range sizes {
@@ -655,9 +602,6 @@ func (r *cycleRun) result() cycleResult {
 	res.touchMedian = round3(median(measured(r.touchTimes)))
 	if len(r.planTimes) > p.warmup {
 		res.planMedian = round3(median(measured(r.planTimes)))
-	}
-	if len(r.planWaits) > p.warmup {
-		res.planWaitMedian, res.overlapped = round3(median(measured(r.planWaits))), true
 	}
 	return res
 }
@@ -823,63 +767,46 @@ func rawCycles(c *benchContext, cycle func(sizes []int64, val byte, touch int64)
 // benchAllocPacked runs the solve cycle with the tiny blocks packed into one
 // coalesced buffer, against large-only and cudamalloc of the same run.
 func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error) {
-	// Three pools of their own: the packed cycle with its plan built beside
-	// the large allocations, the same with the plan built in line, and the
-	// large-only baseline of the ratios.
+	a, _, err := openVariant(c, v)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, a.Close()) }()
+	// The large-only baseline of the ratio, on its own retained pool.
 	lv, err := variantByMode("retained")
 	if err != nil {
 		return err
 	}
-	var as []*devalloc.Allocator
-	defer func() {
-		for _, a := range as {
-			err = errors.Join(err, a.Close())
-		}
-	}()
-	for _, w := range []allocVariant{v, v, lv} {
-		a, _, err := openVariant(c, w)
-		if err != nil {
-			return err
-		}
-		as = append(as, a)
+	lo, _, err := openVariant(c, lv)
+	if err != nil {
+		return err
 	}
+	defer func() { err = errors.Join(err, lo.Close()) }()
 	for _, t := range cycleTouches() {
-		if err := benchPackedCycles(c, run, v, lv, as, t); err != nil {
+		if err := benchPackedCycles(c, run, v, a, lv, lo, t); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// benchPackedCycles measures, taking turns, the packed cycle (plan
-// overlapped), the packed cycle with its plan in line, and the large-only
-// cycle on the retained pool. The line is the overlapped cycle's, with its
-// ratio to large-only (vs_large_only) and to cudamalloc (measured earlier),
-// and the in-line cycle's figures beside them.
-func benchPackedCycles(c *benchContext, run *allocRun, v, lv allocVariant, as []*devalloc.Allocator, t cycleTouch) error {
+// benchPackedCycles measures the packed cycle and the large-only cycle on
+// the retained pool taking turns, and gives the ratio of the two medians
+// (vs_large_only) and the ratio against cudamalloc measured earlier.
+func benchPackedCycles(c *benchContext, run *allocRun, v allocVariant, a *devalloc.Allocator, lv allocVariant, lo *devalloc.Allocator, t cycleTouch) error {
 	p := allocParams
-	cycles := p.pairedCycles
-	if !as[0].Kind().IsDevice() {
-		cycles = p.minCycles // the host's memsets are slow, and its pool is not the driver's
-	}
-	over := newCycleRun(c, as[0], v, p.large, p.tiny, t, cycles)
-	over.overlap, over.planned = true, make(chan plannedTiny, 1)
-	inline := newCycleRun(c, as[1], v, p.large, p.tiny, t, cycles)
-	large := newCycleRun(c, as[2], lv, p.large, 0, t, cycles)
-	rs, err := solveCyclesInTurns(over, inline, large)
+	res, base, err := solveCyclesInTurns(
+		newCycleRun(c, a, v, p.large, p.tiny, t, p.pairedCycles),
+		newCycleRun(c, lo, lv, p.large, 0, t, p.pairedCycles))
 	if err != nil {
 		return err
 	}
-	res, in, base := rs[0], rs[1], rs[2]
 	extra := res.extra()
 	r := res.median / base.median
-	extra["plan"] = "overlapped with the large allocations"
 	extra["large_only_in_turns_us"] = base.median
 	extra["vs_large_only"] = round3(r)
 	extra["goal_vs_large_only_at_most"] = 1.2
 	extra["meets_goal_vs_large_only"] = r <= 1.2
-	extra["inline_plan_median_us"] = in.median
-	extra["inline_plan_vs_large_only"] = round3(in.median / base.median)
 	if sep := run.cycle[t.key("large-only/retained")]; sep > 0 {
 		// The same ratio against the large-only line measured earlier in
 		// the run, not in turns: what the machine's drift does to it.
@@ -890,12 +817,11 @@ func benchPackedCycles(c *benchContext, run *allocRun, v, lv allocVariant, as []
 		extra["vs_cudamalloc"] = round3(r)
 		extra["goal_vs_cudamalloc"] = 100
 		extra["meets_goal_vs_cudamalloc"] = r >= 100
-		extra["inline_plan_vs_cudamalloc"] = round3(cm / in.median)
 	} else {
 		extra["ratios_missing"] = "run every mode (no -mode) for the cudamalloc baseline"
 	}
 	return c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-		Backend: as[0].Kind().String(), Extra: extra})
+		Backend: a.Kind().String(), Extra: extra})
 }
 
 // packTiny lays out the tiny blocks of a cycle in one plan, each rounded up
