@@ -64,10 +64,10 @@ type allocBenchParams struct {
 	pairSizes         []int64
 	nosyncBatch       int
 	minCycles, warmup int
-	// pairedCycles is the least number of cycles of the packed measurement
-	// and of its large-only baseline, which take turns: their cycles are
-	// cheap, and a ratio of two medians of the host's noisiest steps needs
-	// the samples.
+	// pairedCycles is the least number of cycles, on a device, of the
+	// packed measurement and of its large-only baseline, which take turns:
+	// their cycles are cheap there, and a ratio of two medians of the host's
+	// noisiest steps needs the samples.
 	pairedCycles       int
 	large, tiny        int
 	largeMin, largeMax int64
@@ -795,9 +795,13 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 // (vs_large_only) and the ratio against cudamalloc measured earlier.
 func benchPackedCycles(c *benchContext, run *allocRun, v allocVariant, a *devalloc.Allocator, lv allocVariant, lo *devalloc.Allocator, t cycleTouch) error {
 	p := allocParams
+	cycles := p.pairedCycles
+	if !a.Kind().IsDevice() {
+		cycles = p.minCycles // the host's memsets are slow, and its pool is not the driver's
+	}
 	res, base, err := solveCyclesInTurns(
-		newCycleRun(c, a, v, p.large, p.tiny, t, p.pairedCycles),
-		newCycleRun(c, lo, lv, p.large, 0, t, p.pairedCycles))
+		newCycleRun(c, a, v, p.large, p.tiny, t, cycles),
+		newCycleRun(c, lo, lv, p.large, 0, t, cycles))
 	if err != nil {
 		return err
 	}
