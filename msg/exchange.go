@@ -48,8 +48,10 @@ type Exchanger struct {
 	epoch  uint64
 	stats  Stats
 	cache  map[int]*outManifest // by destination: the manifest of the last layout sent there
-	// scratch holds decoded entries between decoding and FromManifest.
-	scratch []packing.Entry
+	// scratch holds decoded entries between decoding and FromManifest, and
+	// outScratch a send buffer's entries between listing and encoding.
+	scratch    []packing.Entry
+	outScratch []Entry
 	// lastIn is, by source, the layout of the last message received: the
 	// next one with byte-equal entries reuses its plan.
 	lastIn map[int]*learnedIn
@@ -552,7 +554,7 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 		man := x.cache[d]
 		if man == nil || man.plan != c.Plan() || man.group != c.Group() {
 			var err error
-			if man, err = buildManifest(c); err != nil {
+			if man, x.outScratch, err = buildManifest(c, x.outScratch); err != nil {
 				errs = append(errs, err)
 				continue
 			}

@@ -77,17 +77,25 @@ type writtenManifest struct {
 // buildManifest lists c's blocks in offset order, as the wire format wants.
 // A NewPlan layout lists each shape class in one run and classes one after
 // another, so the entries go to their places without a sort; other layouts
-// are sorted.
-func buildManifest(c *packing.Coalesced) (*outManifest, error) {
+// are sorted. scratch holds the entries between listing and encoding; it is
+// returned, grown as needed, for the next call.
+func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry, error) {
 	p := c.Plan()
 	n := c.Len()
-	entries := make([]Entry, n)
+	entries := slices.Grow(scratch[:0], n)[:n]
 	classes := p.Classes()
-	first := make(map[int]int) // class -> index of its first entry
+	group := p.Groups()[c.Group()].Classes
+	// first[ci] is the index of class ci's first entry. Classes are few and
+	// a slice indexed by class costs a load where a map costs a hash.
+	var firstBuf [64]int
+	first := firstBuf[:]
+	if len(classes) > len(first) {
+		first = make([]int, len(classes))
+	}
 	regular := true
 	next := 0
-	for _, ci := range p.Groups()[c.Group()].Classes {
-		cl := classes[ci]
+	for _, ci := range group {
+		cl := &classes[ci]
 		regular = regular && cl.Regular && cl.Stride > 0
 		first[ci] = next
 		next += cl.Count
@@ -116,12 +124,12 @@ func buildManifest(c *packing.Coalesced) (*outManifest, error) {
 		h.DType = Mixed
 	}
 	if err := validateEntries(h, entries, -1, -1); err != nil {
-		return nil, fmt.Errorf("msg: the layout of the send buffer for rank %d cannot be described: %w", c.Dest(), err)
+		return nil, entries, fmt.Errorf("msg: the layout of the send buffer for rank %d cannot be described: %w", c.Dest(), err)
 	}
 	m := &outManifest{plan: p, group: c.Group(), count: n, dtype: h.DType, payloadLen: h.PayloadLen, entries: make([]byte, n*EntrySize)}
 	encodeEntries(m.entries, entries)
 	m.entriesCRC = Checksum(m.entries)
-	return m, nil
+	return m, entries, nil
 }
 
 func byOffset(a, b Entry) int {
