@@ -317,12 +317,14 @@ func (b *Buffer) close(x *Access) error {
 // follow has completed. Until Release, Free defers the release of the memory
 // and stream accesses that conflict with the hold wait for it.
 type Hold struct {
-	b    *Buffer
-	mode Mode
-	deps []*completion
-	done chan struct{}
-	mu   sync.Mutex
-	rel  bool
+	b       *Buffer
+	mode    Mode
+	deps    []*completion
+	depsBuf [2]*completion // deps' array for the usual one or two
+	c       completion     // the hold's own place in the ledger
+	done    chan struct{}
+	mu      sync.Mutex
+	rel     bool
 }
 
 func (h *Hold) released() bool {
@@ -361,6 +363,7 @@ func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 		}
 	}
 	h := &Hold{b: b, mode: mode, done: make(chan struct{})}
+	h.deps = h.depsBuf[:0]
 	deps := []*completion{b.writer}
 	if mode == Write {
 		deps = append(deps, b.readers...)
@@ -378,7 +381,8 @@ func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 		c.refs++
 		h.deps = append(h.deps, c)
 	}
-	hc := &completion{hold: h, refs: 1}
+	hc := &h.c
+	*hc = completion{hold: h, refs: 1}
 	if mode == Write {
 		b.writer.unref()
 		for _, r := range b.readers {
