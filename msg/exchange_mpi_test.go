@@ -500,9 +500,17 @@ func TestReceiverOutOfMemoryDrains(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Sync()); require.NoError(t, a.Close()) })
 	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	starveReceiver(t, a, x, rank, 512, 512) // 2 MiB
+}
+
+// starveReceiver sends one rows x cols float64 block from rank 0 to rank 1,
+// whose budget cannot hold it: rank 1 must report the allocation failure
+// naming rank 0, and rank 0 must complete, its message drained.
+func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, rows, cols int) {
+	t.Helper()
 	var descs []packing.Desc
 	if rank == 0 {
-		descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 512, Cols: 512, Dest: 1}} // 2 MiB
+		descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: rows, Cols: cols, Dest: 1}}
 	}
 	p, err := packing.NewPlan(descs, packing.Options{})
 	require.NoError(t, err)

@@ -156,33 +156,13 @@ func TestNCCLReceiverOutOfMemoryDrains(t *testing.T) {
 		conf.Limit = devalloc.Limit{Bytes: ncclChunk + 4<<20}
 	}
 	a, x := ncclExchanger(t, comm, conf)
-	s := a.DefaultStream()
-	var descs []packing.Desc
-	if rank == 0 {
-		descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 2048, Cols: 1024, Dest: 1}} // 16 MiB
-	}
-	p, err := packing.NewPlan(descs, packing.Options{})
-	require.NoError(t, err)
-	bufs, err := AllocSend(a, p, s)
-	require.NoError(t, err)
-	r, err := x.Exchange(bufs)
-	switch rank {
-	case 1:
-		require.ErrorIs(t, err, devalloc.ErrOutOfMemory, "the receive buffer does not fit the budget")
-		require.ErrorContains(t, err, "rank 0")
-	default:
-		require.NoError(t, err, "the sender completes: the receiver drained its message")
-		require.NoError(t, r.Free())
-	}
-	for _, b := range bufs {
-		require.NoError(t, b.Free())
-	}
+	starveReceiver(t, a, x, rank, 2048, 1024) // 16 MiB
 
 	// The communicator and the drain buffer serve the next exchange.
 	tr := traffic{seed: 9, density: 1, maxBlocks: 20, dims: []int{2, 4}, dtypes: mixedTypes}
 	next := sendAll(t, a, tr, rank, size)
-	r, err = x.Exchange(next)
+	r, err := x.Exchange(next)
 	require.NoError(t, err)
-	tr.verify(t, s, rank, size, r)
+	tr.verify(t, a.DefaultStream(), rank, size, r)
 	require.NoError(t, r.Free())
 }
