@@ -417,20 +417,9 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	if pat != nil && pat.learned {
 		copy(recvSize, pat.recvSize)
 		e.checkPattern(byDest, localErr != nil, abortTo)
-		for d := range n {
-			if byDest[d] != nil {
-				sendSize[d] = byDest[d].size
-			}
-		}
+		e.announce(byDest, false)
 	} else {
-		for d := range n {
-			switch {
-			case localErr != nil:
-				sendSize[d] = -1
-			case byDest[d] != nil:
-				sendSize[d] = byDest[d].size
-			}
-		}
+		e.announce(byDest, localErr != nil)
 		if err := x.comm.AlltoallInt64(sendSize, recvSize); err != nil {
 			// The collective itself failed: nothing was posted, nothing can be.
 			return nil, errors.Join(localErr, fmt.Errorf("msg: count exchange: %w", err))
@@ -494,6 +483,22 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	}
 
 	return e.deliver(byDest, recvSize)
+}
+
+// announce sets the lengths this rank announces in the count exchange (see
+// docs/WIRE.md): each message's, 0 where there is none, or -1 to every rank
+// when it failed before the exchange.
+func (e *exchange) announce(byDest []*outMsg, failed bool) {
+	for d, m := range byDest {
+		switch {
+		case failed:
+			e.sendSize[d] = -1
+		case m != nil:
+			e.sendSize[d] = m.size
+		default:
+			e.sendSize[d] = 0
+		}
+	}
 }
 
 // deliver ends an exchange whose transfers are over: the received buffers

@@ -165,16 +165,7 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 		}
 	}
 	sendSize, recvSize := e.sendSize, e.recvSize
-	for d := range n {
-		switch {
-		case localErr != nil:
-			sendSize[d] = -1
-		case byDest[d] != nil:
-			sendSize[d] = byDest[d].size
-		default:
-			sendSize[d] = 0
-		}
-	}
+	e.announce(byDest, localErr != nil)
 	if err := x.comm.AlltoallInt64(sendSize, recvSize); err != nil {
 		return nil, errors.Join(localErr, release(), fmt.Errorf("msg: count exchange: %w", err))
 	}
