@@ -73,6 +73,7 @@ type counters struct {
 	requestedCur, requestedPeak, requestedTotal atomic.Int64
 	allocCalls, backendCalls, frees             atomic.Int64
 	trims, oomRetries, fallbacks                atomic.Int64
+	ledgerEvents                                atomic.Int64
 	liveBuffers, heldFrees                      atomic.Int64
 }
 
@@ -274,14 +275,9 @@ func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.
 		a: a, id: a.nextID.Add(1), size: size, aligned: aligned,
 		addr: addr, hostPtr: hostPtr, loc: loc, allocStream: s,
 	}
-	// The allocation is ordered on s, so its first writer is an event
-	// recorded now: recorded later, it could also cover a wait for an outside
-	// agent enqueued on s meanwhile, and a reader elsewhere would wait for
-	// that too.
-	b.writer = &completion{stream: s, refs: 1}
-	if ev, err := s.impl.record(); err == nil {
-		b.writer.ev = ev
-	}
+	// The allocation is ordered on s: its first writer is s's mark, an
+	// event only if another stream or a hold must wait for it.
+	b.writer = markCompletion(s)
 	a.mu.Lock()
 	a.live[b] = struct{}{}
 	a.mu.Unlock()

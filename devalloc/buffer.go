@@ -33,14 +33,19 @@ const (
 )
 
 // completion is one entry of the ledger: the end of some work that touched
-// the buffer. It is either an event on a stream, "everything enqueued on a
-// stream so far" (ev == nil, recorded lazily the first time someone must wait
-// for it), or an outside agent's hold.
+// the buffer. It is either an event on a stream, a stream's mark (ev is the
+// mark's event once someone had to wait for it), or an outside agent's hold.
 type completion struct {
 	stream *Stream
 	ev     eventImpl
+	mark   *streamMark
 	hold   *Hold
 	refs   int // ledger slots and holds that point at it; the event is destroyed at 0
+}
+
+// markCompletion is a completion that stands on s's current mark.
+func markCompletion(s *Stream) *completion {
+	return &completion{stream: s, mark: s.lazyMark(), refs: 1}
 }
 
 // Buffer is one allocation. The Allocator owns its memory; the caller owns
@@ -143,19 +148,22 @@ type Access struct {
 	s    *Stream
 	mode Mode
 	done bool
+	// own is devalloc's own device work (Memset, Copy), which completes by
+	// itself: it ends in the stream's mark, not in an event of its own.
+	own bool
 }
 
 // Read declares that work about to be enqueued on s reads the buffer. It
 // makes s wait for the last writer. Call Done on the result once the work is
 // enqueued.
-func (b *Buffer) Read(s *Stream) (*Access, error) { return b.begin(s, Read) }
+func (b *Buffer) Read(s *Stream) (*Access, error) { return b.begin(s, Read, false) }
 
 // Write declares that work about to be enqueued on s writes the buffer. It
 // makes s wait for the last writer and for every reader since. Call Done on
 // the result once the work is enqueued.
-func (b *Buffer) Write(s *Stream) (*Access, error) { return b.begin(s, Write) }
+func (b *Buffer) Write(s *Stream) (*Access, error) { return b.begin(s, Write, false) }
 
-func (b *Buffer) begin(s *Stream, mode Mode) (*Access, error) {
+func (b *Buffer) begin(s *Stream, mode Mode, own bool) (*Access, error) {
 	if err := b.a.enter(); err != nil {
 		return nil, err
 	}
@@ -184,7 +192,14 @@ func (b *Buffer) begin(s *Stream, mode Mode) (*Access, error) {
 	if err := b.orderAfter(s, mode); err != nil {
 		return nil, err
 	}
-	x := &Access{b: b, s: s, mode: mode}
+	if !own {
+		// What the caller enqueues may wait for an agent outside the
+		// stream: no mark recorded later may cover it.
+		if err := s.seal(); err != nil {
+			return nil, err
+		}
+	}
+	x := &Access{b: b, s: s, mode: mode, own: own}
 	b.open = append(b.open, x)
 	return x, nil
 }
@@ -204,17 +219,16 @@ func (b *Buffer) orderAfter(s *Stream, mode Mode) error {
 	return nil
 }
 
-// materialize records the lazy completion on its stream.
+// materialize gives a mark completion its event, recording the mark if no
+// one has yet. It leaves ev nil when the stream was closed first, and then
+// there is nothing to wait for.
 func (c *completion) materialize() error {
-	if c.ev != nil || c.stream == nil {
+	if c.ev != nil || c.mark == nil {
 		return nil
 	}
-	ev, err := c.stream.impl.record()
-	if err != nil {
-		return fmt.Errorf("devalloc: record event on stream %d: %w", c.stream.id, err)
-	}
+	ev, err := c.mark.event()
 	c.ev = ev
-	return nil
+	return err
 }
 
 func (b *Buffer) waitIn(s *Stream, c *completion) error {
@@ -224,6 +238,9 @@ func (b *Buffer) waitIn(s *Stream, c *completion) error {
 	case c.hold != nil:
 		if c.hold.released() {
 			return nil
+		}
+		if err := s.seal(); err != nil {
+			return err
 		}
 		if err := s.impl.waitHost(c.hold.done); err != nil {
 			return fmt.Errorf("devalloc: buffer #%d: stream %d cannot wait for an outside hold: %w", b.id, s.id, err)
@@ -237,6 +254,9 @@ func (b *Buffer) waitIn(s *Stream, c *completion) error {
 	if err := c.materialize(); err != nil {
 		return err
 	}
+	if c.ev == nil {
+		return nil
+	}
 	if err := s.impl.wait(c.ev); err != nil {
 		return fmt.Errorf("devalloc: buffer #%d: stream %d wait: %w", b.id, s.id, err)
 	}
@@ -245,7 +265,12 @@ func (b *Buffer) waitIn(s *Stream, c *completion) error {
 
 func (c *completion) unref() {
 	c.refs--
-	if c.refs == 0 && c.ev != nil {
+	switch {
+	case c.refs > 0:
+	case c.mark != nil:
+		c.mark.release()
+		c.mark, c.ev = nil, nil
+	case c.ev != nil:
 		_ = c.ev.destroy()
 		c.ev = nil
 	}
@@ -276,11 +301,19 @@ func (x *Access) Done() error {
 	return b.close(x)
 }
 
-// close turns an open access into a ledger entry recorded now on its stream.
+// close turns an open access into a ledger entry: an event recorded now on
+// its stream, or the stream's mark for devalloc's own work.
 func (b *Buffer) close(x *Access) error {
-	ev, err := x.s.impl.record()
-	if err != nil {
-		return fmt.Errorf("devalloc: buffer #%d: record %s on stream %d: %w", b.id, x.mode, x.s.id, err)
+	var c *completion
+	if x.own {
+		c = markCompletion(x.s)
+	} else {
+		ev, err := x.s.impl.record()
+		if err != nil {
+			return fmt.Errorf("devalloc: buffer #%d: record %s on stream %d: %w", b.id, x.mode, x.s.id, err)
+		}
+		b.a.c.ledgerEvents.Add(1)
+		c = &completion{stream: x.s, ev: ev, refs: 1}
 	}
 	x.done = true
 	for i, o := range b.open {
@@ -289,7 +322,6 @@ func (b *Buffer) close(x *Access) error {
 			break
 		}
 	}
-	c := &completion{stream: x.s, ev: ev, refs: 1}
 	if x.mode == Write {
 		// The write waited for all of these, so waiting for it covers them.
 		b.writer.unref()
@@ -377,6 +409,9 @@ func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 				d.unref()
 			}
 			return nil, err
+		}
+		if c.ev == nil {
+			continue // on a stream closed since: its work has run
 		}
 		c.refs++
 		h.deps = append(h.deps, c)
@@ -471,7 +506,7 @@ func (b *Buffer) Free() error {
 	}
 	// Undeclared work on the allocating stream is ordered before the free,
 	// as with cudaFreeAsync on that stream: cover it with a lazy entry.
-	b.readers = append(b.readers, &completion{stream: b.allocStream, refs: 1})
+	b.readers = append(b.readers, markCompletion(b.allocStream))
 	b.state = stateFreeing
 	if b.loc != Pinned {
 		b.a.c.frees.Add(1)

@@ -26,6 +26,11 @@ type Stats struct {
 	Trims        int64
 	OOMRetries   int64
 	Fallbacks    int64 // 1 when the backend is not the one asked for
+	// LedgerEvents counts the events the ledger recorded: one per access
+	// the caller declared, and one per stream mark that another stream or a
+	// hold had to wait for. Allocating, filling and freeing on one stream
+	// records none.
+	LedgerEvents int64
 
 	PinnedReserved, PinnedUsed int64
 	PinnedAllocCalls           int64 // page-locked allocations from the driver or OS
@@ -55,6 +60,7 @@ func (a *Allocator) Stats() Stats {
 		Trims:            a.c.trims.Load(),
 		OOMRetries:       a.c.oomRetries.Load(),
 		Fallbacks:        a.c.fallbacks.Load(),
+		LedgerEvents:     a.c.ledgerEvents.Load(),
 		PinnedReserved:   pr,
 		PinnedUsed:       pu,
 		PinnedAllocCalls: pc,

@@ -2,6 +2,7 @@ package devalloc
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -16,6 +17,9 @@ type Stream struct {
 	impl   streamImpl
 	id     int
 	closed atomic.Bool
+
+	markMu sync.Mutex
+	mark   *streamMark // where devalloc's own work ends, recorded lazily
 }
 
 // ID is a small number naming the stream in errors (the reclamation stream is -1).
@@ -83,6 +87,9 @@ func (s *Stream) Enqueue(fn func() error) error {
 		return err
 	}
 	defer s.a.exit()
+	if err := s.seal(); err != nil {
+		return err
+	}
 	if err := s.impl.enqueue(fn); err != nil {
 		return fmt.Errorf("devalloc: stream %d enqueue: %w", s.id, err)
 	}
@@ -210,13 +217,13 @@ func (s *Stream) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int64) e
 	if dst == src && dstOff < srcOff+n && srcOff < dstOff+n {
 		return fmt.Errorf("devalloc: copy within buffer #%d: overlapping ranges: %w", dst.id, ErrInvalid)
 	}
-	w, err := dst.Write(s)
+	w, err := dst.begin(s, Write, true)
 	if err != nil {
 		return err
 	}
 	var r *Access
 	if src != dst {
-		if r, err = src.Read(s); err != nil {
+		if r, err = src.begin(s, Read, true); err != nil {
 			_ = w.Done()
 			return err
 		}
@@ -237,7 +244,7 @@ func (s *Stream) Memset(b *Buffer, off, n int64, val byte) error {
 	if err := checkRange("memset", b, off, n); err != nil {
 		return err
 	}
-	w, err := b.Write(s)
+	w, err := b.begin(s, Write, true)
 	if err != nil {
 		return err
 	}

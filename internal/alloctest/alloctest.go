@@ -82,6 +82,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Conflicts", func(t *testing.T) { testConflicts(t, h) })
 	t.Run("HoldRead", func(t *testing.T) { testHoldRead(t, h) })
 	t.Run("HoldWrite", func(t *testing.T) { testHoldWrite(t, h) })
+	t.Run("MarksRecordNothingOnOneStream", func(t *testing.T) { testMarksOneStream(t, h) })
+	t.Run("MarkSealedBeforeHostWait", func(t *testing.T) { testMarkSealedBeforeHostWait(t, h) })
+	t.Run("MarkSealedBeforeEnqueue", func(t *testing.T) { testMarkSealedBeforeEnqueue(t, h) })
 	t.Run("Policy", func(t *testing.T) { testPolicy(t, h) })
 	t.Run("PrimeTrim", func(t *testing.T) { testPrimeTrim(t, h) })
 	t.Run("Budget", func(t *testing.T) { testBudget(t, h) })
@@ -523,6 +526,131 @@ func testHoldWrite(t *testing.T, h Harness) {
 	require.NoError(t, ev.Release())
 	require.NoError(t, p.Free())
 	require.NoError(t, out.Free())
+	closeClean(t, a)
+}
+
+// testMarksOneStream: allocating, filling, copying and freeing on one
+// stream records no event; a declared access records one; a reader on
+// another stream records the mark it must wait for, and sees the data.
+func testMarksOneStream(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	const n = 64 << 10
+	before := a.Stats().LedgerEvents
+	for range 3 {
+		x, err := a.Alloc(n, s)
+		require.NoError(t, err)
+		y, err := a.Alloc(n, s)
+		require.NoError(t, err)
+		require.NoError(t, s.Memset(x, 0, n, 0x5a))
+		require.NoError(t, s.Copy(y, 0, x, 0, n))
+		require.NoError(t, x.Free())
+		require.NoError(t, y.Free())
+	}
+	require.NoError(t, s.Synchronize())
+	require.Equal(t, before, a.Stats().LedgerEvents, "one stream's own work recorded events")
+
+	x, err := a.Alloc(n, s)
+	require.NoError(t, err)
+	w, err := x.Write(s)
+	require.NoError(t, err)
+	require.NoError(t, w.Done())
+	// What the caller enqueues may wait for an outside agent, so the
+	// alloc's mark is recorded before it, and its completion after.
+	require.Equal(t, before+2, a.Stats().LedgerEvents, "a declared access")
+
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	open := gate(t, s)
+	require.NoError(t, s.Memset(x, 0, n, 0x6b)) // held back behind the gate
+	p, err := a.AllocPinned(n, s2)
+	require.NoError(t, err)
+	require.NoError(t, s2.Copy(p, 0, x, 0, n)) // must wait for the memset's mark
+	require.Equal(t, before+3, a.Stats().LedgerEvents, "the reader elsewhere records the mark once")
+	ev, err := s2.Record()
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	done, err := ev.Done()
+	require.NoError(t, err)
+	require.False(t, done, "the reader ran before the memset it must follow")
+	open()
+	require.NoError(t, ev.Wait())
+	mem, _ := p.Bytes()
+	require.Equal(t, fill(n, 0x6b), mem)
+	require.NoError(t, ev.Release())
+	require.NoError(t, p.Free())
+	require.NoError(t, x.Free())
+	closeClean(t, a)
+}
+
+// waitsNotFor requires that s drains without the host agent that another
+// stream is left waiting for.
+func waitsNotFor(t *testing.T, s *devalloc.Stream, what string) {
+	t.Helper()
+	synced := make(chan error, 1)
+	go func() { synced <- s.Synchronize() }()
+	select {
+	case err := <-synced:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a reader on another stream waits for %s: a mark recorded after it covers it", what)
+	}
+}
+
+// testMarkSealedBeforeHostWait: devalloc's own work on a stream, then a wait
+// on that stream for an outside agent's hold. A reader on another stream of
+// the first work's buffer must not wait for the agent.
+func testMarkSealedBeforeHostWait(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	const n = 4096
+	held, err := a.Alloc(n, s)
+	require.NoError(t, err)
+	hr, err := held.Hold(devalloc.Read) // an outside send from held
+	require.NoError(t, err)
+	require.NoError(t, hr.Wait())
+	x, err := a.Alloc(n, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(x, 0, n, 0x3c))    // x's writer: s's mark
+	require.NoError(t, s.Memset(held, 0, n, 0x00)) // s now waits for the send
+	p, err := a.AllocPinned(n, s2)
+	require.NoError(t, err)
+	require.NoError(t, s2.Copy(p, 0, x, 0, n))
+	waitsNotFor(t, s2, "an unreleased hold")
+	mem, _ := p.Bytes()
+	require.Equal(t, fill(n, 0x3c), mem)
+	require.NoError(t, hr.Release())
+	require.NoError(t, s.Synchronize())
+	for _, b := range []*devalloc.Buffer{p, x, held} {
+		require.NoError(t, b.Free())
+	}
+	closeClean(t, a)
+}
+
+// testMarkSealedBeforeEnqueue is testMarkSealedBeforeHostWait with a host
+// function that blocks on the host in place of the hold.
+func testMarkSealedBeforeEnqueue(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	const n = 4096
+	x, err := a.Alloc(n, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(x, 0, n, 0x4d))
+	open := gate(t, s)
+	p, err := a.AllocPinned(n, s2)
+	require.NoError(t, err)
+	require.NoError(t, s2.Copy(p, 0, x, 0, n))
+	waitsNotFor(t, s2, "a host function behind it")
+	mem, _ := p.Bytes()
+	require.Equal(t, fill(n, 0x4d), mem)
+	open()
+	require.NoError(t, s.Synchronize())
+	require.NoError(t, p.Free())
+	require.NoError(t, x.Free())
 	closeClean(t, a)
 }
 
