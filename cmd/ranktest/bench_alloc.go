@@ -26,10 +26,14 @@ import (
 //   - large-only: the solve cycle with only its large buffers, for retained,
 //     threshold0 and cudamalloc;
 //   - retained-packed: the retained pool, with the tiny blocks packed into
-//     one coalesced buffer (packing.Plan, built every cycle): one allocation,
-//     one memset and one free for all of them, instead of 2000 of each. Its
-//     large-only baseline (retained, on a pool of its own) runs in turns with
-//     it, ten cycles each, so that both medians see the same machine;
+//     one coalesced buffer: one allocation, one memset and one free for all
+//     of them, instead of 2000 of each. Each bond's packing.Plan is built
+//     at its first solve and reused while its tiny blocks keep their sizes
+//     (checked every cycle), as a solver plans each block structure once.
+//     retained-packed-replan is the same with the plan built every cycle, as
+//     when every solve brings a new structure. Both run in turns with their
+//     large-only baseline (retained), each on a pool of its own, ten cycles
+//     at a time, so that all three medians see the same machine;
 //   - raw-pool: the cycle on a cudaMemPool called directly (no devalloc),
 //     retained and at threshold 0 (CUDA only): what the platform itself
 //     allows, the bound of any allocator built on the pool.
@@ -43,8 +47,11 @@ import (
 //   - cycle: a DMRG two-site solve's allocation pattern: 20 large buffers
 //     (16 to 64 MiB) and 2000 tiny ones (64 B to 16 KiB, log-uniform), all
 //     allocated, each touched by a memset, all freed, then one stream
-//     synchronisation. A phase is allocPhaseCycles cycles; EndPhase (and for
-//     trim-phase, Trim(0)) runs at its end, inside the timed cycle.
+//     synchronisation. Cycle i is the solve at bond i mod allocParams.bonds
+//     of a converged sweep at fixed bond dimension, the run the retained
+//     policy is for: a bond's solve has the same sizes every sweep. A phase
+//     is allocPhaseCycles cycles; EndPhase (and for trim-phase, Trim(0)) runs
+//     at its end, inside the timed cycle.
 //     Two touches, each its own line: case "cycle" fills every buffer
 //     (840 MB of memsets per cycle, about 0.3 ms on an H200, the same in every
 //     mode), case "cycle-touch" sets the first touchBytes of each buffer
@@ -65,10 +72,12 @@ type allocBenchParams struct {
 	nosyncBatch       int
 	minCycles, warmup int
 	// pairedCycles is the least number of cycles, on a device, of the
-	// packed measurement and of its large-only baseline, which take turns:
-	// their cycles are cheap there, and a ratio of two medians of the host's
-	// noisiest steps needs the samples.
+	// packed measurements and of their large-only baseline, which take
+	// turns: their cycles are cheap there, a ratio of two medians of the
+	// host's noisiest steps needs the samples, and the first sweep, which
+	// builds every bond's plan, must stay a small part of them.
 	pairedCycles       int
+	bonds              int // bonds of a sweep: cycles i and i+bonds have the same sizes
 	large, tiny        int
 	largeMin, largeMax int64
 	tinyMin, tinyMax   int64
@@ -80,7 +89,7 @@ type allocBenchParams struct {
 
 var allocParams = allocBenchParams{
 	pairs: 1000, pairWarmup: 20, pairSizes: []int64{256, 64 << 10, 16 << 20}, nosyncBatch: 100,
-	minCycles: 20, warmup: 2, pairedCycles: 200,
+	minCycles: 20, warmup: 2, pairedCycles: 500, bonds: 50,
 	large: 20, tiny: 2000, largeMin: 16 << 20, largeMax: 64 << 20, tinyMin: 64, tinyMax: 16 << 10,
 	phaseCycles: 5, touchBytes: 4096, goalVsThreshold0: 10, goalVsCudaMalloc: 5,
 }
@@ -91,6 +100,7 @@ type allocVariant struct {
 	trimPhase bool
 	raw       bool // cudaMalloc/cudaFree called directly, no allocator
 	packed    bool // tiny blocks from one coalesced buffer
+	replan    bool // packed, with the plan built every cycle
 }
 
 var allocVariants = []allocVariant{
@@ -380,6 +390,10 @@ type cycleResult struct {
 	touchMedian           float64 // the memsets and frees
 	syncMedian            float64 // waiting for the device at the cycle's end
 	planMedian            float64 // the tiny blocks' plan (retained-packed)
+	// retained-packed only: allocating the large buffers, allocating the
+	// coalesced buffer, and its memset and free.
+	largeAllocMedian, coalescedAllocMedian, coalescedTouchMedian float64
+	plansBuilt                                                   int // warm-up included
 }
 
 func (r cycleResult) extra() map[string]any {
@@ -397,15 +411,20 @@ func (r cycleResult) extra() map[string]any {
 	}
 	if r.planMedian > 0 {
 		e["plan_median_us"] = r.planMedian
+		e["large_alloc_median_us"] = r.largeAllocMedian
+		e["coalesced_alloc_median_us"] = r.coalescedAllocMedian
+		e["coalesced_touch_median_us"] = r.coalescedTouchMedian
+		e["plans_built"] = r.plansBuilt
 	}
 	return e
 }
 
 // cycleSizes returns the buffer sizes of cycle i, the same for every
-// configuration of the run: large ones uniform, tiny ones log-uniform, shuffled.
+// configuration of the run and for every sweep: large ones uniform, tiny ones
+// log-uniform, shuffled.
 func cycleSizes(seed uint64, i, large, tiny int) []int64 {
 	p := allocParams
-	rng := rand.New(rand.NewPCG(seed, uint64(i)))
+	rng := rand.New(rand.NewPCG(seed, uint64(i%p.bonds)))
 	sizes := make([]int64, 0, large+tiny)
 	for range large {
 		sizes = append(sizes, (p.largeMin+rng.Int64N(p.largeMax-p.largeMin+1))/256*256)
@@ -428,22 +447,26 @@ func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	return r.result(), nil
 }
 
-// solveCyclesInTurns runs two cycle measurements taking turns, a batch of
-// cycles each, so that both see the same machine: run to run, the GPU
+// solveCyclesInTurns runs cycle measurements taking turns, a batch of
+// cycles each, so that all see the same machine: run to run, the GPU
 // machine's host moves by up to 40%, which a ratio of two measurements made
 // one after the other would carry.
-func solveCyclesInTurns(x, y *cycleRun) (cycleResult, cycleResult, error) {
+func solveCyclesInTurns(runs ...*cycleRun) ([]cycleResult, error) {
 	const batch = 10
-	for !x.done() || !y.done() {
-		for _, r := range []*cycleRun{x, y} {
+	for slices.ContainsFunc(runs, func(r *cycleRun) bool { return !r.done() }) {
+		for _, r := range runs {
 			for k := 0; k < batch && !r.done(); k++ {
 				if err := r.step(); err != nil {
-					return x.res, y.res, err
+					return nil, err
 				}
 			}
 		}
 	}
-	return x.result(), y.result(), nil
+	res := make([]cycleResult, len(runs))
+	for k, r := range runs {
+		res[k] = r.result()
+	}
+	return res, nil
 }
 
 // cycleRun is one measurement of the solve cycle, a cycle per step.
@@ -460,11 +483,15 @@ type cycleRun struct {
 	bufs        []*devalloc.Buffer
 	descs       []packing.Desc
 	tinySizes   []int64
+	plans       []bondPlan // by bond, unless the variant replans
+	plansBuilt  int
 	// Where a cycle's time goes: allocating (with the tiny blocks' plan,
-	// when packed), touching and freeing, waiting for the device.
-	planTimes, allocTimes, touchTimes, syncTimes []float64
-	totalBytes                                   int64
-	callsBefore                                  int64
+	// when packed), touching and freeing, waiting for the device; and, when
+	// packed, the parts of the first two that the tiny blocks add.
+	planTimes, allocTimes, touchTimes, syncTimes              []float64
+	largeAllocTimes, coalescedAllocTimes, coalescedTouchTimes []float64
+	totalBytes                                                int64
+	callsBefore                                               int64
 }
 
 func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, tiny int, touch cycleTouch, minCycles int) *cycleRun {
@@ -506,12 +533,12 @@ func (r *cycleRun) step() error {
 			}
 		}
 		filled = len(bufs)
+		t0 := time.Now()
+		r.largeAllocTimes = append(r.largeAllocTimes, us(t0.Sub(start)))
 		if len(r.tinySizes) > 0 {
-			var plan *packing.Plan
-			var err error
-			t0 := time.Now()
-			plan, r.descs, err = packTiny(r.descs, r.tinySizes)
-			r.planTimes = append(r.planTimes, us(time.Since(t0)))
+			plan, err := r.tinyPlan(i % p.bonds)
+			t1 := time.Now()
+			r.planTimes = append(r.planTimes, us(t1.Sub(t0)))
 			if err != nil {
 				return err
 			}
@@ -519,6 +546,7 @@ func (r *cycleRun) step() error {
 			if err != nil {
 				return err
 			}
+			r.coalescedAllocTimes = append(r.coalescedAllocTimes, us(time.Since(t1)))
 			bufs = append(bufs, co.Buffer())
 		}
 	} else {
@@ -534,8 +562,12 @@ func (r *cycleRun) step() error {
 	r.bufs = bufs
 	allocated := time.Now()
 	r.allocTimes = append(r.allocTimes, us(allocated.Sub(start)))
+	touchedLarge := allocated
 	for k, b := range bufs {
 		n := b.Size()
+		if k == filled {
+			touchedLarge = time.Now()
+		}
 		if touch.bytes > 0 && k < filled {
 			n = min(n, touch.bytes)
 		}
@@ -547,6 +579,9 @@ func (r *cycleRun) step() error {
 		}
 	}
 	t0 := time.Now()
+	if v.packed && filled < len(bufs) {
+		r.coalescedTouchTimes = append(r.coalescedTouchTimes, us(t0.Sub(touchedLarge)))
+	}
 	r.touchTimes = append(r.touchTimes, us(t0.Sub(allocated)))
 	if err := s.Synchronize(); err != nil {
 		return err
@@ -581,10 +616,43 @@ func (r *cycleRun) step() error {
 	return nil
 }
 
+// bondPlan is the plan of a bond's tiny blocks and the sizes it was built for.
+type bondPlan struct {
+	sizes []int64
+	plan  *packing.Plan
+}
+
+// tinyPlan returns the plan of the cycle's tiny blocks: the bond's plan when
+// its blocks kept their sizes, else a new one, kept for the bond's next
+// solve unless the variant replans every cycle.
+func (r *cycleRun) tinyPlan(bond int) (*packing.Plan, error) {
+	if r.plans == nil && !r.v.replan {
+		r.plans = make([]bondPlan, allocParams.bonds)
+	}
+	var bp *bondPlan
+	if !r.v.replan {
+		bp = &r.plans[bond]
+		if bp.plan != nil && slices.Equal(bp.sizes, r.tinySizes) {
+			return bp.plan, nil
+		}
+	}
+	plan, descs, err := packTiny(r.descs, r.tinySizes)
+	r.descs = descs
+	if err != nil {
+		return nil, err
+	}
+	r.plansBuilt++
+	if bp != nil {
+		bp.sizes, bp.plan = append(bp.sizes[:0], r.tinySizes...), plan
+	}
+	return plan, nil
+}
+
 // result summarises the measured cycles.
 func (r *cycleRun) result() cycleResult {
 	p, res := allocParams, r.res
 	st := r.a.Stats()
+	res.plansBuilt = r.plansBuilt
 	res.reservedPeak = st.ReservedPeak
 	res.reservedAfterPhase = st.ReservedCurrent
 	res.backendCallsPerCycle = float64(st.BackendCalls-r.callsBefore) / float64(res.cycles)
@@ -602,6 +670,9 @@ func (r *cycleRun) result() cycleResult {
 	res.touchMedian = round3(median(measured(r.touchTimes)))
 	if len(r.planTimes) > p.warmup {
 		res.planMedian = round3(median(measured(r.planTimes)))
+		res.largeAllocMedian = round3(median(measured(r.largeAllocTimes)))
+		res.coalescedAllocMedian = round3(median(measured(r.coalescedAllocTimes)))
+		res.coalescedTouchMedian = round3(median(measured(r.coalescedTouchTimes)))
 	}
 	return res
 }
@@ -765,67 +836,95 @@ func rawCycles(c *benchContext, cycle func(sizes []int64, val byte, touch int64)
 }
 
 // benchAllocPacked runs the solve cycle with the tiny blocks packed into one
-// coalesced buffer, against large-only and cudamalloc of the same run.
+// coalesced buffer, the plan reused per bond and built every cycle, against
+// large-only and cudamalloc of the same run.
 func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error) {
-	a, _, err := openVariant(c, v)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, a.Close()) }()
-	// The large-only baseline of the ratio, on its own retained pool.
+	replan := v
+	replan.mode, replan.replan = v.mode+"-replan", true
+	// The large-only baseline of the ratios, on its own retained pool.
 	lv, err := variantByMode("retained")
 	if err != nil {
 		return err
 	}
-	lo, _, err := openVariant(c, lv)
-	if err != nil {
-		return err
+	variants := []allocVariant{v, replan, lv}
+	pools := make([]*devalloc.Allocator, 0, len(variants))
+	defer func() {
+		for _, a := range pools {
+			err = errors.Join(err, a.Close())
+		}
+	}()
+	for _, v := range variants {
+		a, _, err := openVariant(c, v)
+		if err != nil {
+			return err
+		}
+		pools = append(pools, a)
 	}
-	defer func() { err = errors.Join(err, lo.Close()) }()
 	for _, t := range cycleTouches() {
-		if err := benchPackedCycles(c, run, v, a, lv, lo, t); err != nil {
+		if err := benchPackedCycles(c, run, variants, pools, t); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// benchPackedCycles measures the packed cycle and the large-only cycle on
-// the retained pool taking turns, and gives the ratio of the two medians
-// (vs_large_only) and the ratio against cudamalloc measured earlier.
-func benchPackedCycles(c *benchContext, run *allocRun, v allocVariant, a *devalloc.Allocator, lv allocVariant, lo *devalloc.Allocator, t cycleTouch) error {
+// benchPackedCycles measures the packed cycles (the plan reused, then built
+// every cycle) and the large-only cycle on the retained pool taking turns,
+// and gives the ratio of each packed median to the large-only one
+// (vs_large_only) and to cudamalloc measured earlier. The goals are the
+// reused plan's: a solver plans a block structure once.
+func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, pools []*devalloc.Allocator, t cycleTouch) error {
 	p := allocParams
 	cycles := p.pairedCycles
-	if !a.Kind().IsDevice() {
-		cycles = p.minCycles // the host's memsets are slow, and its pool is not the driver's
+	if !pools[0].Kind().IsDevice() {
+		// The host's memsets are slow, and its pool is not the driver's:
+		// four sweeps, so that most cycles reuse the plans of the first.
+		cycles = max(p.minCycles, 4*p.bonds)
 	}
-	res, base, err := solveCyclesInTurns(
-		newCycleRun(c, a, v, p.large, p.tiny, t, cycles),
-		newCycleRun(c, lo, lv, p.large, 0, t, cycles))
+	runs := make([]*cycleRun, len(variants))
+	for k, v := range variants {
+		tiny := p.tiny
+		if !v.packed {
+			tiny = 0 // the large-only baseline
+		}
+		runs[k] = newCycleRun(c, pools[k], v, p.large, tiny, t, cycles)
+	}
+	res, err := solveCyclesInTurns(runs...)
 	if err != nil {
 		return err
 	}
-	extra := res.extra()
-	r := res.median / base.median
-	extra["large_only_in_turns_us"] = base.median
-	extra["vs_large_only"] = round3(r)
-	extra["goal_vs_large_only_at_most"] = 1.2
-	extra["meets_goal_vs_large_only"] = r <= 1.2
-	if sep := run.cycle[t.key("large-only/retained")]; sep > 0 {
-		// The same ratio against the large-only line measured earlier in
-		// the run, not in turns: what the machine's drift does to it.
-		extra["vs_large_only_separate"] = round3(res.median / sep)
+	base := res[len(res)-1]
+	for k, v := range variants[:len(variants)-1] {
+		extra := res[k].extra()
+		r := res[k].median / base.median
+		extra["large_only_in_turns_us"] = base.median
+		extra["vs_large_only"] = round3(r)
+		goals := !v.replan
+		if goals {
+			extra["goal_vs_large_only_at_most"] = 1.2
+			extra["meets_goal_vs_large_only"] = r <= 1.2
+		}
+		if sep := run.cycle[t.key("large-only/retained")]; sep > 0 {
+			// The same ratio against the large-only line measured earlier in
+			// the run, not in turns: what the machine's drift does to it.
+			extra["vs_large_only_separate"] = round3(res[k].median / sep)
+		}
+		if cm := run.cycle[t.key("cudamalloc")]; cm > 0 {
+			r := cm / res[k].median
+			extra["vs_cudamalloc"] = round3(r)
+			if goals {
+				extra["goal_vs_cudamalloc"] = 100
+				extra["meets_goal_vs_cudamalloc"] = r >= 100
+			}
+		} else {
+			extra["ratios_missing"] = "run every mode (no -mode) for the cudamalloc baseline"
+		}
+		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res[k].cycles, Bytes: res[k].bytes, MedianUS: res[k].median,
+			Backend: pools[k].Kind().String(), Extra: extra}); err != nil {
+			return err
+		}
 	}
-	if cm := run.cycle[t.key("cudamalloc")]; cm > 0 {
-		r := cm / res.median
-		extra["vs_cudamalloc"] = round3(r)
-		extra["goal_vs_cudamalloc"] = 100
-		extra["meets_goal_vs_cudamalloc"] = r >= 100
-	} else {
-		extra["ratios_missing"] = "run every mode (no -mode) for the cudamalloc baseline"
-	}
-	return c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-		Backend: a.Kind().String(), Extra: extra})
+	return nil
 }
 
 // packTiny lays out the tiny blocks of a cycle in one plan, each rounded up

@@ -16,6 +16,7 @@ func smallAllocParams(t *testing.T) {
 	allocParams.pairs, allocParams.pairWarmup, allocParams.nosyncBatch = 20, 2, 10
 	allocParams.pairSizes = []int64{256, 4096}
 	allocParams.minCycles, allocParams.warmup, allocParams.phaseCycles, allocParams.pairedCycles = 3, 1, 2, 3
+	allocParams.bonds = 2
 	allocParams.large, allocParams.tiny = 2, 20
 	allocParams.largeMin, allocParams.largeMax = 1<<20, 2<<20
 }
@@ -75,12 +76,25 @@ func TestBenchAllocHost(t *testing.T) {
 	require.Positive(t, ret.Extra["reserved_after_phase_bytes"], "retained keeps its memory")
 	for _, kase := range []string{"cycle", "cycle-touch"} {
 		pk := find(lines, "retained-packed", kase, 0)
+		re := find(lines, "retained-packed-replan", kase, 0)
 		require.NotNil(t, pk, kase)
-		require.Equal(t, 3, pk.N)
-		require.Positive(t, pk.Extra["large_only_in_turns_us"], "the baseline measured in turns")
-		require.Contains(t, pk.Extra, "vs_large_only")
-		require.Contains(t, pk.Extra, "vs_large_only_separate")
-		require.Positive(t, pk.Extra["plan_median_us"])
+		require.NotNil(t, re, kase)
+		// On the host, four sweeps of allocParams.bonds solves, plus warm-up.
+		require.Equal(t, 8, pk.N)
+		require.Equal(t, 8, re.N)
+		require.EqualValues(t, 2, pk.Extra["plans_built"], "a plan per bond, reused by later sweeps")
+		require.EqualValues(t, 9, re.Extra["plans_built"], "a plan every cycle")
+		require.Equal(t, pk.Extra["large_only_in_turns_us"], re.Extra["large_only_in_turns_us"], "one baseline in turns with both")
+		require.Positive(t, pk.Extra["large_only_in_turns_us"])
+		require.Contains(t, pk.Extra, "meets_goal_vs_large_only")
+		require.NotContains(t, re.Extra, "meets_goal_vs_large_only", "the goal is the reused plan's")
+		for _, r := range []*benchResult{pk, re} {
+			require.Contains(t, r.Extra, "vs_large_only")
+			require.Contains(t, r.Extra, "vs_large_only_separate")
+			require.Positive(t, r.Extra["plan_median_us"])
+			require.Positive(t, r.Extra["coalesced_alloc_median_us"])
+			require.EqualValues(t, allocParams.large+1, r.Extra["backend_calls_per_cycle"], "the large buffers and one coalesced buffer")
+		}
 	}
 
 	only := runAllocBench(t, "host", "retained")
