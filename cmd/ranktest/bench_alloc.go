@@ -33,7 +33,9 @@ import (
 //     retained-packed-replan is the same with the plan built every cycle, as
 //     when every solve brings a new structure. Both run in turns with their
 //     large-only baseline (retained), each on a pool of its own, ten cycles
-//     at a time, so that all three medians see the same machine;
+//     at a time, so that all medians see the same machine: its speed moves
+//     by half over seconds. A second large-only run takes its turns too;
+//     its ratio to the first (twin_vs_large_only) is the method's error;
 //   - raw-pool: the cycle on a cudaMemPool called directly (no devalloc),
 //     retained and at threshold 0 (CUDA only): what the platform itself
 //     allows, the bound of any allocator built on the pool.
@@ -482,6 +484,7 @@ type cycleRun struct {
 	times       []float64
 	bufs        []*devalloc.Buffer
 	descs       []packing.Desc
+	largeSizes  []int64
 	tinySizes   []int64
 	plans       []bondPlan // by bond, unless the variant replans
 	plansBuilt  int
@@ -513,6 +516,19 @@ func (r *cycleRun) step() error {
 	i := r.i
 	r.i++
 	sizes := cycleSizes(r.c.cfg.seed, i, r.large, r.tiny)
+	if v.packed {
+		// A solver holds its block list apart from its large buffers, as
+		// the large-only cycle is given its large sizes alone: the packed
+		// cycle's clock starts on the two lists.
+		r.largeSizes, r.tinySizes = r.largeSizes[:0], r.tinySizes[:0]
+		for _, n := range sizes {
+			if n >= allocParams.largeMin {
+				r.largeSizes = append(r.largeSizes, n)
+			} else {
+				r.tinySizes = append(r.tinySizes, n)
+			}
+		}
+	}
 	phaseEnd := (i+1)%p.phaseCycles == 0
 	start := time.Now()
 	bufs := r.bufs[:0]
@@ -520,17 +536,12 @@ func (r *cycleRun) step() error {
 	if v.packed {
 		// The large buffers each on their own, the tiny ones as the views
 		// of one coalesced buffer.
-		r.tinySizes = r.tinySizes[:0]
-		for _, n := range sizes {
-			if n >= allocParams.largeMin {
-				b, err := a.Alloc(n, s)
-				if err != nil {
-					return err
-				}
-				bufs = append(bufs, b)
-			} else {
-				r.tinySizes = append(r.tinySizes, n)
+		for _, n := range r.largeSizes {
+			b, err := a.Alloc(n, s)
+			if err != nil {
+				return err
 			}
+			bufs = append(bufs, b)
 		}
 		filled = len(bufs)
 		t0 := time.Now()
@@ -846,7 +857,11 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 	if err != nil {
 		return err
 	}
-	variants := []allocVariant{v, replan, lv}
+	// A second large-only run, the twin, takes its turns too: its ratio to
+	// the baseline is the method's own error in this run.
+	twin := lv
+	twin.mode = "large-only-twin"
+	variants := []allocVariant{v, replan, twin, lv}
 	pools := make([]*devalloc.Allocator, 0, len(variants))
 	defer func() {
 		for _, a := range pools {
@@ -869,7 +884,8 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 }
 
 // benchPackedCycles measures the packed cycles (the plan reused, then built
-// every cycle) and the large-only cycle on the retained pool taking turns,
+// every cycle) and the large-only cycle, twice, on the retained pool taking
+// turns; the last variant is the baseline, the one before it its twin,
 // and gives the ratio of each packed median to the large-only one
 // (vs_large_only) and to cudamalloc measured earlier. The goals are the
 // reused plan's: a solver plans a block structure once.
@@ -893,11 +909,13 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 	if err != nil {
 		return err
 	}
-	base := res[len(res)-1]
-	for k, v := range variants[:len(variants)-1] {
+	base, twin := res[len(res)-1], res[len(res)-2]
+	for k, v := range variants[:len(variants)-2] {
 		extra := res[k].extra()
 		r := res[k].median / base.median
 		extra["large_only_in_turns_us"] = base.median
+		extra["large_only_alloc_median_us"], extra["large_only_touch_median_us"] = base.allocMedian, base.touchMedian
+		extra["twin_vs_large_only"] = round3(twin.median / base.median)
 		extra["vs_large_only"] = round3(r)
 		goals := !v.replan
 		if goals {

@@ -88,6 +88,9 @@ func TestBenchAllocHost(t *testing.T) {
 		require.Positive(t, pk.Extra["large_only_in_turns_us"])
 		require.Contains(t, pk.Extra, "meets_goal_vs_large_only")
 		require.NotContains(t, re.Extra, "meets_goal_vs_large_only", "the goal is the reused plan's")
+		require.Positive(t, pk.Extra["twin_vs_large_only"], "the method's error, from a second baseline in turns")
+		require.Equal(t, pk.Extra["twin_vs_large_only"], re.Extra["twin_vs_large_only"])
+		require.Positive(t, pk.Extra["large_only_alloc_median_us"])
 		for _, r := range []*benchResult{pk, re} {
 			require.Contains(t, r.Extra, "vs_large_only")
 			require.Contains(t, r.Extra, "vs_large_only_separate")
