@@ -262,8 +262,9 @@ func (e *cudaEvent) destroy() error {
 	return nil
 }
 
-// eventPool recycles events so the ledger's hot path (a record per access
-// and per free) does not create and destroy one each time.
+// eventPool recycles events so the ledger's hot path (a record per declared
+// access, per stream mark waited for, and per free of the fallback) does not
+// create and destroy one each time.
 type eventPool struct {
 	dev    *cudart.Device
 	mu     sync.Mutex
