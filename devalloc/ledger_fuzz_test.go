@@ -11,11 +11,12 @@ import (
 	"time"
 )
 
-// ledgerModel drives random reads, writes, holds and frees on several host
-// streams and checks, inside the work itself, that every access sees the
-// data the ledger promises: a read sees the last write declared before it,
-// and no buffer's memory is reused while work on it is pending (reuse would
-// show up as another buffer's signature).
+// ledgerModel drives random reads, writes, holds, frees and devalloc's own
+// memsets and copies (which end in stream marks) on several host streams and
+// checks, inside the work itself, that every access sees the data the ledger
+// promises: a read sees the last write declared before it, and no buffer's
+// memory is reused while work on it is pending (reuse would show up as
+// another buffer's signature).
 type ledgerModel struct {
 	t       *testing.T
 	a       *Allocator
@@ -30,6 +31,7 @@ type modelBuf struct {
 	b       *Buffer
 	id      uint64
 	version uint64
+	want    [16]byte // the head every access should see, in ledger order
 	holds   []*modelHold
 	freed   bool
 }
@@ -50,15 +52,16 @@ func (m *ledgerModel) nap(r uint8) {
 	}
 }
 
-func stamp(mem []byte, id, version uint64) {
-	binary.LittleEndian.PutUint64(mem[0:], id)
-	binary.LittleEndian.PutUint64(mem[8:], version)
+// stamp is the head a write of buffer id at version leaves.
+func stamp(id, version uint64) (h [16]byte) {
+	binary.LittleEndian.PutUint64(h[0:], id)
+	binary.LittleEndian.PutUint64(h[8:], version)
+	return h
 }
 
-func (m *ledgerModel) check(mem []byte, id, version uint64, what string) {
-	gotID, gotV := binary.LittleEndian.Uint64(mem[0:]), binary.LittleEndian.Uint64(mem[8:])
-	if gotID != id || gotV != version {
-		m.fail("%s of buffer %d: saw (buffer %d, version %d), want version %d", what, id, gotID, gotV, version)
+func (m *ledgerModel) check(mem []byte, id uint64, want [16]byte, what string) {
+	if got := [16]byte(mem[:16]); got != want {
+		m.fail("%s of buffer %d: saw head %x, want %x", what, id, got, want)
 	}
 }
 
@@ -73,11 +76,12 @@ func (m *ledgerModel) write(mb *modelBuf, s *Stream, r uint8) {
 	}
 	mb.version++
 	mem, _ := mb.b.Bytes()
-	id, v := mb.id, mb.version
+	id, before, after := mb.id, mb.want, stamp(mb.id, mb.version)
+	mb.want = after
 	_ = s.Enqueue(func() error {
 		m.nap(r)
-		m.check(mem, id, v-1, "write precondition")
-		stamp(mem, id, v)
+		m.check(mem, id, before, "write precondition")
+		copy(mem, after[:])
 		return nil
 	})
 	if err := x.Done(); err != nil {
@@ -92,10 +96,10 @@ func (m *ledgerModel) read(mb *modelBuf, s *Stream, r uint8) {
 		return
 	}
 	mem, _ := mb.b.Bytes()
-	id, v := mb.id, mb.version
+	id, want := mb.id, mb.want
 	_ = s.Enqueue(func() error {
 		m.nap(r)
-		m.check(mem, id, v, "read")
+		m.check(mem, id, want, "read")
 		return nil
 	})
 	if err := x.Done(); err != nil {
@@ -110,9 +114,11 @@ func (m *ledgerModel) hold(mb *modelBuf, mode Mode, r uint8) {
 	}
 	mem, _ := mb.b.Bytes()
 	mh := &modelHold{h: h, ready: make(chan struct{})}
-	id, v := mb.id, mb.version
+	id, before, after := mb.id, mb.want, mb.want
 	if mode == Write {
 		mb.version++
+		after = stamp(mb.id, mb.version)
+		mb.want = after
 	}
 	mb.holds = append(mb.holds, mh)
 	m.wg.Add(1)
@@ -124,9 +130,9 @@ func (m *ledgerModel) hold(mb *modelBuf, mode Mode, r uint8) {
 			return
 		}
 		m.nap(r)
-		m.check(mem, id, v, "hold "+mode.String())
+		m.check(mem, id, before, "hold "+mode.String())
 		if mode == Write {
-			stamp(mem, id, v+1)
+			copy(mem, after[:])
 		}
 	}()
 }
@@ -185,7 +191,7 @@ func (m *ledgerModel) alloc(s *Stream, r uint8) {
 		m.fail("alloc: %v", err)
 		return
 	}
-	mb := &modelBuf{b: b, id: b.ID()}
+	mb := &modelBuf{b: b, id: b.ID(), want: stamp(b.ID(), 0)}
 	mem, _ := b.Bytes()
 	m.bufs = append(m.bufs, mb)
 	x, err := b.Write(s)
@@ -193,10 +199,41 @@ func (m *ledgerModel) alloc(s *Stream, r uint8) {
 		m.fail("first write: %v", err)
 		return
 	}
-	_ = s.Enqueue(func() error { stamp(mem, mb.id, 0); return nil })
+	head := mb.want
+	_ = s.Enqueue(func() error { copy(mem, head[:]); return nil })
 	if err := x.Done(); err != nil {
 		m.fail("first write done: %v", err)
 	}
+}
+
+// memset is devalloc's own write of the whole buffer: it ends in s's mark.
+func (m *ledgerModel) memset(mb *modelBuf, s *Stream, r uint8) {
+	err := s.Memset(mb.b, 0, mb.b.Size(), r)
+	if errors.Is(err, ErrConflict) && len(mb.holds) > 0 {
+		return
+	}
+	if err != nil {
+		m.fail("memset: %v", err)
+		return
+	}
+	for i := range mb.want {
+		mb.want[i] = r
+	}
+}
+
+// copyTo is devalloc's own copy of src's head and more into dst: a read of
+// src and a write of dst, both ending in s's mark.
+func (m *ledgerModel) copyTo(dst, src *modelBuf, s *Stream) {
+	n := min(dst.b.Size(), src.b.Size())
+	err := s.Copy(dst.b, 0, src.b, 0, n)
+	if errors.Is(err, ErrConflict) && len(dst.holds) > 0 {
+		return
+	}
+	if err != nil {
+		m.fail("copy: %v", err)
+		return
+	}
+	dst.want = src.want
 }
 
 func (m *ledgerModel) run(ops []byte) {
@@ -208,12 +245,18 @@ func (m *ledgerModel) run(ops []byte) {
 			mb = m.bufs[int(arg/4)%len(m.bufs)]
 		}
 		if mb == nil || mb.freed {
-			if op%8 != 7 {
+			if op%10 != 7 {
 				m.alloc(s, r)
 				continue
 			}
 		}
-		switch op % 8 {
+		switch op % 10 {
+		case 8:
+			m.memset(mb, s, r)
+		case 9:
+			if src := m.bufs[int(r)%len(m.bufs)]; src != mb && !src.freed {
+				m.copyTo(mb, src, s)
+			}
 		case 0:
 			m.alloc(s, r)
 		case 1, 2:
