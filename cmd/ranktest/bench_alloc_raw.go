@@ -126,7 +126,9 @@ func (r *rawPool) close() error {
 	return errors.Join(r.dev.StreamSynchronize(r.s), r.dev.MemPoolDestroy(r.pool), r.dev.StreamDestroy(r.s))
 }
 
-// cycle is rawCUDA.cycle on the pool, stream-ordered throughout.
+// cycle is the devalloc cycle's sequence of calls on the pool, stream-ordered
+// throughout: every allocation, then each buffer's memset followed by its
+// free, then one synchronisation.
 func (r *rawPool) cycle(sizes []int64, val byte, touch int64) error {
 	ptrs := make([]uintptr, 0, len(sizes))
 	var err error
@@ -142,8 +144,6 @@ func (r *rawPool) cycle(sizes []int64, val byte, touch int64) error {
 		if err == nil {
 			err = r.dev.MemsetAsync(p, val, touched(sizes[i], touch), r.s)
 		}
-	}
-	for _, p := range ptrs {
 		err = errors.Join(err, r.dev.FreeAsync(p, r.s))
 	}
 	return errors.Join(err, r.dev.StreamSynchronize(r.s))
