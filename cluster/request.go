@@ -254,6 +254,36 @@ func unlockAll(reqs []*Request) {
 	}
 }
 
+// pendingOf appends the requests of reqs not yet complete to pending and,
+// when where is not nil, their indices in reqs to where: the callers pass
+// arrays on their stacks, so a small batch allocates nothing.
+func pendingOf(reqs, pending []*Request, where []int) ([]*Request, []int) {
+	for i, r := range reqs {
+		if r != nil && !r.done {
+			pending = append(pending, r)
+			if where != nil {
+				where = append(where, i)
+			}
+		}
+	}
+	return pending, where
+}
+
+// enterPosted enters MPI for a wait on pending, every one of which must
+// have been posted; on error it has left MPI again.
+func enterPosted(pending []*Request) error {
+	if err := enter(); err != nil {
+		return err
+	}
+	for _, r := range pending {
+		if err := r.checkPosted(); err != nil {
+			exit()
+			return err
+		}
+	}
+	return nil
+}
+
 // Waitall waits for every request (nil entries are skipped) and returns
 // the errors of those that failed, each naming its index. Every request is
 // complete when it returns, failed ones included; statuses are available
@@ -264,21 +294,10 @@ func Waitall(reqs []*Request) error {
 	}
 	defer unlockAll(reqs)
 	var pendBuf [smallBatch]*Request
-	pending := pendBuf[:0]
-	for _, r := range reqs {
-		if r != nil && !r.done {
-			pending = append(pending, r)
-		}
-	}
+	pending, _ := pendingOf(reqs, pendBuf[:0], nil)
 	if n := len(pending); n > 0 {
-		if err := enter(); err != nil {
+		if err := enterPosted(pending); err != nil {
 			return err
-		}
-		for _, r := range pending {
-			if err := r.checkPosted(); err != nil {
-				exit()
-				return err
-			}
 		}
 		var stBuf [smallBatch]Status
 		var errBuf [smallBatch]error
@@ -329,25 +348,13 @@ func Waitsome(reqs []*Request, done []int) ([]int, error) {
 	defer unlockAll(reqs)
 	var pendBuf [smallBatch]*Request
 	var whereBuf [smallBatch]int
-	pending, where := pendBuf[:0], whereBuf[:0]
-	for i, r := range reqs {
-		if r != nil && !r.done {
-			pending = append(pending, r)
-			where = append(where, i)
-		}
-	}
+	pending, where := pendingOf(reqs, pendBuf[:0], whereBuf[:0])
 	n := len(pending)
 	if n == 0 {
 		return done, nil
 	}
-	if err := enter(); err != nil {
+	if err := enterPosted(pending); err != nil {
 		return done, err
-	}
-	for _, r := range pending {
-		if err := r.checkPosted(); err != nil {
-			exit()
-			return done, err
-		}
 	}
 	var stBuf [smallBatch]Status
 	var errBuf [smallBatch]error
@@ -381,24 +388,12 @@ func Testany(reqs []*Request) (index int, st Status, ok bool, err error) {
 	defer unlockAll(reqs)
 	var pendBuf [smallBatch]*Request
 	var whereBuf [smallBatch]int
-	pending, where := pendBuf[:0], whereBuf[:0]
-	for i, r := range reqs {
-		if r != nil && !r.done {
-			pending = append(pending, r)
-			where = append(where, i)
-		}
-	}
+	pending, where := pendingOf(reqs, pendBuf[:0], whereBuf[:0])
 	if len(pending) == 0 {
 		return -1, Status{}, true, nil
 	}
-	if err := enter(); err != nil {
+	if err := enterPosted(pending); err != nil {
 		return -1, Status{}, false, err
-	}
-	for _, r := range pending {
-		if err := r.checkPosted(); err != nil {
-			exit()
-			return -1, Status{}, false, err
-		}
 	}
 	k, st, err := backendTestany(pending)
 	exit()
