@@ -302,20 +302,28 @@ func TestCUDAAwareOverride(t *testing.T) {
 	checkCUDAAwareOn(t)
 }
 
-func TestWaitallTestany(t *testing.T) {
-	w := testComm(t)
-	left, right := ring(w)
-	const k = 6
-	recvs := make([]*cluster.Request, k+2) // with nil entries
+// postRecvs posts k receives from src, of 64, 128, ... bytes with tags
+// tag0, tag0+1, ..., as entries 1..k of a list with a nil entry at each end.
+func postRecvs(t *testing.T, w *cluster.Comm, src, tag0, k int) ([]*cluster.Request, []*cluster.PinnedBytes) {
+	t.Helper()
+	recvs := make([]*cluster.Request, k+2)
 	bufs := make([]*cluster.PinnedBytes, k)
 	for i := range k {
 		bufs[i] = pinned(t, make([]byte, 64*(i+1)))
-		r, err := w.Irecv(bufs[i], left, 40+i)
+		r, err := w.Irecv(bufs[i], src, tag0+i)
 		if err != nil {
 			t.Fatal(err)
 		}
 		recvs[i+1] = r
 	}
+	return recvs, bufs
+}
+
+func TestWaitallTestany(t *testing.T) {
+	w := testComm(t)
+	left, right := ring(w)
+	const k = 6
+	recvs, bufs := postRecvs(t, w, left, 40, k)
 	var sends []*cluster.Request
 	for i := k - 1; i >= 0; i-- {
 		r, err := w.Isend(pinned(t, pattern(w.Rank(), right, 40+i, 64*(i+1))), right, 40+i)
@@ -361,16 +369,7 @@ func TestWaitsome(t *testing.T) {
 	w := testComm(t)
 	left, right := ring(w)
 	const k = 6
-	recvs := make([]*cluster.Request, k+2) // with nil entries
-	bufs := make([]*cluster.PinnedBytes, k)
-	for i := range k {
-		bufs[i] = pinned(t, make([]byte, 64*(i+1)))
-		r, err := w.Irecv(bufs[i], left, 60+i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recvs[i+1] = r
-	}
+	recvs, bufs := postRecvs(t, w, left, 60, k)
 	// The first half now; the rest once Waitsome has returned them.
 	var sends []*cluster.Request
 	send := func(i int) {
