@@ -291,26 +291,38 @@ func testReadWaitsForWriter(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.NoError(t, s1.Memset(b, 0, n, 0x11))
 	require.NoError(t, s1.Synchronize())
-	p, err := a.AllocPinned(n, s2)
-	require.NoError(t, err)
+	readWaitsForMemset(t, a, s1, s2, b, 0x22, nil)
+	require.NoError(t, b.Free())
+	closeClean(t, a)
+}
 
-	open := gate(t, s1)
-	require.NoError(t, s1.Memset(b, 0, n, 0x22)) // the writer, held back
-	require.NoError(t, s2.Copy(p, 0, b, 0, n))   // the reader must wait for it
-	ev, err := s2.Record()
+// readWaitsForMemset holds writer back, sets b to val there, copies b on
+// reader into pinned memory, and requires that the copy waits for the
+// memset and then sees val. afterCopy, when not nil, runs once the copy is
+// enqueued.
+func readWaitsForMemset(t *testing.T, a *devalloc.Allocator, writer, reader *devalloc.Stream, b *devalloc.Buffer, val byte, afterCopy func()) {
+	t.Helper()
+	n := b.Size()
+	p, err := a.AllocPinned(n, reader)
+	require.NoError(t, err)
+	open := gate(t, writer)
+	require.NoError(t, writer.Memset(b, 0, n, val)) // the writer, held back
+	require.NoError(t, reader.Copy(p, 0, b, 0, n))  // the reader must wait for it
+	if afterCopy != nil {
+		afterCopy()
+	}
+	ev, err := reader.Record()
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
 	done, err := ev.Done()
 	require.NoError(t, err)
 	require.False(t, done, "the reader ran before the writer it must follow")
 	open()
-	require.NoError(t, s2.Synchronize())
+	require.NoError(t, ev.Wait())
 	mem, _ := p.Bytes()
-	require.Equal(t, fill(n, 0x22), mem)
+	require.Equal(t, fill(int(n), val), mem)
 	require.NoError(t, ev.Release())
 	require.NoError(t, p.Free())
-	require.NoError(t, b.Free())
-	closeClean(t, a)
 }
 
 func testWriteWaitsForReaders(t *testing.T, h Harness) {
@@ -561,24 +573,10 @@ func testMarksOneStream(t *testing.T, h Harness) {
 
 	s2, err := a.NewStream()
 	require.NoError(t, err)
-	open := gate(t, s)
-	require.NoError(t, s.Memset(x, 0, n, 0x6b)) // held back behind the gate
-	p, err := a.AllocPinned(n, s2)
-	require.NoError(t, err)
-	require.NoError(t, s2.Copy(p, 0, x, 0, n)) // must wait for the memset's mark
-	require.Equal(t, before+3, a.Stats().LedgerEvents, "the reader elsewhere records the mark once")
-	ev, err := s2.Record()
-	require.NoError(t, err)
-	time.Sleep(20 * time.Millisecond)
-	done, err := ev.Done()
-	require.NoError(t, err)
-	require.False(t, done, "the reader ran before the memset it must follow")
-	open()
-	require.NoError(t, ev.Wait())
-	mem, _ := p.Bytes()
-	require.Equal(t, fill(n, 0x6b), mem)
-	require.NoError(t, ev.Release())
-	require.NoError(t, p.Free())
+	// The memset ends in s's mark; the copy on s2 must wait for it.
+	readWaitsForMemset(t, a, s, s2, x, 0x6b, func() {
+		require.Equal(t, before+3, a.Stats().LedgerEvents, "the reader elsewhere records the mark once")
+	})
 	require.NoError(t, x.Free())
 	closeClean(t, a)
 }
