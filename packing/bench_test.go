@@ -108,14 +108,20 @@ func BenchmarkPlanViews(b *testing.B) {
 	}
 }
 
+// planWrapped is the plan of descs over buf: the part every view benchmark
+// times before it reads the views.
+func planWrapped(descs []Desc, buf *devalloc.Buffer) (*Coalesced, error) {
+	p, err := NewPlan(descs, Options{})
+	if err != nil {
+		return nil, err
+	}
+	return wrap(buf, 0, p, 0)
+}
+
 // walkViews is what BenchmarkPlanViews times per plan: NewPlan, then the
 // address and shape of every view.
 func walkViews(descs []Desc, buf *devalloc.Buffer) error {
-	p, err := NewPlan(descs, Options{})
-	if err != nil {
-		return err
-	}
-	c, err := wrap(buf, 0, p, 0)
+	c, err := planWrapped(descs, buf)
 	if err != nil {
 		return err
 	}
@@ -126,8 +132,8 @@ func walkViews(descs []Desc, buf *devalloc.Buffer) error {
 }
 
 // BenchmarkPlanTinyRows is BenchmarkPlanViews for the plan that ranktest
-// -bench alloc -mode retained-packed builds in every timed cycle (see
-// tinyRowDescs): a few thousand blocks of few classes, where fixed costs
+// -bench alloc builds in every timed cycle of retained-packed-replan, and at
+// each bond's first solve of retained-packed (see tinyRowDescs): a few thousand blocks of few classes, where fixed costs
 // count and the shapes are long rows. The goal is at most 5 ns/block at 2000
 // blocks, fixed costs included.
 func BenchmarkPlanTinyRows(b *testing.B) {
@@ -140,11 +146,7 @@ func BenchmarkPlanTinyRows(b *testing.B) {
 
 func BenchmarkPlanViewIndex(b *testing.B) {
 	benchPlan(b, 100000, false, func(descs []Desc, buf *devalloc.Buffer) error {
-		p, err := NewPlan(descs, Options{})
-		if err != nil {
-			return err
-		}
-		c, err := wrap(buf, 0, p, 0)
+		c, err := planWrapped(descs, buf)
 		if err != nil {
 			return err
 		}
@@ -163,11 +165,7 @@ func BenchmarkPlanViewIndex(b *testing.B) {
 // of every view (16 bytes per block on the heap).
 func BenchmarkPlanViewSlice(b *testing.B) {
 	benchPlan(b, 100000, false, func(descs []Desc, buf *devalloc.Buffer) error {
-		p, err := NewPlan(descs, Options{})
-		if err != nil {
-			return err
-		}
-		c, err := wrap(buf, 0, p, 0)
+		c, err := planWrapped(descs, buf)
 		if err != nil {
 			return err
 		}
