@@ -486,7 +486,7 @@ type cycleRun struct {
 	descs       []packing.Desc
 	largeSizes  []int64
 	tinySizes   []int64
-	plans       []bondPlan // by bond, unless the variant replans
+	plans       []bondPlan // by bond; nil when the variant replans
 	plansBuilt  int
 	// Where a cycle's time goes: allocating (with the tiny blocks' plan,
 	// when packed), touching and freeing, waiting for the device; and, when
@@ -503,6 +503,9 @@ func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	r := &cycleRun{c: c, a: a, s: a.DefaultStream(), v: v, large: large, tiny: tiny, touch: touch, total: p.warmup + cycles,
 		res:   cycleResult{cycles: cycles, allocs: large + tiny, kind: a.Kind().String(), touch: touch},
 		times: make([]float64, 0, cycles), bufs: make([]*devalloc.Buffer, 0, large+tiny)}
+	if v.packed && !v.replan {
+		r.plans = make([]bondPlan, p.bonds)
+	}
 	a.ResetPeak()
 	r.callsBefore = a.Stats().BackendCalls
 	return r
@@ -637,11 +640,8 @@ type bondPlan struct {
 // its blocks kept their sizes, else a new one, kept for the bond's next
 // solve unless the variant replans every cycle.
 func (r *cycleRun) tinyPlan(bond int) (*packing.Plan, error) {
-	if r.plans == nil && !r.v.replan {
-		r.plans = make([]bondPlan, allocParams.bonds)
-	}
 	var bp *bondPlan
-	if !r.v.replan {
+	if r.plans != nil {
 		bp = &r.plans[bond]
 		if bp.plan != nil && slices.Equal(bp.sizes, r.tinySizes) {
 			return bp.plan, nil
