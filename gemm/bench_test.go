@@ -2,6 +2,7 @@ package gemm
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
@@ -82,6 +83,66 @@ func BenchmarkHostBatch(b *testing.B) {
 			for _, co := range []*packing.Coalesced{A, B, C} {
 				_ = co.Free()
 			}
+		})
+	}
+}
+
+// solveSpectrum is the block list of a DMRG-like solve: dimensions 1 to 8,
+// and one block in a hundred of 24 to 64 (cmd/ranktest's default workload).
+func solveSpectrum(n int, seed uint64) (a, b, c []packing.Desc) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for i := range n {
+		dim := func() int { return 1 + rng.IntN(8) }
+		if rng.Float64() < 0.01 {
+			dim = func() int { return 24 + rng.IntN(41) }
+		}
+		m, k, nn := dim(), dim(), dim()
+		id := uint64(i)
+		a = append(a, packing.Desc{ID: id, DType: packing.Float64, Rows: m, Cols: k})
+		b = append(b, packing.Desc{ID: id, DType: packing.Float64, Rows: k, Cols: nn})
+		c = append(c, packing.Desc{ID: id, DType: packing.Float64, Rows: m, Cols: nn})
+	}
+	return a, b, c
+}
+
+// BenchmarkPlan is the cost of a fresh plan (NewPlan) for the solve's
+// spectrum, per block: what a solver pays when its block structure changes.
+func BenchmarkPlan(b *testing.B) {
+	for _, n := range []int{2000, 20000} {
+		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
+			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			s := a.DefaultStream()
+			da, db, dc := solveSpectrum(n, 1)
+			var ops [3]*packing.Coalesced
+			for i, d := range [][]packing.Desc{da, db, dc} {
+				p, err := packing.NewPlan(d, packing.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if ops[i], err = packing.Alloc(a, p, s); err != nil {
+					b.Fatal(err)
+				}
+				defer ops[i].Free()
+			}
+			tr := make([]Triple, n)
+			for i := range tr {
+				tr[i] = Triple{i, i, i}
+			}
+			pr := Problem{A: ops[0], B: ops[1], C: ops[2], Alpha: 1, Triples: tr}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				p, err := NewPlan(pr, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = p.Close()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
 		})
 	}
 }

@@ -21,76 +21,174 @@ func cublasType(d packing.DType) cublas.DType {
 	return cublas.D
 }
 
-// deviceArrays returns the plan's device pointer arrays, building them on
-// the first run: A, B and C pointers of every problem, filled in pinned
-// memory in the order of s and moved with one copy.
-func (p *Plan) deviceArrays(s *devalloc.Stream, bases [3]uintptr) (*devalloc.Buffer, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.arrays != nil {
-		return p.arrays, nil
+// operandBases is where each operand's layout begins: view offsets count
+// from there.
+func operandBases(o Operands) ([3]uintptr, error) {
+	var bases [3]uintptr
+	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
+		addr, err := c.Buffer().Addr()
+		if err != nil {
+			return bases, fmt.Errorf("gemm: %w", err)
+		}
+		bases[i] = addr + uintptr(c.Start())
 	}
-	a := s.Allocator()
+	return bases, nil
+}
+
+// prepareDevice makes the plan's device memory ready for a run at bases:
+// the parameter stack, uploaded once, when the engine has the kernels; the
+// cuBLAS pointer arrays when a launch reads them, rebuilt when the bases
+// differ from the last run's (on the device from the stack by the pointer
+// kernel, else filled on the host and copied). It returns the stack and
+// arrays to declare as read (nil when unused). The caller holds p.mu.
+func (e *Engine) prepareDevice(p *Plan, bases [3]uintptr, kern kernelLauncher) (stack, arrays *devalloc.Buffer, err error) {
+	a := e.s.Allocator()
+	if p.dev == nil {
+		p.dev = &deviceState{a: a}
+	} else if p.dev.a != a {
+		return nil, nil, fmt.Errorf("gemm: the plan's device memory belongs to another allocator (device %d): use one plan per device: %w", p.dev.a.Device(), ErrInvalid)
+	}
+	d := p.dev
 	n := int64(len(p.problems))
-	bytes := 3 * 8 * n
-	pin, err := a.AllocPinned(bytes, s)
+	smallOnCUBLAS := kern == nil && p.smallN > 0
+	needArr := p.needArr || smallOnCUBLAS
+	if kern != nil && d.stack == nil && (p.smallN > 0 || needArr) {
+		if d.stack, err = upload(e.s, stackEntryBytes*n, func(mem []byte) { encodeStack(mem, p.problems) }); err != nil {
+			return nil, nil, fmt.Errorf("gemm: parameter stack: %w", err)
+		}
+	}
+	if !needArr {
+		return d.stack, nil, nil
+	}
+	if d.arrays != nil && d.arrBases == bases {
+		return d.stack, d.arrays, nil
+	}
+	if d.arrays == nil {
+		if d.arrays, err = a.Alloc(3*8*n, e.s); err != nil {
+			return nil, nil, fmt.Errorf("gemm: pointer arrays: %w", err)
+		}
+	}
+	d.arrBases = [3]uintptr{}
+	if kern != nil {
+		err = e.derivePointers(d, int(n), bases, kern)
+	} else {
+		err = e.fillPointers(p, d, bases)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("gemm: pointer arrays: %w", err)
+		return nil, nil, fmt.Errorf("gemm: pointer arrays: %w", err)
+	}
+	d.arrBases = bases
+	return d.stack, d.arrays, nil
+}
+
+// upload allocates a device buffer of n bytes and fills it through pinned
+// memory with one copy on s. A pinned block is handed out only once its
+// last use has completed, so the host may write it at once.
+func upload(s *devalloc.Stream, n int64, fill func([]byte)) (*devalloc.Buffer, error) {
+	a := s.Allocator()
+	pin, err := a.AllocPinned(n, s)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { _ = pin.Free() }()
 	mem, err := pin.Bytes()
 	if err != nil {
-		return nil, fmt.Errorf("gemm: pointer arrays: %w", err)
+		return nil, err
 	}
-	probs := p.problems
-	// Work on the allocating stream needs no ledger declaration.
-	if err := s.Enqueue(func() error {
-		for i := range probs {
-			q := &probs[i]
-			binary.LittleEndian.PutUint64(mem[8*i:], uint64(bases[0])+uint64(q.a))
-			binary.LittleEndian.PutUint64(mem[8*(int(n)+i):], uint64(bases[1])+uint64(q.b))
-			binary.LittleEndian.PutUint64(mem[8*(2*int(n)+i):], uint64(bases[2])+uint64(q.c))
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("gemm: pointer arrays: %w", err)
-	}
-	arr, err := a.Alloc(bytes, s)
+	fill(mem[:n])
+	buf, err := a.Alloc(n, s)
 	if err != nil {
-		return nil, fmt.Errorf("gemm: pointer arrays: %w", err)
+		return nil, err
 	}
-	if err := s.Copy(arr, 0, pin, 0, bytes); err != nil {
-		_ = arr.Free()
-		return nil, fmt.Errorf("gemm: pointer arrays: %w", err)
+	if err := s.Copy(buf, 0, pin, 0, n); err != nil {
+		_ = buf.Free()
+		return nil, err
 	}
-	p.arrays = arr
-	return arr, nil
+	return buf, nil
 }
 
-// runCUDA makes the plan's cuBLAS calls on the engine's handle. Blocks are
+// derivePointers has the pointer kernel write the arrays from the stack.
+func (e *Engine) derivePointers(d *deviceState, n int, bases [3]uintptr, kern kernelLauncher) error {
+	rd, err := d.stack.Read(e.s)
+	if err != nil {
+		return err
+	}
+	wr, err := d.arrays.Write(e.s)
+	if err != nil {
+		return joinDone(err, rd)
+	}
+	stackAddr, err := d.stack.Addr()
+	if err != nil {
+		return joinDone(err, rd, wr)
+	}
+	out, err := d.arrays.Addr()
+	if err == nil {
+		err = kern.pointers(stackAddr, n, bases, out)
+	}
+	return joinDone(err, rd, wr)
+}
+
+func joinDone(err error, xs ...*devalloc.Access) error {
+	for _, x := range xs {
+		if derr := x.Done(); err == nil {
+			err = derr
+		}
+	}
+	return err
+}
+
+// fillPointers writes the arrays on the host into pinned memory and copies
+// them: the path without the kernels.
+func (e *Engine) fillPointers(p *Plan, d *deviceState, bases [3]uintptr) error {
+	n := len(p.problems)
+	tmp, err := upload(e.s, int64(24*n), func(mem []byte) {
+		for i := range p.problems {
+			q := &p.problems[i]
+			binary.LittleEndian.PutUint64(mem[8*i:], uint64(bases[0])+uint64(q.a))
+			binary.LittleEndian.PutUint64(mem[8*(n+i):], uint64(bases[1])+uint64(q.b))
+			binary.LittleEndian.PutUint64(mem[8*(2*n+i):], uint64(bases[2])+uint64(q.c))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	err = e.s.Copy(d.arrays, 0, tmp, 0, int64(24*n))
+	if ferr := tmp.Free(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// runCUDA makes the plan's launches on the engine's stream. Blocks are
 // row-major and cuBLAS is column-major: a row-major m x n matrix is the
 // column-major n x m transpose with the same leading dimension, so each
 // product C = op(A) op(B) is issued as C^T = op(B)^T op(A)^T, that is with
-// the B block first, the operations unchanged, and m and n swapped.
-func (e *Engine) runCUDA(p *Plan, declare func(*devalloc.Buffer, bool) error) error {
-	pr := &p.prob
-	var bases [3]uintptr
-	for i, c := range []*packing.Coalesced{pr.A, pr.B, pr.C} {
-		addr, err := c.Buffer().Addr()
-		if err != nil {
+// the B block first, the operations unchanged, and m and n swapped. The
+// small-block kernel reads row-major blocks as they are.
+func (e *Engine) runCUDA(p *Plan, o Operands, declare func(*devalloc.Buffer, bool) error) error {
+	bases, err := operandBases(o)
+	if err != nil {
+		return err
+	}
+	kern := e.kernels(p)
+	stack, arr, err := e.prepareDevice(p, bases, kern)
+	if err != nil {
+		return err
+	}
+	var stackAddr, arrA, arrB, arrC uintptr
+	for _, b := range []*devalloc.Buffer{stack, arr} {
+		if b != nil {
+			if err := declare(b, false); err != nil {
+				return err
+			}
+		}
+	}
+	if stack != nil {
+		if stackAddr, err = stack.Addr(); err != nil {
 			return fmt.Errorf("gemm: %w", err)
 		}
-		bases[i] = addr + uintptr(c.Start()) // view offsets count from the layout's start
 	}
-	var arrA, arrB, arrC uintptr
-	if p.needArr {
-		arr, err := p.deviceArrays(e.s, bases)
-		if err != nil {
-			return err
-		}
-		if err := declare(arr, false); err != nil {
-			return err
-		}
+	if arr != nil {
 		base, err := arr.Addr()
 		if err != nil {
 			return fmt.Errorf("gemm: %w", err)
@@ -99,28 +197,47 @@ func (e *Engine) runCUDA(p *Plan, declare func(*devalloc.Buffer, bool) error) er
 		arrA, arrB, arrC = base, base+8*n, base+16*n
 	}
 	dt := cublasType(p.dtype)
+	pr := &p.prob
 	opA, opB := cublas.Op(pr.TransA), cublas.Op(pr.TransB)
 	es := p.dtype.Size()
 	h := e.blas
-	alpha := pr.Alpha
+	alpha := o.Alpha
 	for _, l := range p.launches {
 		q := &p.problems[l.lo]
 		m, n, k := int(q.m), int(q.n), int(q.k)
 		lda, ldb := int(q.lda), int(q.ldb)
 		count := l.hi - l.lo
 		at := 8 * uintptr(l.lo)
+		beta := betaOf(o.Beta, l.wave)
 		var err error
 		calls := 1
 		switch l.kind {
 		case single:
-			err = h.Gemm(dt, opB, opA, n, m, k, alpha, bases[1]+uintptr(q.b), ldb, bases[0]+uintptr(q.a), lda, l.beta, bases[2]+uintptr(q.c), n)
+			err = h.Gemm(dt, opB, opA, n, m, k, alpha, bases[1]+uintptr(q.b), ldb, bases[0]+uintptr(q.a), lda, beta, bases[2]+uintptr(q.c), n)
 		case strided:
 			err = h.GemmStrided(dt, opB, opA, n, m, k, alpha, bases[1]+uintptr(q.b), ldb, l.sb/es, bases[0]+uintptr(q.a), lda, l.sa/es,
-				l.beta, bases[2]+uintptr(q.c), n, l.sc/es, count)
+				beta, bases[2]+uintptr(q.c), n, l.sc/es, count)
 		case pointers:
-			err = h.GemmBatched(dt, opB, opA, n, m, k, alpha, arrB+at, ldb, arrA+at, lda, l.beta, arrC+at, n, count)
+			err = h.GemmBatched(dt, opB, opA, n, m, k, alpha, arrB+at, ldb, arrA+at, lda, beta, arrC+at, n, count)
 		case grouped:
-			calls, err = e.grouped(p, l, dt, opA, opB, arrA, arrB, arrC)
+			calls, err = e.grouped(p, l, alpha, beta, dt, opA, opB, arrA, arrB, arrC)
+		case small:
+			if kern == nil {
+				e.stats.SmallFallbacks++
+				calls, err = e.grouped(p, l, alpha, beta, dt, opA, opB, arrA, arrB, arrC)
+				break
+			}
+			flags := 0
+			if pr.TransA == Trans {
+				flags |= flagTransA
+			}
+			if pr.TransB == Trans {
+				flags |= flagTransB
+			}
+			if beta != 0 {
+				flags |= flagReadC
+			}
+			err = kern.small(p.dtype, stackAddr+uintptr(stackEntryBytes*l.lo), count, bases, alpha, beta, flags)
 		}
 		if err != nil {
 			return fmt.Errorf("gemm: %v launch of wave %d: %w", l.kind, l.wave, err)
@@ -131,28 +248,29 @@ func (e *Engine) runCUDA(p *Plan, declare func(*devalloc.Buffer, bool) error) er
 }
 
 // grouped issues one grouped launch, or one pointer-array call per shape
-// when the loaded cuBLAS has no grouped GEMM.
-func (e *Engine) grouped(p *Plan, l launch, dt cublas.DType, opA, opB cublas.Op, arrA, arrB, arrC uintptr) (int, error) {
-	pr := &p.prob
-	if e.blas.HasGrouped() {
+// when the loaded cuBLAS has no grouped GEMM or the dtype is complex.
+func (e *Engine) grouped(p *Plan, l launch, alpha, beta complex128, dt cublas.DType, opA, opB cublas.Op, arrA, arrB, arrC uintptr) (int, error) {
+	if e.blas.HasGrouped() && !p.dtype.IsComplex() {
 		groups := make([]cublas.Group, len(l.groups))
 		at := l.lo
 		for g, size := range l.groups {
 			q := &p.problems[at]
-			groups[g] = cublas.Group{TransA: opB, TransB: opA, M: q.n, N: q.m, K: q.k, Alpha: real(pr.Alpha), Beta: real(l.beta),
+			groups[g] = cublas.Group{TransA: opB, TransB: opA, M: q.n, N: q.m, K: q.k, Alpha: real(alpha), Beta: real(beta),
 				LdA: q.ldb, LdB: q.lda, LdC: q.n, Size: int32(size)}
 			at += size
 		}
 		off := 8 * uintptr(l.lo)
 		return 1, e.blas.GemmGrouped(dt, groups, arrB+off, arrA+off, arrC+off)
 	}
-	e.stats.GroupedFallbacks++
+	if l.kind == grouped {
+		e.stats.GroupedFallbacks++
+	}
 	at := l.lo
 	for _, size := range l.groups {
 		q := &p.problems[at]
 		off := 8 * uintptr(at)
-		if err := e.blas.GemmBatched(dt, opB, opA, int(q.n), int(q.m), int(q.k), pr.Alpha, arrB+off, int(q.ldb), arrA+off, int(q.lda),
-			l.beta, arrC+off, int(q.n), size); err != nil {
+		if err := e.blas.GemmBatched(dt, opB, opA, int(q.n), int(q.m), int(q.k), alpha, arrB+off, int(q.ldb), arrA+off, int(q.lda),
+			beta, arrC+off, int(q.n), size); err != nil {
 			return 0, err
 		}
 		at += size

@@ -27,6 +27,14 @@ type Engine struct {
 	// anyMemory lets a device engine run on host memory: tests drive the
 	// CUDA launch code through a column-major fake of cuBLAS.
 	anyMemory bool
+	// kern runs the small-block and pointer kernels: loaded on the first
+	// plan that has a use for them, nil with kernErr when they cannot be
+	// (no NVRTC, a runtime older than 12.8), and then small launches go to
+	// cuBLAS. testKern replaces the loader in tests.
+	kernOnce sync.Once
+	kern     kernelLauncher
+	kernErr  error
+	testKern kernelLauncher
 
 	mu     sync.Mutex
 	closed bool
@@ -60,6 +68,9 @@ type EngineStats struct {
 	// GroupedFallbacks counts grouped launches run as per-shape calls
 	// because the loaded cuBLAS lacks grouped batched GEMM.
 	GroupedFallbacks int64
+	// SmallFallbacks counts small-kernel launches run through cuBLAS
+	// because the kernels could not be loaded (see KernelStatus).
+	SmallFallbacks int64
 }
 
 // NewEngine makes an engine for stream s, on the backend of s's allocator.
@@ -110,10 +121,55 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Run enqueues the plan on the engine's stream. It declares the reads of A
-// and B and the write of C in the buffers' ledgers, so the products follow
-// earlier writers and readers on any stream and Free waits for them.
-func (e *Engine) Run(p *Plan) (err error) {
+// kernels returns the small-block kernels for this engine's device, loading
+// them on first need, or nil when they are unavailable.
+func (e *Engine) kernels(p *Plan) kernelLauncher {
+	if e.testKern != nil {
+		return e.testKern
+	}
+	if p.smallN == 0 && !p.needArr {
+		return e.kern
+	}
+	e.kernOnce.Do(func() {
+		dev := e.s.Allocator().Device()
+		rt, ks, err := loadKernels(dev)
+		if err != nil {
+			e.kernErr = fmt.Errorf("gemm: small-block kernel unavailable, cuBLAS runs those products: %w", err)
+			return
+		}
+		e.kern = &cudaKernels{rt: rt, dev: dev, stream: e.s.Handle(), k: ks}
+	})
+	return e.kern
+}
+
+// KernelStatus reports whether the CUDA engine runs small products in its
+// own kernel: nil once the kernel is loaded (or on the host backend, where
+// nothing needs it), else why not. The kernel loads on the first plan that
+// uses it, so call it after a Run.
+func (e *Engine) KernelStatus() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.kernErr
+}
+
+// Run enqueues the plan on the operands it was planned on, with its
+// problem's Alpha and Beta: RunOn(p, Operands{A, B, C, Alpha, Beta}).
+func (e *Engine) Run(p *Plan) error {
+	if p == nil {
+		return fmt.Errorf("gemm: nil plan: %w", ErrInvalid)
+	}
+	pr := &p.prob
+	return e.RunOn(p, Operands{A: pr.A, B: pr.B, C: pr.C, Alpha: pr.Alpha, Beta: pr.Beta})
+}
+
+// RunOn enqueues the plan on the engine's stream over o's buffers, which
+// must be laid out as the plan's operands (the same packing plans and
+// groups; ErrLayout otherwise): a solver whose block structure repeats plans
+// once and runs the plan on each solve's new buffers. It declares the reads
+// of A and B and the write of C in the buffers' ledgers, so the products
+// follow earlier writers and readers on any stream and Free waits for them.
+// Runs of one plan are serialised: on CUDA they share its device memory.
+func (e *Engine) RunOn(p *Plan, o Operands) (err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -123,16 +179,17 @@ func (e *Engine) Run(p *Plan) (err error) {
 		return fmt.Errorf("gemm: nil plan: %w", ErrInvalid)
 	}
 	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
+	defer p.mu.Unlock()
+	if p.closed {
 		return fmt.Errorf("gemm: run of a closed plan: %w", ErrInvalid)
+	}
+	if err := p.bind(o); err != nil {
+		return err
 	}
 	if len(p.launches) == 0 {
 		return nil
 	}
-	pr := &p.prob
-	for _, c := range []*packing.Coalesced{pr.A, pr.B, pr.C} {
+	for _, c := range []*packing.Coalesced{o.A, o.B, o.C} {
 		loc := c.Location()
 		if e.device && loc != devalloc.OnDevice && !e.anyMemory || !e.device && !loc.HostAccessible() {
 			return fmt.Errorf("gemm: %s memory on a %s engine: %w", loc, map[bool]string{true: "CUDA", false: "host"}[e.device], ErrUnavailable)
@@ -160,7 +217,7 @@ func (e *Engine) Run(p *Plan) (err error) {
 		open = append(open, x)
 		return nil
 	}
-	bufA, bufB, bufC := pr.A.Buffer(), pr.B.Buffer(), pr.C.Buffer()
+	bufA, bufB, bufC := o.A.Buffer(), o.B.Buffer(), o.C.Buffer()
 	if err := declare(bufC, true); err != nil {
 		return err
 	}
@@ -176,7 +233,7 @@ func (e *Engine) Run(p *Plan) (err error) {
 	}
 	e.stats.Runs++
 	if e.device {
-		return e.runCUDA(p, declare)
+		return e.runCUDA(p, o, declare)
 	}
-	return e.runHost(p)
+	return e.runHost(p, o)
 }

@@ -19,6 +19,10 @@ var (
 	ErrAlias = fmt.Errorf("gemm: C block aliases an input: %w", ErrInvalid)
 	// ErrOutOfRange: a triple names a block its buffer does not have.
 	ErrOutOfRange = fmt.Errorf("gemm: block index out of range: %w", ErrInvalid)
+	// ErrLayout: Engine.RunOn was given an operand laid out by another
+	// packing plan or group than the plan's: the block structure changed,
+	// so plan again.
+	ErrLayout = fmt.Errorf("gemm: operand layout differs from the plan's: %w", ErrInvalid)
 	// ErrUnavailable: the backend cannot run the plan (no cuBLAS, host
 	// memory on a CUDA engine or the reverse).
 	ErrUnavailable = errors.New("gemm: backend unavailable")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cublas"
+	"github.com/distbuf/distbuf/packing"
 )
 
 // fakeBLAS is a column-major reference implementation of the cuBLAS calls
@@ -24,9 +25,112 @@ type fakeBLAS struct {
 	calls   map[string]int
 }
 
-func newFakeEngine(s *devalloc.Stream, grouped bool) (*Engine, *fakeBLAS) {
+// newFakeEngine makes a CUDA engine on host memory whose cuBLAS is the fake;
+// with kernels, its small-block and pointer kernels are fakeKernels, else it
+// runs as where the kernels cannot load.
+func newFakeEngine(s *devalloc.Stream, grouped, kernels bool) (*Engine, *fakeBLAS) {
 	f := &fakeBLAS{s: s, grouped: grouped, calls: map[string]int{}}
-	return &Engine{s: s, device: true, blas: f, anyMemory: true}, f
+	e := &Engine{s: s, device: true, blas: f, anyMemory: true}
+	if kernels {
+		e.testKern = fakeKernels{f}
+	} else {
+		e.kernOnce.Do(func() { e.kernErr = fmt.Errorf("gemm: small-block kernel unavailable: fake engine without kernels") })
+	}
+	return e, f
+}
+
+// fakeKernels runs the contract of the CUDA kernels of kernel.go on host
+// memory, in stream order: it decodes the stack entries independently of
+// encodeStack and indexes row-major blocks as the kernel does.
+type fakeKernels struct{ f *fakeBLAS }
+
+func (k fakeKernels) entry(stack uintptr, i int) (off [3]uint64, dims [5]int, err error) {
+	p, err := k.f.ptr(stack+uintptr(stackEntryBytes*i), stackEntryBytes)
+	if err != nil {
+		return off, dims, err
+	}
+	e := unsafe.Slice((*byte)(p), stackEntryBytes)
+	for j := range off {
+		off[j] = binary.LittleEndian.Uint64(e[8*j:])
+	}
+	for j := range dims {
+		dims[j] = int(int32(binary.LittleEndian.Uint32(e[24+4*j:])))
+	}
+	if pad := binary.LittleEndian.Uint32(e[44:]); pad != 0 {
+		return off, dims, fmt.Errorf("fake kernel: stack entry %d has padding %d", i, pad)
+	}
+	return off, dims, nil
+}
+
+func (k fakeKernels) small(dt packing.DType, stack uintptr, count int, bases [3]uintptr, alpha, beta complex128, flags int) error {
+	k.f.count("small")
+	cdt := cublasType(dt)
+	es := uintptr(dt.Size())
+	return k.f.s.Enqueue(func() error {
+		for p := range count {
+			off, d, err := k.entry(stack, p)
+			if err != nil {
+				return err
+			}
+			m, n, kk, lda, ldb := d[0], d[1], d[2], d[3], d[4]
+			a, b, c := bases[0]+uintptr(off[0]), bases[1]+uintptr(off[1]), bases[2]+uintptr(off[2])
+			ai, al := lda, 1
+			if flags&flagTransA != 0 {
+				ai, al = 1, lda
+			}
+			bl, bj := ldb, 1
+			if flags&flagTransB != 0 {
+				bl, bj = 1, ldb
+			}
+			for idx := range m * n {
+				i, j := idx/n, idx%n
+				var acc complex128
+				for l := range kk {
+					x, err := k.f.load(cdt, a+uintptr(i*ai+l*al)*es)
+					if err != nil {
+						return err
+					}
+					y, err := k.f.load(cdt, b+uintptr(l*bl+j*bj)*es)
+					if err != nil {
+						return err
+					}
+					acc += x * y
+				}
+				v := alpha * acc
+				if flags&flagReadC != 0 {
+					old, err := k.f.load(cdt, c+uintptr(idx)*es)
+					if err != nil {
+						return err
+					}
+					v += beta * old
+				}
+				if err := k.f.store(cdt, c+uintptr(idx)*es, v); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func (k fakeKernels) pointers(stack uintptr, count int, bases [3]uintptr, out uintptr) error {
+	k.f.count("pointers")
+	return k.f.s.Enqueue(func() error {
+		for i := range count {
+			off, _, err := k.entry(stack, i)
+			if err != nil {
+				return err
+			}
+			for j := range 3 {
+				p, err := k.f.ptr(out+uintptr(8*(j*count+i)), 8)
+				if err != nil {
+					return err
+				}
+				binary.LittleEndian.PutUint64(unsafe.Slice((*byte)(p), 8), uint64(bases[j])+off[j])
+			}
+		}
+		return nil
+	})
 }
 
 func (f *fakeBLAS) count(name string) {
@@ -226,14 +330,14 @@ func TestFakeCUBLASCounts(t *testing.T) {
 	for _, grouped := range []bool{true, false} {
 		a := openHost(t)
 		s := a.DefaultStream()
-		eng, fake := newFakeEngine(s, grouped)
+		eng, fake := newFakeEngine(s, grouped, false)
 		pr, A, B, C := sparseProblem(t, s, 2, NoTrans, Trans, 99) // float64
-		p, err := NewPlan(pr, Options{})
+		p, err := NewPlan(pr, Options{SmallMax: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		fake.buffers = func() []*devalloc.Buffer {
-			return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays}
+			return append([]*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer()}, p.deviceBuffers()...)
 		}
 		ref, mag := reference(pr, A, B, C)
 		if err := eng.Run(p); err != nil {

@@ -29,21 +29,21 @@ func hostBase(c *packing.Coalesced) (unsafe.Pointer, error) {
 // runHost enqueues the plan: one stream function per wave whose products
 // run in parallel on goroutines (a wave has no two products writing one C
 // block), or, for the Loop strategy, one stream function per product.
-func (e *Engine) runHost(p *Plan) error {
+func (e *Engine) runHost(p *Plan, o Operands) error {
 	pr := &p.prob
 	var bases [3]unsafe.Pointer
-	for i, c := range []*packing.Coalesced{pr.A, pr.B, pr.C} {
+	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
 		b, err := hostBase(c)
 		if err != nil {
 			return err
 		}
 		bases[i] = b
 	}
-	x := hostGemm{dt: p.dtype, ta: blasOp(pr.TransA), tb: blasOp(pr.TransB), alpha: pr.Alpha, bases: bases}
+	x := hostGemm{dt: p.dtype, ta: blasOp(pr.TransA), tb: blasOp(pr.TransB), alpha: o.Alpha, bases: bases}
 	if p.strategy == Loop {
 		for _, l := range p.launches {
 			q := &p.problems[l.lo]
-			beta := l.beta
+			beta := betaOf(o.Beta, l.wave)
 			if err := e.s.Enqueue(func() error { x.run(q, beta); return nil }); err != nil {
 				return fmt.Errorf("gemm: %w", err)
 			}
@@ -57,7 +57,7 @@ func (e *Engine) runHost(p *Plan) error {
 			hi++
 		}
 		probs := p.problems[p.launches[lo].lo:p.launches[hi-1].hi]
-		beta := p.launches[lo].beta
+		beta := betaOf(o.Beta, p.launches[lo].wave)
 		if err := e.s.Enqueue(func() error { return x.wave(probs, beta) }); err != nil {
 			return fmt.Errorf("gemm: %w", err)
 		}
@@ -85,7 +85,7 @@ type hostGemm struct {
 func (x hostGemm) wave(probs []problem, beta complex128) error {
 	var total int64
 	for i := range probs {
-		total += probs[i].flops
+		total += probs[i].flops()
 	}
 	workers := runtime.GOMAXPROCS(0)
 	if total < parallelFlops || len(probs) < 2 || workers < 2 {
@@ -98,7 +98,7 @@ func (x hostGemm) wave(probs []problem, beta complex128) error {
 	per := total/int64(workers) + 1
 	start, acc := 0, int64(0)
 	for i := range probs {
-		acc += probs[i].flops
+		acc += probs[i].flops()
 		if acc >= per || i == len(probs)-1 {
 			part := probs[start : i+1]
 			g.Go(func() error {

@@ -1,9 +1,12 @@
 package gemm
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"math/bits"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
@@ -49,13 +52,22 @@ type Problem struct {
 	Triples        []Triple
 }
 
+// Operands binds a plan to buffers for one run: any Coalesced laid out by
+// the same packing plans and groups as the plan's operands, and the scalars.
+type Operands struct {
+	A, B, C     *packing.Coalesced
+	Alpha, Beta complex128
+}
+
 // Strategy chooses how a wave's products become launches.
 type Strategy int
 
 const (
-	// Auto: one grouped call per wave for real dtypes with several shapes
-	// (one strided or pointer-array call when the wave has one shape), and
-	// per-shape batched calls for complex dtypes.
+	// Auto: on CUDA, the products whose dimensions are all at most
+	// Options.SmallMax go to distbuf's own batched kernel, one launch per
+	// wave; the others get one grouped call per wave for real dtypes with
+	// several shapes (one strided or pointer-array call when the wave has
+	// one shape), and per-shape batched calls for complex dtypes.
 	Auto Strategy = iota
 	// Loop: one GEMM per triple (the baseline the batches are measured against).
 	Loop
@@ -65,6 +77,9 @@ const (
 	// Grouped: one grouped call per wave for real dtypes (complex dtypes
 	// have no grouped GEMM and get PerShape).
 	Grouped
+	// Kernel: every product in distbuf's own batched kernel, one launch per
+	// wave, whatever its size.
+	Kernel
 )
 
 func (s Strategy) String() string {
@@ -77,13 +92,25 @@ func (s Strategy) String() string {
 		return "pershape"
 	case Grouped:
 		return "grouped"
+	case Kernel:
+		return "kernel"
 	}
 	return fmt.Sprintf("Strategy(%d)", int(s))
 }
 
+// DefaultSmallMax is the largest dimension of a product that Auto sends to
+// the small-block kernel. It is the crossover measured on an H200 with
+// `ranktest -bench gemm` (docs/PERFORMANCE.md): below it one launch of the
+// kernel beats a grouped cuBLAS call over the same products.
+const DefaultSmallMax = 16
+
 // Options configures NewPlan.
 type Options struct {
 	Strategy Strategy
+	// SmallMax bounds the dimensions (m, n and k) of the products Auto gives
+	// to the small-block kernel: 0 means DefaultSmallMax, a negative value
+	// sends none there.
+	SmallMax int
 }
 
 // kind is the kind of one launch.
@@ -94,6 +121,7 @@ const (
 	strided                  // strided batched: one shape, constant strides
 	pointers                 // pointer-array batched: one shape, any offsets
 	grouped                  // grouped batched: several shapes in one call
+	small                    // distbuf's batched kernel: any shapes
 )
 
 func (k kind) String() string {
@@ -106,49 +134,68 @@ func (k kind) String() string {
 		return "pointers"
 	case grouped:
 		return "grouped"
+	case small:
+		return "small"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
 
-// problem is one product: byte offsets in the A, B and C buffers, the shape
+// problem is one product: byte offsets in the A, B and C layouts, the shape
 // (C is m x n, the inner dimension k) and the row lengths of the stored A
 // and B blocks.
 type problem struct {
 	a, b, c    int64
 	m, n, k    int32
 	lda, ldb   int32
-	flops      int64
 	tripleIdx  int32
 	wave       int32
 	shapeClass int32
 }
 
-// launch is one library call over problems[lo:hi].
+func (q *problem) flops() int64 { return 2 * int64(q.m) * int64(q.n) * int64(q.k) }
+
+// launch is one library call (or kernel launch) over problems[lo:hi].
 type launch struct {
 	kind   kind
 	wave   int
-	beta   complex128
 	lo, hi int
 	// strided: byte strides between consecutive problems.
 	sa, sb, sc int64
-	// grouped: the sizes of its shape groups, in order.
+	// grouped, and small when it falls back to cuBLAS: the sizes of its
+	// shape runs, in order.
 	groups []int
 }
 
-// Plan is a contraction list planned into launches. It is immutable once
-// made, except for the device pointer arrays a CUDA engine builds on first
-// use; Close releases them.
+// layoutRef is what an operand's offsets depend on: its packing plan and
+// group. A Coalesced with the same pair has the same views at the same
+// offsets from its layout's start.
+type layoutRef struct {
+	plan  *packing.Plan
+	group int
+}
+
+func layoutOf(c *packing.Coalesced) layoutRef { return layoutRef{c.Plan(), c.Group()} }
+
+// Plan is a contraction list planned into launches, once per block
+// structure: it depends on the operands' layouts (their packing plans and
+// groups), the operations and the triples, not on the buffers, so it runs on
+// any buffers with those layouts (Engine.RunOn). On CUDA its parameter
+// stack, the products' offsets and shapes, is uploaded on the first run and
+// stays on the device; cuBLAS pointer arrays are derived from it on the
+// device when the buffers' addresses change. Close releases that memory.
 type Plan struct {
-	prob     Problem
+	prob     Problem // the operands it was planned on: Engine.Run's
+	layouts  [3]layoutRef
 	dtype    packing.DType
 	strategy Strategy
 	problems []problem // in launch order
 	launches []launch
 	waves    int
-	needArr  bool // some launch reads pointer arrays
+	needArr  bool // some cuBLAS launch reads pointer arrays
+	smallN   int  // products in small launches
 
-	mu     sync.Mutex
-	arrays *devalloc.Buffer // [A pointers | B pointers | C pointers], 8 bytes each
+	mu     sync.Mutex // serialises runs: the device state is shared
+	dev    *deviceState
 	closed bool
 }
 
@@ -156,10 +203,24 @@ type Plan struct {
 type Summary struct {
 	Problems, Waves, Launches          int
 	Single, Strided, Pointers, Grouped int
+	// Small counts launches of the small-block kernel, SmallProblems the
+	// products they carry.
+	Small, SmallProblems int
 }
 
+// plansBuilt counts successful NewPlan calls in the process.
+var plansBuilt atomic.Int64
+
+// PlansBuilt is the number of plans NewPlan has made in this process: a
+// solver whose block structure repeats should see it stop growing.
+func PlansBuilt() int64 { return plansBuilt.Load() }
+
 // NewPlan validates a problem and plans it into the fewest launches its
-// strategy allows.
+// strategy allows. It costs O(n) for n triples in the usual case (products
+// bucketed by wave and shape in one counting pass) and O(n log n) at worst
+// (a bucket whose C offsets are out of order is sorted); nothing goes
+// through reflection. Problem.A, B and C give the layouts; Engine.Run runs
+// the plan on them, Engine.RunOn on any buffers with the same layouts.
 func NewPlan(pr Problem, opts Options) (*Plan, error) {
 	if pr.A == nil || pr.B == nil || pr.C == nil {
 		return nil, fmt.Errorf("gemm: nil operand buffer: %w", ErrInvalid)
@@ -167,20 +228,36 @@ func NewPlan(pr Problem, opts Options) (*Plan, error) {
 	if pr.TransA > Trans || pr.TransB > Trans {
 		return nil, fmt.Errorf("gemm: operations %d, %d: want NoTrans or Trans: %w", pr.TransA, pr.TransB, ErrInvalid)
 	}
-	if opts.Strategy < Auto || opts.Strategy > Grouped {
+	if opts.Strategy < Auto || opts.Strategy > Kernel {
 		return nil, fmt.Errorf("gemm: strategy %v: %w", opts.Strategy, ErrInvalid)
 	}
-	p := &Plan{prob: pr, strategy: opts.Strategy}
-	p.prob.Triples = append([]Triple(nil), pr.Triples...)
-	if err := p.build(); err != nil {
+	p := &Plan{prob: pr, strategy: opts.Strategy, layouts: [3]layoutRef{layoutOf(pr.A), layoutOf(pr.B), layoutOf(pr.C)}}
+	p.prob.Triples = slices.Clone(pr.Triples)
+	if err := p.build(smallMaxOf(opts)); err != nil {
 		return nil, err
 	}
+	plansBuilt.Add(1)
 	return p, nil
 }
 
-func (p *Plan) build() error {
+func smallMaxOf(o Options) int32 {
+	switch {
+	case o.Strategy == Kernel:
+		return 1<<31 - 1
+	case o.Strategy != Auto || o.SmallMax < 0:
+		return 0
+	case o.SmallMax == 0:
+		return DefaultSmallMax
+	}
+	return int32(min(o.SmallMax, 1<<31-1))
+}
+
+func (p *Plan) build(smallMax int32) error {
 	pr := &p.prob
 	n := len(pr.Triples)
+	if n > 1<<31-1 {
+		return fmt.Errorf("gemm: %d triples: at most 2^31-1: %w", n, ErrInvalid)
+	}
 	probs := make([]problem, n)
 	waveOf := make([]int32, pr.C.Len())
 	for i, t := range pr.Triples {
@@ -215,19 +292,29 @@ func (p *Plan) build() error {
 			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("op%v(A) is %dx%d, op%v(B) %dx%d, C %dx%d",
 				pr.TransA, m, k, pr.TransB, kb, nn, vc.Rows(), vc.Cols()), Err: ErrShape}
 		}
+		if max(m, nn, k, va.Cols(), vb.Cols()) > 1<<31-1 {
+			return &TripleError{Index: i, Triple: t, Reason: "a dimension exceeds 2^31-1", Err: ErrShape}
+		}
 		w := waveOf[t.C]
 		waveOf[t.C]++
 		probs[i] = problem{a: va.Offset(), b: vb.Offset(), c: vc.Offset(), m: int32(m), n: int32(nn), k: int32(k),
-			lda: int32(va.Cols()), ldb: int32(vb.Cols()), flops: 2 * int64(m) * int64(nn) * int64(k), tripleIdx: int32(i), wave: w}
+			lda: int32(va.Cols()), ldb: int32(vb.Cols()), tripleIdx: int32(i), wave: w}
 		p.waves = max(p.waves, int(w)+1)
 	}
-	if n > 0 && !p.dtype.IsComplex() && (imag(pr.Alpha) != 0 || imag(pr.Beta) != 0) {
-		return fmt.Errorf("gemm: complex alpha %v or beta %v for %v blocks: %w", pr.Alpha, pr.Beta, p.dtype, ErrDType)
+	if err := checkScalars(p.dtype, n, pr.Alpha, pr.Beta); err != nil {
+		return err
 	}
 	if err := checkAliasing(pr, probs, p.dtype.Size()); err != nil {
 		return err
 	}
-	p.plan(probs)
+	p.plan(probs, smallMax)
+	return nil
+}
+
+func checkScalars(dt packing.DType, n int, alpha, beta complex128) error {
+	if n > 0 && !dt.IsComplex() && (imag(alpha) != 0 || imag(beta) != 0) {
+		return fmt.Errorf("gemm: complex alpha %v or beta %v for %v blocks: %w", alpha, beta, dt, ErrDType)
+	}
 	return nil
 }
 
@@ -244,25 +331,10 @@ func viewOf(c *packing.Coalesced, k int, name string, i int, t Triple) (packing.
 func checkAliasing(pr *Problem, probs []problem, elem int64) error {
 	region := func(c *packing.Coalesced) (uintptr, uintptr) {
 		v, _ := c.Buffer().Addr()
+		v += uintptr(c.Start())
 		return v, v + uintptr(c.Size())
 	}
 	c0, c1 := region(pr.C)
-	type iv struct {
-		lo, hi uintptr
-		input  bool
-		triple int
-	}
-	var ivs []iv
-	add := func(c *packing.Coalesced, input bool, off func(*problem) int64, bytes func(*problem) int64) {
-		base, _ := c.Buffer().Addr()
-		for i := range probs {
-			lo := base + uintptr(off(&probs[i]))
-			ivs = append(ivs, iv{lo, lo + uintptr(bytes(&probs[i])), input, int(probs[i].tripleIdx)})
-		}
-	}
-	sizeA := func(q *problem) int64 { return int64(q.m) * int64(q.k) * elem }
-	sizeB := func(q *problem) int64 { return int64(q.k) * int64(q.n) * elem }
-	sizeC := func(q *problem) int64 { return int64(q.m) * int64(q.n) * elem }
 	overlaps := false
 	for _, in := range []*packing.Coalesced{pr.A, pr.B} {
 		a0, a1 := region(in)
@@ -273,10 +345,27 @@ func checkAliasing(pr *Problem, probs []problem, elem int64) error {
 	if !overlaps {
 		return nil
 	}
+	type iv struct {
+		lo, hi uintptr
+		input  bool
+		triple int
+	}
+	ivs := make([]iv, 0, 3*len(probs))
+	add := func(c *packing.Coalesced, input bool, off func(*problem) int64, bytes func(*problem) int64) {
+		base, _ := c.Buffer().Addr()
+		base += uintptr(c.Start())
+		for i := range probs {
+			lo := base + uintptr(off(&probs[i]))
+			ivs = append(ivs, iv{lo, lo + uintptr(bytes(&probs[i])), input, int(probs[i].tripleIdx)})
+		}
+	}
+	sizeA := func(q *problem) int64 { return int64(q.m) * int64(q.k) * elem }
+	sizeB := func(q *problem) int64 { return int64(q.k) * int64(q.n) * elem }
+	sizeC := func(q *problem) int64 { return int64(q.m) * int64(q.n) * elem }
 	add(pr.C, false, func(q *problem) int64 { return q.c }, sizeC)
 	add(pr.A, true, func(q *problem) int64 { return q.a }, sizeA)
 	add(pr.B, true, func(q *problem) int64 { return q.b }, sizeB)
-	sort.Slice(ivs, func(i, j int) bool { return ivs[i].lo < ivs[j].lo })
+	slices.SortFunc(ivs, func(x, y iv) int { return cmp.Compare(x.lo, y.lo) })
 	// Sweep: remember the furthest-reaching C and input intervals so far.
 	var lastC, lastIn *iv
 	for i := range ivs {
@@ -304,82 +393,168 @@ func checkAliasing(pr *Problem, probs []problem, elem int64) error {
 	return nil
 }
 
-// plan orders the problems by wave, then by shape in order of first
-// appearance, then by C offset, and cuts them into launches.
-func (p *Plan) plan(probs []problem) {
-	type shapeKey struct{ m, n, k int32 }
-	shapes := map[shapeKey]int32{}
+// shapeTable numbers shapes in order of first appearance: open addressing
+// over a power-of-two table, a few nanoseconds a lookup.
+type shapeTable struct {
+	keys    []uint64 // m<<42 | n<<21 | k, plus one; 0 is empty
+	classes []int32
+	shift   uint
+	n       int32
+}
+
+func newShapeTable(problems int) shapeTable {
+	size := 1 << max(4, bits.Len(uint(2*problems)))
+	return shapeTable{keys: make([]uint64, size), classes: make([]int32, size), shift: uint(64 - bits.Len(uint(size-1)))}
+}
+
+// class returns the shape's number, or -1 when the shape does not fit the
+// key (dimensions of 2^21 and more), which the caller numbers itself.
+func (t *shapeTable) class(m, n, k int32) int32 {
+	if m >= 1<<21 || n >= 1<<21 || k >= 1<<21 {
+		return -1
+	}
+	key := (uint64(m)<<42 | uint64(n)<<21 | uint64(k)) + 1
+	mask := uint64(len(t.keys) - 1)
+	for h := (key * 0x9e3779b97f4a7c15) >> t.shift; ; h = (h + 1) & mask {
+		switch t.keys[h] {
+		case key:
+			return t.classes[h]
+		case 0:
+			t.keys[h], t.classes[h] = key, t.n
+			t.n++
+			return t.n - 1
+		}
+	}
+}
+
+// plan orders the problems by wave, then (under Auto) small products before
+// the others, then by shape in order of first appearance, then by C offset,
+// and cuts them into launches. Inside a wave the order of products is free
+// (no two write one C block): sorting a shape's products by C offset finds
+// the strides of a packing class whatever order the list gave them in.
+func (p *Plan) plan(probs []problem, smallMax int32) {
+	shapes := newShapeTable(len(probs))
+	var huge map[[3]int32]int32 // shapes too large for the table's key
 	for i := range probs {
 		q := &probs[i]
-		key := shapeKey{q.m, q.n, q.k}
-		s, ok := shapes[key]
-		if !ok {
-			s = int32(len(shapes))
-			shapes[key] = s
+		s := shapes.class(q.m, q.n, q.k)
+		if s < 0 {
+			if huge == nil {
+				huge = map[[3]int32]int32{}
+			}
+			key := [3]int32{q.m, q.n, q.k}
+			var ok bool
+			if s, ok = huge[key]; !ok {
+				s = shapes.n
+				shapes.n++
+				huge[key] = s
+			}
 		}
 		q.shapeClass = s
 	}
-	// Inside a wave the order of products is free (no two write one C
-	// block): sorting a shape's products by C offset finds the strides of
-	// a packing class whatever order the list gave them in.
-	sort.SliceStable(probs, func(i, j int) bool {
-		if probs[i].wave != probs[j].wave {
-			return probs[i].wave < probs[j].wave
+	isSmall := func(q *problem) bool { return max(q.m, q.n, q.k) <= smallMax }
+	// Bucket by (wave, small first, shape): one counting pass, then each
+	// bucket in C order (already so when the list follows the layout).
+	nShapes := int(shapes.n)
+	bucketOf := func(q *problem) int {
+		b := int(q.wave)*2*nShapes + int(q.shapeClass)
+		if !isSmall(q) {
+			b += nShapes
 		}
-		if probs[i].shapeClass != probs[j].shapeClass {
-			return probs[i].shapeClass < probs[j].shapeClass
+		return b
+	}
+	var sorted []problem
+	if nb := p.waves * 2 * nShapes; nb <= 4*len(probs)+64 {
+		start := make([]int32, nb+1)
+		for i := range probs {
+			start[bucketOf(&probs[i])+1]++
 		}
-		return probs[i].c < probs[j].c
-	})
-	p.problems = probs
-	groupable := !p.dtype.IsComplex() && (p.strategy == Auto || p.strategy == Grouped)
-	for lo := 0; lo < len(probs); {
-		w := probs[lo].wave
-		hi := lo
-		var runs []int // start of each shape run in the wave
-		for hi < len(probs) && probs[hi].wave == w {
-			if hi == lo || probs[hi].shapeClass != probs[hi-1].shapeClass {
-				runs = append(runs, hi)
+		for b := range nb {
+			start[b+1] += start[b]
+		}
+		sorted = make([]problem, len(probs))
+		next := slices.Clone(start[:nb])
+		for i := range probs {
+			b := bucketOf(&probs[i])
+			sorted[next[b]] = probs[i]
+			next[b]++
+		}
+		for b := range nb {
+			run := sorted[start[b]:start[b+1]]
+			if !slices.IsSortedFunc(run, byC) {
+				slices.SortFunc(run, byC)
 			}
+		}
+	} else { // many waves of few products: a comparison sort is cheaper than the buckets
+		sorted = probs
+		slices.SortFunc(sorted, func(x, y problem) int {
+			return cmp.Or(cmp.Compare(bucketOf(&x), bucketOf(&y)), byC(x, y))
+		})
+	}
+	p.problems = sorted
+	groupable := !p.dtype.IsComplex() && (p.strategy == Auto || p.strategy == Grouped)
+	for lo := 0; lo < len(sorted); {
+		w := sorted[lo].wave
+		hi := lo
+		for hi < len(sorted) && sorted[hi].wave == w {
 			hi++
 		}
-		beta := p.prob.Beta
-		if w > 0 {
-			beta = 1
+		mid := lo // the wave's small products are sorted[lo:mid]
+		for mid < hi && isSmall(&sorted[mid]) {
+			mid++
 		}
-		switch {
-		case p.strategy == Loop:
-			for i := lo; i < hi; i++ {
-				p.launches = append(p.launches, launch{kind: single, wave: int(w), beta: beta, lo: i, hi: i + 1})
-			}
-		case groupable && (len(runs) > 1 || p.strategy == Grouped):
-			l := launch{kind: grouped, wave: int(w), beta: beta, lo: lo, hi: hi}
-			for r, start := range runs {
-				end := hi
-				if r+1 < len(runs) {
-					end = runs[r+1]
-				}
-				l.groups = append(l.groups, end-start)
-			}
-			p.launches = append(p.launches, l)
-			p.needArr = true
-		default:
-			for r, start := range runs {
-				end := hi
-				if r+1 < len(runs) {
-					end = runs[r+1]
-				}
-				p.launches = append(p.launches, p.batch(start, end, int(w), beta))
-			}
+		if mid > lo {
+			p.launches = append(p.launches, launch{kind: small, wave: int(w), lo: lo, hi: mid, groups: shapeRuns(sorted, lo, mid)})
+			p.smallN += mid - lo
 		}
+		p.cut(sorted, mid, hi, int(w), groupable)
 		lo = hi
+	}
+}
+
+func byC(x, y problem) int {
+	return cmp.Or(cmp.Compare(x.c, y.c), cmp.Compare(x.tripleIdx, y.tripleIdx))
+}
+
+// shapeRuns is the lengths of the runs of equal shape in probs[lo:hi].
+func shapeRuns(probs []problem, lo, hi int) []int {
+	var runs []int
+	for i := lo; i < hi; i++ {
+		if i == lo || probs[i].shapeClass != probs[i-1].shapeClass {
+			runs = append(runs, 0)
+		}
+		runs[len(runs)-1]++
+	}
+	return runs
+}
+
+// cut makes the cuBLAS launches of one wave's products probs[lo:hi].
+func (p *Plan) cut(probs []problem, lo, hi, wave int, groupable bool) {
+	if lo == hi {
+		return
+	}
+	runs := shapeRuns(probs, lo, hi)
+	switch {
+	case p.strategy == Loop:
+		for i := lo; i < hi; i++ {
+			p.launches = append(p.launches, launch{kind: single, wave: wave, lo: i, hi: i + 1})
+		}
+	case groupable && (len(runs) > 1 || p.strategy == Grouped):
+		p.launches = append(p.launches, launch{kind: grouped, wave: wave, lo: lo, hi: hi, groups: runs})
+		p.needArr = true
+	default:
+		start := lo
+		for _, r := range runs {
+			p.launches = append(p.launches, p.batch(start, start+r, wave))
+			start += r
+		}
 	}
 }
 
 // batch makes one launch of a same-shape run: strided when A, B and C
 // offsets each advance by a constant, non-negative stride, else pointers.
-func (p *Plan) batch(lo, hi, wave int, beta complex128) launch {
-	l := launch{kind: strided, wave: wave, beta: beta, lo: lo, hi: hi}
+func (p *Plan) batch(lo, hi, wave int) launch {
+	l := launch{kind: strided, wave: wave, lo: lo, hi: hi}
 	q := p.problems[lo:hi]
 	if len(q) > 1 {
 		l.sa, l.sb, l.sc = q[1].a-q[0].a, q[1].b-q[0].b, q[1].c-q[0].c
@@ -400,7 +575,16 @@ func (p *Plan) batch(lo, hi, wave int, beta complex128) launch {
 	return l
 }
 
-// Launches is the number of library calls one Run makes.
+// betaOf is the beta of a wave: the problem's in wave 0, 1 afterwards.
+func betaOf(beta complex128, wave int) complex128 {
+	if wave > 0 {
+		return 1
+	}
+	return beta
+}
+
+// Launches is the number of library calls and kernel launches one Run
+// makes where the small-block kernel is available.
 func (p *Plan) Launches() int { return len(p.launches) }
 
 // Waves is the number of conflict-free waves.
@@ -411,7 +595,7 @@ func (p *Plan) DType() packing.DType { return p.dtype }
 
 // Summary counts the launches by kind.
 func (p *Plan) Summary() Summary {
-	s := Summary{Problems: len(p.problems), Waves: p.waves, Launches: len(p.launches)}
+	s := Summary{Problems: len(p.problems), Waves: p.waves, Launches: len(p.launches), SmallProblems: p.smallN}
 	for _, l := range p.launches {
 		switch l.kind {
 		case single:
@@ -422,12 +606,49 @@ func (p *Plan) Summary() Summary {
 			s.Pointers++
 		case grouped:
 			s.Grouped++
+		case small:
+			s.Small++
 		}
 	}
 	return s
 }
 
-// Close releases the device pointer arrays. The plan cannot run afterwards.
+// Matches reports whether a run on these operands can use the plan: each
+// has the packing plan and group of the plan's operand in its place.
+func (p *Plan) Matches(A, B, C *packing.Coalesced) bool {
+	return A != nil && B != nil && C != nil && layoutOf(A) == p.layouts[0] && layoutOf(B) == p.layouts[1] && layoutOf(C) == p.layouts[2]
+}
+
+// bind checks operands against the plan. Aliasing needs a new check only
+// when C shares a buffer with an input in a way the planned operands did not.
+func (p *Plan) bind(o Operands) error {
+	if !p.Matches(o.A, o.B, o.C) {
+		which := "nil"
+		for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
+			if c != nil && layoutOf(c) != p.layouts[i] {
+				which = [...]string{"A", "B", "C"}[i]
+				break
+			}
+		}
+		return fmt.Errorf("gemm: operand %s is not laid out as the plan's (another packing plan or group): plan again: %w", which, ErrLayout)
+	}
+	if err := checkScalars(p.dtype, len(p.problems), o.Alpha, o.Beta); err != nil {
+		return err
+	}
+	shares := func(x, y *packing.Coalesced) bool { return x.Buffer() == y.Buffer() }
+	pr := &p.prob
+	same := func(x, y, px, py *packing.Coalesced) bool {
+		return shares(x, y) == shares(px, py) && (!shares(x, y) || x.Start()-y.Start() == px.Start()-py.Start())
+	}
+	if (shares(o.C, o.A) || shares(o.C, o.B)) && !(same(o.C, o.A, pr.C, pr.A) && same(o.C, o.B, pr.C, pr.B)) {
+		q := *pr
+		q.A, q.B, q.C = o.A, o.B, o.C
+		return checkAliasing(&q, p.problems, p.dtype.Size())
+	}
+	return nil
+}
+
+// Close releases the plan's device memory. The plan cannot run afterwards.
 func (p *Plan) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -435,10 +656,47 @@ func (p *Plan) Close() error {
 		return fmt.Errorf("gemm: plan closed twice: %w", ErrInvalid)
 	}
 	p.closed = true
-	if p.arrays != nil {
-		err := p.arrays.Free()
-		p.arrays = nil
+	if p.dev != nil {
+		err := p.dev.free()
+		p.dev = nil
 		return err
+	}
+	return nil
+}
+
+// deviceBuffers lists the plan's device memory (tests resolve addresses in it).
+func (p *Plan) deviceBuffers() []*devalloc.Buffer {
+	var out []*devalloc.Buffer
+	if p.dev != nil {
+		for _, b := range []*devalloc.Buffer{p.dev.stack, p.dev.arrays} {
+			if b != nil {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+// deviceState is a plan's memory on one device: the parameter stack, and
+// the cuBLAS pointer arrays with the operand addresses they were made for.
+type deviceState struct {
+	a        *devalloc.Allocator
+	stack    *devalloc.Buffer // stackEntry per problem, in launch order
+	arrays   *devalloc.Buffer // [A pointers | B pointers | C pointers], 8 bytes each
+	arrBases [3]uintptr
+}
+
+func (d *deviceState) free() error {
+	var errs []error
+	for _, b := range []*devalloc.Buffer{d.stack, d.arrays} {
+		if b != nil {
+			if err := b.Free(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("gemm: plan memory: %w", errs[0])
 	}
 	return nil
 }

@@ -40,11 +40,12 @@ func TestPlanLaunchCounts(t *testing.T) {
 	}
 	plan := func(tr []Triple, st Strategy) Summary {
 		t.Helper()
-		p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: tr}, Options{Strategy: st})
+		p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: tr}, Options{Strategy: st, SmallMax: -1})
 		require.NoError(t, err)
 		require.Equal(t, p.Summary().Launches, p.Launches())
 		return p.Summary()
 	}
+	// cuBLAS's share, with the small-block kernel off.
 	// One shape class at constant strides: one strided call, whatever the strategy.
 	for _, st := range []Strategy{Auto, PerShape, Grouped} {
 		s := plan(diag, st)
@@ -93,7 +94,7 @@ func TestPlanMixedShapes(t *testing.T) {
 		rand.New(rand.NewPCG(2, 2)).Shuffle(len(tr), func(i, j int) { tr[i], tr[j] = tr[j], tr[i] })
 		pr := Problem{A: alloc(t, a, aD), B: alloc(t, a, bD), C: alloc(t, a, cD), Alpha: 1, Triples: tr}
 		get := func(st Strategy) Summary {
-			p, err := NewPlan(pr, Options{Strategy: st})
+			p, err := NewPlan(pr, Options{Strategy: st, SmallMax: -1})
 			require.NoError(t, err)
 			return p.Summary()
 		}
@@ -105,6 +106,46 @@ func TestPlanMixedShapes(t *testing.T) {
 			require.Equal(t, Summary{Problems: 30, Waves: 1, Launches: 3, Strided: 3}, get(PerShape))
 		}
 	}
+}
+
+// TestPlanSmallSplit checks Auto's split of each wave between the
+// small-block kernel (every dimension at most SmallMax) and cuBLAS, and the
+// Kernel strategy, which takes every product.
+func TestPlanSmallSplit(t *testing.T) {
+	a := openHost(t)
+	defer func() { require.NoError(t, a.Sync()) }()
+	// 40 tiny products of mixed shapes, 5 of 24x24x24, then the same again
+	// into the same C blocks (a second wave).
+	var aD, bD, cD []packing.Desc
+	var tr []Triple
+	rng := rand.New(rand.NewPCG(3, 3))
+	for i := range 45 {
+		m, n, k := 1+rng.IntN(8), 1+rng.IntN(8), 1+rng.IntN(8)
+		if i >= 40 {
+			m, n, k = 24, 24, 24
+		}
+		aD = append(aD, packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: m, Cols: k})
+		bD = append(bD, packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: k, Cols: n})
+		cD = append(cD, packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: m, Cols: n})
+		tr = append(tr, Triple{i, i, i})
+	}
+	tr = append(tr, tr...)
+	pr := Problem{A: alloc(t, a, aD), B: alloc(t, a, bD), C: alloc(t, a, cD), Alpha: 1, Triples: tr}
+	get := func(o Options) Summary {
+		p, err := NewPlan(pr, o)
+		require.NoError(t, err)
+		for _, l := range p.launches { // small launches come first in their wave and hold only small products
+			for _, q := range p.problems[l.lo:l.hi] {
+				require.Equal(t, l.kind == small, max(q.m, q.n, q.k) <= int32(smallMaxOf(o)), "%v launch holds %dx%dx%d", l.kind, q.m, q.n, q.k)
+			}
+		}
+		return p.Summary()
+	}
+	require.Equal(t, Summary{Problems: 90, Waves: 2, Launches: 4, Strided: 2, Small: 2, SmallProblems: 80}, get(Options{}))
+	require.Equal(t, Summary{Problems: 90, Waves: 2, Launches: 2, Small: 2, SmallProblems: 90}, get(Options{Strategy: Kernel}))
+	require.Equal(t, Summary{Problems: 90, Waves: 2, Launches: 2, Small: 2, SmallProblems: 90}, get(Options{SmallMax: 24}))
+	require.Equal(t, Summary{Problems: 90, Waves: 2, Launches: 2, Grouped: 2}, get(Options{SmallMax: -1}))
+	require.Equal(t, 0, get(Options{Strategy: Grouped}).Small, "explicit cuBLAS strategies never use the kernel")
 }
 
 func TestPlanBadInput(t *testing.T) {

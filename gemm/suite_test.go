@@ -277,7 +277,7 @@ func TestContractions(t *testing.T) {
 			var eng *Engine
 			var fake *fakeBLAS
 			if bc.Name == "fake-cublas" {
-				eng, fake = newFakeEngine(run, true)
+				eng, fake = newFakeEngine(run, true, true)
 			} else {
 				eng, err = NewEngine(run, EngineOptions{})
 				require.NoError(t, err)
@@ -286,7 +286,7 @@ func TestContractions(t *testing.T) {
 			seed := uint64(1)
 			for _, dt := range dtypes {
 				for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
-					for _, st := range []Strategy{Auto, Loop, PerShape, Grouped} {
+					for _, st := range []Strategy{Auto, Loop, PerShape, Grouped, Kernel} {
 						seed++
 						name := fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st)
 						t.Run(name, func(t *testing.T) {
@@ -296,7 +296,7 @@ func TestContractions(t *testing.T) {
 							require.NoError(t, err)
 							if fake != nil {
 								fake.buffers = func() []*devalloc.Buffer {
-									return []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), p.arrays}
+									return append([]*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer()}, p.deviceBuffers()...)
 								}
 							}
 							sum := p.Summary()
@@ -389,6 +389,111 @@ func TestPrefixedOperands(t *testing.T) {
 			}
 			for _, op := range []*operand{A, B, C} {
 				require.NoError(t, op.c.Free())
+			}
+		})
+	}
+}
+
+// refill makes an operand laid out as op (the same packing plan and group)
+// in a new buffer at another offset, with new random values.
+func refill(t *testing.T, s *devalloc.Stream, op *operand, rng *rand.Rand, prefix int64) *operand {
+	t.Helper()
+	c, err := packing.AllocPrefixed(s.Allocator(), op.c.Plan(), op.c.Group(), prefix, s)
+	require.NoError(t, err)
+	out := &operand{c: c, desc: op.desc}
+	raw := make([][]byte, len(op.desc))
+	for k, d := range op.desc {
+		v := make(values, d.Rows*d.Cols)
+		for i := range v {
+			v[i] = randValue(rng, d.DType)
+		}
+		out.vals = append(out.vals, v)
+		raw[k] = encode(d.DType, v)
+	}
+	require.NoError(t, packing.PackHost(s, c, raw))
+	return out
+}
+
+// TestRunOnNewBuffers plans once and runs the plan on other buffers with the
+// same layouts and other scalars, then on the first buffers again (on CUDA
+// the pointer arrays follow the addresses), and refuses operands laid out
+// otherwise.
+func TestRunOnNewBuffers(t *testing.T) {
+	type variant struct {
+		name          string
+		open          func(*testing.T) *devalloc.Allocator
+		fake, kernels bool
+	}
+	variants := []variant{{name: "fake-cublas-kernels", open: openHost, fake: true, kernels: true}, {name: "fake-cublas", open: openHost, fake: true}}
+	for _, bc := range backends {
+		variants = append(variants, variant{name: bc.Name, open: bc.Open})
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			var eng *Engine
+			var fake *fakeBLAS
+			if v.fake {
+				eng, fake = newFakeEngine(s, true, v.kernels)
+			} else {
+				var err error
+				eng, err = NewEngine(s, EngineOptions{})
+				require.NoError(t, err)
+			}
+			defer func() { require.NoError(t, eng.Close()) }()
+			for _, dt := range []packing.DType{packing.Float64, packing.Complex64} {
+				for _, st := range []Strategy{Auto, PerShape, Grouped} {
+					t.Run(fmt.Sprintf("%v/%v", dt, st), func(t *testing.T) {
+						pr, A, B, C := sparseProblem(t, s, dt, Trans, NoTrans, 500+uint64(st))
+						rng := rand.New(rand.NewPCG(5, uint64(st)))
+						A2, B2, C2 := refill(t, s, A, rng, 512), refill(t, s, B, rng, 0), refill(t, s, C, rng, 256)
+						var live []*operand
+						if fake != nil {
+							fake.buffers = func() []*devalloc.Buffer {
+								var out []*devalloc.Buffer
+								for _, op := range live {
+									out = append(out, op.c.Buffer())
+								}
+								return out
+							}
+						}
+						live = []*operand{A, B, C, A2, B2, C2}
+						p, err := NewPlan(pr, Options{Strategy: st})
+						require.NoError(t, err)
+						if fake != nil {
+							inner := fake.buffers
+							fake.buffers = func() []*devalloc.Buffer { return append(inner(), p.deviceBuffers()...) }
+						}
+						check := func(o Operands, a, b, c *operand) {
+							t.Helper()
+							q := pr
+							q.A, q.B, q.C, q.Alpha, q.Beta = o.A, o.B, o.C, o.Alpha, o.Beta
+							ref, mag := reference(q, a, b, c)
+							require.NoError(t, eng.RunOn(p, o))
+							got := c.read(t, s)
+							checkResult(t, dt, got, ref, mag)
+							c.vals = got
+						}
+						check(Operands{A: A2.c, B: B2.c, C: C2.c, Alpha: randValue(rng, dt), Beta: 0}, A2, B2, C2)
+						check(Operands{A: A.c, B: B2.c, C: C.c, Alpha: randValue(rng, dt), Beta: randValue(rng, dt)}, A, B2, C)
+						check(Operands{A: A2.c, B: B.c, C: C2.c, Alpha: randValue(rng, dt), Beta: 1}, A2, B, C2)
+						other := makeOperand(t, s, C.desc, rng)
+						require.ErrorIs(t, eng.RunOn(p, Operands{A: A.c, B: B.c, C: other.c, Alpha: 1}), ErrLayout)
+						if !dt.IsComplex() {
+							require.ErrorIs(t, eng.RunOn(p, Operands{A: A.c, B: B.c, C: C.c, Alpha: 1i}), ErrDType)
+						}
+						require.NoError(t, p.Close())
+						for _, op := range append(live, other) {
+							require.NoError(t, op.c.Free())
+						}
+					})
+				}
+			}
+			if v.fake && !v.kernels {
+				require.Positive(t, eng.Stats().SmallFallbacks, "without kernels, small launches run on cuBLAS")
+				require.Error(t, eng.KernelStatus())
 			}
 		})
 	}

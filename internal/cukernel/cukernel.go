@@ -33,6 +33,37 @@ static dbk_err k_load_kernel(void *setdev, void *load, void *get, int dev, const
 	return DBK_SUCCESS;
 }
 
+static dbk_err k_load_kernels(void *setdev, void *load, void *get, int dev, const void *image,
+		const char *const *names, int n, uintptr_t *kernels) {
+	dbk_err e = ((dbk_SetDevice_fn)setdev)(dev);
+	if (e != DBK_SUCCESS) return e;
+	dbk_library lib;
+	e = ((dbk_LibraryLoadData_fn)load)(&lib, image, NULL, NULL, 0, NULL, NULL, 0);
+	if (e != DBK_SUCCESS) return e;
+	for (int i = 0; i < n; i++) {
+		dbk_kernel k;
+		e = ((dbk_LibraryGetKernel_fn)get)(&k, lib, names[i]);
+		if (e != DBK_SUCCESS) return e;
+		kernels[i] = (uintptr_t)k;
+	}
+	return DBK_SUCCESS;
+}
+
+// Launches with every parameter passed in an 8-byte slot: pointers, 64-bit
+// integers and doubles fill it, and a 32-bit int is read from its first
+// four bytes, which on a little-endian host hold its value.
+#define K_MAX_ARGS 16
+static dbk_err k_launch(void *setdev, void *launch, int dev, uintptr_t kernel, unsigned gx, unsigned gy, unsigned bx,
+		size_t shmem, uintptr_t stream, uint64_t *slots, int n) {
+	if (n > K_MAX_ARGS) return 1; // cudaErrorInvalidValue
+	dbk_err e = ((dbk_SetDevice_fn)setdev)(dev);
+	if (e != DBK_SUCCESS) return e;
+	void *args[K_MAX_ARGS];
+	for (int i = 0; i < n; i++) args[i] = &slots[i];
+	dbk_dim3 g = {gx, gy, 1}, bl = {bx, 1, 1};
+	return ((dbk_LaunchKernel_fn)launch)((const void *)kernel, g, bl, args, shmem, (dbk_stream)stream);
+}
+
 static dbk_err k_launch_ptr_int_int(void *setdev, void *launch, int dev, uintptr_t kernel, unsigned grid, unsigned block,
 		uintptr_t stream, uintptr_t p, int a, int b) {
 	dbk_err e = ((dbk_SetDevice_fn)setdev)(dev);
@@ -288,6 +319,59 @@ func (r *Runtime) LoadKernel(dev int, image []byte, name string) (Kernel, error)
 		return 0, r.err("cudaLibraryLoadData/cudaLibraryGetKernel "+name, e)
 	}
 	return Kernel(k), nil
+}
+
+// LoadKernels loads a CUBIN or PTX image on device dev once and returns its
+// kernels of the given names, in order. They live as long as the process.
+func (r *Runtime) LoadKernels(dev int, image []byte, names ...string) ([]Kernel, error) {
+	if err := r.CanLaunch(); err != nil {
+		return nil, err
+	}
+	if len(image) == 0 || len(names) == 0 {
+		return nil, fmt.Errorf("cukernel: empty kernel image or no kernel name: %w", ErrUnavailable)
+	}
+	cimg := C.CBytes(image)
+	defer C.free(cimg)
+	cnames := C.malloc(C.size_t(len(names)) * C.size_t(unsafe.Sizeof(uintptr(0))))
+	defer C.free(cnames)
+	list := unsafe.Slice((**C.char)(cnames), len(names))
+	for i, n := range names {
+		list[i] = C.CString(n)
+		defer C.free(unsafe.Pointer(list[i]))
+	}
+	ks := make([]C.uintptr_t, len(names))
+	if e := C.k_load_kernels(r.setDevice, r.libraryLoadData, r.libraryGetKernel, C.int(dev), cimg, (**C.char)(cnames), C.int(len(names)), &ks[0]); e != 0 {
+		return nil, r.err(fmt.Sprintf("cudaLibraryLoadData/cudaLibraryGetKernel %v", names), e)
+	}
+	out := make([]Kernel, len(names))
+	for i, k := range ks {
+		out[i] = Kernel(k)
+	}
+	return out, nil
+}
+
+// MaxLaunchArgs is the most parameters Launch passes.
+const MaxLaunchArgs = 16
+
+// Launch launches kernel k on a grid of gridX x gridY blocks of block
+// threads, with shmem bytes of dynamic shared memory, in stream. Each kernel
+// parameter takes one 8-byte slot of args: pointers, 64-bit integers and
+// doubles (math.Float64bits) fill it; a 32-bit integer goes in its low four
+// bytes. The runtime copies the parameters at the call.
+func (r *Runtime) Launch(dev int, k Kernel, gridX, gridY, block int, shmem int, stream uintptr, args ...uint64) error {
+	if err := r.CanLaunch(); err != nil {
+		return err
+	}
+	if len(args) == 0 || len(args) > MaxLaunchArgs {
+		return fmt.Errorf("cukernel: launch with %d parameters (1 to %d): %w", len(args), MaxLaunchArgs, ErrUnavailable)
+	}
+	var slots [MaxLaunchArgs]C.uint64_t
+	for i, a := range args {
+		slots[i] = C.uint64_t(a)
+	}
+	e := C.k_launch(r.setDevice, r.launchKernel, C.int(dev), C.uintptr_t(k), C.unsigned(gridX), C.unsigned(gridY), C.unsigned(block),
+		C.size_t(shmem), C.uintptr_t(stream), &slots[0], C.int(len(args)))
+	return r.err("cudaLaunchKernel", e)
 }
 
 // LaunchPtrIntInt launches a kernel whose parameters are (pointer, int, int)

@@ -24,6 +24,12 @@ func (r *Runtime) SMCount(int) (int, error)                { return 0, errNoCgo 
 func (r *Runtime) LoadKernel(int, []byte, string) (Kernel, error) {
 	return 0, errNoCgo
 }
+func (r *Runtime) LoadKernels(int, []byte, ...string) ([]Kernel, error) { return nil, errNoCgo }
+
+// MaxLaunchArgs is the most parameters Launch passes.
+const MaxLaunchArgs = 16
+
+func (r *Runtime) Launch(int, Kernel, int, int, int, int, uintptr, ...uint64) error { return errNoCgo }
 func (r *Runtime) LaunchPtrIntInt(int, Kernel, int, int, uintptr, uintptr, int32, int32) error {
 	return errNoCgo
 }
