@@ -20,6 +20,8 @@ type config struct {
 	bench      string // benchmark name, "all", or "" for the solve workload
 	mode       string // benchmark mode; "" runs every mode
 	blocks     int    // blocks per rank (workload and benchmarks)
+	bonds      int    // bonds of the workload's sweep (0: defaultBonds)
+	fresh      bool   // plan every solve afresh
 	blockBytes int64  // bytes per block for benchmarks that use one size
 	device     int    // CUDA device, set from the rank's placement
 	cpuProfile string // per-rank CPU profile path prefix; "" for none
@@ -35,6 +37,8 @@ func main() {
 	flag.StringVar(&cfg.bench, "bench", "", "run a benchmark instead of the workload: a name or all (one JSON line per result)")
 	flag.StringVar(&cfg.mode, "mode", "", "packed or perblock for the solve (default packed); a benchmark's mode with -bench (default: all; -bench exchange takes several, separated by commas)")
 	flag.IntVar(&cfg.blocks, "blocks", 0, "blocks per rank (0: the workload's or benchmark's default)")
+	flag.IntVar(&cfg.bonds, "bonds", defaultBonds, "bonds of the solve's sweep: solve i is at bond i mod N, each bond with its own block structure, planned at its first solve")
+	flag.BoolVar(&cfg.fresh, "fresh", false, "plan every solve afresh (layout, GEMM plans, exchange pattern), as for a block structure that never repeats")
 	flag.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
 	flag.Parse()

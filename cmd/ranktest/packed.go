@@ -5,74 +5,152 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/distbuf/distbuf/gemm"
+	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/msg"
 	"github.com/distbuf/distbuf/packing"
 )
 
 // packed is the solve distbuf is for: one allocation per operand (A, B) and
-// per destination (C), one host-to-device copy per operand, the fewest GEMM
-// launches, and one message per peer whose received buffer is the blocks.
+// per destination (C), one host-to-device copy per operand, the GEMM plans
+// of the bond run on this solve's buffers, and one message per peer whose
+// received buffer is the blocks.
+//
+// Its phases, each timed on the host: alloc (on a fresh layout, laying the
+// blocks out, then the allocations), upload, gemm_plan (zero once the bond
+// is planned), gemm (enqueueing the products), exchange (until every
+// received block is complete where it lives, so it also waits for the
+// device work before it) and free. Verification comes between exchange and
+// free and is not part of the solve.
 func (sv *solver) packed(iter int, st *iterStats) (err error) {
-	if sv.ex == nil {
-		if sv.ex, err = msg.New(msg.Options{Comm: sv.world, Alloc: sv.a}); err != nil {
-			return err
-		}
-		// The sparsity repeats from solve to solve: after the first exchange
-		// the pattern skips the count exchange.
-		sv.pattern = sv.ex.NewPattern()
+	l, fresh, planUS, err := sv.layoutFor(iter)
+	if err != nil {
+		return err
 	}
+	st.fresh = fresh
+	st.phase[phAlloc] = planUS
 	var owned []*packing.Coalesced
-	defer func() {
+	var recv *msg.Received
+	freed := false
+	freeAll := func() error {
+		freed = true
+		var errs []error
 		for _, c := range owned {
-			err = errors.Join(err, c.Free())
+			errs = append(errs, c.Free())
+		}
+		if recv != nil {
+			errs = append(errs, recv.Free())
+		}
+		if sv.cfg.fresh {
+			errs = append(errs, l.close())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if !freed {
+			err = errors.Join(err, freeAll())
 		}
 	}()
-	start := time.Now()
 	alpha := alphaFor(iter)
-	A, err := packing.Alloc(sv.a, sv.planA, sv.s)
+
+	t := time.Now()
+	A, err := packing.Alloc(sv.a, l.planA, sv.s)
 	if err != nil {
 		return err
 	}
 	owned = append(owned, A)
-	B, err := packing.Alloc(sv.a, sv.planB, sv.s)
+	B, err := packing.Alloc(sv.a, l.planB, sv.s)
 	if err != nil {
 		return err
 	}
 	owned = append(owned, B)
-	Cs, err := msg.AllocSend(sv.a, sv.planC, sv.s)
+	Cs, err := msg.AllocSend(sv.a, l.planC, sv.s)
 	if err != nil {
 		return err
 	}
 	owned = append(owned, Cs...)
-	if err := packing.Transfer(sv.s, A, sv.stageA); err != nil {
+	st.phase[phAlloc] += lap(&t)
+
+	if err := sv.timer.mark(0); err != nil {
 		return err
 	}
-	if err := packing.Transfer(sv.s, B, sv.stageB); err != nil {
+	t = time.Now()
+	if err := packing.Transfer(sv.s, A, l.stageA); err != nil {
 		return err
 	}
-	if st.gemmLaunches, err = sv.multiply(A, B, Cs, alpha, gemm.Auto); err != nil {
+	if err := packing.Transfer(sv.s, B, l.stageB); err != nil {
 		return err
 	}
+	st.phase[phUpload] = lap(&t)
+	if err := sv.timer.mark(1); err != nil {
+		return err
+	}
+
+	t = time.Now()
+	if err := sv.gemmPlans(l, A, B, Cs); err != nil {
+		return err
+	}
+	st.phase[phPlan] = lap(&t)
+	if st.gemmLaunches, err = sv.multiply(l, A, B, Cs, alpha); err != nil {
+		return err
+	}
+	st.phase[phGemm] = lap(&t)
+	if err := sv.timer.mark(2); err != nil {
+		return err
+	}
+
+	t = time.Now()
 	before := sv.ex.Stats()
-	recv, err := sv.pattern.Exchange(Cs)
-	if err != nil {
+	if recv, err = l.pattern.Exchange(Cs); err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, recv.Free()) }()
-	st.solveUS = since(start)
+	if err := waitReceived(recv); err != nil {
+		return err
+	}
+	st.phase[phExchange] = lap(&t)
 	after := sv.ex.Stats()
 	st.messages = after.Messages - before.Messages
 	st.bytesMoved = after.BytesSent - before.BytesSent
+	if st.deviceUS, st.deviceGemmUS, err = sv.timer.read(); err != nil {
+		return err
+	}
 
 	vstart := time.Now()
+	if err := sv.verifyAll(st, l.bond, recv, iter); err != nil {
+		return err
+	}
+	st.verifyUS = since(vstart)
+
+	t = time.Now()
+	err = freeAll()
+	st.phase[phFree] = lap(&t)
+	return err
+}
+
+// waitReceived returns once every received block is complete where it
+// lives: what a caller must wait for before reading them.
+func waitReceived(recv *msg.Received) error {
+	for _, src := range recv.Sources() {
+		h, err := recv.From(src).Buffer().Hold(devalloc.Read)
+		if err != nil {
+			return err
+		}
+		if err := errors.Join(h.Wait(), h.Release()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyAll checks that every block this rank should receive at bond bd
+// arrived, once, with the right values.
+func (sv *solver) verifyAll(st *iterStats, bd *bondData, recv *msg.Received, iter int) error {
 	want := map[int]int{}
-	for _, in := range sv.incoming {
+	for _, in := range bd.incoming {
 		want[in.src]++
 	}
 	for _, src := range recv.Sources() {
 		c := recv.From(src)
-		if err := sv.verifyReceived(st, src, c, iter); err != nil {
+		if err := sv.verifyReceived(st, bd, src, c, iter); err != nil {
 			return err
 		}
 		if c.Len() != want[src] {
@@ -89,13 +167,12 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 			st.firstFailure = fmt.Sprintf("rank %d: nothing from rank %d, want %d block(s)", sv.rank, src, n)
 		}
 	}
-	st.verifyUS = since(vstart)
 	return nil
 }
 
 // verifyReceived checks every block of a received buffer, reading device
 // memory through one copy to pinned memory.
-func (sv *solver) verifyReceived(st *iterStats, src int, c *packing.Coalesced, iter int) error {
+func (sv *solver) verifyReceived(st *iterStats, bd *bondData, src int, c *packing.Coalesced, iter int) error {
 	buf := c.Buffer()
 	base, err := buf.Addr()
 	if err != nil {
@@ -107,7 +184,7 @@ func (sv *solver) verifyReceived(st *iterStats, src int, c *packing.Coalesced, i
 	}
 	for _, v := range c.All() {
 		off := int64(v.Addr() - base)
-		sv.check(st, src, v.ID(), float64s(mem[off:off+v.Bytes()]), iter)
+		sv.check(st, bd, src, v.ID(), float64s(mem[off:off+v.Bytes()]), iter)
 	}
 	return release()
 }

@@ -13,28 +13,52 @@ import (
 
 // perBlock is the baseline the packed solve is measured against: every block
 // is its own allocation (A, B and C each), its own host-to-device copy, its
-// own GEMM launch and its own MPI message.
+// own GEMM plan and launch and its own MPI message. Its phases are the same
+// kinds of work as packed's, summed over the blocks.
 func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
-	if err := sv.perBlockPlans(); err != nil {
+	l, fresh, planUS, err := sv.layoutFor(iter)
+	if err != nil {
 		return err
 	}
+	st.fresh = fresh
+	st.phase[phAlloc] = planUS
+	specs, incoming := l.bond.specs, l.bond.incoming
 	maxTag, err := cluster.MaxTag()
 	if err != nil {
 		return err
 	}
-	if len(sv.specs) > maxTag {
-		return fmt.Errorf("-mode perblock tags each message with its block id: %d blocks exceed the MPI tag limit %d", len(sv.specs), maxTag)
+	if len(specs) > maxTag {
+		return fmt.Errorf("-mode perblock tags each message with its block id: %d blocks exceed the MPI tag limit %d", len(specs), maxTag)
 	}
 	var owned []*packing.Coalesced
 	var raw []*devalloc.Buffer
-	defer func() {
+	freed := false
+	freeAll := func() error {
+		freed = true
+		var errs []error
 		for _, c := range owned {
-			err = errors.Join(err, c.Free())
+			errs = append(errs, c.Free())
 		}
 		for _, b := range raw {
-			err = errors.Join(err, b.Free())
+			errs = append(errs, b.Free())
+		}
+		if sv.cfg.fresh {
+			errs = append(errs, l.close())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if !freed {
+			err = errors.Join(err, freeAll())
 		}
 	}()
+	t := time.Now()
+	if l.blockPlans == nil {
+		if err := l.perBlockPlans(); err != nil {
+			return err
+		}
+	}
+	st.phase[phAlloc] += lap(&t)
 	alloc := func(p *packing.Plan) (*packing.Coalesced, error) {
 		c, err := packing.Alloc(sv.a, p, sv.s)
 		if err == nil {
@@ -42,31 +66,32 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 		}
 		return c, err
 	}
-	start := time.Now()
 	alpha := alphaFor(iter)
 	device := sv.a.Kind().IsDevice()
 	cudaAware, _ := cluster.CUDAAware()
 
 	// Receives first: one message per incoming block, into host-accessible
 	// memory (pinned on a GPU).
-	recvs := make([]*devalloc.Buffer, len(sv.incoming))
+	recvs := make([]*devalloc.Buffer, len(incoming))
 	var reqs []*cluster.Request
-	for i, in := range sv.incoming {
+	for i, in := range incoming {
 		b, err := sv.a.AllocPinned(int64(in.sp.m*in.sp.n*8), sv.s)
 		if err != nil {
 			return err
 		}
 		raw = append(raw, b)
 		recvs[i] = b
+		st.phase[phAlloc] += lap(&t)
 		r, err := sv.post(b, devalloc.Write, func() (*cluster.Request, error) { return sv.world.Irecv(b, in.src, int(in.id)) })
 		if err != nil {
 			return err
 		}
 		reqs = append(reqs, r)
+		st.phase[phExchange] += lap(&t)
 	}
 
-	offA, offB := sv.stageA.Buffer(), sv.stageB.Buffer()
-	for k, bp := range sv.blockPlans {
+	offA, offB := l.stageA.Buffer(), l.stageB.Buffer()
+	for k, bp := range l.blockPlans {
 		A, err := alloc(bp[0])
 		if err != nil {
 			return err
@@ -79,23 +104,28 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 		if err != nil {
 			return err
 		}
-		va, _ := sv.stageA.View(k)
-		vb, _ := sv.stageB.View(k)
+		st.phase[phAlloc] += lap(&t)
+		va, _ := l.stageA.View(k)
+		vb, _ := l.stageB.View(k)
 		if err := sv.s.Copy(A.Buffer(), 0, offA, va.Offset(), va.Bytes()); err != nil {
 			return err
 		}
 		if err := sv.s.Copy(B.Buffer(), 0, offB, vb.Offset(), vb.Bytes()); err != nil {
 			return err
 		}
+		st.phase[phUpload] += lap(&t)
 		gp, err := gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: complex(alpha, 0), Triples: []gemm.Triple{{}}}, gemm.Options{Strategy: gemm.Loop})
 		if err != nil {
 			return err
 		}
+		sv.plansBuilt++
+		st.phase[phPlan] += lap(&t)
 		err = sv.eng.Run(gp)
 		st.gemmLaunches += int64(gp.Launches())
 		if err = errors.Join(err, gp.Close()); err != nil {
 			return err
 		}
+		st.phase[phGemm] += lap(&t)
 		send := C.Buffer()
 		if device && !cudaAware {
 			// One staging copy per message when MPI cannot read the GPU.
@@ -109,7 +139,7 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 			}
 			send = p
 		}
-		dest, n := sv.specs[k].dest, int64(sv.specs[k].m*sv.specs[k].n*8)
+		dest, n := specs[k].dest, int64(specs[k].m*specs[k].n*8)
 		r, err := sv.post(send, devalloc.Read, func() (*cluster.Request, error) { return sv.world.Isend(cluster.Sub(send, 0, n), dest, k) })
 		if err != nil {
 			return err
@@ -117,22 +147,26 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 		reqs = append(reqs, r)
 		st.messages++
 		st.bytesMoved += n
+		st.phase[phExchange] += lap(&t)
 	}
 	if err := cluster.Waitall(reqs); err != nil {
 		return err
 	}
-	st.solveUS = since(start)
+	st.phase[phExchange] += lap(&t)
 
 	vstart := time.Now()
-	for i, in := range sv.incoming {
+	for i, in := range incoming {
 		mem, err := recvs[i].Bytes()
 		if err != nil {
 			return err
 		}
-		sv.check(st, in.src, in.id, float64s(mem), iter)
+		sv.check(st, l.bond, in.src, in.id, float64s(mem), iter)
 	}
 	st.verifyUS = since(vstart)
-	return nil
+	t = time.Now()
+	err = freeAll()
+	st.phase[phFree] = lap(&t)
+	return err
 }
 
 // post takes a hold of the given mode on b, waits for the stream work it
@@ -156,21 +190,19 @@ func (sv *solver) post(b *devalloc.Buffer, mode devalloc.Mode, start func() (*cl
 	return r, nil
 }
 
-// perBlockPlans makes one single-block plan per operand and block, once.
-func (sv *solver) perBlockPlans() error {
-	if sv.blockPlans != nil {
-		return nil
-	}
-	sv.blockPlans = make([][3]*packing.Plan, len(sv.specs))
-	for k, sp := range sv.specs {
+// perBlockPlans makes one single-block plan per operand and block.
+func (l *layout) perBlockPlans() error {
+	plans := make([][3]*packing.Plan, len(l.bond.specs))
+	for k, sp := range l.bond.specs {
 		dims := [3][2]int{{sp.m, sp.k}, {sp.k, sp.n}, {sp.m, sp.n}}
 		for j, d := range dims {
 			p, err := packing.NewPlan([]packing.Desc{{ID: uint64(k), DType: packing.Float64, Rows: d[0], Cols: d[1]}}, packing.Options{})
 			if err != nil {
 				return err
 			}
-			sv.blockPlans[k][j] = p
+			plans[k][j] = p
 		}
 	}
+	l.blockPlans = plans
 	return nil
 }

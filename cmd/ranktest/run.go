@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -13,40 +14,94 @@ import (
 	"github.com/distbuf/distbuf/devalloc"
 )
 
-// summary is the -json line, printed last by rank 0. Counts are totals over
-// every rank and solve; times are medians over solves of the slowest rank.
+// summary is the -json line, printed last by rank 0. Every field is one of
+// three kinds, and says which in its name or comment:
+//   - counts (alloc_calls, gemm_launches, messages, bytes_moved,
+//     verify_failures, gemm_plans_built) are totals over every rank and solve;
+//   - memory (pool_reserved_*_bytes) is the sum over ranks of each rank's
+//     figure, a cluster total (the peak is the sum of the ranks' peaks);
+//   - times (*_us) are medians over solves of the slowest rank's time in
+//     that solve, to half a percent (solveStats' histograms).
+//
+// A solve is fresh when its bond's layout was made for it (a bond's first
+// solve, or every solve with -fresh) and repeated otherwise; median_solve_us,
+// phase_us and device_us cover every solve, and "repeated" and "fresh" each
+// kind alone (null when the run had none).
 type summary struct {
-	OK                    bool    `json:"ok"`
-	Ranks                 int     `json:"ranks"`
-	Backend               string  `json:"backend"`
-	Policy                string  `json:"policy"`
-	Mode                  string  `json:"mode"`
-	Iters                 int     `json:"iters"`
-	Blocks                int     `json:"blocks"`
-	AllocCalls            int64   `json:"alloc_calls"`
-	GemmLaunches          int64   `json:"gemm_launches"`
-	Messages              int64   `json:"messages"`
-	BytesMoved            int64   `json:"bytes_moved"`
-	VerifyFailures        int64   `json:"verify_failures"`
-	MedianSolveUS         float64 `json:"median_solve_us"`
-	PoolReservedPeakBytes int64   `json:"pool_reserved_peak_bytes"`
-	// Reserved memory after the warm-up solves and at the end, summed over
-	// ranks: equal when the pool does not grow in steady state.
+	OK             bool    `json:"ok"`
+	Ranks          int     `json:"ranks"`
+	Backend        string  `json:"backend"`
+	Policy         string  `json:"policy"`
+	Mode           string  `json:"mode"`
+	Iters          int     `json:"iters"`
+	Blocks         int     `json:"blocks"`
+	Bonds          int     `json:"bonds"`
+	Fresh          bool    `json:"fresh"`
+	AllocCalls     int64   `json:"alloc_calls"`
+	GemmLaunches   int64   `json:"gemm_launches"`
+	GemmPlansBuilt int64   `json:"gemm_plans_built"`
+	Messages       int64   `json:"messages"`
+	BytesMoved     int64   `json:"bytes_moved"`
+	VerifyFailures int64   `json:"verify_failures"`
+	MedianSolveUS  float64 `json:"median_solve_us"`
+	// PhaseUS splits the solve (see cmd/ranktest's packed): alloc, upload,
+	// gemm_plan, gemm, exchange, free.
+	PhaseUS phaseTimes `json:"phase_us"`
+	// DeviceUS is the device time of the solve's stream from the upload to
+	// the end of the GEMMs (CUDA events); absent on the host backend.
+	DeviceUS     *float64       `json:"device_us,omitempty"`
+	DeviceGemmUS *float64       `json:"device_gemm_us,omitempty"`
+	Repeated     *layoutSummary `json:"repeated"`
+	FreshSolves  *layoutSummary `json:"fresh_solves"`
+	// Memory, summed over ranks: the peak, after the warm-up (the first
+	// sweep over the bonds, or the first tenth of the run) and at the end,
+	// equal to the one after the warm-up when the pool does not grow.
+	PoolReservedPeakBytes        int64 `json:"pool_reserved_peak_bytes"`
 	PoolReservedAfterWarmupBytes int64 `json:"pool_reserved_after_warmup_bytes"`
 	PoolReservedFinalBytes       int64 `json:"pool_reserved_final_bytes"`
 	// Devices is the CUDA device of each rank, -1 on the host backend.
 	Devices []int64 `json:"devices"`
 }
 
+// layoutSummary is the medians over the solves of one kind of layout.
+type layoutSummary struct {
+	Solves        int64      `json:"solves"`
+	MedianSolveUS float64    `json:"median_solve_us"`
+	PhaseUS       phaseTimes `json:"phase_us"`
+	DeviceUS      *float64   `json:"device_us,omitempty"`
+	DeviceGemmUS  *float64   `json:"device_gemm_us,omitempty"`
+}
+
+// phaseTimes is the phase_us object, in the order of the solve.
+type phaseTimes struct {
+	Alloc    float64 `json:"alloc"`
+	Upload   float64 `json:"upload"`
+	GemmPlan float64 `json:"gemm_plan"`
+	Gemm     float64 `json:"gemm"`
+	Exchange float64 `json:"exchange"`
+	Free     float64 `json:"free"`
+}
+
 // warmupIters is how many solves warm the pool up before its size is
-// expected to stay constant.
-func warmupIters(iters int) int { return min(max(iters/10, 1), 10) }
+// expected to stay constant: the first sweep over the bonds (every bond's
+// sizes seen once), and at least a tenth of the run up to 10 solves.
+func warmupIters(iters, bonds int) int { return min(iters, max(min(max(iters/10, 1), 10), bonds)) }
+
+// maxIters bounds -iters: the run keeps no per-solve record, but a count
+// this high is a typing error, not a run.
+const maxIters = 1 << 40
 
 // run is the main job: cfg.iters synthetic solves on every rank, a
 // cluster-wide table on rank 0, and a non-zero exit on any failed block.
 func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
-	if cfg.iters <= 0 {
-		return fmt.Errorf("-iters must be positive, got %d", cfg.iters)
+	if cfg.iters <= 0 || cfg.iters > maxIters {
+		return fmt.Errorf("-iters must be in [1, 2^40], got %d", cfg.iters)
+	}
+	if cfg.bonds == 0 {
+		cfg.bonds = defaultBonds
+	}
+	if cfg.bonds < 0 || cfg.bonds > maxBonds {
+		return fmt.Errorf("-bonds must be in [1, %d], got %d", maxBonds, cfg.bonds)
 	}
 	if cfg.mode == "" {
 		cfg.mode = "packed"
@@ -64,16 +119,23 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, sv.close()) }()
+	cfg = sv.cfg
 	root := world.Rank() == 0
 	if root {
-		fmt.Fprintf(out, "ranktest: %d rank(s), backend %s (%s), policy %s, mode %s, %d blocks per rank, %d solves\n",
-			world.Size(), a.Kind(), a.Describe(), a.Policy(), cfg.mode, sv.shape.blocks, cfg.iters)
+		layouts := fmt.Sprintf("%d bond(s), each planned once", cfg.bonds)
+		if cfg.fresh {
+			layouts = fmt.Sprintf("%d bond(s), every solve planned afresh", cfg.bonds)
+		} else if cfg.bonds > maxCachedLayouts {
+			layouts = fmt.Sprintf("%d bond(s), more than the %d layouts kept: every solve planned afresh", cfg.bonds, maxCachedLayouts)
+		}
+		fmt.Fprintf(out, "ranktest: %d rank(s), backend %s (%s), policy %s, mode %s, %d blocks per rank, %d solves over %s\n",
+			world.Size(), a.Kind(), a.Describe(), a.Policy(), cfg.mode, sv.shape.blocks, cfg.iters, layouts)
 		if r := a.FallbackReason(); r != "" {
 			fmt.Fprintf(out, "ranktest: %s\n", r)
 		}
 	}
 
-	per := make([]iterStats, 0, cfg.iters)
+	stats := solveStats{world: world}
 	var reservedWarm int64
 	start := time.Now()
 	lastReport := start
@@ -82,11 +144,13 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 		if err != nil {
 			return fmt.Errorf("rank %d, solve %d: %w", world.Rank(), iter, err)
 		}
-		per = append(per, st)
+		if err := stats.add(st); err != nil {
+			return err
+		}
 		if st.verifyFailures > 0 {
 			fmt.Fprintf(errOut, "ranktest: solve %d: %s (%d block(s) wrong on this rank)\n", iter, st.firstFailure, st.verifyFailures)
 		}
-		if iter+1 == warmupIters(cfg.iters) {
+		if iter+1 == warmupIters(cfg.iters, cfg.bonds) {
 			reservedWarm = a.Stats().ReservedCurrent
 		}
 		if root && time.Since(lastReport) > 5*time.Second {
@@ -94,7 +158,10 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 			fmt.Fprintf(errOut, "ranktest: %d/%d solves, %.0f s\n", iter+1, cfg.iters, time.Since(start).Seconds())
 		}
 	}
-	return report(cfg, world, a, sv, per, reservedWarm, out)
+	if err := stats.flush(); err != nil {
+		return err
+	}
+	return report(cfg, world, a, sv, &stats, reservedWarm, out)
 }
 
 // metric is one row of the table: a per-rank value reduced over ranks.
@@ -104,27 +171,12 @@ type metric struct {
 	value float64
 }
 
-func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, per []iterStats, reservedWarm int64, out io.Writer) error {
+func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, stats *solveStats, reservedWarm int64, out io.Writer) error {
 	st := a.Stats()
-	n := float64(len(per))
-	var total iterStats
-	solve := make([]float64, len(per))
-	for i, p := range per {
-		total.allocCalls += p.allocCalls
-		total.gemmLaunches += p.gemmLaunches
-		total.messages += p.messages
-		total.bytesMoved += p.bytesMoved
-		total.verifyFailures += p.verifyFailures
-		total.verifyUS += p.verifyUS
-		solve[i] = p.solveUS
-	}
-	// The solve time of the cluster is the slowest rank's, solve by solve.
-	if err := world.AllreduceFloat64(solve, solve, cluster.Max); err != nil {
-		return err
-	}
-	medSolve := median(slices.Clone(solve))
+	n := float64(stats.solves)
+	total := stats.total
 	rows := []metric{
-		{"time per solve", "us", mean(per, func(p iterStats) float64 { return p.solveUS })},
+		{"time per solve", "us", total.solveUS / n},
 		{"verify per solve", "us", total.verifyUS / n},
 		{"allocator calls per solve", "", float64(total.allocCalls) / n},
 		{"GEMM launches per solve", "", float64(total.gemmLaunches) / n},
@@ -139,11 +191,9 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	}
 	lo, hi, sum := slices.Clone(vals), slices.Clone(vals), slices.Clone(vals)
 	counts := []int64{total.allocCalls, total.gemmLaunches, total.messages, total.bytesMoved, total.verifyFailures,
-		st.ReservedPeak, reservedWarm, st.ReservedCurrent}
-	maxPeak := []int64{st.ReservedPeak}
+		st.ReservedPeak, reservedWarm, st.ReservedCurrent, sv.plansBuilt}
 	err := errors.Join(world.AllreduceFloat64(lo, lo, cluster.Min), world.AllreduceFloat64(hi, hi, cluster.Max),
-		world.AllreduceFloat64(sum, sum, cluster.Sum), world.AllreduceInt64(counts, counts, cluster.Sum),
-		world.AllreduceInt64(maxPeak, maxPeak, cluster.Max))
+		world.AllreduceFloat64(sum, sum, cluster.Sum), world.AllreduceInt64(counts, counts, cluster.Sum))
 	if err != nil {
 		return err
 	}
@@ -162,6 +212,9 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	if world.Rank() == 0 {
 		if a.Kind().IsDevice() {
 			fmt.Fprintf(out, "placement (device of each rank): %v\n", devices)
+			if err := sv.eng.KernelStatus(); err != nil {
+				fmt.Fprintf(out, "ranktest: %v\n", err)
+			}
 		}
 		if lo64[0] != hi64[0] {
 			fmt.Fprintf(out, "ranktest: the ranks do not all run on the same backend (%s to %s): see each rank's devalloc.FallbackReason\n",
@@ -174,13 +227,17 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", r.name, human(lo[i], r.unit), human(sum[i]/ranks, r.unit), human(hi[i], r.unit))
 		}
 		_ = tw.Flush()
-		fmt.Fprintf(out, "median solve (slowest rank) %s; verification: %d block(s) wrong\n", human(medSolve, "us"), failures)
+		printPhases(out, stats)
+		fmt.Fprintf(out, "median solve (slowest rank) %s; verification: %d block(s) wrong\n", human(stats.median(2, tSolve), "us"), failures)
 		if cfg.json {
 			line, _ := json.Marshal(summary{
 				OK: failures == 0, Ranks: world.Size(), Backend: a.Kind().String(), Policy: a.Policy().String(), Mode: cfg.mode,
-				Iters: cfg.iters, Blocks: sv.shape.blocks, AllocCalls: counts[0], GemmLaunches: counts[1], Messages: counts[2],
-				BytesMoved: counts[3], VerifyFailures: failures, MedianSolveUS: round3(medSolve), PoolReservedPeakBytes: maxPeak[0],
-				PoolReservedAfterWarmupBytes: counts[6], PoolReservedFinalBytes: counts[7], Devices: devices,
+				Iters: cfg.iters, Blocks: sv.shape.blocks, Bonds: cfg.bonds, Fresh: cfg.fresh,
+				AllocCalls: counts[0], GemmLaunches: counts[1], Messages: counts[2], BytesMoved: counts[3], VerifyFailures: failures,
+				GemmPlansBuilt: counts[8], MedianSolveUS: round3(stats.median(2, tSolve)), PhaseUS: phasesOf(stats, 2),
+				DeviceUS: optional(stats.median(2, tDevice)), DeviceGemmUS: optional(stats.median(2, tDeviceGemm)),
+				Repeated: layoutOf(stats, 0), FreshSolves: layoutOf(stats, 1),
+				PoolReservedPeakBytes: counts[5], PoolReservedAfterWarmupBytes: counts[6], PoolReservedFinalBytes: counts[7], Devices: devices,
 			})
 			fmt.Fprintln(out, string(line))
 		}
@@ -191,12 +248,51 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	return nil
 }
 
-func mean(per []iterStats, f func(iterStats) float64) float64 {
-	var s float64
-	for _, p := range per {
-		s += f(p)
+// printPhases is the table of the solve's phases: medians of the slowest
+// rank, by layout.
+func printPhases(out io.Writer, stats *solveStats) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "solve phases (median, slowest rank)\trepeated layout (%d)\tfresh layout (%d)\t\n", stats.count[0], stats.count[1])
+	row := func(name string, j int) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", name, humanOrNone(stats.median(0, j)), humanOrNone(stats.median(1, j)))
 	}
-	return s / float64(len(per))
+	for j, name := range phaseNames {
+		row(name, j)
+	}
+	row("solve", tSolve)
+	if !math.IsNaN(stats.median(2, tDevice)) {
+		row("device: upload to GEMM end", tDevice)
+		row("device: GEMM", tDeviceGemm)
+	}
+	_ = tw.Flush()
+}
+
+func humanOrNone(us float64) string {
+	if math.IsNaN(us) {
+		return "-"
+	}
+	return human(us, "us")
+}
+
+func optional(us float64) *float64 {
+	if math.IsNaN(us) {
+		return nil
+	}
+	v := round3(us)
+	return &v
+}
+
+func phasesOf(stats *solveStats, k int) phaseTimes {
+	m := func(j int) float64 { return round3(stats.median(k, j)) }
+	return phaseTimes{Alloc: m(phAlloc), Upload: m(phUpload), GemmPlan: m(phPlan), Gemm: m(phGemm), Exchange: m(phExchange), Free: m(phFree)}
+}
+
+func layoutOf(stats *solveStats, k int) *layoutSummary {
+	if stats.count[k] == 0 {
+		return nil
+	}
+	return &layoutSummary{Solves: stats.count[k], MedianSolveUS: round3(stats.median(k, tSolve)), PhaseUS: phasesOf(stats, k),
+		DeviceUS: optional(stats.median(k, tDevice)), DeviceGemmUS: optional(stats.median(k, tDeviceGemm))}
 }
 
 // human formats v in its unit for the table.

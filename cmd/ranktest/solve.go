@@ -13,9 +13,17 @@ import (
 	"github.com/distbuf/distbuf/packing"
 )
 
-// solver runs one rank's synthetic solves. The block structure (the plans)
-// is fixed for the run, as the sparsity of a DMRG sweep repeats; each solve
-// allocates, stages, multiplies, exchanges, verifies and frees anew.
+// maxCachedLayouts bounds the bonds whose layouts (plans, patterns, staged
+// operands) a solver keeps: a sweep over more bonds than this plans every
+// solve afresh, as a solver with a bounded plan cache would.
+const maxCachedLayouts = 16
+
+// solver runs one rank's synthetic solves over a sweep: solve i is at bond
+// i mod cfg.bonds, and each bond has its own block structure, which repeats
+// every time the sweep comes back to it, as in a DMRG sweep at fixed bond
+// dimension. A bond's first solve (every solve with -fresh) lays the blocks
+// out and plans the GEMMs and the exchange; later ones reuse all of it. Each
+// solve allocates, uploads, multiplies, exchanges, verifies and frees anew.
 type solver struct {
 	cfg        config
 	world      *cluster.Comm
@@ -23,22 +31,40 @@ type solver struct {
 	a          *devalloc.Allocator
 	s          *devalloc.Stream
 	eng        *gemm.Engine
+	ex         *msg.Exchanger // -mode packed
 	shape      workloadShape
+	timer      *deviceTimer // CUDA events; nil on the host backend
 
-	specs               []blockSpec
+	bonds   map[int]*bondData // the workload at each bond: kept for the run
+	layouts map[int]*layout   // the plans of recently used bonds
+	solves  int               // solves started, for the layouts' recency
+
+	plansBuilt int64 // GEMM plans made by this rank
+}
+
+// bondData is the workload at one bond: every rank's block list and the
+// references of the blocks this rank receives.
+type bondData struct {
+	index     int
+	peerSpecs [][]blockSpec // by source rank
+	specs     []blockSpec   // this rank's
+	incoming  []incomingBlock
+	refs      map[refKey][]float64
+}
+
+// layout is what a solve at a bond plans once: the packing plans, the
+// operands staged in pinned memory, the GEMM plans (one per destination
+// group, made at the bond's first solve) and the exchange pattern.
+type layout struct {
+	bond                *bondData
 	planA, planB, planC *packing.Plan
 	// stageA and stageB hold the operands in pinned host memory, filled
 	// once: each solve moves them to the device with one copy each.
 	stageA, stageB *packing.Coalesced
-
-	peerSpecs map[int][]blockSpec
-	refs      map[refKey][]float64
-	incoming  []incomingBlock // blocks other ranks send here, in a fixed order
-
-	blockPlans [][3]*packing.Plan // -mode perblock: one plan per operand and block
-
-	ex      *msg.Exchanger // -mode packed
-	pattern *msg.Pattern
+	gemmPlans      []*gemm.Plan
+	pattern        *msg.Pattern
+	blockPlans     [][3]*packing.Plan // -mode perblock: one plan per operand and block
+	lastUse        int
 }
 
 type refKey struct {
@@ -53,50 +79,144 @@ type incomingBlock struct {
 	sp  blockSpec
 }
 
-// iterStats is one solve on one rank.
-type iterStats struct {
-	solveUS, verifyUS float64
-	allocCalls        int64
-	gemmLaunches      int64
-	messages          int64
-	bytesMoved        int64
-	verifyFailures    int64
-	firstFailure      string
-}
-
 func newSolver(cfg config, world *cluster.Comm, a *devalloc.Allocator) (*solver, error) {
 	sv := &solver{cfg: cfg, world: world, rank: world.Rank(), size: world.Size(), a: a, s: a.DefaultStream(),
-		shape: defaultShape, peerSpecs: map[int][]blockSpec{}, refs: map[refKey][]float64{}}
+		shape: defaultShape, bonds: map[int]*bondData{}, layouts: map[int]*layout{}}
 	if cfg.blocks > 0 {
 		sv.shape.blocks = cfg.blocks
 	}
-	for src := range sv.size {
-		sv.peerSpecs[src] = specsFor(cfg.seed, src, sv.size, sv.shape)
-		for id, sp := range sv.peerSpecs[src] {
-			if sp.dest == sv.rank {
-				sv.incoming = append(sv.incoming, incomingBlock{src: src, id: uint64(id), sp: sp})
-			}
-		}
-	}
-	sv.specs = sv.peerSpecs[sv.rank]
 	var err error
-	if sv.planA, sv.planB, sv.planC, err = plans(sv.specs); err != nil {
-		return nil, err
-	}
 	if sv.eng, err = gemm.NewEngine(sv.s, gemm.EngineOptions{}); err != nil {
 		return nil, err
 	}
-	if sv.stageA, err = sv.stage(sv.planA, 0); err == nil {
-		sv.stageB, err = sv.stage(sv.planB, 1)
+	if a.Kind().IsDevice() {
+		if sv.timer, err = newDeviceTimer(sv.s); err != nil {
+			return nil, errors.Join(err, sv.close())
+		}
 	}
-	if err != nil {
-		return nil, errors.Join(err, sv.close())
+	if cfg.mode == "packed" {
+		if sv.ex, err = msg.New(msg.Options{Comm: world, Alloc: a}); err != nil {
+			return nil, errors.Join(err, sv.close())
+		}
 	}
 	return sv, nil
 }
 
-// stage fills a pinned buffer with operand which of every block.
-func (sv *solver) stage(p *packing.Plan, which int) (*packing.Coalesced, error) {
+func (sv *solver) close() error {
+	var errs []error
+	for _, l := range sv.layouts {
+		errs = append(errs, l.close())
+	}
+	sv.layouts = map[int]*layout{}
+	if sv.timer != nil {
+		errs = append(errs, sv.timer.close())
+	}
+	if sv.eng != nil {
+		errs = append(errs, sv.eng.Close())
+	}
+	if sv.ex != nil {
+		errs = append(errs, sv.ex.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (l *layout) close() error {
+	var errs []error
+	for _, p := range l.gemmPlans {
+		errs = append(errs, p.Close())
+	}
+	for _, c := range []*packing.Coalesced{l.stageA, l.stageB} {
+		if c != nil {
+			errs = append(errs, c.Free())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// bondOf is the bond of solve iter.
+func (sv *solver) bondOf(iter int) int { return iter % sv.cfg.bonds }
+
+// bondData returns the workload at a bond, made on first use.
+func (sv *solver) bondData(b int) *bondData {
+	if bd, ok := sv.bonds[b]; ok {
+		return bd
+	}
+	bd := &bondData{index: b, peerSpecs: make([][]blockSpec, sv.size), refs: map[refKey][]float64{}}
+	for src := range sv.size {
+		bd.peerSpecs[src] = specsFor(sv.cfg.seed, b, src, sv.size, sv.shape)
+		for id, sp := range bd.peerSpecs[src] {
+			if sp.dest == sv.rank {
+				bd.incoming = append(bd.incoming, incomingBlock{src: src, id: uint64(id), sp: sp})
+			}
+		}
+	}
+	bd.specs = bd.peerSpecs[sv.rank]
+	sv.bonds[b] = bd
+	return bd
+}
+
+// layoutFor returns the layout of solve iter's bond, cached or made anew
+// (fresh). planUS is the time spent laying the blocks out, which belongs to
+// the solve; staging the operands is the workload's, and is not timed.
+func (sv *solver) layoutFor(iter int) (l *layout, fresh bool, planUS float64, err error) {
+	sv.solves++
+	b := sv.bondOf(iter)
+	if l, ok := sv.layouts[b]; ok && !sv.cfg.fresh {
+		l.lastUse = sv.solves
+		return l, false, 0, nil
+	}
+	bd := sv.bondData(b)
+	if old, ok := sv.layouts[b]; ok {
+		delete(sv.layouts, b)
+		if err := old.close(); err != nil {
+			return nil, true, 0, err
+		}
+	}
+	if err := sv.evictLayouts(); err != nil {
+		return nil, true, 0, err
+	}
+	start := time.Now()
+	l = &layout{bond: bd, lastUse: sv.solves}
+	if l.planA, l.planB, l.planC, err = plans(bd.specs); err != nil {
+		return nil, true, 0, err
+	}
+	if sv.ex != nil {
+		l.pattern = sv.ex.NewPattern()
+	}
+	planUS = since(start)
+	if l.stageA, err = sv.stage(bd, l.planA, 0); err == nil {
+		l.stageB, err = sv.stage(bd, l.planB, 1)
+	}
+	if err != nil {
+		return nil, true, 0, errors.Join(err, l.close())
+	}
+	if !sv.cfg.fresh {
+		sv.layouts[b] = l
+	}
+	return l, true, planUS, nil
+}
+
+// evictLayouts makes room for one more layout, dropping the least recently
+// used.
+func (sv *solver) evictLayouts() error {
+	for len(sv.layouts) >= maxCachedLayouts {
+		oldest := -1
+		for b, l := range sv.layouts {
+			if oldest < 0 || l.lastUse < sv.layouts[oldest].lastUse {
+				oldest = b
+			}
+		}
+		l := sv.layouts[oldest]
+		delete(sv.layouts, oldest)
+		if err := l.close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stage fills a pinned buffer with operand which of every block at bond bd.
+func (sv *solver) stage(bd *bondData, p *packing.Plan, which int) (*packing.Coalesced, error) {
 	c, err := packing.AllocPinned(sv.a, p, 0, sv.s)
 	if err != nil {
 		return nil, err
@@ -111,43 +231,31 @@ func (sv *solver) stage(p *packing.Plan, which int) (*packing.Coalesced, error) 
 			if err != nil {
 				return err
 			}
-			operand(f, sv.cfg.seed, sv.rank, uint64(k), which)
+			operand(f, sv.cfg.seed, bd.index, sv.rank, uint64(k), which)
 		}
 		return nil
 	})
-	return c, errors.Join(err, w.Done(), sv.s.Synchronize())
+	err = errors.Join(err, w.Done(), sv.s.Synchronize())
+	if err != nil {
+		return nil, errors.Join(err, c.Free())
+	}
+	return c, nil
 }
 
-func (sv *solver) close() error {
-	var errs []error
-	for _, c := range []*packing.Coalesced{sv.stageA, sv.stageB} {
-		if c != nil {
-			errs = append(errs, c.Free())
-		}
-	}
-	if sv.eng != nil {
-		errs = append(errs, sv.eng.Close())
-	}
-	if sv.ex != nil {
-		errs = append(errs, sv.ex.Close())
-	}
-	return errors.Join(errs...)
-}
-
-// ref returns A*B of block id of rank src, computed once.
-func (sv *solver) ref(src int, id uint64, sp blockSpec) []float64 {
+// ref returns A*B of block id of rank src at bond bd, computed once.
+func (sv *solver) ref(bd *bondData, src int, id uint64, sp blockSpec) []float64 {
 	k := refKey{src, id}
-	if r, ok := sv.refs[k]; ok {
+	if r, ok := bd.refs[k]; ok {
 		return r
 	}
-	r := reference(sv.cfg.seed, src, id, sp)
-	sv.refs[k] = r
+	r := reference(sv.cfg.seed, bd.index, src, id, sp)
+	bd.refs[k] = r
 	return r
 }
 
 // check verifies one received block and records the first failure.
-func (sv *solver) check(st *iterStats, src int, id uint64, got []float64, iter int) {
-	specs := sv.peerSpecs[src]
+func (sv *solver) check(st *iterStats, bd *bondData, src int, id uint64, got []float64, iter int) {
+	specs := bd.peerSpecs[src]
 	if id >= uint64(len(specs)) || specs[id].dest != sv.rank {
 		st.verifyFailures++
 		if st.firstFailure == "" {
@@ -159,7 +267,7 @@ func (sv *solver) check(st *iterStats, src int, id uint64, got []float64, iter i
 	if corruptHook != nil {
 		corruptHook(src, id, got)
 	}
-	if err := verifyBlock(got, sv.ref(src, id, sp), alphaFor(iter)); err != nil {
+	if err := verifyBlock(got, sv.ref(bd, src, id, sp), alphaFor(iter)); err != nil {
 		st.verifyFailures++
 		if st.firstFailure == "" {
 			st.firstFailure = fmt.Sprintf("rank %d: block %d from rank %d (%dx%d): %v", sv.rank, id, src, sp.m, sp.n, err)
@@ -209,29 +317,51 @@ func float64s(b []byte) []float64 {
 	return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
 }
 
-// multiply runs C[g] = alpha*A*B for every destination group.
-func (sv *solver) multiply(A, B *packing.Coalesced, Cs []*packing.Coalesced, alpha float64, strategy gemm.Strategy) (launches int64, err error) {
+// gemmPlans plans C[g] = alpha*A*B for every destination group of l, on the
+// first solve at its bond: the plans depend on the layouts only, and later
+// solves run them on their own buffers.
+func (sv *solver) gemmPlans(l *layout, A, B *packing.Coalesced, Cs []*packing.Coalesced) error {
+	if l.gemmPlans != nil {
+		return nil
+	}
+	plans := make([]*gemm.Plan, len(Cs))
 	for g, C := range Cs {
-		members, err := sv.planC.Members(g)
-		if err != nil {
-			return launches, err
-		}
-		triples := make([]gemm.Triple, len(members))
-		for pos, idx := range members {
-			triples[pos] = gemm.Triple{A: int(idx), B: int(idx), C: pos}
-		}
-		if len(triples) == 0 {
+		members, err := l.planC.Members(g)
+		if err == nil && len(members) == 0 {
 			continue
 		}
-		gp, err := gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: complex(alpha, 0), Triples: triples}, gemm.Options{Strategy: strategy})
+		if err == nil {
+			triples := make([]gemm.Triple, len(members))
+			for pos, idx := range members {
+				triples[pos] = gemm.Triple{A: int(idx), B: int(idx), C: pos}
+			}
+			plans[g], err = gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: 1, Triples: triples}, gemm.Options{})
+		}
 		if err != nil {
+			for _, p := range plans[:g] {
+				if p != nil {
+					err = errors.Join(err, p.Close())
+				}
+			}
+			return err
+		}
+		sv.plansBuilt++
+	}
+	l.gemmPlans = plans
+	return nil
+}
+
+// multiply runs C[g] = alpha*A*B for every destination group.
+func (sv *solver) multiply(l *layout, A, B *packing.Coalesced, Cs []*packing.Coalesced, alpha float64) (launches int64, err error) {
+	for g, C := range Cs {
+		p := l.gemmPlans[g]
+		if p == nil {
+			continue
+		}
+		if err := sv.eng.RunOn(p, gemm.Operands{A: A, B: B, C: C, Alpha: complex(alpha, 0)}); err != nil {
 			return launches, err
 		}
-		err = sv.eng.Run(gp)
-		launches += int64(gp.Launches())
-		if err = errors.Join(err, gp.Close()); err != nil {
-			return launches, err
-		}
+		launches += int64(p.Launches())
 	}
 	return launches, nil
 }
@@ -239,7 +369,7 @@ func (sv *solver) multiply(A, B *packing.Coalesced, Cs []*packing.Coalesced, alp
 // iterate runs solve number iter in the configured mode.
 func (sv *solver) iterate(iter int) (iterStats, error) {
 	before := sv.a.Stats()
-	var st iterStats
+	st := iterStats{deviceUS: -1, deviceGemmUS: -1}
 	var err error
 	if sv.cfg.mode == "perblock" {
 		err = sv.perBlock(iter, &st)
@@ -253,6 +383,9 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 		return st, err
 	}
 	st.allocCalls = sv.a.Stats().AllocCalls - before.AllocCalls
+	for _, v := range st.phase {
+		st.solveUS += v
+	}
 	return st, nil
 }
 
@@ -260,3 +393,11 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 var corruptHook func(src int, id uint64, vals []float64)
 
 func since(t time.Time) float64 { return float64(time.Since(t).Nanoseconds()) / 1e3 }
+
+// lap returns the microseconds since *t and restarts it.
+func lap(t *time.Time) float64 {
+	now := time.Now()
+	us := float64(now.Sub(*t).Nanoseconds()) / 1e3
+	*t = now
+	return us
+}

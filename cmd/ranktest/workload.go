@@ -28,10 +28,22 @@ type workloadShape struct {
 
 var defaultShape = workloadShape{blocks: 2000, largeFrac: 0.01, largeMin: 24, largeMax: 64, tinyMax: 8}
 
-// specsFor is the block list of rank src, the same on every rank: a
-// receiver regenerates the sender's operands from it to check the results.
-func specsFor(seed uint64, src, size int, sh workloadShape) []blockSpec {
-	rng := rand.New(rand.NewPCG(seed, uint64(src)+1))
+// The sweep: defaultBonds bonds unless -bonds says otherwise, at most
+// maxBonds (each keeps its block lists and references for the run).
+const (
+	defaultBonds = 4
+	maxBonds     = 4096
+)
+
+// bondSeed mixes the bond into the seed: each bond of the sweep has its own
+// block structure, and bond 0 the structure a one-bond run always had.
+func bondSeed(seed uint64, bond int) uint64 { return seed + uint64(bond)*0x9e3779b97f4a7c15 }
+
+// specsFor is the block list of rank src at one bond, the same on every
+// rank: a receiver regenerates the sender's operands from it to check the
+// results.
+func specsFor(seed uint64, bond, src, size int, sh workloadShape) []blockSpec {
+	rng := rand.New(rand.NewPCG(bondSeed(seed, bond), uint64(src)+1))
 	out := make([]blockSpec, sh.blocks)
 	for i := range out {
 		dim := func() int { return 1 + rng.IntN(sh.tinyMax) }
@@ -44,9 +56,10 @@ func specsFor(seed uint64, src, size int, sh workloadShape) []blockSpec {
 }
 
 // operand fills dst with the values of operand which (0: A, 1: B) of block
-// id of rank src: a cheap hash, so any rank can regenerate any block.
-func operand(dst []float64, seed uint64, src int, id uint64, which int) {
-	h := seed*0x9e3779b97f4a7c15 ^ uint64(src)<<48 ^ id<<8 ^ uint64(which)
+// id of rank src at a bond: a cheap hash, so any rank can regenerate any
+// block.
+func operand(dst []float64, seed uint64, bond, src int, id uint64, which int) {
+	h := bondSeed(seed, bond)*0x9e3779b97f4a7c15 ^ uint64(src)<<48 ^ id<<8 ^ uint64(which)
 	for i := range dst {
 		x := h + uint64(i)*0xbf58476d1ce4e5b9
 		x ^= x >> 31
@@ -56,12 +69,13 @@ func operand(dst []float64, seed uint64, src int, id uint64, which int) {
 	}
 }
 
-// reference computes A*B for block id of rank src by the textbook triple loop.
-func reference(seed uint64, src int, id uint64, sp blockSpec) []float64 {
+// reference computes A*B for block id of rank src at a bond by the
+// textbook triple loop.
+func reference(seed uint64, bond, src int, id uint64, sp blockSpec) []float64 {
 	a := make([]float64, sp.m*sp.k)
 	b := make([]float64, sp.k*sp.n)
-	operand(a, seed, src, id, 0)
-	operand(b, seed, src, id, 1)
+	operand(a, seed, bond, src, id, 0)
+	operand(b, seed, bond, src, id, 1)
 	c := make([]float64, sp.m*sp.n)
 	for i := range sp.m {
 		for j := range sp.n {
