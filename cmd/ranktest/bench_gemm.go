@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
@@ -22,12 +23,19 @@ func init() { benches["gemm"] = benchGemm }
 //	          on CUDA, 20000 x 8^3 on the host)
 //	grouped   216 mixed shapes in one grouped call vs one batched call per shape
 //	pershape  the same 216 shapes, one batched call per shape
+//	spectrum  a DMRG solve's tiny blocks (2000 products, each dimension 1 to
+//	          8): distbuf's small-block kernel (one launch) vs one grouped
+//	          cuBLAS call vs one batched call per shape; then the whole solve
+//	          spectrum (1% of the blocks 24 to 64) planned by Auto (kernel
+//	          and cuBLAS) vs one grouped call
+//	crossover the kernel vs one grouped call for products whose dimensions
+//	          lie in (d/2, d], d = 4 to 64: where Auto's SmallMax belongs
 //
 // CUDA times come from events on the engine's stream; host times from the
-// wall clock around Run and Synchronize. grouped and pershape need cuBLAS:
-// on the host backend they print a line saying so.
+// wall clock around Run and Synchronize. grouped, pershape, spectrum and
+// crossover need cuBLAS: on the host backend they print a line saying so.
 func benchGemm(c *benchContext) error {
-	modes := []string{"loop", "batched", "grouped", "pershape"}
+	modes := []string{"loop", "batched", "grouped", "pershape", "spectrum", "crossover"}
 	if c.cfg.mode != "" {
 		if !contains(modes, c.cfg.mode) {
 			return fmt.Errorf("-mode %q: gemm has modes %v", c.cfg.mode, modes)
@@ -227,13 +235,97 @@ func mixedShapes() [][3]int {
 	return out
 }
 
+// randomShapes is n products whose dimensions are uniform in [lo, hi], and
+// with probability largeFrac in [largeLo, largeHi].
+func randomShapes(n, lo, hi int, largeFrac float64, largeLo, largeHi int, seed uint64) [][3]int {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	out := make([][3]int, n)
+	for i := range out {
+		a, b := lo, hi
+		if rng.Float64() < largeFrac {
+			a, b = largeLo, largeHi
+		}
+		for j := range 3 {
+			out[i][j] = a + rng.IntN(b-a+1)
+		}
+	}
+	return out
+}
+
+// compare times the same operands under several strategies, in turns, and
+// returns the medians in the order given.
+func (g *gemmBench) compare(o *operands, sts ...gemm.Strategy) ([]float64, []int, error) {
+	us := make([]float64, len(sts))
+	launches := make([]int, len(sts))
+	for i, st := range sts {
+		var err error
+		if us[i], launches[i], err = g.timePlan(o, st, g.iters); err != nil {
+			return nil, nil, fmt.Errorf("%v: %w", st, err)
+		}
+	}
+	return us, launches, nil
+}
+
 func (g *gemmBench) run(mode string) error {
-	if !g.device && (mode == "grouped" || mode == "pershape") {
+	if !g.device && mode != "loop" && mode != "batched" {
 		return g.c.emit(benchResult{Bench: "gemm", Mode: mode, Extra: map[string]any{
-			"skipped": "needs CUDA: grouped and per-shape batched calls are cuBLAS launches; the host backend runs every plan as parallel gonum calls",
+			"skipped": "needs CUDA: grouped and per-shape batched calls are cuBLAS launches, and the small-block kernel runs on the GPU; the host backend runs every plan as parallel gonum calls",
 		}})
 	}
 	switch mode {
+	case "spectrum":
+		tiny := randomShapes(2000, 1, 8, 0, 0, 0, 1)
+		o, err := g.operands(tiny)
+		if err != nil {
+			return err
+		}
+		us, launches, err := g.compare(o, gemm.Kernel, gemm.Grouped, gemm.PerShape)
+		o.free()
+		if err != nil {
+			return err
+		}
+		if err := g.eng.KernelStatus(); err != nil {
+			return err
+		}
+		if err := g.c.emit(benchResult{Bench: "gemm", Mode: mode, N: len(tiny), MedianUS: us[0], Extra: map[string]any{
+			"case": "tiny", "dims": "1-8", "dtype": "float64", "timer": g.timer(), "launches": launches[0],
+			"grouped_us": us[1], "grouped_launches": launches[1], "pershape_us": us[2], "pershape_launches": launches[2],
+			"ratio_grouped_vs_kernel": us[1] / us[0], "ratio_pershape_vs_kernel": us[2] / us[0], "goal_ratio_grouped_vs_kernel": 3,
+		}}); err != nil {
+			return err
+		}
+		solve := randomShapes(2000, 1, 8, 0.01, 24, 64, 2)
+		if o, err = g.operands(solve); err != nil {
+			return err
+		}
+		defer o.free()
+		if us, launches, err = g.compare(o, gemm.Auto, gemm.Grouped); err != nil {
+			return err
+		}
+		return g.c.emit(benchResult{Bench: "gemm", Mode: mode, N: len(solve), MedianUS: us[0], Extra: map[string]any{
+			"case": "solve", "dims": "1-8, 1% 24-64", "dtype": "float64", "timer": g.timer(), "strategy": "auto", "small_max": gemm.DefaultSmallMax,
+			"launches": launches[0], "grouped_us": us[1], "grouped_launches": launches[1], "ratio_grouped_vs_auto": us[1] / us[0],
+		}})
+	case "crossover":
+		for _, d := range []int{4, 8, 12, 16, 24, 32, 48, 64} {
+			shapes := randomShapes(512, d/2+1, d, 0, 0, 0, uint64(d))
+			o, err := g.operands(shapes)
+			if err != nil {
+				return err
+			}
+			us, _, err := g.compare(o, gemm.Kernel, gemm.Grouped)
+			o.free()
+			if err != nil {
+				return err
+			}
+			if err := g.c.emit(benchResult{Bench: "gemm", Mode: mode, N: len(shapes), MedianUS: us[0], Extra: map[string]any{
+				"dims": fmt.Sprintf("%d-%d", d/2+1, d), "max_dim": d, "dtype": "float64", "timer": g.timer(),
+				"kernel_us": us[0], "grouped_us": us[1], "ratio_grouped_vs_kernel": us[1] / us[0], "kernel_gflops": o.flops / us[0] / 1e3,
+			}}); err != nil {
+				return err
+			}
+		}
+		return nil
 	case "loop", "batched":
 		shapes, dim := g.uniformShapes()
 		o, err := g.operands(shapes)
