@@ -23,6 +23,7 @@ type Stats struct {
 	MaxInFlight    int   // the most requests of one direction outstanding at once
 	Aborts         int64 // abort notices sent in place of announced messages
 	NCCLTransfers  int64 // NCCL sends posted (TransportNCCL: messages cut at 64 MiB)
+	ManifestsBuilt int64 // send manifests described from a layout (a learned Pattern reuses its own)
 }
 
 // Exchanger runs exchanges over one communicator: each rank passes one
@@ -235,6 +236,10 @@ type Pattern struct {
 	learned  bool
 	sendSize []int64  // by destination
 	sendMan  [][]byte // by destination: encoded entries sent when learning
+	// sendOut is the manifest sent to each destination when learning:
+	// reused while the send buffers keep their layouts, so a solver that
+	// sweeps over several patterns describes each layout once.
+	sendOut []*outManifest
 	recvSize []int64  // by source
 	recv     []*learnedIn
 }
@@ -557,12 +562,16 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 			continue // nothing to send: no message
 		}
 		man := x.cache[d]
+		if p := e.pat; p != nil && p.learned && p.sendOut[d] != nil {
+			man = p.sendOut[d]
+		}
 		if man == nil || man.plan != c.Plan() || man.group != c.Group() {
 			var err error
 			if man, x.outScratch, err = buildManifest(c, x.outScratch); err != nil {
 				errs = append(errs, err)
 				continue
 			}
+			x.stats.ManifestsBuilt++
 			x.cache[d] = man
 		}
 		m := e.newOut()
@@ -626,11 +635,12 @@ func (p *Pattern) departure(d int, m *outMsg, tag int) *WireError {
 func (e *exchange) learn(byDest []*outMsg, recvSize []int64) {
 	p := e.pat
 	n := e.x.size
-	p.sendSize, p.sendMan = make([]int64, n), make([][]byte, n)
+	p.sendSize, p.sendMan, p.sendOut = make([]int64, n), make([][]byte, n), make([]*outManifest, n)
 	for d, m := range byDest {
 		if m != nil {
 			p.sendSize[d] = m.size
 			p.sendMan[d] = m.man.entries
+			p.sendOut[d] = m.man
 		}
 	}
 	p.recvSize = append([]int64(nil), recvSize...)

@@ -89,9 +89,32 @@ func TestSelfPattern(t *testing.T) {
 					require.NoError(t, r.Free())
 				}
 				require.EqualValues(t, 1, x.Stats().CountExchanges)
-				// A different layout to self: an error, not a hang.
+				// Two patterns taking turns, as the bonds of a sweep do: each
+				// describes its layout once.
 				other := selfTraffic(12)
 				obufs, err := AllocSend(a, other.plan(t, rank, size), s)
+				require.NoError(t, err)
+				opat := x.NewPattern()
+				built := x.Stats().ManifestsBuilt
+				for it := range 4 {
+					p, b, trf := pat, bufs, tr
+					if it%2 == 1 {
+						p, b, trf = opat, obufs, other
+					}
+					trf.iter = uint64(10 + it)
+					trf.fill(t, s, rank, b)
+					r, err := p.Exchange(b)
+					require.NoError(t, err)
+					trf.verify(t, s, rank, size, r)
+					require.NoError(t, r.Free())
+				}
+				require.EqualValues(t, built+1, x.Stats().ManifestsBuilt, "only the second pattern's first exchange describes its layout")
+				for _, b := range obufs {
+					require.NoError(t, b.Free())
+				}
+				// A different layout to self: an error, not a hang.
+				other = selfTraffic(12)
+				obufs, err = AllocSend(a, other.plan(t, rank, size), s)
 				require.NoError(t, err)
 				_, err = pat.Exchange(obufs)
 				require.ErrorIs(t, err, ErrPatternMismatch)
