@@ -44,7 +44,7 @@ func operandBases(o Operands) ([3]uintptr, error) {
 func (e *Engine) prepareDevice(p *Plan, bases [3]uintptr, kern kernelLauncher) (stack, arrays *devalloc.Buffer, err error) {
 	a := e.s.Allocator()
 	if p.dev == nil {
-		p.dev = &deviceState{a: a}
+		p.dev = &deviceState{a: a, s: e.s}
 	} else if p.dev.a != a {
 		return nil, nil, fmt.Errorf("gemm: the plan's device memory belongs to another allocator (device %d): use one plan per device: %w", p.dev.a.Device(), ErrInvalid)
 	}
@@ -77,8 +77,24 @@ func (e *Engine) prepareDevice(p *Plan, bases [3]uintptr, kern kernelLauncher) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("gemm: pointer arrays: %w", err)
 	}
-	d.arrBases = bases
+	d.arrBases, d.arrWriter = bases, e.s
 	return d.stack, d.arrays, nil
+}
+
+// follow makes s wait for the work enqueued on other so far.
+func follow(s, other *devalloc.Stream) error {
+	ev, err := other.Record()
+	if err != nil {
+		return fmt.Errorf("gemm: %w", err)
+	}
+	err = s.Wait(ev)
+	if rerr := ev.Release(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("gemm: %w", err)
+	}
+	return nil
 }
 
 // upload allocates a device buffer of n bytes and fills it through pinned
@@ -171,13 +187,27 @@ func (e *Engine) runCUDA(p *Plan, o Operands, declare func(*devalloc.Buffer, boo
 		return err
 	}
 	kern := e.kernels(p)
+	// The plan's memory may have been made on another stream, whose own
+	// runs read it without declaring (stream order covers them): follow
+	// them before rewriting or reading it here, and declare this stream's
+	// reads for the ledger.
+	foreign := p.dev != nil && p.dev.s != e.s
+	if foreign {
+		if err := follow(e.s, p.dev.s); err != nil {
+			return err
+		}
+	}
 	stack, arr, err := e.prepareDevice(p, bases, kern)
 	if err != nil {
 		return err
 	}
 	var stackAddr, arrA, arrB, arrC uintptr
+	// The arrays may have been rewritten by another stream even where the
+	// plan's memory is this stream's: declaring the read waits for it (a
+	// run on the same C would too, through C's ledger, but a run on other
+	// buffers with the same addresses would not).
 	for _, b := range []*devalloc.Buffer{stack, arr} {
-		if b != nil {
+		if b != nil && (foreign || b == arr && p.dev.arrWriter != e.s) {
 			if err := declare(b, false); err != nil {
 				return err
 			}

@@ -679,11 +679,17 @@ func (p *Plan) deviceBuffers() []*devalloc.Buffer {
 
 // deviceState is a plan's memory on one device: the parameter stack, and
 // the cuBLAS pointer arrays with the operand addresses they were made for.
+// Runs on the stream s that made it read it in stream order without ledger
+// entries; writes (the arrays for new addresses) are always declared.
 type deviceState struct {
 	a        *devalloc.Allocator
+	s        *devalloc.Stream
 	stack    *devalloc.Buffer // stackEntry per problem, in launch order
 	arrays   *devalloc.Buffer // [A pointers | B pointers | C pointers], 8 bytes each
 	arrBases [3]uintptr
+	// arrWriter is the stream that last wrote the arrays: another stream's
+	// reads must be declared to wait for it.
+	arrWriter *devalloc.Stream
 }
 
 func (d *deviceState) free() error {

@@ -498,3 +498,101 @@ func TestRunOnNewBuffers(t *testing.T) {
 		})
 	}
 }
+
+// TestRunOnTwoStreams runs one plan from engines on two streams, with the
+// buffers changing between runs: the second stream must follow the first's
+// undeclared use of the plan's device memory before it rewrites it.
+func TestRunOnTwoStreams(t *testing.T) {
+	type variant struct {
+		name string
+		open func(*testing.T) *devalloc.Allocator
+		fake bool
+	}
+	variants := []variant{{name: "fake-cublas-kernels", open: openHost, fake: true}}
+	for _, bc := range backends {
+		variants = append(variants, variant{name: bc.Name, open: bc.Open})
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			defer closeClean(t, a)
+			s1 := a.DefaultStream()
+			s2, err := a.NewStream()
+			require.NoError(t, err)
+			var engs [2]*Engine
+			var fakes []*fakeBLAS
+			for i, s := range []*devalloc.Stream{s1, s2} {
+				if v.fake {
+					var f *fakeBLAS
+					engs[i], f = newFakeEngine(s, true, true)
+					fakes = append(fakes, f)
+				} else {
+					engs[i], err = NewEngine(s, EngineOptions{})
+					require.NoError(t, err)
+				}
+				defer func() { require.NoError(t, engs[i].Close()) }()
+			}
+			pr, A, B, C := sparseProblem(t, s1, packing.Float64, NoTrans, NoTrans, 900)
+			rng := rand.New(rand.NewPCG(9, 9))
+			A2, B2, C2 := refill(t, s1, A, rng, 256), refill(t, s1, B, rng, 256), refill(t, s1, C, rng, 256)
+			require.NoError(t, s1.Synchronize())
+			p, err := NewPlan(pr, Options{Strategy: Grouped}) // pointer arrays, rebuilt for each new set of buffers
+			require.NoError(t, err)
+			for _, f := range fakes {
+				f.buffers = func() []*devalloc.Buffer {
+					out := []*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer(), A2.c.Buffer(), B2.c.Buffer(), C2.c.Buffer()}
+					return append(out, p.deviceBuffers()...)
+				}
+			}
+			// Each round runs the plan on one set of buffers from one
+			// stream and at once on the other set from the other stream,
+			// before either has run, then checks both.
+			sets := [][3]*operand{{A, B, C}, {A2, B2, C2}}
+			for round := range 8 {
+				var refs, mags [2][]values
+				for i, set := range sets {
+					q := pr
+					q.A, q.B, q.C, q.Beta = set[0].c, set[1].c, set[2].c, 1
+					refs[i], mags[i] = reference(q, set[0], set[1], set[2])
+				}
+				// Rounds 4 to 7 run one set from the stream that did not make
+				// the plan's memory, then the other from the one that did,
+				// whose run may then find the arrays already rewritten.
+				engOf := func(i int) *Engine {
+					if round >= 4 {
+						return engs[1-i]
+					}
+					return engs[(i+round)%2]
+				}
+				for i, set := range sets {
+					require.NoError(t, engOf(i).RunOn(p, Operands{A: set[0].c, B: set[1].c, C: set[2].c, Alpha: pr.Alpha, Beta: 1}))
+				}
+				for i, set := range sets {
+					got := set[2].read(t, engOf(i).Stream())
+					checkResult(t, packing.Float64, got, refs[i], mags[i])
+					set[2].vals = got
+				}
+			}
+			// The stream that made the plan's memory runs the buffers whose
+			// arrays the other stream has just rewritten (no rewrite of its
+			// own), and runs after it on the same C.
+			for range 4 {
+				q := pr
+				q.A, q.B, q.C, q.Beta = A2.c, B2.c, C2.c, 1
+				q.Alpha *= 2 // two runs on C2 add alpha*A*B each
+				ref2, mag2 := reference(q, A2, B2, C2)
+				require.NoError(t, engs[1].RunOn(p, Operands{A: A.c, B: B.c, C: C.c, Alpha: pr.Alpha, Beta: 1}))
+				require.NoError(t, engs[1].RunOn(p, Operands{A: A2.c, B: B2.c, C: C2.c, Alpha: pr.Alpha, Beta: 1}))
+				require.NoError(t, engs[0].RunOn(p, Operands{A: A2.c, B: B2.c, C: C2.c, Alpha: pr.Alpha, Beta: 1}))
+				got := C2.read(t, engs[0].Stream())
+				checkResult(t, packing.Float64, got, ref2, mag2)
+				C2.vals = got
+				C.vals = C.read(t, engs[1].Stream())
+			}
+			require.NoError(t, p.Close())
+			for _, op := range []*operand{A, B, C, A2, B2, C2} {
+				require.NoError(t, op.c.Free())
+			}
+		})
+	}
+}
