@@ -267,7 +267,7 @@ func (e *Engine) runCUDA(p *Plan, o Operands, declare func(*devalloc.Buffer, boo
 			if beta != 0 {
 				flags |= flagReadC
 			}
-			err = kern.small(p.dtype, stackAddr+uintptr(stackEntryBytes*l.lo), count, bases, alpha, beta, flags)
+			err = kern.small(p.dtype, stackAddr+uintptr(stackEntryBytes*l.lo), l.tiny, count, bases, alpha, beta, flags)
 		}
 		if err != nil {
 			return fmt.Errorf("gemm: %v launch of wave %d: %w", l.kind, l.wave, err)

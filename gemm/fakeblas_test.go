@@ -62,7 +62,7 @@ func (k fakeKernels) entry(stack uintptr, i int) (off [3]uint64, dims [5]int, er
 	return off, dims, nil
 }
 
-func (k fakeKernels) small(dt packing.DType, stack uintptr, count int, bases [3]uintptr, alpha, beta complex128, flags int) error {
+func (k fakeKernels) small(dt packing.DType, stack uintptr, tiny, count int, bases [3]uintptr, alpha, beta complex128, flags int) error {
 	k.f.count("small")
 	cdt := cublasType(dt)
 	es := uintptr(dt.Size())
@@ -73,6 +73,9 @@ func (k fakeKernels) small(dt packing.DType, stack uintptr, count int, bases [3]
 				return err
 			}
 			m, n, kk, lda, ldb := d[0], d[1], d[2], d[3], d[4]
+			if (max(m, n, kk) <= warpMax) != (p < tiny) {
+				return fmt.Errorf("fake kernel: entry %d (%dx%dx%d) is on the wrong side of the first %d (tiny) entries", p, m, n, kk, tiny)
+			}
 			a, b, c := bases[0]+uintptr(off[0]), bases[1]+uintptr(off[1]), bases[2]+uintptr(off[2])
 			ai, al := lda, 1
 			if flags&flagTransA != 0 {

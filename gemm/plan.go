@@ -100,9 +100,9 @@ func (s Strategy) String() string {
 
 // DefaultSmallMax is the largest dimension of a product that Auto sends to
 // the small-block kernel. It is the crossover measured on an H200 with
-// `ranktest -bench gemm` (docs/PERFORMANCE.md): below it one launch of the
-// kernel beats a grouped cuBLAS call over the same products.
-const DefaultSmallMax = 16
+// `ranktest -bench gemm -mode crossover` (docs/PERFORMANCE.md): below it one
+// launch of the kernel beats a grouped cuBLAS call over the same products.
+const DefaultSmallMax = 64
 
 // Options configures NewPlan.
 type Options struct {
@@ -164,6 +164,8 @@ type launch struct {
 	// grouped, and small when it falls back to cuBLAS: the sizes of its
 	// shape runs, in order.
 	groups []int
+	// small: how many of its products, the first ones, take a warp each.
+	tiny int
 }
 
 // layoutRef is what an operand's offsets depend on: its packing plan and
@@ -452,19 +454,26 @@ func (p *Plan) plan(probs []problem, smallMax int32) {
 		}
 		q.shapeClass = s
 	}
-	isSmall := func(q *problem) bool { return max(q.m, q.n, q.k) <= smallMax }
-	// Bucket by (wave, small first, shape): one counting pass, then each
+	// A product's category: 0 takes a warp of the small kernel, 1 a thread
+	// block of it, 2 goes to cuBLAS.
+	category := func(q *problem) int {
+		switch d := max(q.m, q.n, q.k); {
+		case d > smallMax:
+			return 2
+		case d > warpMax:
+			return 1
+		}
+		return 0
+	}
+	isSmall := func(q *problem) bool { return category(q) < 2 }
+	// Bucket by (wave, category, shape): one counting pass, then each
 	// bucket in C order (already so when the list follows the layout).
 	nShapes := int(shapes.n)
 	bucketOf := func(q *problem) int {
-		b := int(q.wave)*2*nShapes + int(q.shapeClass)
-		if !isSmall(q) {
-			b += nShapes
-		}
-		return b
+		return (int(q.wave)*3+category(q))*nShapes + int(q.shapeClass)
 	}
 	var sorted []problem
-	if nb := p.waves * 2 * nShapes; nb <= 4*len(probs)+64 {
+	if nb := p.waves * 3 * nShapes; nb <= 6*len(probs)+64 {
 		start := make([]int32, nb+1)
 		for i := range probs {
 			start[bucketOf(&probs[i])+1]++
@@ -499,12 +508,15 @@ func (p *Plan) plan(probs []problem, smallMax int32) {
 		for hi < len(sorted) && sorted[hi].wave == w {
 			hi++
 		}
-		mid := lo // the wave's small products are sorted[lo:mid]
+		mid, tiny := lo, 0 // the wave's small products are sorted[lo:mid], the tiny ones first
 		for mid < hi && isSmall(&sorted[mid]) {
+			if category(&sorted[mid]) == 0 {
+				tiny++
+			}
 			mid++
 		}
 		if mid > lo {
-			p.launches = append(p.launches, launch{kind: small, wave: int(w), lo: lo, hi: mid, groups: shapeRuns(sorted, lo, mid)})
+			p.launches = append(p.launches, launch{kind: small, wave: int(w), lo: lo, hi: mid, tiny: tiny, groups: shapeRuns(sorted, lo, mid)})
 			p.smallN += mid - lo
 		}
 		p.cut(sorted, mid, hi, int(w), groupable)

@@ -114,14 +114,17 @@ func TestPlanMixedShapes(t *testing.T) {
 func TestPlanSmallSplit(t *testing.T) {
 	a := openHost(t)
 	defer func() { require.NoError(t, a.Sync()) }()
-	// 40 tiny products of mixed shapes, 5 of 24x24x24, then the same again
-	// into the same C blocks (a second wave).
+	// 40 tiny products of mixed shapes, 5 of 24x24x24, 5 of 80x80x80, then
+	// the same again into the same C blocks (a second wave).
 	var aD, bD, cD []packing.Desc
 	var tr []Triple
 	rng := rand.New(rand.NewPCG(3, 3))
-	for i := range 45 {
+	for i := range 50 {
 		m, n, k := 1+rng.IntN(8), 1+rng.IntN(8), 1+rng.IntN(8)
-		if i >= 40 {
+		switch {
+		case i >= 45:
+			m, n, k = 80, 80, 80
+		case i >= 40:
 			m, n, k = 24, 24, 24
 		}
 		aD = append(aD, packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: m, Cols: k})
@@ -134,17 +137,22 @@ func TestPlanSmallSplit(t *testing.T) {
 	get := func(o Options) Summary {
 		p, err := NewPlan(pr, o)
 		require.NoError(t, err)
-		for _, l := range p.launches { // small launches come first in their wave and hold only small products
-			for _, q := range p.problems[l.lo:l.hi] {
-				require.Equal(t, l.kind == small, max(q.m, q.n, q.k) <= int32(smallMaxOf(o)), "%v launch holds %dx%dx%d", l.kind, q.m, q.n, q.k)
+		for _, l := range p.launches { // small launches come first in their wave and hold only small products, tiny ones first
+			for i, q := range p.problems[l.lo:l.hi] {
+				d := max(q.m, q.n, q.k)
+				require.Equal(t, l.kind == small, d <= smallMaxOf(o), "%v launch holds %dx%dx%d", l.kind, q.m, q.n, q.k)
+				if l.kind == small {
+					require.Equal(t, d <= warpMax, i < l.tiny, "product %d (%dx%dx%d) of a small launch with %d tiny", i, q.m, q.n, q.k, l.tiny)
+				}
 			}
 		}
 		return p.Summary()
 	}
-	require.Equal(t, Summary{Problems: 90, Waves: 2, Launches: 4, Strided: 2, Small: 2, SmallProblems: 80}, get(Options{}))
-	require.Equal(t, Summary{Problems: 90, Waves: 2, Launches: 2, Small: 2, SmallProblems: 90}, get(Options{Strategy: Kernel}))
-	require.Equal(t, Summary{Problems: 90, Waves: 2, Launches: 2, Small: 2, SmallProblems: 90}, get(Options{SmallMax: 24}))
-	require.Equal(t, Summary{Problems: 90, Waves: 2, Launches: 2, Grouped: 2}, get(Options{SmallMax: -1}))
+	require.Equal(t, Summary{Problems: 100, Waves: 2, Launches: 4, Strided: 2, Small: 2, SmallProblems: 90}, get(Options{}))
+	require.Equal(t, Summary{Problems: 100, Waves: 2, Launches: 2, Small: 2, SmallProblems: 100}, get(Options{Strategy: Kernel}))
+	require.Equal(t, Summary{Problems: 100, Waves: 2, Launches: 4, Small: 2, SmallProblems: 80, Grouped: 2}, get(Options{SmallMax: 16}))
+	require.Equal(t, Summary{Problems: 100, Waves: 2, Launches: 2, Small: 2, SmallProblems: 100}, get(Options{SmallMax: 80}))
+	require.Equal(t, Summary{Problems: 100, Waves: 2, Launches: 2, Grouped: 2}, get(Options{SmallMax: -1}))
 	require.Equal(t, 0, get(Options{Strategy: Grouped}).Small, "explicit cuBLAS strategies never use the kernel")
 }
 

@@ -181,15 +181,21 @@ func tolerance(dt packing.DType) float64 {
 // with some blocks absent, so that most C blocks take several products
 // (waves) and some none (an empty group).
 func sparseProblem(t *testing.T, s *devalloc.Stream, dt packing.DType, ta, tb Op, seed uint64) (Problem, *operand, *operand, *operand) {
+	return sparseProblemOf(t, s, dt, ta, tb, seed, []int{1, 1, 2, 3, 4, 5, 7, 8, 12}, [3]int{6, 5, 6})
+}
+
+// sparseProblemOf is sparseProblem with sector sizes drawn from choices and
+// the given numbers of row, inner and column sectors.
+func sparseProblemOf(t *testing.T, s *devalloc.Stream, dt packing.DType, ta, tb Op, seed uint64, choices []int, sectors [3]int) (Problem, *operand, *operand, *operand) {
 	rng := rand.New(rand.NewPCG(seed, uint64(dt)))
 	dims := func(n int) []int {
 		out := make([]int, n)
 		for i := range out {
-			out[i] = []int{1, 1, 2, 3, 4, 5, 7, 8, 12}[rng.IntN(9)]
+			out[i] = choices[rng.IntN(len(choices))]
 		}
 		return out
 	}
-	di, dl, dj := dims(6), dims(5), dims(6)
+	di, dl, dj := dims(sectors[0]), dims(sectors[1]), dims(sectors[2])
 	type key struct{ x, y int }
 	aIdx, bIdx, cIdx := map[key]int{}, map[key]int{}, map[key]int{}
 	var aD, bD, cD []packing.Desc
@@ -312,6 +318,62 @@ func TestContractions(t *testing.T) {
 							}
 							require.NoError(t, eng.Run(p))
 							checkResult(t, dt, C.read(t, run), ref, mag)
+							require.NoError(t, p.Close())
+							for _, op := range []*operand{A, B, C} {
+								require.NoError(t, op.c.Free())
+							}
+						})
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestContractionsSizes runs the small-block kernel's two paths (a warp for
+// dimensions up to warpMax, a thread block in 64 x 64 tiles above) and
+// cuBLAS on products of 1 to 70 rows and columns: every dtype and
+// transpose, sizes on both sides of each path's edges.
+func TestContractionsSizes(t *testing.T) {
+	for _, bc := range append(backends, alloctest.Backend{Name: "fake-cublas", Open: openHost}) {
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			var eng *Engine
+			var fake *fakeBLAS
+			if bc.Name == "fake-cublas" {
+				eng, fake = newFakeEngine(s, true, true)
+			} else {
+				var err error
+				eng, err = NewEngine(s, EngineOptions{})
+				require.NoError(t, err)
+			}
+			defer func() { require.NoError(t, eng.Close()) }()
+			seed := uint64(300)
+			for _, dt := range dtypes {
+				for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
+					for _, st := range []Strategy{Auto, Kernel} {
+						seed++
+						t.Run(fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st), func(t *testing.T) {
+							pr, A, B, C := sparseProblemOf(t, s, dt, ops[0], ops[1], seed, []int{1, 5, 16, 17, 64, 65, 70}, [3]int{4, 3, 4})
+							ref, mag := reference(pr, A, B, C)
+							p, err := NewPlan(pr, Options{Strategy: st})
+							require.NoError(t, err)
+							if fake != nil {
+								fake.buffers = func() []*devalloc.Buffer {
+									return append([]*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer()}, p.deviceBuffers()...)
+								}
+							}
+							sum := p.Summary()
+							require.Positive(t, sum.SmallProblems)
+							if st == Kernel {
+								require.Equal(t, sum.Problems, sum.SmallProblems)
+							} else {
+								require.LessOrEqual(t, sum.SmallProblems, sum.Problems)
+							}
+							require.NoError(t, eng.Run(p))
+							checkResult(t, dt, C.read(t, s), ref, mag)
 							require.NoError(t, p.Close())
 							for _, op := range []*operand{A, B, C} {
 								require.NoError(t, op.c.Free())
