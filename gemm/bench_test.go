@@ -3,6 +3,7 @@ package gemm
 import (
 	"fmt"
 	"math/rand/v2"
+	"time"
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
@@ -144,5 +145,70 @@ func BenchmarkPlan(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
 		})
+	}
+}
+
+// BenchmarkRunOn is the host's cost of running a planned solve-spectrum
+// contraction on its buffers (enqueue_us: RunOn alone; ns/op adds the
+// wait for the result), by backend and strategy: what a solve pays per
+// GEMM phase once its plan exists. The CUDA backend is skipped without a GPU.
+func BenchmarkRunOn(b *testing.B) {
+	for _, backend := range []devalloc.Backend{devalloc.BackendHost, devalloc.BackendCUDA} {
+		for _, st := range []Strategy{Auto, Grouped} {
+			b.Run(fmt.Sprintf("backend=%v/strategy=%v", backend, st), func(b *testing.B) {
+				a, err := devalloc.Open(devalloc.Options{Backend: backend, Warn: func(string) {}})
+				if err != nil {
+					b.Skipf("backend %v: %v", backend, err)
+				}
+				defer a.Close()
+				s := a.DefaultStream()
+				eng, err := NewEngine(s, EngineOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer eng.Close()
+				da, db, dc := solveSpectrum(2000, 1)
+				var ops [3]*packing.Coalesced
+				for i, d := range [][]packing.Desc{da, db, dc} {
+					p, err := packing.NewPlan(d, packing.Options{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if ops[i], err = packing.Alloc(a, p, s); err != nil {
+						b.Fatal(err)
+					}
+					defer ops[i].Free()
+				}
+				tr := make([]Triple, len(da))
+				for i := range tr {
+					tr[i] = Triple{i, i, i}
+				}
+				p, err := NewPlan(Problem{A: ops[0], B: ops[1], C: ops[2], Alpha: 1, Triples: tr}, Options{Strategy: st})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close()
+				o := Operands{A: ops[0], B: ops[1], C: ops[2], Alpha: 1}
+				if err := eng.RunOn(p, o); err != nil { // first run: uploads the stack, loads the kernel
+					b.Fatal(err)
+				}
+				if err := s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				var enqueue time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					if err := eng.RunOn(p, o); err != nil {
+						b.Fatal(err)
+					}
+					enqueue += time.Since(t0)
+					if err := s.Synchronize(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(enqueue.Nanoseconds())/1e3/float64(b.N), "enqueue_us")
+				b.ReportMetric(float64(p.Launches()), "launches")
+			})
+		}
 	}
 }

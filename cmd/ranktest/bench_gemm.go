@@ -29,7 +29,7 @@ func init() { benches["gemm"] = benchGemm }
 //	          spectrum (1% of the blocks 24 to 64) planned by Auto (kernel
 //	          and cuBLAS) vs one grouped call
 //	crossover the kernel vs one grouped call for products whose dimensions
-//	          lie in (d/2, d], d = 4 to 64: where Auto's SmallMax belongs
+//	          lie in (d/2, d], d = 4 to 256: where Auto's SmallMax belongs
 //
 // CUDA times come from events on the engine's stream; host times from the
 // wall clock around Run and Synchronize. grouped, pershape, spectrum and
@@ -307,8 +307,9 @@ func (g *gemmBench) run(mode string) error {
 			"launches": launches[0], "grouped_us": us[1], "grouped_launches": launches[1], "ratio_grouped_vs_auto": us[1] / us[0],
 		}})
 	case "crossover":
-		for _, d := range []int{4, 8, 12, 16, 24, 32, 48, 64} {
-			shapes := randomShapes(512, d/2+1, d, 0, 0, 0, uint64(d))
+		for _, d := range []int{4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256} {
+			// 512 products, fewer of the largest: about 2^24 multiply-adds a band at most.
+			shapes := randomShapes(min(512, max(32, (1<<24)/(d*d*d))), d/2+1, d, 0, 0, 0, uint64(d))
 			o, err := g.operands(shapes)
 			if err != nil {
 				return err
@@ -321,6 +322,7 @@ func (g *gemmBench) run(mode string) error {
 			if err := g.c.emit(benchResult{Bench: "gemm", Mode: mode, N: len(shapes), MedianUS: us[0], Extra: map[string]any{
 				"dims": fmt.Sprintf("%d-%d", d/2+1, d), "max_dim": d, "dtype": "float64", "timer": g.timer(),
 				"kernel_us": us[0], "grouped_us": us[1], "ratio_grouped_vs_kernel": us[1] / us[0], "kernel_gflops": o.flops / us[0] / 1e3,
+				"grouped_gflops": o.flops / us[1] / 1e3, "in_small_max": d <= gemm.DefaultSmallMax,
 			}}); err != nil {
 				return err
 			}
