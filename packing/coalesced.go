@@ -75,6 +75,29 @@ func AllocPinned(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream) (*Co
 	return allocGroup(a, p, g, s, true)
 }
 
+// AllocCopy allocates a buffer laid out as src (its plan and group) from a,
+// usable in the order of s, and fills it with src's layout by one copy in
+// that order: the device copy of operands packed in pinned memory. The
+// copy brings src's padding, which is zero, so nothing is cleared first:
+// one allocator call and one copy, where Alloc and Transfer also clear.
+func AllocCopy(a *devalloc.Allocator, src *Coalesced, s *devalloc.Stream) (*Coalesced, error) {
+	if src == nil {
+		return nil, fmt.Errorf("packing: alloc copy: nil source: %w", ErrInvalid)
+	}
+	if err := src.check(); err != nil {
+		return nil, err
+	}
+	c, err := allocLayout(a, src.plan, src.group, 0, s, false, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := Transfer(s, c, src); err != nil {
+		_ = c.buf.Free()
+		return nil, err
+	}
+	return c, nil
+}
+
 // AllocPrefixed allocates the buffer of group g with prefix bytes reserved
 // before the layout, in one allocator call: room for a message header, so
 // that the buffer holding the blocks is also the whole message and sending
@@ -118,6 +141,12 @@ func allocGroup(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream, pinne
 }
 
 func allocGroupAt(a *devalloc.Allocator, p *Plan, g int, start int64, s *devalloc.Stream, pinned bool) (*Coalesced, error) {
+	return allocLayout(a, p, g, start, s, pinned, true)
+}
+
+// allocLayout allocates group g of p after start bytes; clearPadding zeroes
+// the padding in the order of s (AllocCopy's copy brings zero padding).
+func allocLayout(a *devalloc.Allocator, p *Plan, g int, start int64, s *devalloc.Stream, pinned, clearPadding bool) (*Coalesced, error) {
 	if a == nil {
 		return nil, fmt.Errorf("packing: alloc: nil allocator: %w", ErrInvalid)
 	}
@@ -139,7 +168,7 @@ func allocGroupAt(a *devalloc.Allocator, p *Plan, g int, start int64, s *devallo
 		return nil, fmt.Errorf("packing: alloc group %d (%d blocks, %d bytes): %w", g, p.groups[g].Blocks, size, err)
 	}
 	c, err := wrap(buf, start, p, g)
-	if err == nil {
+	if err == nil && clearPadding {
 		err = c.zeroPadding(s)
 	}
 	if err != nil {

@@ -23,7 +23,9 @@
 // # Buffers, views and lifetimes
 //
 // Alloc (AllocGroups for several destinations) makes a Coalesced with one
-// devalloc allocation per group, whatever the number of blocks. A View is a
+// devalloc allocation per group, whatever the number of blocks; AllocCopy
+// makes one laid out as another and filled from it by one copy (operands
+// packed in pinned memory, moved to the device). A View is a
 // two-word handle on one block: id, offset, shape, dtype, address, and on
 // host-accessible memory typed slices (Float64s...). Views own nothing;
 // Coalesced.All walks them without allocating, View(k) checks its index.

@@ -208,6 +208,19 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, Transfer(s, dev, pin))
 			require.Equal(t, src, blocksOf(t, s, dev))
+			// AllocCopy: the same layout and bytes, padding (zero) included,
+			// in memory that held junk before.
+			junk, err := a.Alloc(dev.Buffer().Size(), s)
+			require.NoError(t, err)
+			require.NoError(t, s.Memset(junk, 0, junk.Size(), 0xAB))
+			require.NoError(t, junk.Free())
+			cp, err := AllocCopy(a, pin, s)
+			require.NoError(t, err)
+			require.Same(t, p, cp.Plan())
+			require.Equal(t, readAll(t, s, pin.Buffer())[:pin.Size()], readAll(t, s, cp.Buffer())[:cp.Size()])
+			require.NoError(t, cp.Free())
+			_, err = AllocCopy(a, nil, s)
+			require.ErrorIs(t, err, ErrInvalid)
 			// PackHost straight into the buffer, UnpackHost back.
 			for k := range src {
 				src[k][0] ^= 0xFF
@@ -235,6 +248,8 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 			require.NoError(t, pin.Free())
 			require.NoError(t, dev.Free())
 			require.ErrorIs(t, Transfer(s, dev, pin), ErrFreed)
+			_, err = AllocCopy(a, pin, s)
+			require.ErrorIs(t, err, ErrFreed)
 		})
 	}
 }

@@ -16,8 +16,9 @@ import (
 // received buffer is the blocks.
 //
 // Its phases, each timed on the host: alloc (on a fresh layout, laying the
-// blocks out, then the allocations), upload, gemm_plan (zero once the bond
-// is planned), gemm (enqueueing the products), exchange (until every
+// blocks out; then the send buffers), upload (the operands' allocations and
+// their copies from pinned memory), gemm_plan (zero once the bond is
+// planned), gemm (enqueueing the products), exchange (until every
 // received block is complete where it lives, so it also waits for the
 // device work before it) and free. Verification comes between exchange and
 // free and is not part of the solve.
@@ -53,16 +54,6 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	alpha := alphaFor(iter)
 
 	t := time.Now()
-	A, err := packing.Alloc(sv.a, l.planA, sv.s)
-	if err != nil {
-		return err
-	}
-	owned = append(owned, A)
-	B, err := packing.Alloc(sv.a, l.planB, sv.s)
-	if err != nil {
-		return err
-	}
-	owned = append(owned, B)
 	Cs, err := msg.AllocSend(sv.a, l.planC, sv.s)
 	if err != nil {
 		return err
@@ -70,16 +61,22 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	owned = append(owned, Cs...)
 	st.phase[phAlloc] += lap(&t)
 
+	// The operands' allocations come with their upload: one allocator call
+	// and one copy each, the copy covering the padding.
 	if err := sv.timer.mark(0); err != nil {
 		return err
 	}
 	t = time.Now()
-	if err := packing.Transfer(sv.s, A, l.stageA); err != nil {
+	A, err := packing.AllocCopy(sv.a, l.stageA, sv.s)
+	if err != nil {
 		return err
 	}
-	if err := packing.Transfer(sv.s, B, l.stageB); err != nil {
+	owned = append(owned, A)
+	B, err := packing.AllocCopy(sv.a, l.stageB, sv.s)
+	if err != nil {
 		return err
 	}
+	owned = append(owned, B)
 	st.phase[phUpload] = lap(&t)
 	if err := sv.timer.mark(1); err != nil {
 		return err
