@@ -260,8 +260,12 @@ func (p *Plan) build(smallMax int32) error {
 	if n > 1<<31-1 {
 		return fmt.Errorf("gemm: %d triples: at most 2^31-1: %w", n, ErrInvalid)
 	}
-	probs := make([]problem, n)
-	waveOf := make([]int32, pr.C.Len())
+	sc := scratchPool.Get().(*planScratch)
+	defer scratchPool.Put(sc)
+	sc.probs = slices.Grow(sc.probs[:0], n)[:n]
+	sc.waveOf = slices.Grow(sc.waveOf[:0], pr.C.Len())[:pr.C.Len()]
+	clear(sc.waveOf)
+	probs, waveOf := sc.probs, sc.waveOf
 	for i, t := range pr.Triples {
 		va, err := viewOf(pr.A, t.A, "A", i, t)
 		if err != nil {
@@ -309,7 +313,7 @@ func (p *Plan) build(smallMax int32) error {
 	if err := checkAliasing(pr, probs, p.dtype.Size()); err != nil {
 		return err
 	}
-	p.plan(probs, smallMax)
+	p.plan(probs, smallMax, sc)
 	return nil
 }
 
@@ -396,7 +400,9 @@ func checkAliasing(pr *Problem, probs []problem, elem int64) error {
 }
 
 // shapeTable numbers shapes in order of first appearance: open addressing
-// over a power-of-two table, a few nanoseconds a lookup.
+// over a power-of-two table that doubles at half load, a few nanoseconds a
+// lookup while it stays in cache (a solve has hundreds of shapes, not one
+// per product).
 type shapeTable struct {
 	keys    []uint64 // m<<42 | n<<21 | k, plus one; 0 is empty
 	classes []int32
@@ -404,9 +410,14 @@ type shapeTable struct {
 	n       int32
 }
 
-func newShapeTable(problems int) shapeTable {
-	size := 1 << max(4, bits.Len(uint(2*problems)))
-	return shapeTable{keys: make([]uint64, size), classes: make([]int32, size), shift: uint(64 - bits.Len(uint(size-1)))}
+func (t *shapeTable) reset(keys []uint64, classes []int32) {
+	size := 64 // or the largest power of two the memory handed in holds
+	if c := min(cap(keys), cap(classes)); c > size {
+		size = 1 << (bits.Len(uint(c)) - 1)
+	}
+	t.keys, t.classes = slices.Grow(keys[:0], size)[:size], slices.Grow(classes[:0], size)[:size]
+	clear(t.keys)
+	t.shift, t.n = uint(64-bits.Len(uint(size-1))), 0
 }
 
 // class returns the shape's number, or -1 when the shape does not fit the
@@ -424,18 +435,54 @@ func (t *shapeTable) class(m, n, k int32) int32 {
 		case 0:
 			t.keys[h], t.classes[h] = key, t.n
 			t.n++
+			if 2*int(t.n) > len(t.keys) {
+				t.grow()
+			}
 			return t.n - 1
 		}
 	}
 }
+
+func (t *shapeTable) grow() {
+	keys, classes := t.keys, t.classes
+	size := 2 * len(keys)
+	t.keys, t.classes = make([]uint64, size), make([]int32, size)
+	t.shift = uint(64 - bits.Len(uint(size-1)))
+	mask := uint64(size - 1)
+	for i, key := range keys {
+		if key == 0 {
+			continue
+		}
+		h := (key * 0x9e3779b97f4a7c15) >> t.shift
+		for t.keys[h] != 0 {
+			h = (h + 1) & mask
+		}
+		t.keys[h], t.classes[h] = key, classes[i]
+	}
+}
+
+// planScratch is NewPlan's working memory, reused from plan to plan: a
+// fresh plan of thousands of products would otherwise spend as long
+// faulting in new pages as planning.
+type planScratch struct {
+	probs        []problem
+	waveOf       []int32
+	start, next  []int32
+	keys         []uint64
+	shapeClasses []int32
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(planScratch) }}
 
 // plan orders the problems by wave, then (under Auto) small products before
 // the others, then by shape in order of first appearance, then by C offset,
 // and cuts them into launches. Inside a wave the order of products is free
 // (no two write one C block): sorting a shape's products by C offset finds
 // the strides of a packing class whatever order the list gave them in.
-func (p *Plan) plan(probs []problem, smallMax int32) {
-	shapes := newShapeTable(len(probs))
+func (p *Plan) plan(probs []problem, smallMax int32, sc *planScratch) {
+	var shapes shapeTable
+	shapes.reset(sc.keys, sc.shapeClasses)
+	defer func() { sc.keys, sc.shapeClasses = shapes.keys, shapes.classes }()
 	var huge map[[3]int32]int32 // shapes too large for the table's key
 	for i := range probs {
 		q := &probs[i]
@@ -472,30 +519,30 @@ func (p *Plan) plan(probs []problem, smallMax int32) {
 	bucketOf := func(q *problem) int {
 		return (int(q.wave)*3+category(q))*nShapes + int(q.shapeClass)
 	}
-	var sorted []problem
+	sorted := make([]problem, len(probs))
 	if nb := p.waves * 3 * nShapes; nb <= 6*len(probs)+64 {
-		start := make([]int32, nb+1)
+		start := slices.Grow(sc.start[:0], nb+1)[:nb+1]
+		clear(start)
 		for i := range probs {
 			start[bucketOf(&probs[i])+1]++
 		}
 		for b := range nb {
 			start[b+1] += start[b]
 		}
-		sorted = make([]problem, len(probs))
-		next := slices.Clone(start[:nb])
+		next := append(sc.next[:0], start[:nb]...)
+		sc.start, sc.next = start, next
 		for i := range probs {
 			b := bucketOf(&probs[i])
 			sorted[next[b]] = probs[i]
 			next[b]++
 		}
 		for b := range nb {
-			run := sorted[start[b]:start[b+1]]
-			if !slices.IsSortedFunc(run, byC) {
+			if run := sorted[start[b]:start[b+1]]; !sortedByC(run) {
 				slices.SortFunc(run, byC)
 			}
 		}
 	} else { // many waves of few products: a comparison sort is cheaper than the buckets
-		sorted = probs
+		copy(sorted, probs)
 		slices.SortFunc(sorted, func(x, y problem) int {
 			return cmp.Or(cmp.Compare(bucketOf(&x), bucketOf(&y)), byC(x, y))
 		})
@@ -526,6 +573,16 @@ func (p *Plan) plan(probs []problem, smallMax int32) {
 
 func byC(x, y problem) int {
 	return cmp.Or(cmp.Compare(x.c, y.c), cmp.Compare(x.tripleIdx, y.tripleIdx))
+}
+
+// sortedByC is slices.IsSortedFunc(run, byC) without a call per pair.
+func sortedByC(run []problem) bool {
+	for i := 1; i < len(run); i++ {
+		if a, b := &run[i-1], &run[i]; a.c > b.c || a.c == b.c && a.tripleIdx > b.tripleIdx {
+			return false
+		}
+	}
+	return true
 }
 
 // shapeRuns is the lengths of the runs of equal shape in probs[lo:hi].
