@@ -6,11 +6,31 @@ package dl
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
 
-static void *dl_open(const char *name) { return dlopen(name, RTLD_NOW | RTLD_LOCAL); }
-static const char *dl_error(void) { return dlerror(); }
+// dlerror's message belongs to the calling thread and to the last failed
+// call: each wrapper reads it in the same C call as the failure, so a
+// goroutine moved to another thread between two cgo calls cannot lose it or
+// read another call's. The message is copied into buf (or left empty).
+static void take_error(char *buf, size_t n) {
+	const char *e = dlerror();
+	if (n == 0) return;
+	buf[0] = 0;
+	if (e) { strncpy(buf, e, n - 1); buf[n - 1] = 0; }
+}
+static void *dl_open(const char *name, char *err, size_t n) {
+	dlerror();
+	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (!h) take_error(err, n);
+	return h;
+}
 static void *dl_sym(void *h, const char *name) { dlerror(); return dlsym(h, name); }
-static int dl_close(void *h) { return dlclose(h); }
+static int dl_close(void *h, char *err, size_t n) {
+	dlerror();
+	int rc = dlclose(h);
+	if (rc != 0) take_error(err, n);
+	return rc;
+}
 */
 import "C"
 
@@ -21,6 +41,9 @@ import (
 	"strings"
 	"unsafe"
 )
+
+// errLen bounds a dlerror message kept for an error.
+const errLen = 512
 
 // Library is an open shared library.
 type Library struct {
@@ -38,14 +61,15 @@ func Open(envOverride string, candidates ...string) (*Library, error) {
 		}
 	}
 	var tried []string
+	var msg [errLen]C.char
 	for _, name := range candidates {
 		cname := C.CString(name)
-		h := C.dl_open(cname)
+		h := C.dl_open(cname, &msg[0], errLen)
 		C.free(unsafe.Pointer(cname))
 		if h != nil {
 			return &Library{Name: name, handle: h}, nil
 		}
-		tried = append(tried, C.GoString(C.dl_error()))
+		tried = append(tried, C.GoString(&msg[0]))
 	}
 	return nil, &NotFoundError{Candidates: candidates, Reasons: tried}
 }
@@ -87,8 +111,9 @@ func (l *Library) Bind(table []Symbol) (absent []string, err error) {
 
 // Close unloads the library. Function pointers from it become invalid.
 func (l *Library) Close() error {
-	if C.dl_close(l.handle) != 0 {
-		return errors.New("dl: dlclose " + l.Name + ": " + C.GoString(C.dl_error()))
+	var msg [errLen]C.char
+	if C.dl_close(l.handle, &msg[0], errLen) != 0 {
+		return errors.New("dl: dlclose " + l.Name + ": " + C.GoString(&msg[0]))
 	}
 	return nil
 }

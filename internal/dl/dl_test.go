@@ -4,6 +4,8 @@ package dl
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -38,4 +40,29 @@ func TestEnvOverride(t *testing.T) {
 	_, err := Open("DL_TEST_LIB", "libc.so.6")
 	require.ErrorIs(t, err, ErrNotFound, "the override replaces the candidates")
 	require.ErrorContains(t, err, "libnope3.so")
+}
+
+// TestNotFoundReasonsConcurrent opens missing libraries from many goroutines
+// at once: each failure's reason must be its own dlerror message, which
+// names the library it tried.
+func TestNotFoundReasonsConcurrent(t *testing.T) {
+	const workers, rounds = 16, 50
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for r := range rounds {
+				name := fmt.Sprintf("libdistbuf-missing-%d-%d.so", w, r)
+				_, err := Open("", name)
+				var nf *NotFoundError
+				if !errors.As(err, &nf) || len(nf.Reasons) != 1 || !strings.Contains(nf.Reasons[0], name) {
+					errs <- fmt.Errorf("open %s: reasons %q (err %v)", name, nf.Reasons, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
 }
