@@ -31,11 +31,11 @@ unit:
 
 # MPI test binaries under mpirun -n 1, 2, 3 and 4, each under a timeout.
 mpitest: deps
-	@if [ -x scripts/test-mpi.sh ]; then scripts/test-mpi.sh; fi
+	scripts/test-mpi.sh
 
 # Short runs of every fuzz target over its corpus and a few seconds of new input.
 fuzz:
-	@if [ -x scripts/fuzz-smoke.sh ]; then scripts/fuzz-smoke.sh; fi
+	scripts/fuzz-smoke.sh
 
 test: deps lint unit mpitest fuzz
 
@@ -44,14 +44,14 @@ bench: deps
 	scripts/bench.sh
 
 bench-mpi: deps
-	@if [ -x scripts/bench-mpi.sh ]; then scripts/bench-mpi.sh; fi
+	scripts/bench-mpi.sh
 
 # Builds the GPU test and benchmark binaries into gpubin/ and prints the
 # command that runs every check and benchmark on the GPU machine.
 gpu-bench:
 	scripts/gpu-verify.sh build
 	@echo 'On the GPU machine, from the repository root with gpubin/ carried along:'
-	@echo '  scripts/gpu-verify.sh run "$$OUT"          # every step; or name steps, e.g. bench exchange solve
+	@echo '  scripts/gpu-verify.sh run "$$OUT"          # every step; or name steps, e.g. bench exchange solve'
 
 run: build
 	@if [ -n "$(MPI_TAGS)" ]; then \
