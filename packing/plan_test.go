@@ -1,8 +1,10 @@
 package packing
 
 import (
+	"cmp"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"unsafe"
@@ -10,13 +12,45 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// interval is the bytes [lo, hi) of one block.
+type interval struct{ lo, hi int64 }
+
+// firstOverlap sorts a group's block intervals by offset and returns the
+// first two non-empty ones that overlap, if any.
+func firstOverlap(ivs []interval) (a, b interval, found bool) {
+	slices.SortFunc(ivs, func(x, y interval) int { return cmp.Or(cmp.Compare(x.lo, y.lo), cmp.Compare(x.hi, y.hi)) })
+	var prev *interval
+	for i := range ivs {
+		v := &ivs[i]
+		if v.hi == v.lo {
+			continue // an empty block occupies nothing
+		}
+		if prev != nil && prev.hi > v.lo {
+			return *prev, *v, true
+		}
+		prev = v
+	}
+	return interval{}, interval{}, false
+}
+
+// blockIntervals lists every block's bytes, by group.
+func blockIntervals(t *testing.T, p *Plan) [][]interval {
+	t.Helper()
+	perGroup := make([][]interval, len(p.Groups()))
+	for i := range p.Len() {
+		d, off, err := p.Block(i)
+		require.NoError(t, err)
+		g := p.Classes()[p.Class(i)].Group
+		perGroup[g] = append(perGroup[g], interval{off, off + d.Bytes()})
+	}
+	return perGroup
+}
+
 // checkLayout verifies the invariants every NewPlan layout must have.
 func checkLayout(t *testing.T, p *Plan, descs []Desc) {
 	t.Helper()
 	o := p.Options()
 	require.Equal(t, len(descs), p.Len())
-	type iv struct{ lo, hi int64 }
-	perGroup := make([][]iv, len(p.Groups()))
 	rank := make([]int, len(p.Classes()))
 	for i, d := range descs {
 		got, off, err := p.Block(i)
@@ -32,28 +66,39 @@ func checkLayout(t *testing.T, p *Plan, descs []Desc) {
 		g := p.Groups()[cl.Group]
 		require.Equal(t, d.Dest, g.Dest)
 		require.LessOrEqual(t, off+d.Bytes(), g.Bytes)
-		perGroup[cl.Group] = append(perGroup[cl.Group], iv{off, off + d.Bytes()})
 	}
 	for ci, cl := range p.Classes() {
 		require.Equal(t, cl.Count, rank[ci])
 		require.GreaterOrEqual(t, cl.Stride, cl.BlockBytes)
 	}
-	for g, ivs := range perGroup {
+	for g, ivs := range blockIntervals(t, p) {
 		require.Zero(t, p.Groups()[g].Bytes%o.Align)
-		// Blocks of one group never overlap.
-		seen := map[int64]bool{}
-		for _, v := range ivs {
-			for _, w := range ivs {
-				if v != w {
-					require.True(t, v.hi <= w.lo || w.hi <= v.lo, "blocks %v and %v overlap", v, w)
-				}
-			}
-			if len(ivs) > 200 {
-				break // the pairwise check is quadratic; the first rows suffice for big plans
-			}
-			seen[v.lo] = true
-		}
+		a, b, found := firstOverlap(ivs)
+		require.False(t, found, "blocks [%d, %d) and [%d, %d) of group %d overlap", a.lo, a.hi, b.lo, b.hi, g)
 	}
+}
+
+// TestFirstOverlap makes sure the layout check's overlap test finds two
+// blocks at one offset (identical intervals, which a check comparing
+// intervals by value would take for one block), in a plan of any size.
+func TestFirstOverlap(t *testing.T) {
+	descs := mixedDescs(1000, 9)
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	for _, ivs := range blockIntervals(t, p) {
+		_, _, found := firstOverlap(ivs)
+		require.False(t, found)
+	}
+	// Give every block of the last class the class's first place.
+	last := p.Class(p.Len() - 1)
+	require.Greater(t, p.Classes()[last].Count, 1)
+	p.classes[last].Stride = 0
+	overlap := false
+	for _, ivs := range blockIntervals(t, p) {
+		_, _, found := firstOverlap(ivs)
+		overlap = overlap || found
+	}
+	require.True(t, overlap, "two blocks at one offset went unnoticed")
 }
 
 func TestPlanLayout(t *testing.T) {
