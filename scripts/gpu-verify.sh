@@ -23,6 +23,8 @@
 #         mpi        cluster and msg MPI tests under mpirun -n 2 on the GPU
 #         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
+#         goals      scripts/solve-goals.sh: the main job's figures against their
+#                    goals (1, 2 and 8 ranks, host, perblock, MPS, the GEMM kernel)
 #         sweep      the solve, packed and perblock, over 250 to 4000 blocks per rank (for the plot)
 #         mpibench   MPI ping-pong from Go against the same loop in C, 64 KiB to 4 MiB
 #         soak       a short ranktest soak under compute-sanitizer
@@ -75,9 +77,13 @@ sanitize() { # sanitize TOOL
   local common=(--tool "$tool" --error-exitcode 1 --report-api-errors no)
   [ "$tool" = memcheck ] && common+=(--leak-check no)
   (cd devalloc && $cs "${common[@]}" "$OLDPWD/$BIN/devalloc.test" -test.count=1 -test.v -test.run '^TestCUDA(Conformance|ConformanceFallback|HostWaitCallback|BackendDetails)$' -test.timeout 150s) || return 1
-  [ "$tool" = racecheck ] && return 0 # our kernels use no shared memory: racecheck has nothing more to check there
+  # gemm's small-block kernel stages tiles in shared memory: racecheck too
+  if [ "$tool" = racecheck ]; then
+    (cd gemm && $cs "${common[@]}" "$OLDPWD/$BIN/gemm.test" -test.count=1 -test.run 'ContractionsSizes/cuda' -test.timeout 200s)
+    return
+  fi
   (cd packing && $cs "${common[@]}" "$OLDPWD/$BIN/packing.test" -test.count=1 -test.run 'CUDA|Device|Kernel' -test.timeout 120s) &&
-    (cd gemm && $cs "${common[@]}" "$OLDPWD/$BIN/gemm.test" -test.count=1 -test.run 'Contractions|SharedBuffer' -test.timeout 120s)
+    (cd gemm && $cs "${common[@]}" "$OLDPWD/$BIN/gemm.test" -test.count=1 -test.run 'Contractions|SharedBuffer|RunOn|TwoStreams' -test.timeout 200s)
 }
 
 
@@ -88,7 +94,7 @@ run() {
   export BIN LOG
   export -f gotest sanitize
   local steps=("$@")
-  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck bench mpi exchange solve mpibench soak)
+  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck bench mpi exchange solve goals mpibench soak)
   mkdir -p "$LOG"
   : >"$LOG/summary.txt"
   failed=()
@@ -116,6 +122,7 @@ run() {
       solve)
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
         step solve-perblock 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode perblock -iters 10 -json" ;;
+      goals) step goals 900 "scripts/solve-goals.sh $BIN $LOG/goals && cp $LOG/goals/goals.txt $LOG/goals.txt" ;;
       sweep) step solve-sweep 300 "for mode in packed perblock; do for b in 250 500 1000 2000 4000; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode \$mode -blocks \$b -iters 5 -json | tail -n 1 >> $LOG/solve-sweep.jsonl || exit 1; done; done" ;;
       mpibench) step mpibench 240 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/mpibench.test -test.run '^\$' -test.bench 'PingPong/bytes=(65536|262144|1048576|4194304)/' -test.benchtime 1000x -test.count 3" ;;
       soak) step soak 300 "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 20 -blocks 1000 -json" ;;
@@ -130,6 +137,7 @@ run() {
   mkdir -p "$out"
   (cd "$LOG" && tar czf "$out/logs.tgz" ./*)
   cp "$LOG/summary.txt" "$LOG/machine.txt" "$out/"
+  [ -f "$LOG/goals.txt" ] && cp "$LOG/goals.txt" "$out/"
   cp "$LOG"/*.jsonl "$out/" 2>/dev/null
   [ ${#failed[@]} -eq 0 ]
 }
@@ -137,5 +145,5 @@ run() {
 case ${1:-} in
   build) build ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,28p' "$0"; exit 2 ;;
+  *) sed -n '2,30p' "$0"; exit 2 ;;
 esac
