@@ -10,6 +10,13 @@
  * and cudaFreeHost wait until every stream is idle, as the real ones
  * synchronise the device.
  *
+ * Each device has a "primary context": cudaSetDevice makes it current to the
+ * calling thread and cuCtxGetCurrent reports it (NULL on a thread that never
+ * set a device). Streams and pools belong to the device current when they
+ * were made, and work enqueued on a stream of another device than the
+ * thread's fails with cudaErrorInvalidResourceHandle, so that a call made on
+ * the wrong device is caught.
+ *
  * Compile-time knobs (-D):
  *   FAKE_DEVICE_COUNT=n          devices reported (default 1)
  *   FAKE_DEVICE_COUNT_ERROR=code cudaGetDeviceCount fails with code
@@ -17,6 +24,7 @@
  *   FAKE_NO_POOLS                omit the stream-ordered pool functions
  *   FAKE_NO_ENTRY_POINT          omit the driver entry-point lookup
  *   FAKE_NO_WAIT_VALUE           the lookup does not find cuStreamWaitValue32
+ *   FAKE_NO_CTX_GET_CURRENT      the lookup does not find cuCtxGetCurrent
  *   FAKE_OMIT_cudaMemcpyAsync    omit a required symbol
  *   FAKE_MEMORY=bytes            device memory size (default 8 GiB)
  */
@@ -75,6 +83,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static __thread int last_error;
 static __thread int current_device;
+static __thread int device_set; /* a primary context is current to the thread */
+static char primary_ctx[FAKE_DEVICE_COUNT > 0 ? FAKE_DEVICE_COUNT : 1];
 
 static int ret(int e) {
 	if (e != OK && e != E_NOT_READY) last_error = e;
@@ -117,6 +127,7 @@ API int cudaSetDevice(int d) {
 	int e = bad_device(d);
 	if (e) return ret(e);
 	current_device = d;
+	device_set = 1;
 	return OK;
 }
 
@@ -146,6 +157,7 @@ typedef struct block {
 } block;
 
 struct pool {
+	int dev;
 	block *free_list;
 	unsigned long long reserved, reserved_high, used, used_high, threshold;
 	int reuse[4];
@@ -153,14 +165,21 @@ struct pool {
 	pool *next;
 };
 
-static block *live;   /* allocated blocks */
+#define LIVE_BUCKETS 4096
+static block *live[LIVE_BUCKETS]; /* allocated blocks, hashed by address */
 static pool *pools;
 static unsigned long long device_reserved;
 
-static void add_live(block *b) { b->next = live; live = b; }
+static block **live_bucket(const void *p) { return &live[((uintptr_t)p >> 4) % LIVE_BUCKETS]; }
+
+static void add_live(block *b) {
+	block **head = live_bucket(b->p);
+	b->next = *head;
+	*head = b;
+}
 
 static block *take_live(void *p, int pinned) {
-	for (block **bp = &live; *bp; bp = &(*bp)->next)
+	for (block **bp = live_bucket(p); *bp; bp = &(*bp)->next)
 		if ((*bp)->p == p && (*bp)->pinned == pinned) {
 			block *b = *bp;
 			*bp = b->next;
@@ -246,6 +265,7 @@ typedef struct op {
 } op;
 
 typedef struct stream {
+	int dev;
 	pthread_t th;
 	op *head, *tail;
 	int busy, stop;
@@ -366,7 +386,7 @@ static int find_stream(stream *s) {
 /* push enqueues o on s; called with mu held. */
 static int push(stream *s, op *o) {
 	if (!o) return E_MEMORY_ALLOCATION;
-	if (!find_stream(s)) { free(o); return E_INVALID_RESOURCE_HANDLE; }
+	if (!find_stream(s) || s->dev != current_device) { free(o); return E_INVALID_RESOURCE_HANDLE; }
 	if (s->tail) s->tail->next = o; else s->head = o;
 	s->tail = o;
 	pthread_cond_broadcast(&cv);
@@ -396,6 +416,7 @@ API int cudaStreamCreateWithFlags(void **out, unsigned flags) {
 	(void)flags;
 	stream *s = calloc(1, sizeof *s);
 	if (!s) return ret(E_MEMORY_ALLOCATION);
+	s->dev = current_device;
 	pthread_mutex_lock(&mu);
 	s->next = streams;
 	streams = s;
@@ -592,9 +613,9 @@ API int cudaHostGetDevicePointer(void **d, void *p, unsigned flags) {
 /* ---- stream-ordered pools ---- */
 #ifndef FAKE_NO_POOLS
 API int cudaMemPoolCreate(void **out, const void *props) {
-	(void)props;
 	pool *pl = calloc(1, sizeof *pl);
 	if (!pl) return ret(E_MEMORY_ALLOCATION);
+	pl->dev = ((const int *)props)[3]; /* location.id */
 	pl->reuse[1] = pl->reuse[2] = pl->reuse[3] = 1;
 	pthread_mutex_lock(&mu);
 	pl->next = pools;
@@ -656,7 +677,11 @@ API int cudaMallocFromPoolAsync(void **out, size_t n, void *h, void *s) {
 	pool *pl = h;
 	block *b = NULL;
 	pthread_mutex_lock(&mu);
-	if (!find_stream(s)) { pthread_mutex_unlock(&mu); *out = NULL; return ret(E_INVALID_RESOURCE_HANDLE); }
+	if (!find_stream(s) || ((stream *)s)->dev != current_device || pl->dev != current_device) {
+		pthread_mutex_unlock(&mu);
+		*out = NULL;
+		return ret(E_INVALID_RESOURCE_HANDLE);
+	}
 	for (block **bp = &pl->free_list; *bp; bp = &(*bp)->next)
 		if ((*bp)->size >= n) {
 			b = *bp;
@@ -714,6 +739,11 @@ static int cu_device_get_name(char *buf, int len, int d) {
 	return 0;
 }
 
+static int cu_ctx_get_current(void **ctx) {
+	*ctx = device_set ? &primary_ctx[current_device] : NULL;
+	return 0;
+}
+
 static int cu_stream_wait_value32(void *s, unsigned long long addr, uint32_t value, unsigned flags) {
 	if (flags != 0) return 1; /* only GEQ is emulated */
 	pthread_mutex_lock(&mu);
@@ -731,6 +761,9 @@ API int cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned ve
 	*fn = NULL;
 	if (strcmp(sym, "cuDeviceGet") == 0) *fn = (void *)cu_device_get;
 	if (strcmp(sym, "cuDeviceGetName") == 0) *fn = (void *)cu_device_get_name;
+#ifndef FAKE_NO_CTX_GET_CURRENT
+	if (strcmp(sym, "cuCtxGetCurrent") == 0) *fn = (void *)cu_ctx_get_current;
+#endif
 #ifndef FAKE_NO_WAIT_VALUE
 	if (strcmp(sym, "cuStreamWaitValue32") == 0) *fn = (void *)cu_stream_wait_value32;
 #endif
