@@ -434,6 +434,13 @@ func Calls() Counts {
 	return out
 }
 
+// Table is the address of the runtime's function table, a struct dbc_api of
+// cudart_decl.h, for C code in this module that calls the runtime without
+// the trampolines: the allocation benchmark's C baseline, which makes the
+// calls a C program makes. Calls made through it are not counted by Calls.
+// It lives as long as the Runtime.
+func (rt *Runtime) Table() unsafe.Pointer { return unsafe.Pointer(rt.api) }
+
 // Path is the library name or path that was opened.
 func (rt *Runtime) Path() string { return rt.lib.Name }
 

@@ -27,6 +27,10 @@
  *   FAKE_NO_CTX_GET_CURRENT      the lookup does not find cuCtxGetCurrent
  *   FAKE_OMIT_cudaMemcpyAsync    omit a required symbol
  *   FAKE_MEMORY=bytes            device memory size (default 8 GiB)
+ *   FAKE_NO_WORK                 pool allocations, frees, memsets and stream
+ *                                synchronisations do nothing (addresses are
+ *                                not backed): for profiling the Go side of
+ *                                the hot path with real cgo calls
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -428,6 +432,10 @@ API int cudaStreamCreateWithFlags(void **out, unsigned flags) {
 
 API int cudaStreamSynchronize(void *h) {
 	stream *s = h;
+#ifdef FAKE_NO_WORK
+	(void)s;
+	return OK;
+#endif
 	pthread_mutex_lock(&mu);
 	if (!find_stream(s)) { pthread_mutex_unlock(&mu); return ret(E_INVALID_RESOURCE_HANDLE); }
 	wait_idle(s);
@@ -549,6 +557,10 @@ API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
 #endif
 
 API int cudaMemsetAsync(void *dst, int v, size_t n, void *s) {
+#ifdef FAKE_NO_WORK
+	(void)dst; (void)v; (void)n; (void)s;
+	return OK;
+#endif
 	pthread_mutex_lock(&mu);
 	op *o = new_op(OP_MEMSET);
 	if (o) { o->dst = dst; o->value = v; o->n = n; }
@@ -676,19 +688,28 @@ API int cudaMemPoolTrimTo(void *h, size_t keep) {
 API int cudaMallocFromPoolAsync(void **out, size_t n, void *h, void *s) {
 	pool *pl = h;
 	block *b = NULL;
+#ifdef FAKE_NO_WORK
+	static uintptr_t next = 1 << 20;
+	(void)pl; (void)b; (void)s;
+	*out = (void *)__atomic_fetch_add(&next, (n + 255) / 256 * 256, __ATOMIC_RELAXED);
+	return OK;
+#endif
 	pthread_mutex_lock(&mu);
 	if (!find_stream(s) || ((stream *)s)->dev != current_device || pl->dev != current_device) {
 		pthread_mutex_unlock(&mu);
 		*out = NULL;
 		return ret(E_INVALID_RESOURCE_HANDLE);
 	}
+	/* The best fit of at most twice the size: blocks are never split, so a
+	 * larger one would waste host memory. */
+	block **best = NULL;
 	for (block **bp = &pl->free_list; *bp; bp = &(*bp)->next)
-		if ((*bp)->size >= n) {
-			b = *bp;
-			*bp = b->next;
-			b->next = NULL;
-			break;
-		}
+		if ((*bp)->size >= n && (*bp)->size / 2 <= n && (!best || (*bp)->size < (*best)->size)) best = bp;
+	if (best) {
+		b = *best;
+		*best = b->next;
+		b->next = NULL;
+	}
 	if (!b) {
 		b = new_block(n, pl);
 		if (b) {
@@ -708,6 +729,10 @@ API int cudaMallocFromPoolAsync(void **out, size_t n, void *h, void *s) {
 }
 
 API int cudaFreeAsync(void *p, void *s) {
+#ifdef FAKE_NO_WORK
+	(void)p; (void)s;
+	return OK;
+#endif
 	pthread_mutex_lock(&mu);
 	block *b = take_live(p, 0);
 	if (b && !b->owner) { add_live(b); b = NULL; }
