@@ -80,10 +80,11 @@
 // no pool attribute is read. On the cudaMalloc fallback an Alloc and a Free
 // make no driver call at all: memory freed on a stream is reused by the
 // next allocation of its size on that stream. Alloc makes one Go object,
-// the Buffer; the live buffers are a list threaded through them, and Alloc
-// and Free each take the allocator's lock once. Work across streams pays
-// for its events (Stats.LedgerEvents). DriverCalls reports the calls made,
-// by entry point.
+// the Buffer, and Free none; the live buffers are a list threaded through
+// them. Alloc takes the stream's mark lock and the allocator's lock once
+// each, Memset the buffer's lock, Free the buffer's, the stream's mark lock
+// and the allocator's. Work across streams pays for its events
+// (Stats.LedgerEvents). DriverCalls reports the calls made, by entry point.
 //
 // # Memory freed in a stream's order
 //

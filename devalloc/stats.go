@@ -1,8 +1,9 @@
 package devalloc
 
-// Stats is a snapshot of the allocator's counters. Reading it takes a few
-// atomic loads and, on CUDA, a few pool-attribute queries: cheap enough for
-// every iteration.
+// Stats is a snapshot of the allocator's counters. Reading it takes a lock,
+// a few atomic loads and, on the CUDA pool, a few pool-attribute queries:
+// cheap enough for every iteration, but not free (keep it off the clock of
+// what it measures).
 type Stats struct {
 	Kind   Kind
 	Policy Policy

@@ -117,11 +117,11 @@ type allocVariant struct {
 	mode      string
 	cfg       devalloc.Config
 	trimPhase bool
-	raw       bool // cudaMalloc/cudaFree called directly, no allocator
-	packed    bool // tiny blocks from one coalesced buffer
-	replan    bool // packed, with the plan built every cycle
-	cudaOnly  string
-	goals     bool // the line carries the goals against C
+	raw       bool   // cudaMalloc/cudaFree called directly, no allocator
+	packed    bool   // tiny blocks from one coalesced buffer
+	replan    bool   // packed, with the plan built every cycle
+	cudaOnly  string // why the mode is skipped off the CUDA backend; empty: it runs anywhere
+	goals     bool   // the line carries the goals against C
 }
 
 var allocVariants = []allocVariant{
