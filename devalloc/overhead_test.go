@@ -70,35 +70,30 @@ func openNull(tb testing.TB) *Allocator {
 // BenchmarkOverhead times devalloc's Go code per operation, with a backend
 // that does nothing: what the allocator adds to each driver call.
 func BenchmarkOverhead(b *testing.B) {
-	b.Run("op=alloc-free", func(b *testing.B) {
-		a := openNull(b)
-		s := a.DefaultStream()
-		for b.Loop() {
-			buf, err := a.Alloc(4096, s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := buf.Free(); err != nil {
-				b.Fatal(err)
-			}
+	for _, memset := range []bool{false, true} {
+		name := "op=alloc-free"
+		if memset {
+			name = "op=alloc-memset-free"
 		}
-	})
-	b.Run("op=alloc-memset-free", func(b *testing.B) {
-		a := openNull(b)
-		s := a.DefaultStream()
-		for b.Loop() {
-			buf, err := a.Alloc(4096, s)
-			if err != nil {
-				b.Fatal(err)
+		b.Run(name, func(b *testing.B) {
+			a := openNull(b)
+			s := a.DefaultStream()
+			for b.Loop() {
+				buf, err := a.Alloc(4096, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if memset {
+					if err := s.Memset(buf, 0, 4096, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := buf.Free(); err != nil {
+					b.Fatal(err)
+				}
 			}
-			if err := s.Memset(buf, 0, 4096, 1); err != nil {
-				b.Fatal(err)
-			}
-			if err := buf.Free(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
 	b.Run("op=cycle/buffers=2020", func(b *testing.B) {
 		a := openNull(b)
 		s := a.DefaultStream()
