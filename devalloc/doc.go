@@ -77,9 +77,10 @@
 // cudaMallocFromPoolAsync, a Memset one cudaMemsetAsync and a Free one
 // cudaFreeAsync on the allocating stream, each after a cuCtxGetCurrent that
 // spares the cudaSetDevice (see internal/cudart); no event is recorded and
-// no pool attribute is read. On the cudaMalloc fallback an Alloc and a Free
-// make no driver call at all: memory freed on a stream is reused by the
-// next allocation of its size on that stream. Alloc makes one Go object,
+// no pool attribute is read. On the cudaMalloc fallback, once its cache
+// holds the sizes in use (Config.FallbackCache), an Alloc and a Free make
+// no driver call at all: memory freed on a stream goes to the next
+// allocation on that stream that it fits. Alloc makes one Go object,
 // the Buffer, and Free none; the live buffers are a list threaded through
 // them. Alloc takes the stream's mark lock and the allocator's lock once
 // each, Memset the buffer's lock, Free the buffer's, the stream's mark lock
@@ -92,8 +93,8 @@
 // allocations on that same stream, whose work runs after the free, before
 // the stream has reached it. The host backend's pool does the same: when
 // the stream is busy at a free (with work the host has run ahead of), the
-// free waits in the stream but the memory goes to the next allocation of
-// its size on that stream. Without that, a solve that begins while the
+// free waits in the stream but the memory goes to the next allocation on
+// that stream that it fits (one asking at least half of it). Without that, a solve that begins while the
 // stream is still busy with the last one would find the last solve's memory
 // not yet free and reserve it again, and under Retain the pool would keep
 // the extra reservation for good: a reservation that creeps up, one 2 MiB
