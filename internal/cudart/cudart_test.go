@@ -319,6 +319,8 @@ func TestSetDeviceAcrossDevices(t *testing.T) {
 		{name: "auto", defines: []string{"FAKE_DEVICE_COUNT=2"}, hasCtx: true, ctxCheck: true},
 		{name: "always", defines: []string{"FAKE_DEVICE_COUNT=2"}, env: "always", hasCtx: true},
 		{name: "no-cuCtxGetCurrent", defines: []string{"FAKE_DEVICE_COUNT=2", "FAKE_NO_CTX_GET_CURRENT"}},
+		// Before CUDA 12 the context may not be current after cudaSetDevice.
+		{name: "cuda-11", defines: []string{"FAKE_DEVICE_COUNT=2", "FAKE_RUNTIME_VERSION=11080"}, hasCtx: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runtime.LockOSThread()

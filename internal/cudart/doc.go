@@ -33,8 +33,10 @@
 // usual case: one device per process, or a thread that stays on one), the
 // call skips cudaSetDevice, which costs as much as a small driver call. The
 // primary context of each device is learnt from cuCtxGetCurrent right after
-// a cudaSetDevice. DISTBUF_CUDA_SETDEVICE=always restores the unconditional
-// cudaSetDevice. cudaDeviceReset, which destroys primary contexts, must not
+// a cudaSetDevice, which since CUDA 12 initialises that context and makes it
+// current (with an older runtime every call sets the device).
+// DISTBUF_CUDA_SETDEVICE=always restores the unconditional cudaSetDevice.
+// cudaDeviceReset, which destroys primary contexts, must not
 // be called while the process uses this package. A failed call clears the
 // thread's last-error state so it cannot be misattributed to later work.
 //

@@ -404,6 +404,12 @@ func open() (*Runtime, error) {
 	if C.dbc_driver_version(api, &v) == 0 {
 		rt.driverVersion = int(v)
 	}
+	if rt.runtimeVersion < 12000 {
+		// Before CUDA 12, cudaSetDevice may leave the device's primary
+		// context uninitialised, and so not current: what cuCtxGetCurrent
+		// shows after it need not be that device's context.
+		api.set_device_always = 1
+	}
 	return rt, nil
 }
 

@@ -27,6 +27,7 @@
  *   FAKE_NO_CTX_GET_CURRENT      the lookup does not find cuCtxGetCurrent
  *   FAKE_OMIT_cudaMemcpyAsync    omit a required symbol
  *   FAKE_MEMORY=bytes            device memory size (default 8 GiB)
+ *   FAKE_RUNTIME_VERSION=v       cudaRuntimeGetVersion's answer (default 13000)
  *   FAKE_NO_WORK                 pool allocations, frees, memsets and stream
  *                                synchronisations do nothing (addresses are
  *                                not backed): for profiling the Go side of
@@ -51,6 +52,9 @@
 #endif
 #ifndef FAKE_MEMORY
 #define FAKE_MEMORY (8ULL << 30)
+#endif
+#ifndef FAKE_RUNTIME_VERSION
+#define FAKE_RUNTIME_VERSION 13000
 #endif
 
 #define API __attribute__((visibility("default")))
@@ -114,7 +118,7 @@ API int cudaGetLastError(void) {
 }
 
 API int cudaDriverGetVersion(int *v) { *v = 13000; return OK; }
-API int cudaRuntimeGetVersion(int *v) { *v = 13000; return OK; }
+API int cudaRuntimeGetVersion(int *v) { *v = FAKE_RUNTIME_VERSION; return OK; }
 
 API int cudaGetDeviceCount(int *n) {
 	if (FAKE_DEVICE_COUNT_ERROR != 0) {
