@@ -22,13 +22,24 @@ func callsSince(before map[string]uint64) map[string]uint64 {
 	return out
 }
 
-// TestCUDAFakeDriverCalls counts the driver calls of the hot path, once
-// warm, on one thread (a goroutine that moves to a thread where the device
-// is not current pays one cudaSetDevice more): an Alloc is one pool
-// allocation, a Memset one memset and a Free one stream-ordered free, each
-// after a look at the thread's context; no event, no pool query. On the
-// cudaMalloc fallback, Alloc and Free make no driver call at all.
+// TestCUDAFakeDriverCalls counts the driver calls of the hot path on the
+// fake runtime, TestCUDADriverCalls on the GPU.
 func TestCUDAFakeDriverCalls(t *testing.T) {
+	testDriverCalls(t, func(t *testing.T) { useFakeCUDA(t) })
+}
+
+func TestCUDADriverCalls(t *testing.T) {
+	requireCUDA(t)
+	testDriverCalls(t, func(*testing.T) {})
+}
+
+// testDriverCalls counts the driver calls of the hot path, once warm, on
+// one thread (a goroutine that moves to a thread where the device is not
+// current pays one cudaSetDevice more): an Alloc is one pool allocation, a
+// Memset one memset and a Free one stream-ordered free, each after a look
+// at the thread's context; no event, no pool query. On the cudaMalloc
+// fallback, Alloc and Free make no driver call at all.
+func testDriverCalls(t *testing.T, setup func(*testing.T)) {
 	for _, tc := range []struct {
 		name          string
 		poolOff       bool
@@ -52,7 +63,7 @@ func TestCUDAFakeDriverCalls(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			useFakeCUDA(t)
+			setup(t)
 			if tc.poolOff {
 				defer devalloc.ForceCUDAPoolOff()()
 			}
