@@ -47,6 +47,8 @@ const maxCallbackRetries = 8
 // concurrent use.
 type Allocator struct {
 	be       backend
+	kindV    Kind
+	loc      Location // of the buffers Alloc returns
 	device   int
 	cfg      Config
 	limit    int64
@@ -54,27 +56,41 @@ type Allocator struct {
 	onOOM    func(OOMEvent) bool
 	warn     func(string)
 	policy   atomic.Int32
-	nextID   atomic.Uint64
-	budget   atomic.Int64 // aligned bytes of live and held-for-free buffers
-	closed   atomic.Bool
-	closeMu  sync.RWMutex // held for reading by operations, for writing by Close
+	budget   atomic.Int64 // with a limit: aligned bytes of live and held-for-free buffers
 	defaultS *Stream
 	reclaim  *Stream
 	pinned   pinnedPool
 
+	// The close guard: every operation counts itself in inflight for its
+	// duration; Close sets closed, then waits for inflight to drain.
+	inflight atomic.Int64
+	closed   atomic.Bool
+	drained  chan struct{} // a token when inflight reaches 0 after closed is set
+
 	mu      sync.Mutex
 	streams map[*Stream]struct{}
-	live    map[*Buffer]struct{}
+	live    *Buffer // buffers not yet released, most recent first (Buffer.next)
+	n       ledgerCounts
 
 	c counters
 }
 
+// ledgerCounts are the counters kept with the list of buffers, under the
+// allocator's mu: one lock per Alloc and per Free for all of them.
+type ledgerCounts struct {
+	nextID                                      uint64
+	liveBuffers, allocCalls, backendCalls       int64
+	frees                                       int64
+	requestedCur, requestedPeak, requestedTotal int64
+	used                                        int64 // aligned bytes of live and held-for-free device buffers
+}
+
+// counters are the ones updated away from Alloc and Free.
 type counters struct {
-	requestedCur, requestedPeak, requestedTotal atomic.Int64
-	allocCalls, backendCalls, frees             atomic.Int64
-	trims, oomRetries, fallbacks                atomic.Int64
-	ledgerEvents                                atomic.Int64
-	liveBuffers, heldFrees                      atomic.Int64
+	backendCalls                 atomic.Int64 // failed attempts and priming
+	trims, oomRetries, fallbacks atomic.Int64
+	ledgerEvents                 atomic.Int64
+	heldFrees                    atomic.Int64
 }
 
 // Open creates an allocator on the backend chosen by Options and the
@@ -85,7 +101,7 @@ func Open(opts Options) (*Allocator, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := resolveConfig(opts.Config)
+	cfg, cfgSource, err := resolveConfig(opts.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +114,7 @@ func Open(opts Options) (*Allocator, error) {
 		onOOM:   opts.OnOutOfMemory,
 		warn:    opts.Warn,
 		streams: make(map[*Stream]struct{}),
-		live:    make(map[*Buffer]struct{}),
+		drained: make(chan struct{}, 1),
 	}
 	if a.warn == nil {
 		a.warn = func(msg string) { fmt.Fprintln(os.Stderr, "distbuf:", msg) }
@@ -129,16 +145,28 @@ func Open(opts Options) (*Allocator, error) {
 		a.c.fallbacks.Add(1)
 		a.warn(a.reason)
 	}
-	if err := a.init(); err != nil {
+	if err := a.init(cfgSource); err != nil {
 		_ = a.be.close()
 		return nil, err
 	}
 	return a, nil
 }
 
-func (a *Allocator) init() error {
+func (a *Allocator) init(cfgSource string) error {
+	a.kindV = a.be.kind()
+	a.loc = OnDevice
+	if a.kindV == KindHost {
+		a.loc = OnHost
+	}
 	_, total := a.be.memInfo()
 	a.limit = a.cfg.Limit.resolve(total)
+	if l := a.cfg.Limit; l.Bytes == 0 && l.Fraction > 0 && a.limit < allocAlign {
+		reason := fmt.Sprintf("resolves to %d bytes of %s, less than one allocation (%d B)", a.limit, FormatBytes(total), allocAlign)
+		if total <= 0 {
+			reason = "a percentage needs the total memory, which the backend cannot report: give a size"
+		}
+		return &ConfigError{Source: cfgSource, Key: "limit", Value: l.String(), Reason: reason}
+	}
 	a.policy.Store(int32(a.cfg.Policy))
 	if err := a.applyPolicy(a.cfg.Policy); err != nil {
 		return err
@@ -161,20 +189,30 @@ func (a *Allocator) init() error {
 	return nil
 }
 
-// enter guards an operation against a concurrent Close.
+// enter guards an operation against a concurrent Close: Close waits for
+// every operation that entered before it to exit, and later ones fail.
+// Unlike a lock, it never makes an operation wait, so an operation may
+// enter again while in flight (an out-of-memory callback that frees).
 func (a *Allocator) enter() error {
-	a.closeMu.RLock()
+	a.inflight.Add(1)
 	if a.closed.Load() {
-		a.closeMu.RUnlock()
+		a.exit()
 		return fmt.Errorf("devalloc: allocator: %w", ErrClosed)
 	}
 	return nil
 }
 
-func (a *Allocator) exit() { a.closeMu.RUnlock() }
+func (a *Allocator) exit() {
+	if a.inflight.Add(-1) == 0 && a.closed.Load() {
+		select {
+		case a.drained <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // Kind reports the backend in use.
-func (a *Allocator) Kind() Kind { return a.be.kind() }
+func (a *Allocator) Kind() Kind { return a.kindV }
 
 // Describe names the backend and device in words.
 func (a *Allocator) Describe() string { return a.be.describe() }
@@ -241,111 +279,183 @@ func (a *Allocator) Alloc(size int64, s *Stream) (*Buffer, error) {
 	if err := a.enter(); err != nil {
 		return nil, err
 	}
-	defer a.exit()
 	if size <= 0 || size > maxAlloc {
+		a.exit()
 		return nil, fmt.Errorf("devalloc: alloc of %d bytes: size must be in [1, 2^50]: %w", size, ErrInvalid)
 	}
 	if err := a.checkStream(s); err != nil {
+		a.exit()
 		return nil, err
 	}
 	aligned := alignUp(size, allocAlign)
-	addr, hostPtr, err := a.allocWithLadder(size, aligned, s)
+	addr, hostPtr, err := a.tryAlloc(aligned, s)
 	if err != nil {
-		return nil, err
-	}
-	loc := OnDevice
-	if a.be.kind() == KindHost {
-		loc = OnHost
-	}
-	b := a.newBuffer(size, aligned, addr, hostPtr, loc, s)
-	a.c.allocCalls.Add(1)
-	cur := a.c.requestedCur.Add(size)
-	a.c.requestedTotal.Add(size)
-	for {
-		peak := a.c.requestedPeak.Load()
-		if cur <= peak || a.c.requestedPeak.CompareAndSwap(peak, cur) {
-			break
+		// The ladder may leave the guard for the callback; it returns
+		// having entered again, or with an error.
+		if addr, hostPtr, err = a.allocWithLadder(size, aligned, s, err); err != nil {
+			return nil, err
 		}
 	}
+	b := a.newBuffer(size, aligned, addr, hostPtr, a.loc, s)
+	a.exit()
 	return b, nil
 }
 
+// newBuffer makes the Buffer of a successful allocation and puts it on the
+// list of live buffers; Alloc's counts are taken under the same lock.
 func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.Pointer, loc Location, s *Stream) *Buffer {
 	b := &Buffer{
-		a: a, id: a.nextID.Add(1), size: size, aligned: aligned,
+		a: a, size: size, aligned: aligned,
 		addr: addr, hostPtr: hostPtr, loc: loc, allocStream: s,
 	}
 	// The allocation is ordered on s: its first writer is s's mark, an
 	// event only if another stream or a hold must wait for it.
-	b.writer = markCompletion(s)
+	b.writer = s.takeMark()
+	n := &a.n
 	a.mu.Lock()
-	a.live[b] = struct{}{}
+	n.nextID++
+	b.id = n.nextID
+	b.next = a.live
+	if a.live != nil {
+		a.live.prev = b
+	}
+	a.live = b
+	n.liveBuffers++
+	if loc != Pinned {
+		n.allocCalls++
+		n.backendCalls++
+		n.used += aligned
+		n.requestedCur += size
+		n.requestedTotal += size
+		n.requestedPeak = max(n.requestedPeak, n.requestedCur)
+	}
 	a.mu.Unlock()
-	a.c.liveBuffers.Add(1)
 	return b
 }
 
+// noteFree takes Free's counts for a buffer whose release waits for a hold.
+func (a *Allocator) noteFree(b *Buffer) {
+	if b.loc == Pinned {
+		return
+	}
+	a.mu.Lock()
+	a.n.frees++
+	a.n.requestedCur -= b.size
+	a.mu.Unlock()
+}
+
+// noteReleased takes b off the list of live buffers once its free is
+// enqueued, with Free's counts when freeing.
+func (a *Allocator) noteReleased(b *Buffer, freeing bool) {
+	pinned := b.loc == Pinned
+	if !pinned && a.limit > 0 {
+		a.budget.Add(-b.aligned)
+	}
+	n := &a.n
+	a.mu.Lock()
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else {
+		a.live = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	}
+	b.prev, b.next = nil, nil
+	n.liveBuffers--
+	if !pinned {
+		n.used -= b.aligned
+		if freeing {
+			n.frees++
+			n.requestedCur -= b.size
+		}
+	}
+	a.mu.Unlock()
+}
+
+// used is the aligned bytes of live and held-for-free buffers.
+func (a *Allocator) used() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n.used
+}
+
+// tryAlloc asks the backend once, within the budget.
 func (a *Allocator) tryAlloc(aligned int64, s *Stream) (uintptr, unsafe.Pointer, error) {
 	if a.limit > 0 {
 		if a.budget.Add(aligned) > a.limit {
 			a.budget.Add(-aligned)
 			return 0, nil, errBudget
 		}
-	} else {
-		a.budget.Add(aligned)
 	}
-	a.c.backendCalls.Add(1)
 	addr, ptr, err := a.be.alloc(aligned, s.impl)
 	if err != nil {
-		a.budget.Add(-aligned)
+		a.c.backendCalls.Add(1)
+		if a.limit > 0 {
+			a.budget.Add(-aligned)
+		}
 	}
 	return addr, ptr, err
 }
 
-func (a *Allocator) allocWithLadder(size, aligned int64, s *Stream) (uintptr, unsafe.Pointer, error) {
-	retries := 0
-	addr, ptr, err := a.tryAlloc(aligned, s)
-	retry := func() bool {
-		retries++
-		a.c.oomRetries.Add(1)
-		addr, ptr, err = a.tryAlloc(aligned, s)
-		return err == nil
-	}
-	oom := func() bool { return err != nil && (err == errBudget || errors.Is(err, ErrOutOfMemory)) }
-	if err == nil {
-		return addr, ptr, nil
-	}
-	if !oom() {
+// allocWithLadder climbs the out-of-memory ladder after the first attempt
+// failed with err. Called inside the guard; it returns inside it on
+// success, and outside it on failure.
+func (a *Allocator) allocWithLadder(size, aligned int64, s *Stream, err error) (uintptr, unsafe.Pointer, error) {
+	oom := func(err error) bool { return err == errBudget || errors.Is(err, ErrOutOfMemory) }
+	if !oom(err) {
+		a.exit()
 		return 0, nil, fmt.Errorf("devalloc: alloc of %s: %w", FormatBytes(size), err)
 	}
+	retries := 0
+	retry := func() (uintptr, unsafe.Pointer, error) {
+		retries++
+		a.c.oomRetries.Add(1)
+		return a.tryAlloc(aligned, s)
+	}
 	// 1. Synchronise: pending frees complete and return memory to the pool.
-	if a.drainFrees() == nil && retry() {
-		return addr, ptr, nil
+	if a.drainFrees() == nil {
+		addr, ptr, rerr := retry()
+		if rerr == nil {
+			return addr, ptr, nil
+		}
+		err = rerr
 	}
 	// 2. Trim: give cached memory back so the driver can satisfy the request
 	// from a fresh, unfragmented reservation.
-	if oom() {
-		if a.trimNow(0) == nil && retry() {
+	if oom(err) && a.trimNow(0) == nil {
+		addr, ptr, rerr := retry()
+		if rerr == nil {
 			return addr, ptr, nil
 		}
+		err = rerr
 	}
-	// 3. The user's callback may free memory.
-	for attempt := 1; oom() && a.onOOM != nil && attempt <= maxCallbackRetries; attempt++ {
-		u := a.be.usage()
-		if !a.onOOM(OOMEvent{Requested: size, Attempt: attempt, Used: a.budget.Load(), Reserved: u.reservedCur, Limit: a.limit}) {
+	// 3. The user's callback may free memory. It runs outside the guard, so
+	// that it may call anything, Close included.
+	for attempt := 1; oom(err) && a.onOOM != nil && attempt <= maxCallbackRetries; attempt++ {
+		ev := OOMEvent{Requested: size, Attempt: attempt, Used: a.used(), Reserved: a.be.usage().reservedCur, Limit: a.limit}
+		a.exit()
+		again := a.onOOM(ev)
+		if eerr := a.enter(); eerr != nil {
+			return 0, nil, fmt.Errorf("devalloc: alloc of %s: closed during the out-of-memory callback: %w", FormatBytes(size), eerr)
+		}
+		if !again {
 			break
 		}
 		_ = a.drainFrees()
-		if retry() {
+		addr, ptr, rerr := retry()
+		if rerr == nil {
 			return addr, ptr, nil
 		}
+		err = rerr
 	}
-	if !oom() {
+	defer a.exit()
+	if !oom(err) {
 		return 0, nil, fmt.Errorf("devalloc: alloc of %s: %w", FormatBytes(size), err)
 	}
 	free, total := a.be.memInfo()
 	return 0, nil, &OutOfMemoryError{
-		Requested: size, Limit: a.limit, Used: a.budget.Load(), Reserved: a.be.usage().reservedCur,
+		Requested: size, Limit: a.limit, Used: a.used(), Reserved: a.be.usage().reservedCur,
 		Free: free, Total: total, Retries: retries, Cause: err,
 	}
 }
@@ -486,24 +596,33 @@ func (a *Allocator) MemInfo() (free, total int64) { return a.be.memInfo() }
 // releases its pools. If buffers are still live (or freed but still held by
 // an outside agent) it returns a *LeakError listing them; their memory is not
 // released. Every later call on the allocator returns ErrClosed.
+//
+// Operations already in flight finish first. Streams waiting for an outside
+// agent's hold stop waiting at once, so that Close cannot wait for ever on a
+// hold that is never released: the work behind such a wait runs, and the
+// stream's next synchronisation (one in flight included) returns an error
+// matching ErrClosed that says so.
 func (a *Allocator) Close() error {
-	a.closeMu.Lock()
-	if a.closed.Load() {
-		a.closeMu.Unlock()
+	if a.closed.Swap(true) {
 		return fmt.Errorf("devalloc: close: %w", ErrClosed)
 	}
-	a.closed.Store(true)
-	a.closeMu.Unlock()
-
-	leak := a.leaks()
-	var errs []error
 	a.mu.Lock()
-	streams := make([]*Stream, 0, len(a.streams))
+	streams := make([]*Stream, 0, len(a.streams)+1)
 	for s := range a.streams {
 		streams = append(streams, s)
 	}
 	a.mu.Unlock()
+	streams = append(streams, a.reclaim)
 	for _, s := range streams {
+		s.impl.abandonHostWaits()
+	}
+	for a.inflight.Load() != 0 {
+		<-a.drained
+	}
+
+	leak := a.leaks()
+	var errs []error
+	for _, s := range streams[:len(streams)-1] {
 		if !s.closed.Swap(true) {
 			if err := s.impl.destroy(); err != nil {
 				errs = append(errs, fmt.Errorf("devalloc: close stream %d: %w", s.id, err))
@@ -528,8 +647,8 @@ func (a *Allocator) Close() error {
 
 func (a *Allocator) leaks() *LeakError {
 	a.mu.Lock()
-	bufs := make([]*Buffer, 0, len(a.live))
-	for b := range a.live {
+	var bufs []*Buffer
+	for b := a.live; b != nil; b = b.next {
 		bufs = append(bufs, b)
 	}
 	a.mu.Unlock()
@@ -540,7 +659,10 @@ func (a *Allocator) leaks() *LeakError {
 	e := &LeakError{Count: len(bufs)}
 	for _, b := range bufs {
 		b.mu.Lock()
-		l := LeakedBuffer{ID: b.id, Bytes: b.size, Location: b.loc, Label: b.label, Held: b.state == stateFreeing}
+		l := LeakedBuffer{ID: b.id, Bytes: b.size, Location: b.loc, Held: b.state == stateFreeing}
+		if b.more != nil {
+			l.Label = b.more.label
+		}
 		b.mu.Unlock()
 		e.Bytes += l.Bytes
 		if len(e.Buffers) < 16 {

@@ -111,6 +111,10 @@ type streamImpl interface {
 	wait(e eventImpl) error
 	// waitHost orders later work after ch is closed by a host agent.
 	waitHost(ch <-chan struct{}) error
+	// abandonHostWaits makes waits for host agents, present and future,
+	// give up; each one abandoned fails the stream's next synchronize with
+	// errHoldAbandoned. Close calls it first.
+	abandonHostWaits()
 	enqueue(fn func() error) error
 	synchronize() error
 	destroy() error

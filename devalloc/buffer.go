@@ -32,20 +32,61 @@ const (
 	stateFreed            // the free is enqueued; memory goes back once its completions are done
 )
 
-// completion is one entry of the ledger: the end of some work that touched
-// the buffer. It is either an event on a stream, a stream's mark (ev is the
-// mark's event once someone had to wait for it), or an outside agent's hold.
+// entry is one completion in a buffer's ledger, held by value: a stream's
+// mark (s and epoch), an event recorded after a declared access, or an
+// outside agent's hold (c). The zero entry stands for nothing.
+type entry struct {
+	s     *Stream // the mark's stream; nil for c
+	epoch uint64
+	c     *completion
+}
+
+func (e entry) isMark() bool { return e.s != nil }
+
+// stream is the stream whose work the entry stands for, nil for a hold or nothing.
+func (e entry) stream() *Stream {
+	if e.c != nil {
+		return e.c.stream
+	}
+	return e.s
+}
+
+// release drops the entry's reference.
+func (e entry) release() {
+	switch {
+	case e.s != nil:
+		e.s.dropMark(e.epoch)
+	case e.c != nil:
+		e.c.unref()
+	}
+}
+
+// addRef takes one more reference on what the entry stands on.
+func (e entry) addRef() {
+	switch {
+	case e.s != nil:
+		e.s.addMarkRef(e.epoch)
+	case e.c != nil:
+		e.c.refs++
+	}
+}
+
+// completion is the end of declared work (an event on a stream) or an
+// outside agent's hold, shared by the ledger and the holds that wait for it.
+// Guarded by the buffer's lock.
 type completion struct {
 	stream *Stream
 	ev     eventImpl
-	mark   *streamMark
 	hold   *Hold
-	refs   int // ledger slots and holds that point at it; the event is destroyed at 0
+	refs   int // ledger entries and holds that point at it; the event is destroyed at 0
 }
 
-// markCompletion is a completion that stands on s's current mark.
-func markCompletion(s *Stream) *completion {
-	return &completion{stream: s, mark: s.lazyMark(), refs: 1}
+func (c *completion) unref() {
+	c.refs--
+	if c.refs == 0 && c.ev != nil {
+		_ = c.ev.destroy()
+		c.ev = nil
+	}
 }
 
 // Buffer is one allocation. The Allocator owns its memory; the caller owns
@@ -65,14 +106,44 @@ type Buffer struct {
 	loc         Location
 	allocStream *Stream
 	pinnedClass int
+	// prev and next link the allocator's list of buffers not yet released,
+	// guarded by the allocator's mu.
+	prev, next *Buffer
 
-	mu      sync.Mutex
+	mu     sync.Mutex
+	state  bufState
+	writer entry
+	more   *bufferMore // nil until a reader, an open access, a hold or a label
+}
+
+// bufferMore is the part of a buffer's ledger that a buffer allocated,
+// filled and freed on one stream never needs.
+type bufferMore struct {
 	label   string
-	state   bufState
-	writer  *completion
-	readers []*completion
+	readers []entry
 	open    []*Access
 	holds   []*Hold
+}
+
+func (b *Buffer) ext() *bufferMore {
+	if b.more == nil {
+		b.more = &bufferMore{}
+	}
+	return b.more
+}
+
+func (b *Buffer) readers() []entry {
+	if b.more == nil {
+		return nil
+	}
+	return b.more.readers
+}
+
+func (b *Buffer) holdCount() int {
+	if b.more == nil {
+		return 0
+	}
+	return len(b.more.holds)
 }
 
 // ID is unique within the allocator; leak reports name buffers by it.
@@ -90,7 +161,7 @@ func (b *Buffer) Allocator() *Allocator { return b.a }
 // SetLabel names the buffer in leak reports.
 func (b *Buffer) SetLabel(label string) {
 	b.mu.Lock()
-	b.label = label
+	b.ext().label = label
 	b.mu.Unlock()
 }
 
@@ -148,22 +219,19 @@ type Access struct {
 	s    *Stream
 	mode Mode
 	done bool
-	// own is devalloc's own device work (Memset, Copy), which completes by
-	// itself: it ends in the stream's mark, not in an event of its own.
-	own bool
 }
 
 // Read declares that work about to be enqueued on s reads the buffer. It
 // makes s wait for the last writer. Call Done on the result once the work is
 // enqueued.
-func (b *Buffer) Read(s *Stream) (*Access, error) { return b.begin(s, Read, false) }
+func (b *Buffer) Read(s *Stream) (*Access, error) { return b.begin(s, Read) }
 
 // Write declares that work about to be enqueued on s writes the buffer. It
 // makes s wait for the last writer and for every reader since. Call Done on
 // the result once the work is enqueued.
-func (b *Buffer) Write(s *Stream) (*Access, error) { return b.begin(s, Write, false) }
+func (b *Buffer) Write(s *Stream) (*Access, error) { return b.begin(s, Write) }
 
-func (b *Buffer) begin(s *Stream, mode Mode, own bool) (*Access, error) {
+func (b *Buffer) begin(s *Stream, mode Mode) (*Access, error) {
 	if err := b.a.enter(); err != nil {
 		return nil, err
 	}
@@ -173,35 +241,42 @@ func (b *Buffer) begin(s *Stream, mode Mode, own bool) (*Access, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkLive(); err != nil {
+	if err := b.prepare(s, mode); err != nil {
 		return nil, err
 	}
-	for _, o := range b.open {
-		if o.s != s && (mode == Write || o.mode == Write) {
-			return nil, fmt.Errorf("devalloc: buffer #%d: %s on stream %d while a %s on stream %d is open (call Done after enqueueing): %w",
-				b.id, mode, s.id, o.mode, o.s.id, ErrConflict)
-		}
+	// What the caller enqueues may wait for an agent outside the stream:
+	// no mark recorded later may cover it.
+	if err := s.seal(); err != nil {
+		return nil, err
 	}
-	if mode == Write {
-		for _, h := range b.holds {
-			if h.mode == Write {
-				return nil, fmt.Errorf("devalloc: buffer #%d: write on stream %d while an outside writer holds it: %w", b.id, s.id, ErrConflict)
+	x := &Access{b: b, s: s, mode: mode}
+	m := b.ext()
+	m.open = append(m.open, x)
+	return x, nil
+}
+
+// prepare checks that an access of the given mode on s may start and makes
+// s wait for what it must follow. Called with b.mu held.
+func (b *Buffer) prepare(s *Stream, mode Mode) error {
+	if err := b.checkLive(); err != nil {
+		return err
+	}
+	if b.more != nil {
+		for _, o := range b.more.open {
+			if o.s != s && (mode == Write || o.mode == Write) {
+				return fmt.Errorf("devalloc: buffer #%d: %s on stream %d while a %s on stream %d is open (call Done after enqueueing): %w",
+					b.id, mode, s.id, o.mode, o.s.id, ErrConflict)
+			}
+		}
+		if mode == Write {
+			for _, h := range b.more.holds {
+				if h.mode == Write {
+					return fmt.Errorf("devalloc: buffer #%d: write on stream %d while an outside writer holds it: %w", b.id, s.id, ErrConflict)
+				}
 			}
 		}
 	}
-	if err := b.orderAfter(s, mode); err != nil {
-		return nil, err
-	}
-	if !own {
-		// What the caller enqueues may wait for an agent outside the
-		// stream: no mark recorded later may cover it.
-		if err := s.seal(); err != nil {
-			return nil, err
-		}
-	}
-	x := &Access{b: b, s: s, mode: mode, own: own}
-	b.open = append(b.open, x)
-	return x, nil
+	return b.orderAfter(s, mode)
 }
 
 // orderAfter makes s wait for what an access of the given mode must follow.
@@ -210,7 +285,7 @@ func (b *Buffer) orderAfter(s *Stream, mode Mode) error {
 		return err
 	}
 	if mode == Write {
-		for _, r := range b.readers {
+		for _, r := range b.readers() {
 			if err := b.waitIn(s, r); err != nil {
 				return err
 			}
@@ -219,69 +294,58 @@ func (b *Buffer) orderAfter(s *Stream, mode Mode) error {
 	return nil
 }
 
-// materialize gives a mark completion its event, recording the mark if no
-// one has yet. It leaves ev nil when the stream was closed first, and then
-// there is nothing to wait for.
-func (c *completion) materialize() error {
-	if c.ev != nil || c.mark == nil {
-		return nil
+// event is the event to wait on for e, recording a mark if needed; nil when
+// there is nothing to wait for (a closed stream's work has all run).
+func (e entry) event() (eventImpl, error) {
+	if e.s != nil {
+		if e.s.closed.Load() {
+			return nil, nil
+		}
+		return e.s.markEvent(e.epoch)
 	}
-	ev, err := c.mark.event()
-	c.ev = ev
-	return err
+	return e.c.ev, nil
 }
 
-func (b *Buffer) waitIn(s *Stream, c *completion) error {
+func (b *Buffer) waitIn(s *Stream, e entry) error {
 	switch {
-	case c == nil:
+	case e.s == nil && e.c == nil:
 		return nil
-	case c.hold != nil:
-		if c.hold.released() {
+	case e.c != nil && e.c.hold != nil:
+		h := e.c.hold
+		if h.released() {
 			return nil
 		}
 		if err := s.seal(); err != nil {
 			return err
 		}
-		if err := s.impl.waitHost(c.hold.done); err != nil {
+		if err := s.impl.waitHost(h.done); err != nil {
 			return fmt.Errorf("devalloc: buffer #%d: stream %d cannot wait for an outside hold: %w", b.id, s.id, err)
 		}
 		return nil
-	case c.stream == s:
+	case e.stream() == s:
 		return nil // same stream: already in order
-	case c.ev == nil && c.stream.closed.Load():
+	case e.c != nil && e.c.stream.closed.Load():
 		return nil // a closed stream's work has all run
 	}
-	if err := c.materialize(); err != nil {
+	ev, err := e.event()
+	if err != nil || ev == nil {
 		return err
 	}
-	if c.ev == nil {
-		return nil
-	}
-	if err := s.impl.wait(c.ev); err != nil {
+	if err := s.impl.wait(ev); err != nil {
 		return fmt.Errorf("devalloc: buffer #%d: stream %d wait: %w", b.id, s.id, err)
 	}
 	return nil
 }
 
-func (c *completion) unref() {
-	c.refs--
+// isDone reports, for an entry that is not a mark, whether it has completed.
+func (e entry) isDone() bool {
 	switch {
-	case c.refs > 0:
-	case c.mark != nil:
-		c.mark.release()
-		c.mark, c.ev = nil, nil
-	case c.ev != nil:
-		_ = c.ev.destroy()
-		c.ev = nil
-	}
-}
-
-func (c *completion) isDone() bool {
-	switch {
-	case c.hold != nil:
-		return c.hold.released()
-	case c.ev != nil:
-		done, err := c.ev.query()
+	case e.c == nil:
+		return false
+	case e.c.hold != nil:
+		return e.c.hold.released()
+	case e.c.ev != nil:
+		done, err := e.c.ev.query()
 		return err == nil && done
 	}
 	return false
@@ -302,45 +366,66 @@ func (x *Access) Done() error {
 }
 
 // close turns an open access into a ledger entry: an event recorded now on
-// its stream, or the stream's mark for devalloc's own work.
+// its stream.
 func (b *Buffer) close(x *Access) error {
-	var c *completion
-	if x.own {
-		c = markCompletion(x.s)
-	} else {
-		ev, err := x.s.impl.record()
-		if err != nil {
-			return fmt.Errorf("devalloc: buffer #%d: record %s on stream %d: %w", b.id, x.mode, x.s.id, err)
-		}
-		b.a.c.ledgerEvents.Add(1)
-		c = &completion{stream: x.s, ev: ev, refs: 1}
+	ev, err := x.s.impl.record()
+	if err != nil {
+		return fmt.Errorf("devalloc: buffer #%d: record %s on stream %d: %w", b.id, x.mode, x.s.id, err)
 	}
+	b.a.c.ledgerEvents.Add(1)
 	x.done = true
-	for i, o := range b.open {
+	open := b.more.open
+	for i, o := range open {
 		if o == x {
-			b.open = append(b.open[:i], b.open[i+1:]...)
+			b.more.open = append(open[:i], open[i+1:]...)
 			break
 		}
 	}
-	if x.mode == Write {
+	b.record(x.s, x.mode, entry{c: &completion{stream: x.s, ev: ev, refs: 1}})
+	return nil
+}
+
+// record puts e, the end of an access of the given mode on s (nil for an
+// outside agent's hold), into the ledger. Called with b.mu held.
+func (b *Buffer) record(s *Stream, mode Mode, e entry) {
+	if mode == Write {
 		// The write waited for all of these, so waiting for it covers them.
-		b.writer.unref()
-		for _, r := range b.readers {
-			r.unref()
+		b.writer.release()
+		b.writer = e
+		if b.more != nil {
+			for _, r := range b.more.readers {
+				r.release()
+			}
+			b.more.readers = b.more.readers[:0]
 		}
-		b.writer, b.readers = c, b.readers[:0]
-		return nil
+		return
 	}
-	kept := b.readers[:0]
-	for _, r := range b.readers {
-		if (r.stream == x.s && r.hold == nil) || r.isDone() {
-			r.unref() // superseded by the later event on the same stream, or finished
+	m := b.ext()
+	if s == nil { // an outside reader: nothing on a stream to supersede
+		m.readers = append(m.readers, e)
+		return
+	}
+	kept := m.readers[:0]
+	for _, r := range m.readers {
+		if (r.stream() == s && (r.c == nil || r.c.hold == nil)) || (!r.isMark() && r.isDone()) {
+			r.release() // superseded by the later completion on the same stream, or finished
 			continue
 		}
 		kept = append(kept, r)
 	}
-	b.readers = append(kept, c)
-	return nil
+	m.readers = append(kept, e)
+}
+
+// ownDone records devalloc's own work of the given mode on s (a memset or a
+// copy), just enqueued: it ends in s's current mark. Called with b.mu held.
+func (b *Buffer) ownDone(s *Stream, mode Mode) {
+	if mode == Write && b.writer.s == s && len(b.readers()) == 0 {
+		// The usual case, a buffer filled on the stream that allocated it:
+		// move the writer's entry to the current mark, in one step.
+		b.writer = s.moveToCurrent(b.writer.epoch)
+		return
+	}
+	b.record(s, mode, s.takeMark())
 }
 
 // Hold lets an agent outside the streams (an MPI request) use the buffer
@@ -351,12 +436,19 @@ func (b *Buffer) close(x *Access) error {
 type Hold struct {
 	b       *Buffer
 	mode    Mode
-	deps    []*completion
-	depsBuf [2]*completion // deps' array for the usual one or two
-	c       completion     // the hold's own place in the ledger
+	deps    []holdDep
+	depsBuf [2]holdDep // deps' array for the usual one or two
+	c       completion // the hold's own place in the ledger
 	done    chan struct{}
 	mu      sync.Mutex
 	rel     bool
+}
+
+// holdDep is a completion a hold waits for, with the event to wait on; the
+// hold keeps a reference on it until Release.
+type holdDep struct {
+	e  entry
+	ev eventImpl
 }
 
 func (h *Hold) released() bool {
@@ -383,52 +475,61 @@ func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 	if err := b.checkLive(); err != nil {
 		return nil, err
 	}
-	for _, o := range b.open {
+	m := b.ext()
+	for _, o := range m.open {
 		if mode == Write || o.mode == Write {
 			return nil, fmt.Errorf("devalloc: buffer #%d: %s hold while a %s on stream %d is open (call Done after enqueueing): %w",
 				b.id, mode, o.mode, o.s.id, ErrConflict)
 		}
 	}
-	for _, o := range b.holds {
+	for _, o := range m.holds {
 		if mode == Write || o.mode == Write {
 			return nil, fmt.Errorf("devalloc: buffer #%d: %s hold while an outside %s hold is unreleased: %w", b.id, mode, o.mode, ErrConflict)
 		}
 	}
 	h := &Hold{b: b, mode: mode, done: make(chan struct{})}
 	h.deps = h.depsBuf[:0]
-	deps := []*completion{b.writer}
-	if mode == Write {
-		deps = append(deps, b.readers...)
+	if err := h.addDep(b.writer); err != nil {
+		return nil, err
 	}
-	for _, c := range deps {
-		if c == nil || c.hold != nil {
-			continue
-		}
-		if err := c.materialize(); err != nil {
-			for _, d := range h.deps {
-				d.unref()
+	if mode == Write {
+		for _, r := range m.readers {
+			if err := h.addDep(r); err != nil {
+				return nil, err
 			}
-			return nil, err
 		}
-		if c.ev == nil {
-			continue // on a stream closed since: its work has run
-		}
-		c.refs++
-		h.deps = append(h.deps, c)
 	}
-	hc := &h.c
-	*hc = completion{hold: h, refs: 1}
-	if mode == Write {
-		b.writer.unref()
-		for _, r := range b.readers {
-			r.unref()
-		}
-		b.writer, b.readers = hc, b.readers[:0]
-	} else {
-		b.readers = append(b.readers, hc)
-	}
-	b.holds = append(b.holds, h)
+	h.c = completion{hold: h, refs: 1}
+	b.record(nil, mode, entry{c: &h.c})
+	m.holds = append(m.holds, h)
 	return h, nil
+}
+
+// addDep makes the hold wait for e, unless e is a hold (outside agents order
+// themselves) or has nothing left to wait for. On failure it drops the
+// dependencies taken so far.
+func (h *Hold) addDep(e entry) error {
+	if (e.s == nil && e.c == nil) || (e.c != nil && e.c.hold != nil) {
+		return nil
+	}
+	ev, err := e.event()
+	if err != nil {
+		h.dropDeps()
+		return err
+	}
+	if ev == nil {
+		return nil // on a stream closed since: its work has run
+	}
+	e.addRef()
+	h.deps = append(h.deps, holdDep{e: e, ev: ev})
+	return nil
+}
+
+func (h *Hold) dropDeps() {
+	for _, d := range h.deps {
+		d.e.release()
+	}
+	h.deps = nil
 }
 
 // Mode reports whether the hold is a reader or a writer.
@@ -444,8 +545,8 @@ func (h *Hold) Wait() error {
 	}
 	deps := h.deps
 	h.mu.Unlock()
-	for _, c := range deps {
-		if err := c.ev.synchronize(); err != nil {
+	for _, d := range deps {
+		if err := d.ev.synchronize(); err != nil {
 			return fmt.Errorf("devalloc: buffer #%d: hold wait: %w", h.b.id, err)
 		}
 	}
@@ -454,7 +555,9 @@ func (h *Hold) Wait() error {
 
 // Release signals that the outside agent is finished with the buffer. If the
 // buffer was freed meanwhile and this was its last hold, the memory is
-// released (in stream order, without blocking).
+// released (in stream order, without blocking). After Close, Release only
+// lets streams waiting for the hold go on, and returns ErrClosed: the
+// buffer is reported as leaked and its memory is not released.
 func (h *Hold) Release() error {
 	h.mu.Lock()
 	if h.rel {
@@ -464,22 +567,27 @@ func (h *Hold) Release() error {
 	h.rel = true
 	h.mu.Unlock()
 	b := h.b
+	entered := b.a.enter() == nil
+	if entered {
+		defer b.a.exit()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	close(h.done)
-	for _, d := range h.deps {
-		d.unref()
-	}
-	h.deps = nil
-	for i, o := range b.holds {
+	h.dropDeps()
+	m := b.more
+	for i, o := range m.holds {
 		if o == h {
-			b.holds = append(b.holds[:i], b.holds[i+1:]...)
+			m.holds = append(m.holds[:i], m.holds[i+1:]...)
 			break
 		}
 	}
-	if b.state == stateFreeing && len(b.holds) == 0 {
+	if !entered {
+		return fmt.Errorf("devalloc: buffer #%d: hold released after Close: %w", b.id, ErrClosed)
+	}
+	if b.state == stateFreeing && len(m.holds) == 0 {
 		b.a.c.heldFrees.Add(-1)
-		return b.enqueueFree()
+		return b.enqueueFree(false)
 	}
 	return nil
 }
@@ -499,45 +607,44 @@ func (b *Buffer) Free() error {
 	if b.state != stateLive {
 		return fmt.Errorf("devalloc: double free of buffer #%d (%s): %w", b.id, FormatBytes(b.size), ErrFreed)
 	}
-	for len(b.open) > 0 {
-		if err := b.close(b.open[0]); err != nil {
-			return err
+	if b.more != nil {
+		for len(b.more.open) > 0 {
+			if err := b.close(b.more.open[0]); err != nil {
+				return err
+			}
 		}
 	}
-	// Undeclared work on the allocating stream is ordered before the free,
-	// as with cudaFreeAsync on that stream: cover it with a lazy entry.
-	b.readers = append(b.readers, markCompletion(b.allocStream))
 	b.state = stateFreeing
-	if b.loc != Pinned {
-		b.a.c.frees.Add(1)
-		b.a.c.requestedCur.Add(-b.size)
-	}
-	if len(b.holds) > 0 {
+	if b.holdCount() > 0 {
+		b.a.noteFree(b)
 		b.a.c.heldFrees.Add(1)
 		return nil
 	}
-	return b.enqueueFree()
+	return b.enqueueFree(true)
 }
 
-// enqueueFree releases the memory in stream order, after every completion.
-// When they all lie on one stream (the common case: one solve stream), the
-// free goes on that stream, like cudaFreeAsync on it: no events, no
-// cross-stream waits, and the pool can hand the memory straight back to the
-// next allocation on that stream. Otherwise the reclamation stream waits for
-// each completion and frees. Called with b.mu held and no holds left.
-func (b *Buffer) enqueueFree() error {
+// enqueueFree releases the memory in stream order, after every completion
+// and after the work enqueued so far on the allocating stream (undeclared
+// work there is ordered before the free, as with cudaFreeAsync on that
+// stream). When they all lie on one stream (the common case: one solve
+// stream), the free goes on that stream, like cudaFreeAsync on it: no
+// events, no cross-stream waits, and the pool can hand the memory straight
+// back to the next allocation on that stream. Otherwise the reclamation
+// stream waits for each completion and frees. freeing says that Free is
+// the caller, whose counts are taken here too. Called with b.mu held and no
+// holds left.
+func (b *Buffer) enqueueFree(freeing bool) error {
 	a := b.a
 	b.state = stateFreed
-	deps := append([]*completion{b.writer}, b.readers...)
-	b.writer, b.readers = nil, nil
-	on := freeStream(deps)
+	on := b.freeStream()
 	var err error
 	if on == nil {
 		on = a.reclaim
-		for _, c := range deps {
-			if c != nil && err == nil {
-				err = b.waitIn(on, c)
-			}
+		err = b.orderAfter(on, Write)
+		if err == nil && !b.allocStream.closed.Load() {
+			cur := b.allocStream.takeMark()
+			err = b.waitIn(on, cur)
+			cur.release()
 		}
 	}
 	if err == nil {
@@ -547,40 +654,42 @@ func (b *Buffer) enqueueFree() error {
 			err = a.be.freeAsync(b.addr, b.aligned, on.impl)
 		}
 	}
-	for _, c := range deps {
-		if c != nil {
-			c.unref()
+	b.writer.release()
+	b.writer = entry{}
+	if b.more != nil {
+		for _, r := range b.more.readers {
+			r.release()
 		}
+		b.more.readers = nil
 	}
-	if b.loc != Pinned {
-		a.budget.Add(-b.aligned)
-	}
-	a.mu.Lock()
-	delete(a.live, b)
-	a.mu.Unlock()
-	a.c.liveBuffers.Add(-1)
+	a.noteReleased(b, freeing)
 	if err != nil {
 		return fmt.Errorf("devalloc: free of buffer #%d: %w", b.id, err)
 	}
 	return nil
 }
 
-// freeStream returns the one open stream every pending completion lies on,
-// or nil when they span several streams (or none is usable).
-func freeStream(deps []*completion) *Stream {
-	var on *Stream
-	for _, c := range deps {
+// freeStream returns the allocating stream when every pending completion
+// lies on it and it is open, else nil.
+func (b *Buffer) freeStream() *Stream {
+	on := b.allocStream
+	if on.closed.Load() {
+		return nil
+	}
+	onOne := func(e entry) bool {
 		switch {
-		case c == nil:
-		case c.hold != nil:
-			if !c.hold.released() {
-				return nil
-			}
-		case c.stream == nil || c.stream.closed.Load():
-			return nil
-		case on == nil:
-			on = c.stream
-		case on != c.stream:
+		case e.s == nil && e.c == nil:
+			return true
+		case e.c != nil && e.c.hold != nil:
+			return e.c.hold.released()
+		}
+		return e.stream() == on
+	}
+	if !onOne(b.writer) {
+		return nil
+	}
+	for _, r := range b.readers() {
+		if !onOne(r) {
 			return nil
 		}
 	}

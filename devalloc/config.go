@@ -3,6 +3,7 @@ package devalloc
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"os"
 	"strconv"
 	"strings"
@@ -97,12 +98,65 @@ func (l Limit) String() string {
 	case l.Bytes > 0:
 		return formatSizeExact(l.Bytes)
 	case l.Fraction > 0:
-		return strconv.FormatFloat(l.Fraction*100, 'g', -1, 64) + "%"
+		return formatPercent(l.Fraction)
 	}
 	return "none"
 }
 
-// resolve turns the limit into bytes given the total memory; 0 means none.
+// formatPercent writes a fraction as a percentage that parsePercent reads
+// back exactly: the shortest decimal that is the fraction, with its decimal
+// point moved two places, not the fraction times 100 (which rounds, so that
+// 1/3 would not come back).
+func formatPercent(f float64) string {
+	mant, exp, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
+	e, _ := strconv.Atoi(exp)
+	e += 2 // a percentage
+	digits := strings.Replace(mant, ".", "", 1)
+	if e < -6 || e > 20 {
+		return mant + "e" + strconv.Itoa(e) + "%"
+	}
+	// digits is d.ddd times 10^e: put the point after the first e+1 digits.
+	point := e + 1
+	switch {
+	case point <= 0:
+		digits = "0." + strings.Repeat("0", -point) + digits
+	case point >= len(digits):
+		digits += strings.Repeat("0", point-len(digits))
+	default:
+		digits = digits[:point] + "." + digits[point:]
+	}
+	return digits + "%"
+}
+
+// parsePercent reads a percentage as the fraction it writes, moving the
+// decimal point two places in the text rather than dividing by 100, so that
+// formatPercent's output comes back exactly.
+func parsePercent(pct string) (float64, error) {
+	mant, exp, hasExp := strings.Cut(strings.ToLower(strings.TrimSpace(pct)), "e")
+	e := 0
+	if hasExp {
+		var err error
+		if e, err = strconv.Atoi(exp); err != nil {
+			return 0, fmt.Errorf("not a percentage (want e.g. 80%%)")
+		}
+	}
+	f, err := strconv.ParseFloat(mant+"e"+strconv.Itoa(e-2), 64)
+	if err != nil || math.IsNaN(f) || !(f > 0 && f <= 1) {
+		return 0, fmt.Errorf("percentage must be in (0, 100]")
+	}
+	if f < minLimitFraction {
+		return 0, fmt.Errorf("percentage too small: under one allocation (%d B) of any memory up to 1 PiB", allocAlign)
+	}
+	return f, nil
+}
+
+// minLimitFraction is the smallest fraction that can be a budget: one
+// allocation unit of 1 PiB, the largest allocation distbuf accepts.
+const minLimitFraction = float64(allocAlign) / (1 << 50)
+
+// resolve turns the limit into bytes given the total memory; 0 means none
+// (or a fraction of unknown memory). Open refuses a fraction that resolves
+// to less than one allocation.
 func (l Limit) resolve(total int64) int64 {
 	if l.Bytes > 0 {
 		return l.Bytes
@@ -162,8 +216,13 @@ func (c Config) String() string {
 // ParseConfig parses "key:value" pairs separated by commas, starting from the
 // zero Config. Keys: policy (retain|free), prime (size), limit (size, N% or
 // none), threshold (size), pool (auto|off), cache (size or off). Sizes take
-// B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024).
-// An unknown, repeated or malformed key is an error naming the key.
+// B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024)
+// and must come to a whole number of bytes ("0.5" is an error, not 0). A
+// limit of "none" or "0" means no budget; any other limit must be at least
+// one byte, and a percentage at least 2.3e-11% (one 256-byte allocation of
+// 1 PiB); Open also refuses a percentage that comes to less than 256 bytes
+// of the memory it finds. An unknown, repeated or malformed key is an error
+// naming the key. ParseConfig(c.String()) == c for every Config it returns.
 func ParseConfig(s string) (Config, error) { return parseConfig(s, "config") }
 
 func parseConfig(s, source string) (Config, error) {
@@ -231,49 +290,69 @@ func parseLimit(val string) (Limit, error) {
 		return Limit{}, nil
 	}
 	if pct, ok := strings.CutSuffix(val, "%"); ok {
-		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
-		if err != nil || math.IsNaN(f) || f <= 0 || f > 100 {
-			return Limit{}, fmt.Errorf("percentage must be in (0, 100]")
+		f, err := parsePercent(pct)
+		if err != nil {
+			return Limit{}, err
 		}
-		return Limit{Fraction: f / 100}, nil
+		return Limit{Fraction: f}, nil
 	}
 	n, err := ParseBytes(val)
 	if err != nil {
 		return Limit{}, err
+	}
+	if n == 0 {
+		return Limit{}, fmt.Errorf("a limit of 0 bytes: write none (or 0) for no budget")
 	}
 	return Limit{Bytes: n}, nil
 }
 
 var byteUnits = []struct {
 	suffix string
-	scale  float64
+	scale  int64
 }{
 	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	{"kb", 1_000}, {"mb", 1_000_000}, {"gb", 1_000_000_000}, {"tb", 1_000_000_000_000},
 	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40},
 	{"b", 1},
 }
 
 // ParseBytes parses a non-negative size such as "4096", "64KiB", "1.5GB" or "2G"
-// (bare K, M, G, T are powers of 1024).
+// (bare K, M, G, T are powers of 1024). The value must be a whole number of
+// bytes: "0.5" and "1.1KiB" are errors, not rounded.
 func ParseBytes(s string) (int64, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
-	scale := 1.0
+	scale := int64(1)
 	for _, u := range byteUnits {
 		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
 			t, scale = strings.TrimSpace(rest), u.scale
 			break
 		}
 	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("not a size (want e.g. 4096, 64KiB, 2GiB)")
+	notASize := fmt.Errorf("not a size (want e.g. 4096, 64KiB, 2GiB)")
+	// A decimal number with an exponent of a sensible size (an exact
+	// rational of 10^1000000000 would take gigabytes to hold).
+	if t == "" || strings.ContainsAny(t, "/_") {
+		return 0, notASize
 	}
-	v := f * scale
-	if v < 0 || v > math.MaxInt64/2 {
+	if _, exp, ok := strings.Cut(t, "e"); ok {
+		if e, err := strconv.Atoi(exp); err != nil || e < -40 || e > 40 {
+			return 0, notASize
+		}
+	}
+	r, ok := new(big.Rat).SetString(t)
+	if !ok || strings.HasPrefix(t, "0x") || strings.HasPrefix(t, "0b") || strings.HasPrefix(t, "0o") {
+		return 0, notASize
+	}
+	r.Mul(r, new(big.Rat).SetInt64(scale))
+	switch {
+	case r.Sign() < 0:
+		return 0, fmt.Errorf("size must not be negative")
+	case !r.IsInt():
+		return 0, fmt.Errorf("not a whole number of bytes")
+	case r.Num().Cmp(big.NewInt(math.MaxInt64/2)) > 0:
 		return 0, fmt.Errorf("size out of range")
 	}
-	return int64(v), nil
+	return r.Num().Int64(), nil
 }
 
 // FormatBytes renders n for people, with a binary unit: "512 B", "64 KiB",
@@ -319,17 +398,19 @@ func resolveBackend(b Backend) (Backend, error) {
 }
 
 // resolveConfig applies Options.Config, then the environment, then defaults.
-func resolveConfig(c *Config) (Config, error) {
+// It also names where the configuration came from, for later errors.
+func resolveConfig(c *Config) (Config, string, error) {
 	if c != nil {
 		if err := c.validate("Options"); err != nil {
-			return Config{}, err
+			return Config{}, "", err
 		}
-		return *c, nil
+		return *c, "Options", nil
 	}
 	if env, ok := os.LookupEnv(EnvConf); ok {
-		return parseConfig(env, EnvConf)
+		c, err := parseConfig(env, EnvConf)
+		return c, EnvConf, err
 	}
-	return Config{}, nil
+	return Config{}, "defaults", nil
 }
 
 func (c Config) validate(source string) error {
@@ -345,6 +426,8 @@ func (c Config) validate(source string) error {
 		return bad("Limit", strconv.FormatInt(c.Limit.Bytes, 10), "must not be negative")
 	case c.Limit.Fraction < 0 || c.Limit.Fraction > 1 || math.IsNaN(c.Limit.Fraction):
 		return bad("Limit", c.Limit.String(), "fraction must be in (0, 1]")
+	case c.Limit.Fraction > 0 && c.Limit.Fraction < minLimitFraction:
+		return bad("Limit", c.Limit.String(), fmt.Sprintf("fraction too small: under one allocation (%d B) of any memory up to 1 PiB", allocAlign))
 	case c.FreeThreshold < 0:
 		return bad("FreeThreshold", strconv.FormatInt(c.FreeThreshold, 10), "must not be negative")
 	case c.Pool != PoolAuto && c.Pool != PoolOff:

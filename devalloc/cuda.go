@@ -36,5 +36,21 @@ func DeviceCount() (int, error) {
 // cudaDeviceCount is set by the CUDA backend when it is compiled in.
 var cudaDeviceCount func() (int, error)
 
+// DriverCalls reports how many calls the process has made through distbuf's
+// CUDA loader to each runtime and driver entry point since it started, by
+// name (cudaMallocFromPoolAsync, cudaSetDevice, cuCtxGetCurrent...), over
+// every allocator and thread. The difference of two snapshots is what the
+// code between them cost in driver calls, e.g. per Alloc and per Free. It
+// is empty when the CUDA backend is not compiled in or never used.
+func DriverCalls() map[string]uint64 {
+	if cudaDriverCalls == nil {
+		return map[string]uint64{}
+	}
+	return cudaDriverCalls()
+}
+
+// cudaDriverCalls is set by the CUDA backend when it is compiled in.
+var cudaDriverCalls func() map[string]uint64
+
 // cudaTestPoolOff forces the CUDA backend's cudaMalloc fallback; only tests set it.
 var cudaTestPoolOff bool

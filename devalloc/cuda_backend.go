@@ -18,6 +18,7 @@ import (
 func init() {
 	openCUDA = openCUDABackend
 	cudaDeviceCount = countCUDADevices
+	cudaDriverCalls = func() map[string]uint64 { return cudart.Calls() }
 }
 
 // cudaError carries a CUDA failure and matches the devalloc sentinel of the
@@ -231,7 +232,7 @@ func (be *cudaBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer,
 		return 0, nil, err
 	}
 	if be.fb != nil {
-		addr, err := be.fb.alloc(size)
+		addr, err := be.fb.alloc(size, cs)
 		return addr, nil, err
 	}
 	var addr uintptr

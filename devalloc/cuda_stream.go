@@ -41,7 +41,8 @@ type cudaStream struct {
 	running  bool
 	stopping bool
 	stopped  chan struct{}
-	abort    chan struct{} // closed by destroy: waits for outside agents give up
+	abort    chan struct{} // closed by abandonHostWaits: waits for outside agents give up
+	aborted  sync.Once
 }
 
 // hostOp is an Enqueue function (fn, started by ready) or a wait for an
@@ -101,14 +102,11 @@ func (s *cudaStream) waitHost(ch <-chan struct{}) error {
 		return s.hostOp(&hostOp{ch: ch})
 	}
 	return s.use(func() error {
-		return wrapCUDA("wait for the host", s.be.dev.LaunchHostFunc(s.h, func() {
-			select {
-			case <-ch:
-			case <-s.abort:
-			}
-		}))
+		return wrapCUDA("wait for the host", s.be.dev.LaunchHostFunc(s.h, func() { waitOrAbandon(ch, s.abort, s.fail) }))
 	})
 }
+
+func (s *cudaStream) abandonHostWaits() { s.aborted.Do(func() { close(s.abort) }) }
 
 func (s *cudaStream) enqueue(fn func() error) error {
 	if s.be.hostWait == hostWaitMemop {
@@ -191,17 +189,22 @@ func (s *cudaStream) work() {
 			<-op.ready // the device reaches it: destroy synchronises the stream
 			s.run(op.fn)
 		} else {
-			select {
-			case <-op.ch:
-			case <-s.abort:
-			}
+			waitOrAbandon(op.ch, s.abort, s.fail)
 		}
 		atomic.StoreUint32(s.word.ptr, op.seq)
 	}
 }
 
 func (s *cudaStream) synchronize() error {
+	fb := s.be.fb
+	var sealed *classMap
+	if fb != nil {
+		sealed = fb.seal(s)
+	}
 	err := s.use(func() error { return wrapCUDA("synchronize a stream", s.be.dev.StreamSynchronize(s.h)) })
+	if fb != nil {
+		fb.synced(s, sealed, err == nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -221,7 +224,7 @@ func (s *cudaStream) destroy() error {
 	}
 	s.dead = true
 	s.mu.Unlock()
-	close(s.abort)
+	s.abandonHostWaits()
 	errSync := wrapCUDA("synchronize a stream being destroyed", s.be.dev.StreamSynchronize(s.h))
 	s.hostMu.Lock()
 	s.stopping = true
@@ -230,6 +233,9 @@ func (s *cudaStream) destroy() error {
 	s.hostMu.Unlock()
 	if running {
 		<-s.stopped
+	}
+	if s.be.fb != nil && errSync == nil {
+		s.be.fb.streamDone(s)
 	}
 	errDestroy := wrapCUDA("destroy a stream", s.be.dev.StreamDestroy(s.h))
 	if s.word != nil {

@@ -20,6 +20,16 @@
 // streams and pools and reports buffers never freed as a *LeakError; their
 // memory is deliberately not released so stale pointers cannot crash.
 //
+// Close lets operations already in flight finish and makes later ones
+// return ErrClosed; it takes no lock that an operation holds, so an
+// out-of-memory callback may free (or even close) while Close runs. A
+// stream waiting for an outside agent's Hold stops waiting when Close
+// begins, so that a hold never released cannot keep Close (or a Synchronize
+// in flight) waiting for ever: the work behind the wait runs, the stream's
+// next synchronisation returns an error matching ErrClosed that says the
+// wait was abandoned, and Hold.Release after Close returns ErrClosed. A
+// function given to Stream.Enqueue that never returns still blocks Close.
+//
 // # The ledger (the token pins storage)
 //
 // Each Buffer records its last writer and the readers since. Before
@@ -51,9 +61,44 @@
 // synchronises and retries, trims and retries, calls Options.OnOutOfMemory,
 // and finally returns an *OutOfMemoryError matching ErrOutOfMemory.
 //
+// The callback runs outside the allocator's close guard: it may call any
+// method, Free and Close included; an Alloc whose allocator was closed
+// meanwhile returns ErrClosed.
+//
 // Configuration comes from Options.Config, else DISTBUF_ALLOC_CONF, e.g.
 // "policy:retain,prime:2GiB,limit:80%"; see ParseConfig.
 //
 // Pinned host memory for staging comes from AllocPinned: it is reused from
 // buckets, never allocated on the hot path once warm.
+//
+// # What each call costs
+//
+// Once the pool is warm, on one stream and one thread, an Alloc is one
+// cudaMallocFromPoolAsync, a Memset one cudaMemsetAsync and a Free one
+// cudaFreeAsync on the allocating stream, each after a cuCtxGetCurrent that
+// spares the cudaSetDevice (see internal/cudart); no event is recorded and
+// no pool attribute is read. On the cudaMalloc fallback, once its cache
+// holds the sizes in use (Config.FallbackCache), an Alloc and a Free make
+// no driver call at all: memory freed on a stream goes to the next
+// allocation on that stream that it fits. Alloc makes one Go object,
+// the Buffer, and Free none; the live buffers are a list threaded through
+// them. Alloc takes the stream's mark lock and the allocator's lock once
+// each, Memset the buffer's lock, Free the buffer's, the stream's mark lock
+// and the allocator's. Work across streams pays for its events
+// (Stats.LedgerEvents). DriverCalls reports the calls made, by entry point.
+//
+// # Memory freed in a stream's order
+//
+// As with cudaFreeAsync, memory freed on a stream is reusable at once by
+// allocations on that same stream, whose work runs after the free, before
+// the stream has reached it. The host backend's pool does the same: when
+// the stream is busy at a free (with work the host has run ahead of), the
+// free waits in the stream but the memory goes to the next allocation on
+// that stream that it fits (one asking at least half of it). Without that, a solve that begins while the
+// stream is still busy with the last one would find the last solve's memory
+// not yet free and reserve it again, and under Retain the pool would keep
+// the extra reservation for good: a reservation that creeps up, one 2 MiB
+// segment at a time, at the rare solve boundaries where the stream lags,
+// with no fragmentation involved. Memory freed on one stream reaches another
+// only once the free has run.
 package devalloc

@@ -67,6 +67,24 @@ func formatMaybe(n int64) string {
 	return FormatBytes(n)
 }
 
+// errHoldAbandoned fails the synchronisation of a stream that stopped
+// waiting for an outside hold because the allocator was closed.
+var errHoldAbandoned = fmt.Errorf("a wait for an outside hold was abandoned because the allocator was closed (the hold was never released): %w", ErrClosed)
+
+// waitOrAbandon waits for ch, the release of a hold, or for abort, and
+// then reports the abandoned wait through fail.
+func waitOrAbandon(ch, abort <-chan struct{}, fail func(error)) {
+	select {
+	case <-ch:
+	case <-abort:
+		select {
+		case <-ch:
+		default:
+			fail(errHoldAbandoned)
+		}
+	}
+}
+
 // errBudget is the Cause of an OutOfMemoryError raised by the per-rank budget
 // rather than by the backend.
 var errBudget = errors.New("per-rank budget exceeded")

@@ -1,6 +1,7 @@
 package devalloc
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 	"unsafe"
@@ -31,20 +32,37 @@ func (h *hostBackend) memInfo() (free, total int64) {
 
 func (h *hostBackend) newStream() (streamImpl, error) { return newHostStream(), nil }
 
-func (h *hostBackend) alloc(size int64, _ streamImpl) (uintptr, unsafe.Pointer, error) {
-	_, ptr, err := h.pool.alloc(size)
+func (h *hostBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer, error) {
+	hs, _ := s.(*hostStream)
+	_, ptr, err := h.pool.alloc(size, hs)
 	if err != nil {
 		return 0, nil, err
 	}
 	return uintptr(ptr), ptr, nil
 }
 
+// freeAsync frees at once when r is idle. Otherwise the free waits in r's
+// order, and the memory is meanwhile reusable by allocations on r (see
+// hostPool.order).
 func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
+	hs, ok := r.(*hostStream)
+	if !ok {
+		return fmt.Errorf("host backend: stream of another backend: %w", ErrInvalid)
+	}
 	var err error
-	if hs, ok := r.(*hostStream); ok && hs.runNowIfIdle(func() { err = h.pool.free(addr) }) {
+	if hs.runNowIfIdle(func() { err = h.pool.free(addr) }) {
 		return err
 	}
-	return r.enqueue(func() error { return h.pool.free(addr) })
+	ticket, err := h.pool.order(addr, hs)
+	if err != nil {
+		return err
+	}
+	err = r.enqueue(func() error { return h.pool.freeOrdered(addr, ticket) })
+	if errors.Is(err, ErrClosed) {
+		// A closed stream has run all its work: nothing to wait for.
+		return h.pool.freeOrdered(addr, ticket)
+	}
+	return err
 }
 
 func (h *hostBackend) copyAsync(dst, src memRef, n int64, s streamImpl) error {

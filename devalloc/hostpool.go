@@ -28,6 +28,8 @@ type hostPool struct {
 	small     arena
 	large     arena
 	live      map[uintptr]*chunk
+	ordered   map[*hostStream]orderedChunks // freed in a busy stream's order, reusable on it
+	tickets   uint64                        // the last ticket of a queued free
 	segments  map[*segment]struct{}
 	threshold uint64
 	// mmap and munmap are replaceable so tests can simulate an exhausted OS.
@@ -53,6 +55,11 @@ type chunk struct {
 	seg       *segment
 	off, size int64
 	free      bool
+	// orderedOn is the stream a pending free of this live chunk is queued
+	// on; ticket names that free (unique in the pool), so that the queued
+	// operation of an earlier free, overtaken by a reuse, leaves it alone.
+	orderedOn *hostStream
+	ticket    uint64
 	prevPhys  *chunk
 	nextPhys  *chunk
 	prevFree  *chunk
@@ -69,9 +76,13 @@ const (
 	segmentQuantum = 2 << 20
 )
 
+// orderedChunks are a stream's pending frees by bin.
+type orderedChunks map[int][]*chunk
+
 func newHostPool() *hostPool {
 	return &hostPool{
 		live:      make(map[uintptr]*chunk),
+		ordered:   make(map[*hostStream]orderedChunks),
 		segments:  make(map[*segment]struct{}),
 		threshold: math.MaxUint64,
 		mmap: func(size int64) ([]byte, error) {
@@ -193,9 +204,14 @@ func (p *hostPool) addSegment(size int64, ar *arena) (*chunk, error) {
 	return &chunk{seg: seg, size: size}, nil
 }
 
-func (p *hostPool) alloc(size int64) (*chunk, unsafe.Pointer, error) {
+// alloc returns size bytes usable in the order of stream s (nil: in no
+// stream's order, only from free memory).
+func (p *hostPool) alloc(size int64, s *hostStream) (*chunk, unsafe.Pointer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if c := p.takeOrdered(size, s); c != nil {
+		return c, p.ptr(c), nil
+	}
 	c := p.findFree(size)
 	if c != nil {
 		p.removeFree(c)
@@ -221,13 +237,102 @@ func (p *hostPool) alloc(size int64) (*chunk, unsafe.Pointer, error) {
 	return c, ptr, nil
 }
 
+// order records that the free of the chunk at addr is queued on stream s,
+// which is busy: until the free runs, the chunk is reusable by allocations
+// on s, whose work s runs after the free (as cudaMallocAsync reuses a block
+// freed by cudaFreeAsync on the same stream). Without that, a stream still
+// busy when the next solve allocates makes the pool reserve the previous
+// solve's memory a second time, and under Retain it keeps it. It returns
+// the ticket the queued free must present.
+func (p *hostPool) order(addr uintptr, s *hostStream) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.live[addr]
+	if !ok || c.orderedOn != nil {
+		return 0, fmt.Errorf("host pool: free of unknown address %#x: %w", addr, ErrInvalid)
+	}
+	c.orderedOn = s
+	p.tickets++
+	c.ticket = p.tickets
+	oc := p.ordered[s]
+	if oc == nil {
+		oc = orderedChunks{}
+		p.ordered[s] = oc
+	}
+	b := binFloor(c.size)
+	oc[b] = append(oc[b], c)
+	return c.ticket, nil
+}
+
+// takeOrdered hands out a chunk whose free is queued on s, of at least size
+// bytes and less than twice that, or returns nil.
+func (p *hostPool) takeOrdered(size int64, s *hostStream) *chunk {
+	oc := p.ordered[s]
+	if len(oc) == 0 {
+		return nil
+	}
+	for b := binFloor(size); b <= binFloor(size)+3 && b < numBins; b++ {
+		list := oc[b]
+		for i := len(list) - 1; i >= 0; i-- {
+			c := list[i]
+			if c.size < size || c.size >= 2*size {
+				continue
+			}
+			p.unorderLocked(c)
+			return c
+		}
+	}
+	return nil
+}
+
+// unorderLocked takes c off its stream's list: reused, or freed.
+func (p *hostPool) unorderLocked(c *chunk) {
+	s := c.orderedOn
+	oc := p.ordered[s]
+	b := binFloor(c.size)
+	list := oc[b]
+	for i, o := range list {
+		if o == c {
+			list[i] = list[len(list)-1]
+			list[len(list)-1] = nil
+			oc[b] = list[:len(list)-1]
+			break
+		}
+	}
+	if len(oc[b]) == 0 {
+		delete(oc, b)
+	}
+	if len(oc) == 0 {
+		delete(p.ordered, s)
+	}
+	c.orderedOn = nil
+}
+
+// freeOrdered is the queued free of the chunk at addr with its ticket: it
+// frees the chunk unless a reuse overtook it.
+func (p *hostPool) freeOrdered(addr uintptr, ticket uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.live[addr]
+	if !ok || c.orderedOn == nil || c.ticket != ticket {
+		return nil // reused since: the new owner frees it
+	}
+	p.unorderLocked(c)
+	return p.freeLocked(c)
+}
+
 func (p *hostPool) free(addr uintptr) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.live[addr]
-	if !ok {
+	if !ok || c.orderedOn != nil {
 		return fmt.Errorf("host pool: free of unknown address %#x: %w", addr, ErrInvalid)
 	}
+	return p.freeLocked(c)
+}
+
+func (p *hostPool) freeLocked(c *chunk) error {
+	addr := uintptr(p.ptr(c))
 	delete(p.live, addr)
 	p.used -= c.size
 	if n := c.nextPhys; n != nil && n.free {

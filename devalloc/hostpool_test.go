@@ -22,9 +22,9 @@ func TestBins(t *testing.T) {
 
 func TestHostPoolSplitCoalesceTrim(t *testing.T) {
 	p := newHostPool()
-	c1, p1, err := p.alloc(4096)
+	c1, p1, err := p.alloc(4096, nil)
 	require.NoError(t, err)
-	c2, p2, err := p.alloc(8192)
+	c2, p2, err := p.alloc(8192, nil)
 	require.NoError(t, err)
 	require.Equal(t, c1.seg, c2.seg, "small allocations share a segment")
 	require.EqualValues(t, smallSegment, p.usage().reservedCur)
@@ -58,7 +58,7 @@ func TestHostPoolRandomNoOverlap(t *testing.T) {
 			continue
 		}
 		size := alignUp(int64(1+rng.IntN(300_000)), allocAlign)
-		_, ptr, err := p.alloc(size)
+		_, ptr, err := p.alloc(size, nil)
 		require.NoError(t, err)
 		s := span{uintptr(ptr), uintptr(ptr) + uintptr(size)}
 		for _, o := range live {
@@ -80,7 +80,7 @@ func TestHostPoolRandomNoOverlap(t *testing.T) {
 
 func TestHostPoolThresholdAtSyncPoint(t *testing.T) {
 	p := newHostPool()
-	_, ptr, err := p.alloc(8 << 20)
+	_, ptr, err := p.alloc(8<<20, nil)
 	require.NoError(t, err)
 	require.NoError(t, p.free(uintptr(ptr)))
 	p.syncPoint()
@@ -93,7 +93,7 @@ func TestHostPoolThresholdAtSyncPoint(t *testing.T) {
 func TestHostPoolMmapFailure(t *testing.T) {
 	p := newHostPool()
 	p.mmap = func(int64) ([]byte, error) { return nil, errors.New("ENOMEM") }
-	_, _, err := p.alloc(4096)
+	_, _, err := p.alloc(4096, nil)
 	require.ErrorIs(t, err, ErrOutOfMemory)
 	require.ErrorContains(t, err, "ENOMEM")
 }
@@ -118,4 +118,84 @@ func TestLadderOrderOnBackendFailure(t *testing.T) {
 	require.Equal(t, 2, oom.Retries)
 	require.Equal(t, []string{"mmap", "mmap", "mmap", "callback"}, steps)
 	require.NoError(t, a.Close())
+}
+
+// TestHostPoolReusesInStreamOrder reproduces the growth of the retained
+// host pool in long runs: when the next solve allocates while the stream is
+// still busy with the last one, the last solve's frees wait in the stream,
+// and a pool that could not reuse that memory reserved it twice, for good
+// under Retain. As on the CUDA pool, memory freed in a stream's order is
+// reusable at once by allocations on that stream.
+func TestHostPoolReusesInStreamOrder(t *testing.T) {
+	a, err := Open(Options{Backend: BackendHost, Config: &Config{}})
+	require.NoError(t, err)
+	s := a.DefaultStream()
+	// The sizes of one rank's solve in the main job: A, B, the C blocks
+	// by destination and the received ones.
+	sizes := []int64{647680, 677376, 138240, 203264, 200192, 195584, 177664, 148480, 187904, 203264}
+	solve := func(busy bool) {
+		bufs := make([]*Buffer, len(sizes))
+		for i, n := range sizes {
+			bufs[i], err = a.Alloc(n, s)
+			require.NoError(t, err)
+			require.NoError(t, s.Memset(bufs[i], 0, n, byte(i)))
+		}
+		var release chan struct{}
+		if busy { // the stream is still working when the solve ends
+			release = make(chan struct{})
+			require.NoError(t, s.Enqueue(func() error { <-release; return nil }))
+		}
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+		if busy {
+			defer close(release)
+		}
+	}
+	solve(false)
+	require.NoError(t, a.Sync())
+	warm := a.Stats().ReservedCurrent
+	for range 20 {
+		solve(true) // the next solve starts while the last one's frees wait
+	}
+	require.NoError(t, a.Sync())
+	require.Equal(t, warm, a.Stats().ReservedCurrent, "the pool grew past the first solve's reservation")
+	require.NoError(t, a.Close())
+}
+
+// TestHostPoolOrderedTickets: a queued free overtaken by a reuse and a second
+// free leaves the chunk to the second one.
+func TestHostPoolOrderedTickets(t *testing.T) {
+	p := newHostPool()
+	s := newHostStream()
+	defer func() { require.NoError(t, s.destroy()) }()
+	c, ptr, err := p.alloc(4096, s)
+	require.NoError(t, err)
+	addr := uintptr(ptr)
+	t1, err := p.order(addr, s)
+	require.NoError(t, err)
+	_, err = p.order(addr, s)
+	require.ErrorIs(t, err, ErrInvalid, "a chunk whose free is queued cannot be freed again")
+	require.ErrorIs(t, p.free(addr), ErrInvalid)
+	again, ptr2, err := p.alloc(4096, s)
+	require.NoError(t, err)
+	require.Same(t, c, again, "reused on its stream")
+	require.Equal(t, ptr, ptr2)
+	_, _, err = p.alloc(4096, nil)
+	require.NoError(t, err)
+	t2, err := p.order(addr, s)
+	require.NoError(t, err)
+	require.NoError(t, p.freeOrdered(addr, t1), "the stale free does nothing")
+	require.Contains(t, p.live, addr)
+	require.NoError(t, p.freeOrdered(addr, t2))
+	require.NotContains(t, p.live, addr)
+	other := newHostStream()
+	defer func() { require.NoError(t, other.destroy()) }()
+	_, ptr3, err := p.alloc(8192, s)
+	require.NoError(t, err)
+	_, err = p.order(uintptr(ptr3), s)
+	require.NoError(t, err)
+	_, ptr4, err := p.alloc(8192, other)
+	require.NoError(t, err)
+	require.NotEqual(t, ptr3, ptr4, "memory freed in one stream's order is not handed to another")
 }

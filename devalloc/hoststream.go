@@ -16,8 +16,9 @@ type hostStream struct {
 	closed  bool
 	running bool // an op is executing
 	stopped chan struct{}
-	abort   chan struct{} // closed by destroy: waits on outside agents give up
-	err     error         // sticky: the first failure of enqueued work since the last synchronize
+	abort   chan struct{} // closed by abandonHostWaits: waits on outside agents give up
+	aborted sync.Once
+	err     error // sticky: the first failure of enqueued work since the last synchronize
 }
 
 func newHostStream() *hostStream {
@@ -104,13 +105,10 @@ func (s *hostStream) wait(e eventImpl) error {
 }
 
 func (s *hostStream) waitHost(ch <-chan struct{}) error {
-	return s.push(func() {
-		select {
-		case <-ch:
-		case <-s.abort:
-		}
-	})
+	return s.push(func() { waitOrAbandon(ch, s.abort, s.fail) })
 }
+
+func (s *hostStream) abandonHostWaits() { s.aborted.Do(func() { close(s.abort) }) }
 
 func (s *hostStream) enqueue(fn func() error) error {
 	return s.push(func() {
@@ -144,9 +142,9 @@ func (s *hostStream) destroy() error {
 		return nil
 	}
 	s.closed = true
-	close(s.abort)
 	s.cond.Signal()
 	s.mu.Unlock()
+	s.abandonHostWaits()
 	<-s.stopped
 	return nil
 }

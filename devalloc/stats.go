@@ -1,8 +1,9 @@
 package devalloc
 
-// Stats is a snapshot of the allocator's counters. Reading it takes a few
-// atomic loads and, on CUDA, a few pool-attribute queries: cheap enough for
-// every iteration.
+// Stats is a snapshot of the allocator's counters. Reading it takes a lock,
+// a few atomic loads and, on the CUDA pool, a few pool-attribute queries:
+// cheap enough for every iteration, but not free (keep it off the clock of
+// what it measures).
 type Stats struct {
 	Kind   Kind
 	Policy Policy
@@ -40,22 +41,25 @@ type Stats struct {
 func (a *Allocator) Stats() Stats {
 	u := a.be.usage()
 	pr, pu, pc := a.pinned.stats()
+	a.mu.Lock()
+	n := a.n
+	a.mu.Unlock()
 	return Stats{
-		Kind:             a.be.kind(),
+		Kind:             a.kindV,
 		Policy:           a.Policy(),
 		Limit:            a.limit,
-		RequestedCurrent: a.c.requestedCur.Load(),
-		RequestedPeak:    a.c.requestedPeak.Load(),
-		RequestedTotal:   a.c.requestedTotal.Load(),
+		RequestedCurrent: n.requestedCur,
+		RequestedPeak:    n.requestedPeak,
+		RequestedTotal:   n.requestedTotal,
 		ReservedCurrent:  u.reservedCur,
 		ReservedPeak:     u.reservedHigh,
 		ReservedTotal:    u.reservedTotal,
 		PoolUsedCurrent:  u.usedCur,
 		PoolUsedPeak:     u.usedHigh,
-		LiveBuffers:      a.c.liveBuffers.Load(),
-		AllocCalls:       a.c.allocCalls.Load(),
-		BackendCalls:     a.c.backendCalls.Load(),
-		Frees:            a.c.frees.Load(),
+		LiveBuffers:      n.liveBuffers,
+		AllocCalls:       n.allocCalls,
+		BackendCalls:     n.backendCalls + a.c.backendCalls.Load(),
+		Frees:            n.frees,
 		PendingFrees:     a.c.heldFrees.Load(),
 		Trims:            a.c.trims.Load(),
 		OOMRetries:       a.c.oomRetries.Load(),
@@ -69,6 +73,8 @@ func (a *Allocator) Stats() Stats {
 
 // ResetPeak starts new high-water marks at the current values.
 func (a *Allocator) ResetPeak() {
-	a.c.requestedPeak.Store(a.c.requestedCur.Load())
+	a.mu.Lock()
+	a.n.requestedPeak = a.n.requestedCur
+	a.mu.Unlock()
 	a.be.resetHigh()
 }

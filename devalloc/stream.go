@@ -18,8 +18,11 @@ type Stream struct {
 	id     int
 	closed atomic.Bool
 
-	markMu sync.Mutex
-	mark   *streamMark // where devalloc's own work ends, recorded lazily
+	// The stream's marks (see mark.go), guarded by markMu.
+	markMu   sync.Mutex
+	epoch    atomic.Uint64  // the current mark, not yet recorded; written under markMu
+	curRefs  int            // ledger entries and holds on the current mark
+	recorded []recordedMark // recorded marks that entries still stand on
 }
 
 // ID is a small number naming the stream in errors (the reclamation stream is -1).
@@ -217,22 +220,35 @@ func (s *Stream) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int64) e
 	if dst == src && dstOff < srcOff+n && srcOff < dstOff+n {
 		return fmt.Errorf("devalloc: copy within buffer #%d: overlapping ranges: %w", dst.id, ErrInvalid)
 	}
-	w, err := dst.begin(s, Write, true)
-	if err != nil {
+	if err := s.enterOwn(dst); err != nil {
 		return err
 	}
-	var r *Access
+	defer s.a.exit()
+	// Both ledgers are held across the enqueue, so no access can begin in
+	// between; two buffers are locked in the order of their IDs.
+	first, second := dst, src
+	if src.id < dst.id {
+		first, second = src, dst
+	}
+	first.mu.Lock()
+	defer first.mu.Unlock()
+	if second != first {
+		second.mu.Lock()
+		defer second.mu.Unlock()
+	}
+	if err := dst.prepare(s, Write); err != nil {
+		return err
+	}
 	if src != dst {
-		if r, err = src.begin(s, Read, true); err != nil {
-			_ = w.Done()
+		if err := src.prepare(s, Read); err != nil {
 			return err
 		}
 	}
-	err = s.a.be.copyAsync(dst.ref(dstOff), src.ref(srcOff), n, s.impl)
-	if r != nil {
-		_ = r.Done()
+	err := s.a.be.copyAsync(dst.ref(dstOff), src.ref(srcOff), n, s.impl)
+	if src != dst {
+		src.ownDone(s, Read)
 	}
-	_ = w.Done()
+	dst.ownDone(s, Write)
 	if err != nil {
 		return fmt.Errorf("devalloc: stream %d copy: %w", s.id, err)
 	}
@@ -244,14 +260,34 @@ func (s *Stream) Memset(b *Buffer, off, n int64, val byte) error {
 	if err := checkRange("memset", b, off, n); err != nil {
 		return err
 	}
-	w, err := b.begin(s, Write, true)
-	if err != nil {
+	if err := s.enterOwn(b); err != nil {
 		return err
 	}
-	err = s.a.be.memsetAsync(b.ref(off), val, n, s.impl)
-	_ = w.Done()
+	defer s.a.exit()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.prepare(s, Write); err != nil {
+		return err
+	}
+	err := s.a.be.memsetAsync(b.ref(off), val, n, s.impl)
+	b.ownDone(s, Write)
 	if err != nil {
 		return fmt.Errorf("devalloc: stream %d memset: %w", s.id, err)
 	}
 	return nil
+}
+
+// enterOwn enters the allocator's guard for devalloc's own work on b.
+func (s *Stream) enterOwn(b *Buffer) error {
+	if err := s.a.enter(); err != nil {
+		return err
+	}
+	err := s.a.checkStream(s)
+	if err == nil && b.a != s.a {
+		err = fmt.Errorf("devalloc: buffer #%d belongs to another allocator than stream %d: %w", b.id, s.id, ErrInvalid)
+	}
+	if err != nil {
+		s.a.exit()
+	}
+	return err
 }

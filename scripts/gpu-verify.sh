@@ -19,7 +19,10 @@
 #         gemm       gemm tests on the GPU
 #         memcheck   the GPU tests of devalloc, packing and gemm under compute-sanitizer memcheck
 #         racecheck  the same under racecheck
-#         bench      ranktest -bench alloc, gemm, pack on the GPU (JSON lines)
+#         alloc      ranktest -bench alloc on the GPU (JSON lines): every mode, devalloc in turns
+#                    with the same cycles and pairs in C (vs_c), driver calls per entry point;
+#                    then retained and large-only with DISTBUF_CUDA_SETDEVICE=always; a summary
+#         bench      ranktest -bench gemm, pack on the GPU (JSON lines)
 #         mpi        cluster and msg MPI tests under mpirun -n 2 on the GPU
 #         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
@@ -66,6 +69,26 @@ step() { # step NAME SECONDS CMD...: CMD may call the functions below
   echo "$name: $verdict in $((SECONDS - start))s" | tee -a "$LOG/summary.txt"
 }
 
+# allocsummary FILE...: the alloc benchmark's goals against C, one line each.
+allocsummary() {
+  command -v python3 >/dev/null || { echo "allocsummary: no python3; see the JSON lines"; return 0; }
+  python3 - "$@" <<'PY'
+import json, sys
+keys = ("vs_c", "goal_vs_c_at_most", "meets_goal_vs_c", "nosync_vs_c", "meets_goal_nosync_vs_c",
+        "vs_large_only", "vs_cudamalloc", "large_only_vs_c", "driver_calls_per_cycle", "c_driver_calls_per_cycle",
+        "driver_calls_per_alloc", "driver_calls_per_free", "c_driver_calls_per_pair", "c_in_turns_us")
+for path in sys.argv[1:]:
+    print("==", path)
+    for line in open(path):
+        r = json.loads(line)
+        e = r.get("extra", {})
+        if "vs_c" not in e and r["mode"] != "c-pool":
+            continue
+        shown = " ".join(f"{k}={e[k]}" for k in keys if k in e)
+        print(f'{r["mode"]:24} {e.get("case", ""):12} {e.get("allocator", e.get("shape", "")):10} {r["bytes"]:>10} {r["median_us"]:>12} us  {shown}')
+PY
+}
+
 gotest() { # gotest PKGDIR BINARY ARGS...: a test binary runs in its package directory
   local dir=$1 bin=$2
   shift 2
@@ -92,9 +115,9 @@ run() {
   shift
   LOG=$(mktemp -d)
   export BIN LOG
-  export -f gotest sanitize
+  export -f gotest sanitize allocsummary
   local steps=("$@")
-  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck bench mpi exchange solve goals mpibench soak)
+  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck alloc bench mpi exchange solve goals mpibench soak)
   mkdir -p "$LOG"
   : >"$LOG/summary.txt"
   failed=()
@@ -111,8 +134,11 @@ run() {
       gemm) step gemm 150 gotest gemm gemm.test -test.timeout 140s ;;
       memcheck) step memcheck 240 sanitize memcheck ;;
       racecheck) step racecheck 240 sanitize racecheck ;;
+      alloc)
+        step bench-alloc 300 "$BIN/ranktest -backend cuda -bench alloc > $LOG/bench-alloc.jsonl"
+        step bench-alloc-setdevice 200 "for m in retained large-only; do DISTBUF_CUDA_SETDEVICE=always $BIN/ranktest -backend cuda -bench alloc -mode \$m || exit 1; done > $LOG/bench-alloc-setdevice-always.jsonl"
+        step alloc-summary 30 "allocsummary $LOG/bench-alloc.jsonl $LOG/bench-alloc-setdevice-always.jsonl" ;;
       bench)
-        step bench-alloc 150 "$BIN/ranktest -backend cuda -bench alloc > $LOG/bench-alloc.jsonl"
         step bench-gemm 150 "$BIN/ranktest -backend cuda -bench gemm -iters 20 > $LOG/bench-gemm.jsonl"
         step bench-pack 120 "$BIN/ranktest -backend cuda -bench pack -iters 20 > $LOG/bench-pack.jsonl" ;;
       mpi)
@@ -145,5 +171,5 @@ run() {
 case ${1:-} in
   build) build ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,30p' "$0"; exit 2 ;;
+  *) sed -n '2,33p' "$0"; exit 2 ;;
 esac

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -38,7 +39,19 @@ import (
 //     its ratio to the first (twin_vs_large_only) is the method's error;
 //   - raw-pool: the cycle on a cudaMemPool called directly (no devalloc),
 //     retained and at threshold 0 (CUDA only): what the platform itself
-//     allows, the bound of any allocator built on the pool.
+//     allows, the bound of any allocator built on the pool;
+//   - c-pool: the cycle and the pair written in C on a retained private
+//     pool (bench_alloc_baseline.go), the bar for devalloc's overhead. On
+//     the CUDA backend every devalloc measurement runs in turns with the C
+//     one of its shape and reports vs_c (devalloc over C), the C median
+//     and the C driver calls; the mode alone measures C by itself;
+//   - fallback: devalloc's cudaMalloc fallback (pool:off) with a cache that
+//     holds a whole cycle (CUDA only), against the same C baseline.
+//
+// Every devalloc line on CUDA also reports the driver calls it made, by
+// entry point, as the loader counted them (cudaSetDevice and
+// cuCtxGetCurrent included): per cycle, and per Alloc and per Free for the
+// pairs; the C lines report theirs beside them.
 //
 // Each configuration gets its own Allocator, opened on the backend of the
 // run (-backend). Two measurements per configuration:
@@ -87,6 +100,9 @@ type allocBenchParams struct {
 	touchBytes         int64
 	goalVsThreshold0   float64
 	goalVsCudaMalloc   float64
+	goalVsC            float64 // retained, large-only and retained-packed cycles over C in turns, at most
+	goalPairVsC        float64 // an Alloc+Free pair without synchronisation over C's, at most
+	fallbackCache      int64   // the fallback mode's cache: a whole cycle
 }
 
 var allocParams = allocBenchParams{
@@ -94,26 +110,31 @@ var allocParams = allocBenchParams{
 	minCycles: 20, warmup: 2, pairedCycles: 500, bonds: 50,
 	large: 20, tiny: 2000, largeMin: 16 << 20, largeMax: 64 << 20, tinyMin: 64, tinyMax: 16 << 10,
 	phaseCycles: 5, touchBytes: 4096, goalVsThreshold0: 10, goalVsCudaMalloc: 5,
+	goalVsC: 1.25, goalPairVsC: 1.3, fallbackCache: 4 << 30,
 }
 
 type allocVariant struct {
 	mode      string
 	cfg       devalloc.Config
 	trimPhase bool
-	raw       bool // cudaMalloc/cudaFree called directly, no allocator
-	packed    bool // tiny blocks from one coalesced buffer
-	replan    bool // packed, with the plan built every cycle
+	raw       bool   // cudaMalloc/cudaFree called directly, no allocator
+	packed    bool   // tiny blocks from one coalesced buffer
+	replan    bool   // packed, with the plan built every cycle
+	cudaOnly  string // why the mode is skipped off the CUDA backend; empty: it runs anywhere
+	goals     bool   // the line carries the goals against C
 }
 
 var allocVariants = []allocVariant{
 	{mode: "cudamalloc", raw: true},
 	{mode: "threshold0", cfg: devalloc.Config{Policy: devalloc.AggressiveFree, FreeThreshold: 0}},
 	{mode: "trim-phase", cfg: devalloc.Config{Policy: devalloc.Retain}, trimPhase: true},
-	{mode: "retained", cfg: devalloc.Config{Policy: devalloc.Retain}},
-	{mode: "retained-packed", cfg: devalloc.Config{Policy: devalloc.Retain}, packed: true},
+	{mode: "retained", cfg: devalloc.Config{Policy: devalloc.Retain}, goals: true},
+	{mode: "fallback", cfg: devalloc.Config{Pool: devalloc.PoolOff, FallbackCache: allocParams.fallbackCache},
+		cudaOnly: "needs the CUDA backend (the cudaMalloc fallback)"},
+	{mode: "retained-packed", cfg: devalloc.Config{Policy: devalloc.Retain}, packed: true, goals: true},
 }
 
-var allocModes = []string{"cudamalloc", "threshold0", "trim-phase", "retained", "large-only", "retained-packed", "raw-pool"}
+var allocModes = []string{"c-pool", "cudamalloc", "threshold0", "trim-phase", "retained", "fallback", "large-only", "retained-packed", "raw-pool"}
 
 // cycleTouch is one way of touching the buffers of a cycle.
 type cycleTouch struct {
@@ -146,9 +167,10 @@ func variantByMode(mode string) (allocVariant, error) {
 type allocRun struct {
 	pair  map[string]map[int64]float64 // mode -> size -> median us
 	cycle map[string]float64           // mode or "large-only/"+mode -> median us
+	base  *cBaseline
 }
 
-func benchAlloc(c *benchContext) error {
+func benchAlloc(c *benchContext) (err error) {
 	modes := allocModes
 	if c.cfg.mode != "" {
 		found := false
@@ -160,10 +182,17 @@ func benchAlloc(c *benchContext) error {
 		}
 		modes = []string{c.cfg.mode}
 	}
-	run := &allocRun{pair: map[string]map[int64]float64{}, cycle: map[string]float64{}}
+	base, err := openCBaseline(c)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, base.close()) }()
+	run := &allocRun{pair: map[string]map[int64]float64{}, cycle: map[string]float64{}, base: base}
 	for _, mode := range modes {
 		var err error
 		switch mode {
+		case "c-pool":
+			err = benchCPool(c, run)
 		case "large-only":
 			err = benchAllocLargeOnly(c, run)
 		case "raw-pool":
@@ -207,6 +236,9 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 	if v.raw {
 		return benchAllocRaw(c, run, v.mode)
 	}
+	if v.cudaOnly != "" && !c.alloc.Kind().IsDevice() {
+		return c.skipLine(v.mode, v.cudaOnly, nil)
+	}
 	if v.packed {
 		return benchAllocPacked(c, run, v)
 	}
@@ -218,39 +250,22 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 		return c.skipLine(v.mode, skip, nil)
 	}
 	defer func() { err = errors.Join(err, a.Close()) }()
-	s := a.DefaultStream()
 	p := allocParams
 
 	run.pair[v.mode] = map[int64]float64{}
 	for _, size := range p.pairSizes {
-		lat := make([]float64, 0, p.pairs)
-		for i := range p.pairWarmup + p.pairs {
-			start := time.Now()
-			b, err := a.Alloc(size, s)
-			if err != nil {
-				return err
-			}
-			if err := b.Free(); err != nil {
-				return err
-			}
-			if err := s.Synchronize(); err != nil {
-				return err
-			}
-			if i >= p.pairWarmup {
-				lat = append(lat, us(time.Since(start)))
-			}
-		}
-		nosync, err := pairsWithoutSync(a, s, size, p)
+		ours, cpair, err := measurePairs(run.base, a, size)
 		if err != nil {
 			return err
 		}
-		med := round3(median(lat))
+		med := round3(median(ours.lat))
 		run.pair[v.mode][size] = med
-		extra := map[string]any{"case": "pair", "p90_us": round3(percentile(lat, 0.9)), "nosync_median_us": round3(nosync),
+		extra := map[string]any{"case": "pair", "p90_us": round3(percentile(ours.lat, 0.9)), "nosync_median_us": round3(ours.nosync),
 			"kind": a.Kind().String()}
 		if v.mode == "retained" {
 			addRatios(extra, run.pair["threshold0"][size], run.pair["cudamalloc"][size], med, false)
 		}
+		addPairVsC(extra, run.base, ours, med, cpair, v.goals)
 		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: p.pairs, Bytes: size, MedianUS: med,
 			Backend: a.Kind().String(), Extra: extra}); err != nil {
 			return err
@@ -258,7 +273,7 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 	}
 
 	for _, t := range cycleTouches() {
-		res, err := solveCycles(c, a, v, p.large, p.tiny, t)
+		res, cres, err := measureCycles(run.base, newCycleRun(c, a, v, p.large, p.tiny, t, p.minCycles))
 		if err != nil {
 			return err
 		}
@@ -267,6 +282,7 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 		if v.mode == "retained" {
 			addRatios(extra, run.cycle[t.key("threshold0")], run.cycle[t.key("cudamalloc")], res.median, true)
 		}
+		addVsC(extra, run.base, res.median, cres, goalIf(v.goals))
 		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
 			Backend: a.Kind().String(), Extra: extra}); err != nil {
 			return err
@@ -275,28 +291,12 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 	return nil
 }
 
-// pairsWithoutSync times Alloc+Free in batches, synchronising between
-// batches only, and returns the median time per pair in microseconds.
-func pairsWithoutSync(a *devalloc.Allocator, s *devalloc.Stream, size int64, p allocBenchParams) (float64, error) {
-	batches := max(1, p.pairs/p.nosyncBatch)
-	per := make([]float64, 0, batches)
-	for range batches {
-		start := time.Now()
-		for range p.nosyncBatch {
-			b, err := a.Alloc(size, s)
-			if err != nil {
-				return 0, err
-			}
-			if err := b.Free(); err != nil {
-				return 0, err
-			}
-		}
-		per = append(per, us(time.Since(start))/float64(p.nosyncBatch))
-		if err := s.Synchronize(); err != nil {
-			return 0, err
-		}
+// goalIf is the goal against C for a line that has one, else 0.
+func goalIf(goals bool) float64 {
+	if goals {
+		return allocParams.goalVsC
 	}
-	return median(per), nil
+	return 0
 }
 
 func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
@@ -323,7 +323,7 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 			continue
 		}
 		for _, t := range cycleTouches() {
-			res, err := solveCycles(c, a, v, p.large, 0, t)
+			res, cres, err := measureCycles(run.base, newCycleRun(c, a, v, p.large, 0, t, p.minCycles))
 			if err != nil {
 				return errors.Join(err, a.Close())
 			}
@@ -333,6 +333,7 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 			if mode == "retained" {
 				addRatios(extra, run.cycle[t.key("large-only/threshold0")], run.cycle[t.key("large-only/cudamalloc")], res.median, true)
 			}
+			addVsC(extra, run.base, res.median, cres, goalIf(mode == "retained"))
 			if err := c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes,
 				MedianUS: res.median, Backend: a.Kind().String(), Extra: extra}); err != nil {
 				return errors.Join(err, a.Close())
@@ -395,7 +396,8 @@ type cycleResult struct {
 	// retained-packed only: allocating the large buffers, allocating the
 	// coalesced buffer, and its memset and free.
 	largeAllocMedian, coalescedAllocMedian, coalescedTouchMedian float64
-	plansBuilt                                                   int // warm-up included
+	plansBuilt                                                   int                // warm-up included
+	driverCalls                                                  map[string]float64 // per measured cycle, by entry point; nil on the host
 }
 
 func (r cycleResult) extra() map[string]any {
@@ -407,6 +409,10 @@ func (r cycleResult) extra() map[string]any {
 	}
 	if r.allocMedian > 0 {
 		e["alloc_median_us"], e["touch_median_us"] = r.allocMedian, r.touchMedian
+	}
+	if r.driverCalls != nil {
+		e["driver_calls_per_cycle"] = totalCalls(r.driverCalls)
+		e["driver_calls_by_entry"] = r.driverCalls
 	}
 	if r.syncMedian > 0 {
 		e["sync_median_us"] = r.syncMedian
@@ -439,23 +445,13 @@ func cycleSizes(seed uint64, i, large, tiny int) []int64 {
 	return sizes
 }
 
-func solveCycles(c *benchContext, a *devalloc.Allocator, v allocVariant, large, tiny int, touch cycleTouch) (cycleResult, error) {
-	r := newCycleRun(c, a, v, large, tiny, touch, allocParams.minCycles)
-	for !r.done() {
-		if err := r.step(); err != nil {
-			return r.res, err
-		}
-	}
-	return r.result(), nil
-}
-
 // solveCyclesInTurns runs cycle measurements taking turns, a batch of
 // cycles each, so that all see the same machine: run to run, the GPU
 // machine's host moves by up to 40%, which a ratio of two measurements made
 // one after the other would carry.
-func solveCyclesInTurns(runs ...*cycleRun) ([]cycleResult, error) {
+func solveCyclesInTurns(runs ...cycleMeasure) ([]cycleResult, error) {
 	const batch = 10
-	for slices.ContainsFunc(runs, func(r *cycleRun) bool { return !r.done() }) {
+	for slices.ContainsFunc(runs, func(r cycleMeasure) bool { return !r.done() }) {
 		for _, r := range runs {
 			for k := 0; k < batch && !r.done(); k++ {
 				if err := r.step(); err != nil {
@@ -469,6 +465,14 @@ func solveCyclesInTurns(runs ...*cycleRun) ([]cycleResult, error) {
 		res[k] = r.result()
 	}
 	return res, nil
+}
+
+// cycleMeasure is a measurement of cycles, one cycle a step: devalloc's
+// (cycleRun) or the C baseline's (cCycleRun).
+type cycleMeasure interface {
+	step() error
+	done() bool
+	result() cycleResult
 }
 
 // cycleRun is one measurement of the solve cycle, a cycle per step.
@@ -495,6 +499,10 @@ type cycleRun struct {
 	largeAllocTimes, coalescedAllocTimes, coalescedTouchTimes []float64
 	totalBytes                                                int64
 	callsBefore                                               int64
+	// The driver calls of the measured cycles, by entry point: counted
+	// around the clocked part of each step, so nothing of the benchmark's
+	// own (such as reading Stats) is in them. Nil on the host backend.
+	driverCalls cudart.Counts
 }
 
 func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, tiny int, touch cycleTouch, minCycles int) *cycleRun {
@@ -506,12 +514,19 @@ func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	if v.packed && !v.replan {
 		r.plans = make([]bondPlan, p.bonds)
 	}
+	if a.Kind().IsDevice() {
+		r.driverCalls = cudart.Counts{}
+	}
 	a.ResetPeak()
 	r.callsBefore = a.Stats().BackendCalls
 	return r
 }
 
 func (r *cycleRun) done() bool { return r.i >= r.total }
+
+func (r *cycleRun) shape() cycleShape {
+	return cycleShape{large: r.large, tiny: r.tiny, packed: r.v.packed}
+}
 
 // step runs cycle r.i: allocate, touch and free every buffer, synchronise.
 func (r *cycleRun) step() error {
@@ -533,6 +548,10 @@ func (r *cycleRun) step() error {
 		}
 	}
 	phaseEnd := (i+1)%p.phaseCycles == 0
+	var callsBefore cudart.Counts
+	if r.driverCalls != nil {
+		callsBefore = cudart.Calls()
+	}
 	start := time.Now()
 	bufs := r.bufs[:0]
 	var filled int // bufs[filled:] are filled whatever the touch
@@ -600,8 +619,12 @@ func (r *cycleRun) step() error {
 	if err := s.Synchronize(); err != nil {
 		return err
 	}
-	r.syncTimes = append(r.syncTimes, us(time.Since(t0)))
+	synced := time.Now()
+	r.syncTimes = append(r.syncTimes, us(synced.Sub(t0)))
+	// What the pool holds between cycles is read off the clock, and the
+	// phase boundary's clock is added to the cycle's.
 	reservedSynced := a.Stats().ReservedCurrent
+	phaseStart := time.Now()
 	if phaseEnd {
 		if v.trimPhase {
 			if err := a.Trim(0); err != nil {
@@ -612,7 +635,12 @@ func (r *cycleRun) step() error {
 			return err
 		}
 	}
-	elapsed := us(time.Since(start))
+	elapsed := us(synced.Sub(start)) + us(time.Since(phaseStart))
+	if r.driverCalls != nil && i >= p.warmup {
+		for name, n := range cudart.Calls().Sub(callsBefore) {
+			r.driverCalls[name] += n
+		}
+	}
 	if i < p.warmup {
 		if i == p.warmup-1 {
 			a.ResetPeak()
@@ -668,13 +696,10 @@ func (r *cycleRun) result() cycleResult {
 	res.reservedAfterPhase = st.ReservedCurrent
 	res.backendCallsPerCycle = float64(st.BackendCalls-r.callsBefore) / float64(res.cycles)
 	res.bytes = r.totalBytes / int64(res.cycles)
-	sum := 0.0
-	for _, t := range r.times {
-		sum += t
+	summarize(&res, r.times)
+	if r.driverCalls != nil {
+		res.driverCalls = perCycle(r.driverCalls, res.cycles)
 	}
-	res.mean = sum / float64(len(r.times))
-	res.p90 = percentile(r.times, 0.9)
-	res.median = round3(median(r.times))
 	measured := func(xs []float64) []float64 { return xs[min(p.warmup, len(xs)):] }
 	res.syncMedian = round3(median(measured(r.syncTimes)))
 	res.allocMedian = round3(median(measured(r.allocTimes)))
@@ -836,13 +861,7 @@ func rawCycles(c *benchContext, cycle func(sizes []int64, val byte, touch int64)
 		}
 	}
 	res.bytes = totalBytes / int64(cycles)
-	sum := 0.0
-	for _, t := range times {
-		sum += t
-	}
-	res.mean = sum / float64(len(times))
-	res.p90 = percentile(times, 0.9)
-	res.median = round3(median(times))
+	summarize(&res, times)
 	return res, nil
 }
 
@@ -897,17 +916,28 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 		// four sweeps, so that most cycles reuse the plans of the first.
 		cycles = max(p.minCycles, 4*p.bonds)
 	}
-	runs := make([]*cycleRun, len(variants))
+	runs := make([]cycleMeasure, 0, len(variants)+2)
 	for k, v := range variants {
 		tiny := p.tiny
 		if !v.packed {
 			tiny = 0 // the large-only baseline
 		}
-		runs[k] = newCycleRun(c, pools[k], v, p.large, tiny, t, cycles)
+		runs = append(runs, newCycleRun(c, pools[k], v, p.large, tiny, t, cycles))
+	}
+	// The C packed and large-only cycles take their turns too.
+	withC := run.base.pool != nil
+	if withC {
+		runs = append(runs, newCCycleRun(c, run.base.pool, cycleShape{large: p.large, tiny: p.tiny, packed: true}, t, cycles),
+			newCCycleRun(c, run.base.pool, cycleShape{large: p.large}, t, cycles))
 	}
 	res, err := solveCyclesInTurns(runs...)
 	if err != nil {
 		return err
+	}
+	var cPacked, cLarge *cycleResult
+	if withC {
+		cPacked, cLarge = &res[len(res)-2], &res[len(res)-1]
+		res = res[:len(res)-2]
 	}
 	base, twin := res[len(res)-1], res[len(res)-2]
 	for k, v := range variants[:len(variants)-2] {
@@ -936,6 +966,13 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 			}
 		} else {
 			extra["ratios_missing"] = "run every mode (no -mode) for the cudamalloc baseline"
+		}
+		addVsC(extra, run.base, res[k].median, cPacked, goalIf(goals))
+		if cLarge != nil {
+			// The large-only baseline of the turns against C's large-only.
+			extra["c_large_only_in_turns_us"] = cLarge.median
+			extra["large_only_vs_c"] = round3(base.median / cLarge.median)
+			extra["c_large_only_driver_calls_per_cycle"] = totalCalls(cLarge.driverCalls)
 		}
 		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res[k].cycles, Bytes: res[k].bytes, MedianUS: res[k].median,
 			Backend: pools[k].Kind().String(), Extra: extra}); err != nil {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -13,6 +14,10 @@ import (
 // TestBenchAllocFakeCUDA runs every mode, cudaMalloc included, on the CUDA
 // backend over the fake runtime: the figures mean nothing, the plumbing does.
 func TestBenchAllocFakeCUDA(t *testing.T) {
+	// One thread: a goroutine that moves makes a cudaSetDevice more, which
+	// would blur the counts checked below.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	smallAllocParams(t)
 	t.Setenv(cudart.EnvCUDART, cudarttest.Build(t))
 	lines := runAllocBench(t, "cuda", "")
@@ -67,4 +72,59 @@ func TestBenchAllocFakeCUDA(t *testing.T) {
 	require.NotNil(t, touch)
 	require.Contains(t, touch.Extra, "vs_large_only")
 	require.EqualValues(t, allocParams.touchBytes, touch.Extra["touch_bytes"])
+
+	// The C baseline: its own lines, and vs_c on every devalloc line.
+	var cLines []benchResult
+	for _, r := range lines {
+		if r.Mode == "c-pool" {
+			cLines = append(cLines, r)
+		}
+	}
+	require.Len(t, cLines, 2+3*2, "two pairs, three shapes of two touches")
+	for _, r := range cLines[2:] {
+		require.Contains(t, []any{"per-buffer", "large-only", "packed"}, r.Extra["shape"])
+		require.Positive(t, r.MedianUS)
+		calls := r.Extra["driver_calls_by_entry"].(map[string]any)
+		n := r.Extra["allocs_per_cycle"].(float64)
+		if r.Extra["shape"] == "packed" {
+			n = float64(allocParams.large + 1)
+		}
+		require.EqualValues(t, n, calls["cudaMallocFromPoolAsync"], "%v", r.Extra)
+		require.EqualValues(t, n, calls["cudaFreeAsync"], "%v", r.Extra)
+		require.EqualValues(t, 1, calls["cudaStreamSynchronize"], "%v", r.Extra)
+	}
+	require.EqualValues(t, 2, cLines[0].Extra["driver_calls_per_pair"], "C: one allocation and one free")
+	for _, r := range lines {
+		if r.Mode == "c-pool" || r.Backend == "cuda-raw" || r.Mode == "raw-pool" {
+			continue
+		}
+		require.Contains(t, r.Extra, "vs_c", "%s %v", r.Mode, r.Extra["case"])
+		require.Positive(t, r.Extra["c_in_turns_us"], "%s %v", r.Mode, r.Extra["case"])
+		require.NotContains(t, r.Extra, "vs_c_skipped")
+		if r.Extra["case"] == "pair" {
+			require.Contains(t, r.Extra, "nosync_vs_c")
+			continue
+		}
+		require.Positive(t, r.Extra["driver_calls_per_cycle"], "%s %v", r.Mode, r.Extra["case"])
+		require.Positive(t, r.Extra["c_driver_calls_per_cycle"], "%s %v", r.Mode, r.Extra["case"])
+	}
+	for _, mode := range []string{"retained", "retained-packed"} {
+		r := find(lines, mode, "cycle-touch", 0)
+		require.EqualValues(t, allocParams.goalVsC, r.Extra["goal_vs_c_at_most"], mode)
+		require.Contains(t, r.Extra, "meets_goal_vs_c", mode)
+	}
+	require.NotContains(t, find(lines, "threshold0", "cycle", 0).Extra, "goal_vs_c_at_most", "the goals are retained's")
+	require.Contains(t, large[5].Extra, "meets_goal_vs_c", "large-only, retained")
+
+	// The pair's driver calls: one each for an Alloc and a Free once warm,
+	// beside the thread's context check; the fallback makes none.
+	pair := find(lines, "retained", "pair", 256)
+	require.EqualValues(t, map[string]any{"cudaMallocFromPoolAsync": 1.0, "cuCtxGetCurrent": 1.0}, pair.Extra["driver_calls_by_entry_alloc"])
+	require.EqualValues(t, map[string]any{"cudaFreeAsync": 1.0, "cuCtxGetCurrent": 1.0}, pair.Extra["driver_calls_by_entry_free"])
+	require.Contains(t, pair.Extra, "goal_nosync_vs_c_at_most")
+	fb := find(lines, "fallback", "pair", 256)
+	require.NotNil(t, fb)
+	require.EqualValues(t, 0, fb.Extra["driver_calls_per_alloc"], "%v", fb.Extra)
+	require.EqualValues(t, 0, fb.Extra["driver_calls_per_free"], "%v", fb.Extra)
+	require.Equal(t, "cuda-malloc", fb.Extra["kind"])
 }

@@ -80,13 +80,6 @@ func (r *rawCUDA) cycle(sizes []int64, val byte, touch int64) (err error) {
 	return r.dev.StreamSynchronize(r.s)
 }
 
-func touched(size, touch int64) int64 {
-	if touch > 0 {
-		return min(size, touch)
-	}
-	return size
-}
-
 // rawPool is the solve cycle on a private cudaMemPool called directly:
 // cudaMallocFromPoolAsync, cudaMemsetAsync and cudaFreeAsync on one stream,
 // no ledger, no events. It is the floor under any allocator on the pool.

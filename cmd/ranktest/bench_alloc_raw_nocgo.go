@@ -2,7 +2,11 @@
 
 package main
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/distbuf/distbuf/internal/cudart"
+)
 
 type rawCUDA struct{}
 
@@ -22,3 +26,15 @@ func openRawPool(int, bool) (*rawPool, error) {
 
 func (r *rawPool) close() error                     { return nil }
 func (r *rawPool) cycle([]int64, byte, int64) error { return nil }
+
+type cPool struct{}
+
+func openCPool(int) (*cPool, error) {
+	return nil, errors.New("the C baseline needs cgo")
+}
+
+func (c *cPool) close() error { return nil }
+func (c *cPool) cycle([]int64, []int64, byte) (float64, cudart.Counts, error) {
+	return 0, nil, nil
+}
+func (c *cPool) pairs(int64, int, bool) ([]float64, cudart.Counts, error) { return nil, nil, nil }

@@ -39,7 +39,7 @@ func runAllocBench(t *testing.T, backend, mode string) []benchResult {
 
 func find(lines []benchResult, mode, kase string, bytes int64) *benchResult {
 	for i, r := range lines {
-		if r.Mode == mode && r.Extra["case"] == kase && (bytes == 0 || r.Bytes == bytes) {
+		if r.Mode == mode && (kase == "" || r.Extra["case"] == kase) && (bytes == 0 || r.Bytes == bytes) {
 			return &lines[i]
 		}
 	}
@@ -49,8 +49,26 @@ func find(lines []benchResult, mode, kase string, bytes int64) *benchResult {
 func TestBenchAllocHost(t *testing.T) {
 	smallAllocParams(t)
 	lines := runAllocBench(t, "host", "")
-	require.Equal(t, "needs the CUDA backend (raw cudaMalloc/cudaFree)", lines[0].Extra["skipped"])
-	require.Equal(t, "cudamalloc", lines[0].Mode)
+	const noC = "needs the CUDA backend (the C baseline calls the pool through libcudart)"
+	require.Equal(t, "c-pool", lines[0].Mode)
+	require.Equal(t, noC, lines[0].Extra["skipped"], "the C baseline's line says why it is skipped")
+	require.Equal(t, "needs the CUDA backend (raw cudaMalloc/cudaFree)", lines[1].Extra["skipped"])
+	require.Equal(t, "cudamalloc", lines[1].Mode)
+	fb := find(lines, "fallback", "", 0)
+	require.NotNil(t, fb)
+	require.Equal(t, "needs the CUDA backend (the cudaMalloc fallback)", fb.Extra["skipped"])
+	// Every devalloc line says why it has no vs_c.
+	devallocLines := 0
+	for _, r := range lines {
+		if r.Mode == "c-pool" || r.Extra["skipped"] != nil {
+			continue
+		}
+		devallocLines++
+		require.Equal(t, noC, r.Extra["vs_c_skipped"], "%s %v", r.Mode, r.Extra["case"])
+		require.NotContains(t, r.Extra, "vs_c", "%s %v", r.Mode, r.Extra["case"])
+		require.NotContains(t, r.Extra, "driver_calls_per_cycle", "no driver on the host")
+	}
+	require.Equal(t, 3*(2+2)+2*2+2*2, devallocLines, "pairs and cycles of three modes, large-only of two, two packed")
 	for _, mode := range []string{"threshold0", "trim-phase", "retained"} {
 		for _, size := range []int64{256, 4096} {
 			p := find(lines, mode, "pair", size)
@@ -102,6 +120,9 @@ func TestBenchAllocHost(t *testing.T) {
 
 	only := runAllocBench(t, "host", "retained")
 	require.Len(t, only, 4, "two pairs, two cycles")
+	cOnly := runAllocBench(t, "host", "c-pool")
+	require.Len(t, cOnly, 1)
+	require.Equal(t, noC, cOnly[0].Extra["skipped"])
 	require.NotContains(t, only[2].Extra, "vs_threshold0", "no baseline in a run of one mode")
 	require.NotContains(t, only[3].Extra, "vs_threshold0", "no baseline in a run of one mode")
 

@@ -92,6 +92,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("BackendOOM", func(t *testing.T) { testBackendOOM(t, h) })
 	t.Run("Stats", func(t *testing.T) { testStats(t, h) })
 	t.Run("Leaks", func(t *testing.T) { testLeaks(t, h) })
+	t.Run("CloseAbandonsHoldWaits", func(t *testing.T) { testCloseAbandonsHoldWaits(t, h) })
+	t.Run("OOMCallbackFreesDuringClose", func(t *testing.T) { testOOMCallbackDuringClose(t, h) })
 	t.Run("Pinned", func(t *testing.T) { testPinned(t, h) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, h) })
 	t.Run("Config", func(t *testing.T) { testConfig(t, h) })
@@ -863,6 +865,87 @@ func testLeaks(t *testing.T, h Harness) {
 	require.ErrorContains(t, err, "3 leaked buffer(s)")
 	require.ErrorContains(t, err, "left-env")
 	require.ErrorIs(t, hd.Release(), devalloc.ErrClosed)
+}
+
+// within waits for ch to deliver, failing the test after a few seconds.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return", what)
+	}
+	panic("unreachable")
+}
+
+// testCloseAbandonsHoldWaits: a stream waits for an outside hold that is
+// never released, and a goroutine waits for that stream. Close must still
+// finish, reporting the leak, and the waiting goroutine gets ErrClosed.
+func testCloseAbandonsHoldWaits(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s := a.DefaultStream()
+	const n = 4096
+	b, err := a.Alloc(n, s)
+	require.NoError(t, err)
+	hr, err := b.Hold(devalloc.Read) // an MPI send that never completes
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(b, 0, n, 1)) // a write: the stream waits for the send
+	synced := make(chan error, 1)
+	go func() { synced <- s.Synchronize() }()
+	time.Sleep(20 * time.Millisecond) // let the synchronisation block
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	err = within(t, closed, "Close, with a stream waiting for a hold never released,")
+	require.ErrorIs(t, err, devalloc.ErrLeak)
+	require.ErrorIs(t, within(t, synced, "Synchronize"), devalloc.ErrClosed)
+	require.ErrorIs(t, hr.Release(), devalloc.ErrClosed)
+}
+
+// testOOMCallbackDuringClose: the out-of-memory callback frees a buffer
+// (which the docs allow) while Close runs on another goroutine. Neither
+// may wait for the other for ever.
+func testOOMCallbackDuringClose(t *testing.T, h Harness) {
+	var victim *devalloc.Buffer
+	inCallback, proceed := make(chan struct{}), make(chan struct{})
+	freed := make(chan error, 1)
+	var once sync.Once
+	a := h.open(t, devalloc.Config{Limit: devalloc.Limit{Bytes: 1 << 20}}, func(o *devalloc.Options) {
+		o.OnOutOfMemory = func(devalloc.OOMEvent) bool {
+			once.Do(func() {
+				close(inCallback)
+				<-proceed
+				freed <- victim.Free()
+			})
+			return true
+		}
+	})
+	s := a.DefaultStream()
+	var err error
+	victim, err = a.Alloc(768<<10, s)
+	require.NoError(t, err)
+	allocated := make(chan error, 1)
+	go func() {
+		b, err := a.Alloc(512<<10, s)
+		if err == nil {
+			err = b.Free()
+		}
+		allocated <- err
+	}()
+	within(t, inCallback, "the out-of-memory callback")
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	time.Sleep(20 * time.Millisecond) // let Close begin
+	close(proceed)
+	if err := within(t, freed, "Free inside the callback"); err != nil {
+		require.ErrorIs(t, err, devalloc.ErrClosed)
+	}
+	if err := within(t, allocated, "Alloc"); err != nil {
+		require.ErrorIs(t, err, devalloc.ErrClosed)
+	}
+	if err := within(t, closed, "Close"); err != nil {
+		require.ErrorIs(t, err, devalloc.ErrLeak)
+	}
 }
 
 func testPinned(t *testing.T, h Harness) {

@@ -1,6 +1,6 @@
 /*
  * Hand-written declarations of the small part of the CUDA runtime (and the
- * three driver functions reached through its entry-point API) that distbuf
+ * four driver functions reached through its entry-point API) that distbuf
  * uses. No NVIDIA header is needed to build: the library is opened with
  * dlopen at run time and every function is called through a pointer in
  * dbc_api.
@@ -117,6 +117,7 @@ typedef CUresult dbc_cu_result_t;
 typedef CUstream dbc_cu_stream_t;
 typedef CUdeviceptr dbc_cu_deviceptr_t;
 typedef CUdevice dbc_cu_device_t;
+typedef CUcontext dbc_cu_context_t;
 typedef cuuint32_t dbc_cuuint32_t;
 #else
 typedef int dbc_error_t;
@@ -133,6 +134,7 @@ typedef int dbc_cu_result_t;
 typedef void *dbc_cu_stream_t;
 typedef unsigned long long dbc_cu_deviceptr_t;
 typedef int dbc_cu_device_t;
+typedef void *dbc_cu_context_t;
 typedef uint32_t dbc_cuuint32_t;
 #endif
 
@@ -192,9 +194,13 @@ typedef uint32_t dbc_cuuint32_t;
 	X(cuDeviceGet, dbc_cu_result_t, (dbc_cu_device_t *device, int ordinal))                     \
 	X(cuDeviceGetName, dbc_cu_result_t, (char *name, int len, dbc_cu_device_t dev))             \
 	X(cuStreamWaitValue32, dbc_cu_result_t,                                                     \
-	  (dbc_cu_stream_t stream, dbc_cu_deviceptr_t addr, dbc_cuuint32_t value, unsigned int flags))
+	  (dbc_cu_stream_t stream, dbc_cu_deviceptr_t addr, dbc_cuuint32_t value, unsigned int flags)) \
+	X(cuCtxGetCurrent, dbc_cu_result_t, (dbc_cu_context_t *pctx))
 
-/* The function table of one loaded library. */
+/* Devices whose primary context a runtime remembers (see dbc_api). */
+#define DBC_MAX_DEVICES 64
+
+/* The function table of one loaded library, and what its calls learn. */
 typedef struct dbc_api {
 #define DBC_FIELD(name, ret, args) ret(*name) args;
 	DBC_CUDART_REQUIRED(DBC_FIELD)
@@ -202,7 +208,25 @@ typedef struct dbc_api {
 	DBC_CUDART_ENTRY(DBC_FIELD)
 	DBC_CUDA_DRIVER(DBC_FIELD)
 #undef DBC_FIELD
+	/* The primary context of each device, as cuCtxGetCurrent reported it
+	 * right after cudaSetDevice made it current; NULL until then. A call
+	 * on a device whose primary context is already current to the thread
+	 * skips cudaSetDevice. Read and written with atomic builtins. */
+	void *primary_ctx[DBC_MAX_DEVICES];
+	/* Nonzero: call cudaSetDevice before every call (DISTBUF_CUDA_SETDEVICE=always). */
+	int set_device_always;
 } dbc_api;
+
+/* The position of each entry point in dbc_symbols, for the call counters. */
+enum {
+#define DBC_INDEX(name, ret, args) DBC_I_##name,
+	DBC_CUDART_REQUIRED(DBC_INDEX)
+	DBC_CUDART_POOL(DBC_INDEX)
+	DBC_CUDART_ENTRY(DBC_INDEX)
+	DBC_CUDA_DRIVER(DBC_INDEX)
+#undef DBC_INDEX
+	DBC_I_COUNT
+};
 
 /* Symbol groups of the table below. */
 enum {

@@ -4,6 +4,7 @@ package cudart_test
 
 import (
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,4 +263,113 @@ func TestRealRuntime(t *testing.T) {
 	require.NoError(t, d.StreamSynchronize(s))
 	require.NoError(t, d.MemPoolDestroy(pool))
 	require.NoError(t, d.StreamDestroy(s))
+}
+
+// TestCallCounts: the loader counts every call by entry point, and a call
+// on the device already current to the thread makes no cudaSetDevice.
+func TestCallCounts(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rt, err := loadFake(t)
+	require.NoError(t, err)
+	require.True(t, rt.Capabilities().CurrentContext)
+	d := rt.Device(0)
+	s, err := d.StreamCreate()
+	require.NoError(t, err)
+	pool, err := d.MemPoolCreate()
+	require.NoError(t, err)
+
+	before := cudart.Calls()
+	const n = 10
+	for range n {
+		p, err := d.MallocFromPoolAsync(4096, pool, s)
+		require.NoError(t, err)
+		require.NoError(t, d.MemsetAsync(p, 1, 4096, s))
+		require.NoError(t, d.FreeAsync(p, s))
+	}
+	got := cudart.Calls().Sub(before)
+	require.Equal(t, cudart.Counts{"cudaMallocFromPoolAsync": n, "cudaMemsetAsync": n, "cudaFreeAsync": n, "cuCtxGetCurrent": 3 * n}, got,
+		"each call checks the thread's context and sets no device")
+	require.EqualValues(t, 6*n, got.Total())
+	require.Equal(t, []string{"cuCtxGetCurrent", "cudaFreeAsync", "cudaMallocFromPoolAsync", "cudaMemsetAsync"}, got.Names())
+
+	// A failed call also clears the thread's last error.
+	before = cudart.Calls()
+	_, err = d.MallocFromPoolAsync(1<<50, pool, s)
+	require.ErrorIs(t, err, cudart.ErrOutOfMemory)
+	got = cudart.Calls().Sub(before)
+	require.EqualValues(t, 1, got["cudaGetLastError"])
+	require.EqualValues(t, 1, got["cudaMallocFromPoolAsync"])
+	require.NoError(t, d.StreamSynchronize(s))
+	require.NoError(t, d.MemPoolDestroy(pool))
+	require.NoError(t, d.StreamDestroy(s))
+}
+
+// TestSetDeviceAcrossDevices alternates two devices on one thread: the
+// fake fails work enqueued on a stream of a device other than the thread's,
+// so a call that skipped cudaSetDevice wrongly fails here.
+func TestSetDeviceAcrossDevices(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		defines  []string
+		env      string
+		hasCtx   bool // cuCtxGetCurrent resolves
+		ctxCheck bool // and is used
+	}{
+		{name: "auto", defines: []string{"FAKE_DEVICE_COUNT=2"}, hasCtx: true, ctxCheck: true},
+		{name: "always", defines: []string{"FAKE_DEVICE_COUNT=2"}, env: "always", hasCtx: true},
+		{name: "no-cuCtxGetCurrent", defines: []string{"FAKE_DEVICE_COUNT=2", "FAKE_NO_CTX_GET_CURRENT"}},
+		// Before CUDA 12 the context may not be current after cudaSetDevice.
+		{name: "cuda-11", defines: []string{"FAKE_DEVICE_COUNT=2", "FAKE_RUNTIME_VERSION=11080"}, hasCtx: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			t.Setenv(cudart.EnvSetDevice, tc.env)
+			rt, err := loadFake(t, tc.defines...)
+			require.NoError(t, err)
+			require.Equal(t, tc.hasCtx, rt.Capabilities().CurrentContext)
+			var devs [2]*cudart.Device
+			var streams [2]cudart.Stream
+			var pools [2]cudart.MemPool
+			for i := range devs {
+				devs[i] = rt.Device(i)
+				streams[i], err = devs[i].StreamCreate()
+				require.NoError(t, err)
+				pools[i], err = devs[i].MemPoolCreate()
+				require.NoError(t, err)
+			}
+			before := cudart.Calls()
+			const rounds = 8
+			for range rounds {
+				for i, d := range devs {
+					p, err := d.MallocFromPoolAsync(256, pools[i], streams[i])
+					require.NoError(t, err, "device %d", i)
+					require.NoError(t, d.FreeAsync(p, streams[i]), "device %d", i)
+				}
+			}
+			got := cudart.Calls().Sub(before)
+			if tc.ctxCheck {
+				// Every allocation follows a call on the other device and
+				// sets its own; each free follows one on its own and sets none.
+				require.EqualValues(t, 2*rounds, got["cudaSetDevice"], "%v", got)
+				require.EqualValues(t, 4*rounds, got["cuCtxGetCurrent"], "%v", got)
+			} else {
+				require.EqualValues(t, 4*rounds, got["cudaSetDevice"], "%v", got)
+				require.Zero(t, got["cuCtxGetCurrent"], "%v", got)
+			}
+			for i, d := range devs {
+				require.NoError(t, d.StreamSynchronize(streams[i]))
+				require.NoError(t, d.MemPoolDestroy(pools[i]))
+				require.NoError(t, d.StreamDestroy(streams[i]))
+			}
+		})
+	}
+}
+
+func TestSetDeviceBadSetting(t *testing.T) {
+	t.Setenv(cudart.EnvSetDevice, "sometimes")
+	_, err := loadFake(t)
+	require.ErrorIs(t, err, cudart.ErrInvalid)
+	require.ErrorContains(t, err, cudart.EnvSetDevice)
 }

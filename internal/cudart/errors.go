@@ -8,6 +8,12 @@ import (
 // EnvCUDART names a libcudart to load instead of the default candidates.
 const EnvCUDART = "DISTBUF_CUDART"
 
+// EnvSetDevice chooses when a call sets its device: "auto" (the default)
+// skips cudaSetDevice when the device's primary context is already current
+// to the calling thread, "always" calls it before every call. It is read
+// when the runtime is loaded.
+const EnvSetDevice = "DISTBUF_CUDA_SETDEVICE"
+
 // Candidates are the libraries Load tries, in order, when DISTBUF_CUDART is unset.
 var Candidates = []string{
 	"libcudart.so.13", "libcudart.so.12",

@@ -3,102 +3,173 @@
 package cudart
 
 /*
+#cgo noescape dbc_malloc_from_pool
+#cgo nocallback dbc_malloc_from_pool
+#cgo nocallback dbc_free_async
+#cgo nocallback dbc_memset_async
+#cgo nocallback dbc_memcpy_async
+#cgo nocallback dbc_event_record
+#cgo nocallback dbc_event_query
+#cgo nocallback dbc_stream_wait_event
+#cgo noescape dbc_calls_snapshot
+#cgo nocallback dbc_calls_snapshot
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cudart_decl.h"
 
-// Every trampoline sets the device first: the runtime's current device is
-// per OS thread and the calling goroutine may have moved since its last call.
+// Call counters, one block per OS thread so that counting costs a plain
+// increment (no locked instruction, no shared cache line); a snapshot sums
+// the blocks. Blocks are never freed: a thread's calls stay counted after
+// it exits.
+typedef struct dbc_thread_calls {
+	uint64_t n[DBC_I_COUNT];
+	struct dbc_thread_calls *next;
+} dbc_thread_calls;
+
+static __thread dbc_thread_calls *dbc_my_calls;
+static dbc_thread_calls *dbc_all_calls;
+static dbc_thread_calls dbc_lost_calls; // where a thread counts when calloc fails
+static pthread_mutex_t dbc_calls_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static dbc_thread_calls *dbc_register_thread(void) {
+	dbc_thread_calls *c = calloc(1, sizeof *c);
+	if (c == NULL) return &dbc_lost_calls;
+	pthread_mutex_lock(&dbc_calls_mu);
+	c->next = dbc_all_calls;
+	__atomic_store_n(&dbc_all_calls, c, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&dbc_calls_mu);
+	dbc_my_calls = c;
+	return c;
+}
+
+static inline void dbc_count(int i) {
+	dbc_thread_calls *c = dbc_my_calls;
+	if (c == NULL) c = dbc_register_thread();
+	__atomic_store_n(&c->n[i], __atomic_load_n(&c->n[i], __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+static void dbc_calls_snapshot(uint64_t *out) {
+	memset(out, 0, sizeof(uint64_t) * DBC_I_COUNT);
+	pthread_mutex_lock(&dbc_calls_mu);
+	for (dbc_thread_calls *c = dbc_all_calls; c != NULL; c = c->next)
+		for (int i = 0; i < DBC_I_COUNT; i++) out[i] += __atomic_load_n(&c->n[i], __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&dbc_calls_mu);
+}
+
+// DBC_CALL counts a call to an entry point and makes it.
+#define DBC_CALL(a, name, args) (dbc_count(DBC_I_##name), (a)->name args)
+
 // A failure clears the thread's last error so later, unrelated checks of
 // cudaGetLastError (cuBLAS, kernel launches) do not report it again.
-static int dbc_done(const dbc_api *a, int e) {
-	if (e != DBC_SUCCESS && e != DBC_ERROR_NOT_READY) (void)a->cudaGetLastError();
+static int dbc_done(dbc_api *a, int e) {
+	if (e != DBC_SUCCESS && e != DBC_ERROR_NOT_READY) (void)DBC_CALL(a, cudaGetLastError, ());
+	return e;
+}
+
+// dbc_set_device makes dev current to the calling thread. The runtime's
+// current device is per OS thread and the calling goroutine may have moved
+// since its last call, so every trampoline calls it first. cudaSetDevice
+// makes the device's primary context current; when that context already is
+// (cuCtxGetCurrent, a read of the thread's state in the driver), the call
+// is skipped: runtime calls act on the thread's current context.
+static int dbc_set_device(dbc_api *a, int dev) {
+	void *cur = NULL, *want = NULL;
+	int e;
+	int known = dev >= 0 && dev < DBC_MAX_DEVICES && a->cuCtxGetCurrent != NULL && !a->set_device_always;
+	if (known) {
+		want = __atomic_load_n(&a->primary_ctx[dev], __ATOMIC_RELAXED);
+		if (want != NULL && DBC_CALL(a, cuCtxGetCurrent, (&cur)) == DBC_CU_SUCCESS && cur == want) return DBC_SUCCESS;
+	}
+	e = DBC_CALL(a, cudaSetDevice, (dev));
+	if (e == DBC_SUCCESS && known && want == NULL && DBC_CALL(a, cuCtxGetCurrent, (&cur)) == DBC_CU_SUCCESS && cur != NULL)
+		__atomic_store_n(&a->primary_ctx[dev], cur, __ATOMIC_RELAXED);
 	return e;
 }
 
 #define DBC_ON(a, dev, call) do { \
-	int e_ = (a)->cudaSetDevice(dev); \
+	int e_ = dbc_set_device((a), (dev)); \
 	if (e_ == DBC_SUCCESS) e_ = (int)(call); \
 	return dbc_done((a), e_); \
 } while (0)
 
-static const char *dbc_error_name(const dbc_api *a, int e) { return a->cudaGetErrorName(e); }
-static const char *dbc_error_string(const dbc_api *a, int e) { return a->cudaGetErrorString(e); }
+static const char *dbc_error_name(dbc_api *a, int e) { return DBC_CALL(a, cudaGetErrorName, (e)); }
+static const char *dbc_error_string(dbc_api *a, int e) { return DBC_CALL(a, cudaGetErrorString, (e)); }
 
-static int dbc_runtime_version(const dbc_api *a, int *v) { return dbc_done(a, a->cudaRuntimeGetVersion(v)); }
-static int dbc_driver_version(const dbc_api *a, int *v) { return dbc_done(a, a->cudaDriverGetVersion(v)); }
-static int dbc_device_count(const dbc_api *a, int *n) { return dbc_done(a, a->cudaGetDeviceCount(n)); }
+static int dbc_runtime_version(dbc_api *a, int *v) { return dbc_done(a, DBC_CALL(a, cudaRuntimeGetVersion, (v))); }
+static int dbc_driver_version(dbc_api *a, int *v) { return dbc_done(a, DBC_CALL(a, cudaDriverGetVersion, (v))); }
+static int dbc_device_count(dbc_api *a, int *n) { return dbc_done(a, DBC_CALL(a, cudaGetDeviceCount, (n))); }
 
-static int dbc_attribute(const dbc_api *a, int dev, int attr, int *v) {
-	DBC_ON(a, dev, a->cudaDeviceGetAttribute(v, attr, dev));
+static int dbc_attribute(dbc_api *a, int dev, int attr, int *v) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaDeviceGetAttribute, (v, attr, dev)));
 }
 
-static int dbc_mem_info(const dbc_api *a, int dev, size_t *free_b, size_t *total_b) {
-	DBC_ON(a, dev, a->cudaMemGetInfo(free_b, total_b));
+static int dbc_mem_info(dbc_api *a, int dev, size_t *free_b, size_t *total_b) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaMemGetInfo, (free_b, total_b)));
 }
 
-static int dbc_stream_create(const dbc_api *a, int dev, uintptr_t *out) {
+static int dbc_stream_create(dbc_api *a, int dev, uintptr_t *out) {
 	void *s = NULL;
-	int e = a->cudaSetDevice(dev);
-	if (e == DBC_SUCCESS) e = a->cudaStreamCreateWithFlags(&s, DBC_STREAM_NON_BLOCKING);
+	int e = dbc_set_device(a, dev);
+	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaStreamCreateWithFlags, (&s, DBC_STREAM_NON_BLOCKING));
 	*out = (uintptr_t)s;
 	return dbc_done(a, e);
 }
-static int dbc_stream_destroy(const dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, a->cudaStreamDestroy((void *)s)); }
-static int dbc_stream_sync(const dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, a->cudaStreamSynchronize((void *)s)); }
-static int dbc_stream_wait_event(const dbc_api *a, int dev, uintptr_t s, uintptr_t ev) {
-	DBC_ON(a, dev, a->cudaStreamWaitEvent((void *)s, (void *)ev, 0));
+static int dbc_stream_destroy(dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, DBC_CALL(a, cudaStreamDestroy, ((void *)s))); }
+static int dbc_stream_sync(dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, DBC_CALL(a, cudaStreamSynchronize, ((void *)s))); }
+static int dbc_stream_wait_event(dbc_api *a, int dev, uintptr_t s, uintptr_t ev) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaStreamWaitEvent, ((void *)s, (void *)ev, 0)));
 }
 
-static int dbc_event_create(const dbc_api *a, int dev, uintptr_t *out) {
+static int dbc_event_create(dbc_api *a, int dev, uintptr_t *out) {
 	void *ev = NULL;
-	int e = a->cudaSetDevice(dev);
-	if (e == DBC_SUCCESS) e = a->cudaEventCreateWithFlags(&ev, DBC_EVENT_DISABLE_TIMING);
+	int e = dbc_set_device(a, dev);
+	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaEventCreateWithFlags, (&ev, DBC_EVENT_DISABLE_TIMING));
 	*out = (uintptr_t)ev;
 	return dbc_done(a, e);
 }
-static int dbc_event_record(const dbc_api *a, int dev, uintptr_t ev, uintptr_t s) {
-	DBC_ON(a, dev, a->cudaEventRecord((void *)ev, (void *)s));
+static int dbc_event_record(dbc_api *a, int dev, uintptr_t ev, uintptr_t s) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaEventRecord, ((void *)ev, (void *)s)));
 }
-static int dbc_event_query(const dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, a->cudaEventQuery((void *)ev)); }
-static int dbc_event_sync(const dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, a->cudaEventSynchronize((void *)ev)); }
-static int dbc_event_destroy(const dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, a->cudaEventDestroy((void *)ev)); }
+static int dbc_event_query(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventQuery, ((void *)ev))); }
+static int dbc_event_sync(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventSynchronize, ((void *)ev))); }
+static int dbc_event_destroy(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventDestroy, ((void *)ev))); }
 
 extern void distbufCudartHostFn(uintptr_t);
 static void dbc_host_trampoline(void *data) { distbufCudartHostFn((uintptr_t)data); }
-static int dbc_launch_host_func(const dbc_api *a, int dev, uintptr_t s, uintptr_t handle) {
-	DBC_ON(a, dev, a->cudaLaunchHostFunc((void *)s, dbc_host_trampoline, (void *)handle));
+static int dbc_launch_host_func(dbc_api *a, int dev, uintptr_t s, uintptr_t handle) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaLaunchHostFunc, ((void *)s, dbc_host_trampoline, (void *)handle)));
 }
 
-static int dbc_malloc(const dbc_api *a, int dev, uintptr_t *out, size_t n) {
+static int dbc_malloc(dbc_api *a, int dev, uintptr_t *out, size_t n) {
 	void *p = NULL;
-	int e = a->cudaSetDevice(dev);
-	if (e == DBC_SUCCESS) e = a->cudaMalloc(&p, n);
+	int e = dbc_set_device(a, dev);
+	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaMalloc, (&p, n));
 	*out = (uintptr_t)p;
 	return dbc_done(a, e);
 }
-static int dbc_free(const dbc_api *a, int dev, uintptr_t p) { DBC_ON(a, dev, a->cudaFree((void *)p)); }
+static int dbc_free(dbc_api *a, int dev, uintptr_t p) { DBC_ON(a, dev, DBC_CALL(a, cudaFree, ((void *)p))); }
 
-static int dbc_memcpy_async(const dbc_api *a, int dev, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
-	DBC_ON(a, dev, a->cudaMemcpyAsync((void *)dst, (const void *)src, n, DBC_MEMCPY_DEFAULT, (void *)s));
+static int dbc_memcpy_async(dbc_api *a, int dev, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaMemcpyAsync, ((void *)dst, (const void *)src, n, DBC_MEMCPY_DEFAULT, (void *)s)));
 }
-static int dbc_memset_async(const dbc_api *a, int dev, uintptr_t dst, int v, size_t n, uintptr_t s) {
-	DBC_ON(a, dev, a->cudaMemsetAsync((void *)dst, v, n, (void *)s));
+static int dbc_memset_async(dbc_api *a, int dev, uintptr_t dst, int v, size_t n, uintptr_t s) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaMemsetAsync, ((void *)dst, v, n, (void *)s)));
 }
 
-static int dbc_host_alloc(const dbc_api *a, int dev, void **out, size_t n, unsigned flags) {
-	DBC_ON(a, dev, a->cudaHostAlloc(out, n, flags));
+static int dbc_host_alloc(dbc_api *a, int dev, void **out, size_t n, unsigned flags) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaHostAlloc, (out, n, flags)));
 }
-static int dbc_free_host(const dbc_api *a, int dev, void *p) { DBC_ON(a, dev, a->cudaFreeHost(p)); }
-static int dbc_host_device_pointer(const dbc_api *a, int dev, uintptr_t *out, void *p) {
+static int dbc_free_host(dbc_api *a, int dev, void *p) { DBC_ON(a, dev, DBC_CALL(a, cudaFreeHost, (p))); }
+static int dbc_host_device_pointer(dbc_api *a, int dev, uintptr_t *out, void *p) {
 	void *d = NULL;
-	int e = a->cudaSetDevice(dev);
-	if (e == DBC_SUCCESS) e = a->cudaHostGetDevicePointer(&d, p, 0);
+	int e = dbc_set_device(a, dev);
+	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaHostGetDevicePointer, (&d, p, 0));
 	*out = (uintptr_t)d;
 	return dbc_done(a, e);
 }
 
-static int dbc_pool_create(const dbc_api *a, int dev, uintptr_t *out) {
+static int dbc_pool_create(dbc_api *a, int dev, uintptr_t *out) {
 	struct dbc_mem_pool_props props;
 	void *pool = NULL;
 	memset(&props, 0, sizeof props);
@@ -106,52 +177,52 @@ static int dbc_pool_create(const dbc_api *a, int dev, uintptr_t *out) {
 	props.handleTypes = DBC_MEM_HANDLE_TYPE_NONE;
 	props.location.type = DBC_MEM_LOCATION_TYPE_DEVICE;
 	props.location.id = dev;
-	int e = a->cudaSetDevice(dev);
-	if (e == DBC_SUCCESS) e = a->cudaMemPoolCreate(&pool, &props);
+	int e = dbc_set_device(a, dev);
+	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaMemPoolCreate, (&pool, &props));
 	*out = (uintptr_t)pool;
 	return dbc_done(a, e);
 }
-static int dbc_pool_destroy(const dbc_api *a, int dev, uintptr_t pool) { DBC_ON(a, dev, a->cudaMemPoolDestroy((void *)pool)); }
-static int dbc_pool_set_u64(const dbc_api *a, int dev, uintptr_t pool, int attr, uint64_t v) {
-	DBC_ON(a, dev, a->cudaMemPoolSetAttribute((void *)pool, attr, &v));
+static int dbc_pool_destroy(dbc_api *a, int dev, uintptr_t pool) { DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolDestroy, ((void *)pool))); }
+static int dbc_pool_set_u64(dbc_api *a, int dev, uintptr_t pool, int attr, uint64_t v) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolSetAttribute, ((void *)pool, attr, &v)));
 }
-static int dbc_pool_set_int(const dbc_api *a, int dev, uintptr_t pool, int attr, int v) {
-	DBC_ON(a, dev, a->cudaMemPoolSetAttribute((void *)pool, attr, &v));
+static int dbc_pool_set_int(dbc_api *a, int dev, uintptr_t pool, int attr, int v) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolSetAttribute, ((void *)pool, attr, &v)));
 }
-static int dbc_pool_get_u64(const dbc_api *a, int dev, uintptr_t pool, int attr, uint64_t *v) {
-	DBC_ON(a, dev, a->cudaMemPoolGetAttribute((void *)pool, attr, v));
+static int dbc_pool_get_u64(dbc_api *a, int dev, uintptr_t pool, int attr, uint64_t *v) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolGetAttribute, ((void *)pool, attr, v)));
 }
-static int dbc_pool_get_int(const dbc_api *a, int dev, uintptr_t pool, int attr, int *v) {
-	DBC_ON(a, dev, a->cudaMemPoolGetAttribute((void *)pool, attr, v));
+static int dbc_pool_get_int(dbc_api *a, int dev, uintptr_t pool, int attr, int *v) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolGetAttribute, ((void *)pool, attr, v)));
 }
-static int dbc_pool_trim(const dbc_api *a, int dev, uintptr_t pool, size_t keep) {
-	DBC_ON(a, dev, a->cudaMemPoolTrimTo((void *)pool, keep));
+static int dbc_pool_trim(dbc_api *a, int dev, uintptr_t pool, size_t keep) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolTrimTo, ((void *)pool, keep)));
 }
-static int dbc_malloc_from_pool(const dbc_api *a, int dev, uintptr_t *out, size_t n, uintptr_t pool, uintptr_t s) {
+static int dbc_malloc_from_pool(dbc_api *a, int dev, uintptr_t *out, size_t n, uintptr_t pool, uintptr_t s) {
 	void *p = NULL;
-	int e = a->cudaSetDevice(dev);
-	if (e == DBC_SUCCESS) e = a->cudaMallocFromPoolAsync(&p, n, (void *)pool, (void *)s);
+	int e = dbc_set_device(a, dev);
+	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaMallocFromPoolAsync, (&p, n, (void *)pool, (void *)s));
 	*out = (uintptr_t)p;
 	return dbc_done(a, e);
 }
-static int dbc_free_async(const dbc_api *a, int dev, uintptr_t p, uintptr_t s) {
-	DBC_ON(a, dev, a->cudaFreeAsync((void *)p, (void *)s));
+static int dbc_free_async(dbc_api *a, int dev, uintptr_t p, uintptr_t s) {
+	DBC_ON(a, dev, DBC_CALL(a, cudaFreeAsync, ((void *)p, (void *)s)));
 }
 
 // Driver functions return CUresult, not cudaError_t; their codes are
 // reported as such by the Go side.
-static int dbc_cu_wait_value32(const dbc_api *a, int dev, uintptr_t s, uintptr_t addr, uint32_t v) {
-	int e = a->cudaSetDevice(dev);
+static int dbc_cu_wait_value32(dbc_api *a, int dev, uintptr_t s, uintptr_t addr, uint32_t v) {
+	int e = dbc_set_device(a, dev);
 	if (e != DBC_SUCCESS) return dbc_done(a, e);
-	return -(int)a->cuStreamWaitValue32((void *)s, (unsigned long long)addr, v, DBC_CU_STREAM_WAIT_VALUE_GEQ);
+	return -(int)DBC_CALL(a, cuStreamWaitValue32, ((void *)s, (unsigned long long)addr, v, DBC_CU_STREAM_WAIT_VALUE_GEQ));
 }
-static int dbc_cu_device_name(const dbc_api *a, int dev, char *buf, int len) {
+static int dbc_cu_device_name(dbc_api *a, int dev, char *buf, int len) {
 	int d = 0, r;
-	int e = a->cudaSetDevice(dev); // initialises the driver for the calls below
+	int e = dbc_set_device(a, dev); // initialises the driver for the calls below
 	if (e != DBC_SUCCESS) return dbc_done(a, e);
-	r = (int)a->cuDeviceGet(&d, dev);
+	r = (int)DBC_CALL(a, cuDeviceGet, (&d, dev));
 	if (r != DBC_CU_SUCCESS) return -r;
-	return -(int)a->cuDeviceGetName(buf, len, d);
+	return -(int)DBC_CALL(a, cuDeviceGetName, (buf, len, d));
 }
 
 // dbc_resolve_driver fills the driver function pointers through the runtime's
@@ -167,9 +238,9 @@ static void dbc_resolve_driver(dbc_api *a) {
 		slot = (void **)((char *)a + s->offset);
 		*slot = NULL;
 		if (a->cudaGetDriverEntryPointByVersion != NULL)
-			e = a->cudaGetDriverEntryPointByVersion(s->name, &fn, DBC_DRIVER_ABI_VERSION, DBC_ENABLE_DEFAULT, &status);
+			e = DBC_CALL(a, cudaGetDriverEntryPointByVersion, (s->name, &fn, DBC_DRIVER_ABI_VERSION, DBC_ENABLE_DEFAULT, &status));
 		else if (a->cudaGetDriverEntryPoint != NULL)
-			e = a->cudaGetDriverEntryPoint(s->name, &fn, DBC_ENABLE_DEFAULT, &status);
+			e = DBC_CALL(a, cudaGetDriverEntryPoint, (s->name, &fn, DBC_ENABLE_DEFAULT, &status));
 		else
 			return;
 		if (e == DBC_SUCCESS && status == DBC_DRIVER_ENTRY_POINT_SUCCESS && fn != NULL)
@@ -181,7 +252,6 @@ static void dbc_resolve_driver(dbc_api *a) {
 
 static const dbc_symbol *dbc_symbol_at(size_t i) { return &dbc_symbols[i]; }
 static size_t dbc_num_symbols(void) { return DBC_NUM_SYMBOLS; }
-static int dbc_has(const dbc_api *a, size_t offset) { return *(void *const *)((const char *)a + offset) != NULL; }
 */
 import "C"
 
@@ -231,6 +301,10 @@ type Capabilities struct {
 	StreamWaitValue bool
 	// DeviceName: cuDeviceGet and cuDeviceGetName were obtained.
 	DeviceName bool
+	// CurrentContext: cuCtxGetCurrent was obtained, so a call skips
+	// cudaSetDevice when the device's primary context is already current
+	// to the thread (unless DISTBUF_CUDA_SETDEVICE=always).
+	CurrentContext bool
 	// Absent lists the optional symbols that did not resolve.
 	Absent []string
 }
@@ -253,7 +327,7 @@ var (
 // Load returns the process's runtime, opening it on first use. A failure is
 // not remembered: each call reports it and the next call tries again.
 func Load() (*Runtime, error) {
-	key := strings.TrimSpace(os.Getenv(EnvCUDART))
+	key := strings.TrimSpace(os.Getenv(EnvCUDART)) + "\x00" + strings.TrimSpace(os.Getenv(EnvSetDevice))
 	loadMu.Lock()
 	defer loadMu.Unlock()
 	if rt := loaded[key]; rt != nil {
@@ -313,6 +387,16 @@ func open() (*Runtime, error) {
 	}
 	rt.caps.StreamWaitValue = api.cuStreamWaitValue32 != nil
 	rt.caps.DeviceName = api.cuDeviceGet != nil && api.cuDeviceGetName != nil
+	rt.caps.CurrentContext = api.cuCtxGetCurrent != nil
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvSetDevice))); v {
+	case "", "auto":
+	case "always":
+		api.set_device_always = 1
+	default:
+		_ = lib.Close()
+		C.free(unsafe.Pointer(api))
+		return nil, fmt.Errorf("cudart: %s=%q: want auto or always: %w", EnvSetDevice, v, ErrInvalid)
+	}
 	var v C.int
 	if C.dbc_runtime_version(api, &v) == 0 {
 		rt.runtimeVersion = int(v)
@@ -320,8 +404,48 @@ func open() (*Runtime, error) {
 	if C.dbc_driver_version(api, &v) == 0 {
 		rt.driverVersion = int(v)
 	}
+	if rt.runtimeVersion < 12000 {
+		// Before CUDA 12, cudaSetDevice may leave the device's primary
+		// context uninitialised, and so not current: what cuCtxGetCurrent
+		// shows after it need not be that device's context.
+		api.set_device_always = 1
+	}
 	return rt, nil
 }
+
+var (
+	symbolNamesOnce sync.Once
+	symbolNames     []string // by the index of dbc_symbols, which DBC_I_* follow
+)
+
+// Calls returns how many calls the loader's trampolines have made to each
+// entry point since the process started, over every thread and every loaded
+// runtime. Counting costs a plain increment of a per-thread counter on each
+// call; reading sums them. Calls made with a runtime's function table by
+// other code (other loaders, the benchmark's C baselines) are not counted.
+func Calls() Counts {
+	symbolNamesOnce.Do(func() {
+		for i := range int(C.dbc_num_symbols()) {
+			symbolNames = append(symbolNames, C.GoString(C.dbc_symbol_at(C.size_t(i)).name))
+		}
+	})
+	var raw [C.DBC_I_COUNT]C.uint64_t
+	C.dbc_calls_snapshot(&raw[0])
+	out := Counts{}
+	for i, n := range raw {
+		if n != 0 {
+			out[symbolNames[i]] = uint64(n)
+		}
+	}
+	return out
+}
+
+// Table is the address of the runtime's function table, a struct dbc_api of
+// cudart_decl.h, for C code in this module that calls the runtime without
+// the trampolines: the allocation benchmark's C baseline, which makes the
+// calls a C program makes. Calls made through it are not counted by Calls.
+// It lives as long as the Runtime.
+func (rt *Runtime) Table() unsafe.Pointer { return unsafe.Pointer(rt.api) }
 
 // Path is the library name or path that was opened.
 func (rt *Runtime) Path() string { return rt.lib.Name }

@@ -164,6 +164,7 @@ int main(void) {
 	SIZE(void *, cudaEvent_t);
 	SIZE(void *, cudaMemPool_t);
 	SIZE(unsigned long long, CUdeviceptr);
+	SIZE(void *, CUcontext);
 	SIZE(uint32_t, cuuint32_t);
 	SIZE(uint64_t, cuuint64_t);
 

@@ -10,6 +10,13 @@
  * and cudaFreeHost wait until every stream is idle, as the real ones
  * synchronise the device.
  *
+ * Each device has a "primary context": cudaSetDevice makes it current to the
+ * calling thread and cuCtxGetCurrent reports it (NULL on a thread that never
+ * set a device). Streams and pools belong to the device current when they
+ * were made, and work enqueued on a stream of another device than the
+ * thread's fails with cudaErrorInvalidResourceHandle, so that a call made on
+ * the wrong device is caught.
+ *
  * Compile-time knobs (-D):
  *   FAKE_DEVICE_COUNT=n          devices reported (default 1)
  *   FAKE_DEVICE_COUNT_ERROR=code cudaGetDeviceCount fails with code
@@ -17,8 +24,14 @@
  *   FAKE_NO_POOLS                omit the stream-ordered pool functions
  *   FAKE_NO_ENTRY_POINT          omit the driver entry-point lookup
  *   FAKE_NO_WAIT_VALUE           the lookup does not find cuStreamWaitValue32
+ *   FAKE_NO_CTX_GET_CURRENT      the lookup does not find cuCtxGetCurrent
  *   FAKE_OMIT_cudaMemcpyAsync    omit a required symbol
  *   FAKE_MEMORY=bytes            device memory size (default 8 GiB)
+ *   FAKE_RUNTIME_VERSION=v       cudaRuntimeGetVersion's answer (default 13000)
+ *   FAKE_NO_WORK                 pool allocations, frees, memsets and stream
+ *                                synchronisations do nothing (addresses are
+ *                                not backed): for profiling the Go side of
+ *                                the hot path with real cgo calls
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +52,9 @@
 #endif
 #ifndef FAKE_MEMORY
 #define FAKE_MEMORY (8ULL << 30)
+#endif
+#ifndef FAKE_RUNTIME_VERSION
+#define FAKE_RUNTIME_VERSION 13000
 #endif
 
 #define API __attribute__((visibility("default")))
@@ -75,6 +91,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static __thread int last_error;
 static __thread int current_device;
+static __thread int device_set; /* a primary context is current to the thread */
+static char primary_ctx[FAKE_DEVICE_COUNT > 0 ? FAKE_DEVICE_COUNT : 1];
 
 static int ret(int e) {
 	if (e != OK && e != E_NOT_READY) last_error = e;
@@ -100,7 +118,7 @@ API int cudaGetLastError(void) {
 }
 
 API int cudaDriverGetVersion(int *v) { *v = 13000; return OK; }
-API int cudaRuntimeGetVersion(int *v) { *v = 13000; return OK; }
+API int cudaRuntimeGetVersion(int *v) { *v = FAKE_RUNTIME_VERSION; return OK; }
 
 API int cudaGetDeviceCount(int *n) {
 	if (FAKE_DEVICE_COUNT_ERROR != 0) {
@@ -117,6 +135,7 @@ API int cudaSetDevice(int d) {
 	int e = bad_device(d);
 	if (e) return ret(e);
 	current_device = d;
+	device_set = 1;
 	return OK;
 }
 
@@ -146,6 +165,7 @@ typedef struct block {
 } block;
 
 struct pool {
+	int dev;
 	block *free_list;
 	unsigned long long reserved, reserved_high, used, used_high, threshold;
 	int reuse[4];
@@ -153,14 +173,21 @@ struct pool {
 	pool *next;
 };
 
-static block *live;   /* allocated blocks */
+#define LIVE_BUCKETS 4096
+static block *live[LIVE_BUCKETS]; /* allocated blocks, hashed by address */
 static pool *pools;
 static unsigned long long device_reserved;
 
-static void add_live(block *b) { b->next = live; live = b; }
+static block **live_bucket(const void *p) { return &live[((uintptr_t)p >> 4) % LIVE_BUCKETS]; }
+
+static void add_live(block *b) {
+	block **head = live_bucket(b->p);
+	b->next = *head;
+	*head = b;
+}
 
 static block *take_live(void *p, int pinned) {
-	for (block **bp = &live; *bp; bp = &(*bp)->next)
+	for (block **bp = live_bucket(p); *bp; bp = &(*bp)->next)
 		if ((*bp)->p == p && (*bp)->pinned == pinned) {
 			block *b = *bp;
 			*bp = b->next;
@@ -246,6 +273,7 @@ typedef struct op {
 } op;
 
 typedef struct stream {
+	int dev;
 	pthread_t th;
 	op *head, *tail;
 	int busy, stop;
@@ -366,7 +394,7 @@ static int find_stream(stream *s) {
 /* push enqueues o on s; called with mu held. */
 static int push(stream *s, op *o) {
 	if (!o) return E_MEMORY_ALLOCATION;
-	if (!find_stream(s)) { free(o); return E_INVALID_RESOURCE_HANDLE; }
+	if (!find_stream(s) || s->dev != current_device) { free(o); return E_INVALID_RESOURCE_HANDLE; }
 	if (s->tail) s->tail->next = o; else s->head = o;
 	s->tail = o;
 	pthread_cond_broadcast(&cv);
@@ -396,6 +424,7 @@ API int cudaStreamCreateWithFlags(void **out, unsigned flags) {
 	(void)flags;
 	stream *s = calloc(1, sizeof *s);
 	if (!s) return ret(E_MEMORY_ALLOCATION);
+	s->dev = current_device;
 	pthread_mutex_lock(&mu);
 	s->next = streams;
 	streams = s;
@@ -407,6 +436,10 @@ API int cudaStreamCreateWithFlags(void **out, unsigned flags) {
 
 API int cudaStreamSynchronize(void *h) {
 	stream *s = h;
+#ifdef FAKE_NO_WORK
+	(void)s;
+	return OK;
+#endif
 	pthread_mutex_lock(&mu);
 	if (!find_stream(s)) { pthread_mutex_unlock(&mu); return ret(E_INVALID_RESOURCE_HANDLE); }
 	wait_idle(s);
@@ -528,6 +561,10 @@ API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
 #endif
 
 API int cudaMemsetAsync(void *dst, int v, size_t n, void *s) {
+#ifdef FAKE_NO_WORK
+	(void)dst; (void)v; (void)n; (void)s;
+	return OK;
+#endif
 	pthread_mutex_lock(&mu);
 	op *o = new_op(OP_MEMSET);
 	if (o) { o->dst = dst; o->value = v; o->n = n; }
@@ -592,9 +629,9 @@ API int cudaHostGetDevicePointer(void **d, void *p, unsigned flags) {
 /* ---- stream-ordered pools ---- */
 #ifndef FAKE_NO_POOLS
 API int cudaMemPoolCreate(void **out, const void *props) {
-	(void)props;
 	pool *pl = calloc(1, sizeof *pl);
 	if (!pl) return ret(E_MEMORY_ALLOCATION);
+	pl->dev = ((const int *)props)[3]; /* location.id */
 	pl->reuse[1] = pl->reuse[2] = pl->reuse[3] = 1;
 	pthread_mutex_lock(&mu);
 	pl->next = pools;
@@ -655,15 +692,28 @@ API int cudaMemPoolTrimTo(void *h, size_t keep) {
 API int cudaMallocFromPoolAsync(void **out, size_t n, void *h, void *s) {
 	pool *pl = h;
 	block *b = NULL;
+#ifdef FAKE_NO_WORK
+	static uintptr_t next = 1 << 20;
+	(void)pl; (void)b; (void)s;
+	*out = (void *)__atomic_fetch_add(&next, (n + 255) / 256 * 256, __ATOMIC_RELAXED);
+	return OK;
+#endif
 	pthread_mutex_lock(&mu);
-	if (!find_stream(s)) { pthread_mutex_unlock(&mu); *out = NULL; return ret(E_INVALID_RESOURCE_HANDLE); }
+	if (!find_stream(s) || ((stream *)s)->dev != current_device || pl->dev != current_device) {
+		pthread_mutex_unlock(&mu);
+		*out = NULL;
+		return ret(E_INVALID_RESOURCE_HANDLE);
+	}
+	/* The best fit of at most twice the size: blocks are never split, so a
+	 * larger one would waste host memory. */
+	block **best = NULL;
 	for (block **bp = &pl->free_list; *bp; bp = &(*bp)->next)
-		if ((*bp)->size >= n) {
-			b = *bp;
-			*bp = b->next;
-			b->next = NULL;
-			break;
-		}
+		if ((*bp)->size >= n && (*bp)->size / 2 <= n && (!best || (*bp)->size < (*best)->size)) best = bp;
+	if (best) {
+		b = *best;
+		*best = b->next;
+		b->next = NULL;
+	}
 	if (!b) {
 		b = new_block(n, pl);
 		if (b) {
@@ -683,6 +733,10 @@ API int cudaMallocFromPoolAsync(void **out, size_t n, void *h, void *s) {
 }
 
 API int cudaFreeAsync(void *p, void *s) {
+#ifdef FAKE_NO_WORK
+	(void)p; (void)s;
+	return OK;
+#endif
 	pthread_mutex_lock(&mu);
 	block *b = take_live(p, 0);
 	if (b && !b->owner) { add_live(b); b = NULL; }
@@ -714,6 +768,11 @@ static int cu_device_get_name(char *buf, int len, int d) {
 	return 0;
 }
 
+static int cu_ctx_get_current(void **ctx) {
+	*ctx = device_set ? &primary_ctx[current_device] : NULL;
+	return 0;
+}
+
 static int cu_stream_wait_value32(void *s, unsigned long long addr, uint32_t value, unsigned flags) {
 	if (flags != 0) return 1; /* only GEQ is emulated */
 	pthread_mutex_lock(&mu);
@@ -731,6 +790,9 @@ API int cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned ve
 	*fn = NULL;
 	if (strcmp(sym, "cuDeviceGet") == 0) *fn = (void *)cu_device_get;
 	if (strcmp(sym, "cuDeviceGetName") == 0) *fn = (void *)cu_device_get_name;
+#ifndef FAKE_NO_CTX_GET_CURRENT
+	if (strcmp(sym, "cuCtxGetCurrent") == 0) *fn = (void *)cu_ctx_get_current;
+#endif
 #ifndef FAKE_NO_WAIT_VALUE
 	if (strcmp(sym, "cuStreamWaitValue32") == 0) *fn = (void *)cu_stream_wait_value32;
 #endif

@@ -1,0 +1,123 @@
+package devalloc
+
+import (
+	"sync"
+	"testing"
+	"unsafe"
+)
+
+// nullBackend does no memory or stream work at all: benchmarks on it time
+// devalloc's own Go code on the hot path (the ledger, the live list, the
+// counters), which every backend pays on top of its driver.
+type nullBackend struct {
+	mu   sync.Mutex
+	next uintptr
+}
+
+type nullStream struct{}
+
+type nullEvent struct{}
+
+func (*nullBackend) kind() Kind                     { return KindCUDAPool }
+func (*nullBackend) describe() string               { return "null" }
+func (*nullBackend) memInfo() (int64, int64)        { return 1 << 40, 1 << 40 }
+func (*nullBackend) newStream() (streamImpl, error) { return nullStream{}, nil }
+func (b *nullBackend) alloc(size int64, _ streamImpl) (uintptr, unsafe.Pointer, error) {
+	b.mu.Lock()
+	b.next += uintptr(size)
+	a := b.next
+	b.mu.Unlock()
+	return a, nil, nil
+}
+func (*nullBackend) freeAsync(uintptr, int64, streamImpl) error        { return nil }
+func (*nullBackend) copyAsync(memRef, memRef, int64, streamImpl) error { return nil }
+func (*nullBackend) memsetAsync(memRef, byte, int64, streamImpl) error { return nil }
+func (*nullBackend) allocPinned(int64) (unsafe.Pointer, error)         { return nil, ErrNotSupported }
+func (*nullBackend) freePinned(unsafe.Pointer, int64) error            { return nil }
+func (*nullBackend) setReleaseThreshold(uint64) error                  { return nil }
+func (*nullBackend) prime(int64, streamImpl) error                     { return nil }
+func (*nullBackend) trim(int64) error                                  { return nil }
+func (*nullBackend) syncPoint()                                        {}
+func (*nullBackend) usage() poolUsage                                  { return poolUsage{} }
+func (*nullBackend) resetHigh()                                        {}
+func (*nullBackend) close() error                                      { return nil }
+func (nullStream) handle() uintptr                                     { return 0 }
+func (nullStream) record() (eventImpl, error)                          { return nullEvent{}, nil }
+func (nullStream) wait(eventImpl) error                                { return nil }
+func (nullStream) waitHost(<-chan struct{}) error                      { return nil }
+func (nullStream) abandonHostWaits()                                   {}
+func (nullStream) enqueue(func() error) error                          { return nil }
+func (nullStream) synchronize() error                                  { return nil }
+func (nullStream) destroy() error                                      { return nil }
+func (nullEvent) query() (bool, error)                                 { return true, nil }
+func (nullEvent) synchronize() error                                   { return nil }
+func (nullEvent) destroy() error                                       { return nil }
+
+func openNull(tb testing.TB) *Allocator {
+	tb.Helper()
+	a := &Allocator{be: &nullBackend{}, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
+	if err := a.init("test"); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return a
+}
+
+// BenchmarkOverhead times devalloc's Go code per operation, with a backend
+// that does nothing: what the allocator adds to each driver call.
+func BenchmarkOverhead(b *testing.B) {
+	for _, memset := range []bool{false, true} {
+		name := "op=alloc-free"
+		if memset {
+			name = "op=alloc-memset-free"
+		}
+		b.Run(name, func(b *testing.B) {
+			a := openNull(b)
+			s := a.DefaultStream()
+			for b.Loop() {
+				buf, err := a.Alloc(4096, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if memset {
+					if err := s.Memset(buf, 0, 4096, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := buf.Free(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("op=cycle/buffers=2020", func(b *testing.B) {
+		a := openNull(b)
+		s := a.DefaultStream()
+		bufs := make([]*Buffer, 2020)
+		for b.Loop() {
+			for i := range bufs {
+				buf, err := a.Alloc(int64(256+i), s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bufs[i] = buf
+			}
+			for _, buf := range bufs {
+				if err := s.Memset(buf, 0, 64, 1); err != nil {
+					b.Fatal(err)
+				}
+				if err := buf.Free(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2020, "ns/buffer")
+	})
+}
