@@ -74,6 +74,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("UseAfterFree", func(t *testing.T) { testUseAfterFree(t, h) })
 	t.Run("AfterClose", func(t *testing.T) { testAfterClose(t, h) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, h) })
+	t.Run("WaitOrdersStreams", func(t *testing.T) { testWaitOrdersStreams(t, h) })
 	t.Run("EnqueueErrors", func(t *testing.T) { testEnqueueErrors(t, h) })
 	t.Run("ReadWaitsForWriter", func(t *testing.T) { testReadWaitsForWriter(t, h) })
 	t.Run("WriteWaitsForReaders", func(t *testing.T) { testWriteWaitsForReaders(t, h) })
@@ -264,6 +265,56 @@ func testEvents(t *testing.T, h Harness) {
 	require.NoError(t, b.Free())
 	require.NoError(t, s2.Close())
 	require.ErrorIs(t, s2.Close(), devalloc.ErrClosed)
+	closeClean(t, a)
+}
+
+// testWaitOrdersStreams: work enqueued on s2 after s2.Wait(ev) runs after
+// the work ev marks on s1, with nothing else to order them (a host function
+// reading raw memory declares nothing in the ledger). s1 is held back by an
+// outside writer's hold, a wait inside the stream rather than a host
+// function, so that a runtime that runs host functions one at a time cannot
+// order the two streams by itself.
+func testWaitOrdersStreams(t *testing.T, h Harness) {
+	a := h.open(t, devalloc.Config{})
+	s1, err := a.NewStream()
+	require.NoError(t, err)
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	const n = 256
+	gateBuf, err := a.AllocPinned(n, s1)
+	require.NoError(t, err)
+	flag, err := a.AllocPinned(n, s1)
+	require.NoError(t, err)
+	sink, err := a.AllocPinned(n, s1)
+	require.NoError(t, err)
+	require.NoError(t, s1.Memset(flag, 0, n, 0))
+	require.NoError(t, s1.Synchronize())
+	hold, err := gateBuf.Hold(devalloc.Write)
+	require.NoError(t, err)
+	require.NoError(t, hold.Wait())
+	require.NoError(t, s1.Copy(sink, 0, gateBuf, 0, n)) // reads gateBuf: waits for the hold's release
+	require.NoError(t, s1.Memset(flag, 0, n, 0x5a))
+	ev, err := s1.Record()
+	require.NoError(t, err)
+	require.NoError(t, s2.Wait(ev))
+	mem, err := flag.Bytes()
+	require.NoError(t, err)
+	ran := make(chan byte, 1)
+	require.NoError(t, s2.Enqueue(func() error { ran <- mem[n-1]; return nil }))
+	select {
+	case v := <-ran:
+		t.Fatalf("work after Stream.Wait ran before the event's work (read %#x): the wait did not order the streams", v)
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, hold.Release())
+	require.NoError(t, s2.Synchronize())
+	require.Equal(t, byte(0x5a), <-ran, "s2 read the flag before s1 wrote it")
+	require.NoError(t, ev.Release())
+	require.NoError(t, gateBuf.Free())
+	require.NoError(t, flag.Free())
+	require.NoError(t, sink.Free())
+	require.NoError(t, s1.Close())
+	require.NoError(t, s2.Close())
 	closeClean(t, a)
 }
 
