@@ -9,7 +9,7 @@ MPI_TAGS = $$(pkg-config --exists mpi 2>/dev/null && echo mpi)
 MPIRUN  ?= mpirun
 MPIRUN_FLAGS ?= $$(if [ "$$(id -u)" = 0 ]; then echo --allow-run-as-root; fi) --oversubscribe
 
-.PHONY: all deps build test unit mpitest fuzz lint bench bench-mpi gpu-bench run clean
+.PHONY: all deps build test unit mpitest fuzz mutate lint bench bench-mpi gpu-bench run clean
 
 all: build
 
@@ -36,6 +36,10 @@ mpitest: deps
 # Short runs of every fuzz target over its corpus and a few seconds of new input.
 fuzz:
 	scripts/fuzz-smoke.sh
+
+# Each ordering rule of devalloc's ledger taken out in turn: its test must fail.
+mutate:
+	scripts/mutate.sh
 
 test: deps lint unit mpitest fuzz
 

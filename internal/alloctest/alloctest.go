@@ -415,42 +415,56 @@ func testWriteWaitsForReaders(t *testing.T, h Harness) {
 	closeClean(t, a)
 }
 
+// testFreeAfterCompletions: a freed buffer's memory is not reused before
+// its pending reader has run, whether the reader is on the stream that
+// allocated it (stream order covers it) or on another (the free must wait
+// for the reader's completion).
 func testFreeAfterCompletions(t *testing.T, h Harness) {
-	a := h.open(t, devalloc.Config{})
-	s1, _ := a.NewStream()
-	s2, _ := a.NewStream()
-	const n = 1 << 20
-	b, err := a.Alloc(n, s1)
-	require.NoError(t, err)
-	require.NoError(t, s1.Memset(b, 0, n, 0x77))
-	require.NoError(t, s1.Synchronize())
-	p, err := a.AllocPinned(n, s1)
-	require.NoError(t, err)
+	for _, other := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reader-on-alloc-stream", true: "reader-on-other-stream"}[other], func(t *testing.T) {
+			a := h.open(t, devalloc.Config{})
+			s1, _ := a.NewStream()
+			s2, _ := a.NewStream()
+			churnS, _ := a.NewStream()
+			const n = 1 << 20
+			b, err := a.Alloc(n, s1)
+			require.NoError(t, err)
+			require.NoError(t, s1.Memset(b, 0, n, 0x77))
+			require.NoError(t, s1.Synchronize())
+			reader := s1
+			if other {
+				reader = s2
+			}
+			p, err := a.AllocPinned(n, reader)
+			require.NoError(t, err)
 
-	open := gate(t, s1)
-	require.NoError(t, s1.Copy(p, 0, b, 0, n)) // a pending reader
-	require.NoError(t, b.Free())               // must not release b before the copy
-	time.Sleep(10 * time.Millisecond)          // time for an early release to happen
-	// Churn allocations of the same size on another stream and overwrite them:
-	// if b's memory came back early, the pending copy would read 0xee.
-	var churn []*devalloc.Buffer
-	for range 8 {
-		c, err := a.Alloc(n, s2)
-		require.NoError(t, err)
-		require.NoError(t, s2.Memset(c, 0, n, 0xee))
-		churn = append(churn, c)
+			open := gate(t, reader)
+			require.NoError(t, reader.Copy(p, 0, b, 0, n)) // a pending reader
+			require.NoError(t, b.Free())                   // must not release b before the copy
+			time.Sleep(10 * time.Millisecond)              // time for an early release to happen
+			// Churn allocations of the same size on a third stream and
+			// overwrite them: if b's memory came back early, the pending
+			// copy would read 0xee.
+			var churn []*devalloc.Buffer
+			for range 8 {
+				c, err := a.Alloc(n, churnS)
+				require.NoError(t, err)
+				require.NoError(t, churnS.Memset(c, 0, n, 0xee))
+				churn = append(churn, c)
+			}
+			// The churn never waits for b's reader, so it can all land before the gate opens.
+			require.NoError(t, churnS.Synchronize())
+			open()
+			require.NoError(t, a.Sync())
+			mem, _ := p.Bytes()
+			require.Equal(t, fill(n, 0x77), mem)
+			for _, c := range churn {
+				require.NoError(t, c.Free())
+			}
+			require.NoError(t, p.Free())
+			closeClean(t, a)
+		})
 	}
-	// The churn never waits for b's reader, so it can all land before the gate opens.
-	require.NoError(t, s2.Synchronize())
-	open()
-	require.NoError(t, a.Sync())
-	mem, _ := p.Bytes()
-	require.Equal(t, fill(n, 0x77), mem)
-	for _, c := range churn {
-		require.NoError(t, c.Free())
-	}
-	require.NoError(t, p.Free())
-	closeClean(t, a)
 }
 
 func testAllocStreamOrder(t *testing.T, h Harness) {
