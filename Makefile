@@ -41,7 +41,7 @@ fuzz:
 mutate:
 	scripts/mutate.sh
 
-test: deps lint unit mpitest fuzz
+test: deps lint unit mpitest fuzz mutate
 
 # Every benchmark, as JSON lines under out/bench, and the plots in docs/img.
 bench: deps
