@@ -42,12 +42,20 @@ package cluster
 #cgo nocallback dist_iprobe
 #cgo noescape dist_layout_type_info
 #cgo nocallback dist_layout_type_info
+#cgo noescape dist_improbe
+#cgo nocallback dist_improbe
+#cgo noescape dist_imrecv
+#cgo nocallback dist_imrecv
+#cgo noescape dist_await
+#cgo nocallback dist_await
 */
 import "C"
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"time"
 	"unsafe"
 )
 
@@ -59,6 +67,10 @@ const haveMPI = true
 type commImpl struct{ h *C.MPI_Comm }
 
 type reqImpl struct{ h *C.MPI_Request }
+
+// msgImpl is a matched message's handle, in its own C cell until the
+// receive that takes it is posted.
+type msgImpl struct{ h *C.MPI_Message }
 
 var mpiEngine struct {
 	main *funnel // the thread that called MPI_Init_thread; it calls MPI_Finalize
@@ -755,4 +767,165 @@ func layoutTypeInfo(l byteLayout) (size, extent int64, err error) {
 		return 0, 0, err
 	}
 	return int64(s), int64(e), nil
+}
+
+func backendImprobe(c commImpl, source, tag int) (Status, msgImpl, bool, error) {
+	cell := C.dist_message_new()
+	if cell == nil {
+		return Status{}, msgImpl{}, false, fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)
+	}
+	var st C.dist_status
+	var rc, flag C.int
+	onMPI(func() { rc = C.dist_improbe(c.h, C.int(source), C.int(tag), &flag, cell, &st) })
+	if err := mpiErr("MPI_Improbe", rc); err != nil || flag == 0 {
+		C.dist_message_free(cell)
+		return Status{}, msgImpl{}, false, err
+	}
+	return goStatus(&st), msgImpl{cell}, true, nil
+}
+
+func imrecv(m msgImpl, addr uintptr, lay byteLayout) (*C.MPI_Request, C.int) {
+	cl := cLayout(lay)
+	var rc C.int
+	var h *C.MPI_Request
+	onMPI(func() { h = C.dist_imrecv(m.h, C.uintptr_t(addr), cl, &rc) })
+	return h, rc
+}
+
+func backendImrecv(m msgImpl, addr uintptr, lay byteLayout, r *Request) error {
+	h, rc := imrecv(m, addr, lay)
+	C.dist_message_free(m.h)
+	if h == nil {
+		return mpiErr("MPI_Imrecv", rc)
+	}
+	r.impl.h = h
+	return nil
+}
+
+// cScratch is C memory a discarded message is received into, freed when
+// the receive completes.
+type cScratch struct{ p unsafe.Pointer }
+
+func (s cScratch) Release() error {
+	C.free(s.p)
+	return nil
+}
+
+func backendDiscard(m msgImpl, lay byteLayout, r *Request) error {
+	var p unsafe.Pointer
+	if n := lay.bytes(); n > 0 {
+		if p = C.malloc(C.size_t(n)); p == nil {
+			return fmt.Errorf("cluster: Message.Discard: no scratch memory for %d bytes: %w", n, ErrMemory)
+		}
+	}
+	h, rc := imrecv(m, uintptr(p), lay)
+	C.dist_message_free(m.h)
+	if h == nil {
+		C.free(p)
+		return mpiErr("MPI_Imrecv", rc)
+	}
+	r.impl.h = h
+	if p != nil {
+		r.holds = append(r.holdBuf[:0], cScratch{p})
+	}
+	return nil
+}
+
+// awaitSlice is the length of the next polling slice of a wait that has
+// run slices slices so far, given the largest pending message: short
+// slices first, as Wait polls before it blocks, then long ones once the
+// wait has lasted (or at once for a large message, whose transfer runs
+// inside long MPI calls anyway).
+func awaitSlice(slices int, largest int64) time.Duration {
+	if slices < pollSlices && largest < blockingBytes {
+		return pollSlice * time.Nanosecond
+	}
+	return time.Millisecond
+}
+
+func backendAwait(rs []*Request, sts []Status, errs []error, idx []int, p *awaitProbe, timeout time.Duration) awaitResult {
+	n := len(rs)
+	var hsBuf [smallBatch]*C.MPI_Request
+	var recvBuf [smallBatch]C.int
+	var cstBuf [smallBatch]C.dist_status
+	var idxBuf [smallBatch]C.int
+	hs, recv, cst, cidx := hsBuf[:0], recvBuf[:0], cstBuf[:0], idxBuf[:0]
+	if n > smallBatch {
+		hs, recv, cst, cidx = make([]*C.MPI_Request, 0, n), make([]C.int, 0, n), make([]C.dist_status, 0, n), make([]C.int, 0, n)
+	}
+	var largest int64
+	for _, r := range rs {
+		hs, recv = append(hs, r.impl.h), append(recv, cBool(!r.send))
+		largest = max(largest, r.size)
+	}
+	hs, recv, cst, cidx = append(hs, nil), append(recv, 0), cst[:n+1], cidx[:n+1] // never empty for C
+	var res awaitResult
+	var pc *C.MPI_Comm
+	var source, tag C.int
+	var cell *C.MPI_Message
+	if p != nil {
+		if cell = C.dist_message_new(); cell == nil {
+			res.err = fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)
+			return res
+		}
+		pc, source, tag = p.c.h, C.int(p.source), C.int(p.tag)
+	}
+	var rc, done, matched C.int
+	var mst C.dist_status
+	start := time.Now()
+	pass := func(spin time.Duration) bool {
+		rc = C.dist_await(C.int(n), &hs[0], &recv[0], &cst[0], pc, source, tag, C.int64_t(spin), &cidx[0], &done, cell, &matched, &mst)
+		return done > 0 || matched != 0 || rc != C.MPI_SUCCESS
+	}
+	if f := mpiEngine.fun; f != nil {
+		// Funnelled: one pass at a time on the funnel thread, between the
+		// other calls it is handed.
+		f.until(func() bool { return pass(0) || timeout >= 0 && time.Since(start) >= timeout })
+	} else {
+		for slices := 0; ; slices++ {
+			spin := awaitSlice(slices, largest)
+			if timeout >= 0 {
+				spin = min(spin, timeout-time.Since(start))
+			}
+			if pass(max(spin, 0)) || timeout >= 0 && time.Since(start) >= timeout {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	for _, i := range cidx[:done] {
+		rs[i].impl.h = nil
+		sts[i] = goStatus(&cst[i])
+		errs[i] = mpiErr("MPI_Waitsome", C.int(cst[i].err))
+		idx[res.done] = int(i)
+		res.done++
+	}
+	if matched != 0 {
+		res.matched, res.msg, res.status = true, msgImpl{cell}, goStatus(&mst)
+	} else if cell != nil {
+		C.dist_message_free(cell)
+	}
+	if res.done == 0 && !res.matched {
+		res.err = mpiErr("MPI_Improbe", rc)
+	}
+	return res
+}
+
+// backendAbort calls MPI_Abort on MPI_COMM_WORLD. Funnelled, it is handed
+// to the funnel thread, unless that thread does not take it within a
+// second (a stuck call there): the job is ending either way.
+func backendAbort(code int) {
+	if f := mpiEngine.fun; f != nil {
+		done := make(chan struct{})
+		go func() {
+			f.run(func() { C.dist_abort(C.int(code)) })
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	}
+	C.dist_abort(C.int(code))
+	os.Exit(code)
 }

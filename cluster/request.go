@@ -49,6 +49,9 @@ func untrack(r *Request) {
 
 // pendingError describes the requests not yet completed, if any.
 func pendingError() error {
+	if n := unreceived.Load(); n > 0 {
+		return fmt.Errorf("cluster: %d matched messages neither received nor discarded (Message.Recv or Message.Discard them first): %w", n, ErrPending)
+	}
 	p := &pendingRequests
 	p.mu.Lock()
 	defer p.mu.Unlock()

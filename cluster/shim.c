@@ -393,7 +393,13 @@ int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status
 	return MPI_SUCCESS;
 }
 
-int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done) {
+// await_core is dist_waitsome and dist_await: it tests the requests with
+// MPI_Testsome (which drives progress once per call for all of them) and,
+// when probe_comm is set, matches the next message with MPI_Improbe, until
+// something completed or matched or spin_ns have passed; then, if block is
+// set and nothing happened, it waits in MPI_Waitsome (never with a probe).
+static int await_core(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
+                      int64_t spin_ns, int block, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst) {
 	MPI_Request rbuf[STACK_REQS];
 	MPI_Status sbuf[STACK_REQS];
 	int ibuf[STACK_REQS], mbuf[STACK_REQS];
@@ -401,6 +407,7 @@ int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *st
 	MPI_Status *s = sbuf;
 	int *got = ibuf, *map = mbuf;
 	*done = 0;
+	if (matched) *matched = 0;
 	if (n > STACK_REQS) {
 		r = malloc((size_t)n * sizeof *r);
 		s = malloc((size_t)n * sizeof *s);
@@ -420,16 +427,29 @@ int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *st
 		r[m] = *reqs[i];
 		map[m++] = i;
 	}
-	int rc = MPI_SUCCESS, out = MPI_UNDEFINED;
-	if (m > 0) {
-		// MPI_Testsome drives progress once per call for all requests.
+	int rc = MPI_SUCCESS, probe_rc = MPI_SUCCESS, out = MPI_UNDEFINED;
+	if (m > 0 || probe_comm) {
 		int64_t end = now_ns() + spin_ns;
 		for (;;) {
 			out = MPI_UNDEFINED;
-			rc = MPI_Testsome(m, r, &out, got, s);
-			if ((rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || (out != MPI_UNDEFINED && out > 0) || now_ns() >= end) break;
+			if (m > 0) {
+				rc = MPI_Testsome(m, r, &out, got, s);
+				if ((rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || (out != MPI_UNDEFINED && out > 0)) break;
+			}
+			if (probe_comm) {
+				int flag = 0;
+				MPI_Status ps;
+				probe_rc = MPI_Improbe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *probe_comm, &flag, msg, &ps);
+				if (probe_rc != MPI_SUCCESS) break;
+				if (flag) {
+					*matched = 1;
+					fill_status(&ps, 1, mst);
+					break;
+				}
+			}
+			if (now_ns() >= end) break;
 		}
-		if (block && (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) && (out == MPI_UNDEFINED || out == 0)) {
+		if (block && !probe_comm && m > 0 && (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) && (out == MPI_UNDEFINED || out == 0)) {
 			out = MPI_UNDEFINED;
 			rc = MPI_Waitsome(m, r, &out, got, s);
 		}
@@ -464,7 +484,17 @@ int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *st
 		free(got);
 		free(map);
 	}
-	return rc == MPI_ERR_IN_STATUS ? MPI_SUCCESS : rc;
+	if (rc == MPI_ERR_IN_STATUS) rc = MPI_SUCCESS;
+	return rc != MPI_SUCCESS ? rc : probe_rc;
+}
+
+int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done) {
+	return await_core(n, reqs, is_recv, sts, NULL, 0, 0, spin_ns, block, idx, done, NULL, NULL, NULL);
+}
+
+int dist_await(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
+               int64_t spin_ns, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst) {
+	return await_core(n, reqs, is_recv, sts, probe_comm, source, tag, spin_ns, 0, idx, done, msg, matched, mst);
 }
 
 int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st) {
@@ -497,6 +527,46 @@ int dist_probe(MPI_Comm *c, int source, int tag, dist_status *st) {
 	if (rc == MPI_SUCCESS) fill_status(&s, 1, st);
 	return rc;
 }
+
+MPI_Message *dist_message_new(void) {
+	MPI_Message *m = malloc(sizeof *m);
+	if (m) *m = MPI_MESSAGE_NULL;
+	return m;
+}
+
+void dist_message_free(MPI_Message *m) { free(m); }
+
+int dist_improbe(MPI_Comm *c, int source, int tag, int *flag, MPI_Message *msg, dist_status *st) {
+	MPI_Status s;
+	*flag = 0;
+	int rc = MPI_Improbe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *c, flag, msg, &s);
+	if (rc == MPI_SUCCESS && *flag) fill_status(&s, 1, st);
+	return rc;
+}
+
+MPI_Request *dist_imrecv(MPI_Message *msg, uintptr_t buf, dist_layout lay, int *rc) {
+	MPI_Request *req = malloc(sizeof *req);
+	if (!req) {
+		*rc = MPI_ERR_NO_MEM;
+		return NULL;
+	}
+	int count, created;
+	MPI_Datatype t;
+	*rc = make_type(lay, &count, &t, &created);
+	if (*rc != MPI_SUCCESS) {
+		free(req);
+		return NULL;
+	}
+	*rc = MPI_Imrecv((void *)buf, count, t, msg, req);
+	if (created) MPI_Type_free(&t);
+	if (*rc != MPI_SUCCESS) {
+		free(req);
+		return NULL;
+	}
+	return req;
+}
+
+int dist_abort(int code) { return MPI_Abort(MPI_COMM_WORLD, code); }
 
 int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st) {
 	MPI_Status s;
