@@ -845,70 +845,96 @@ func awaitSlice(slices int, largest int64) time.Duration {
 
 func backendAwait(rs []*Request, sts []Status, errs []error, idx []int, p *awaitProbe, timeout time.Duration) awaitResult {
 	n := len(rs)
-	var hsBuf [smallBatch]*C.MPI_Request
-	var recvBuf [smallBatch]C.int
-	var cstBuf [smallBatch]C.dist_status
-	var idxBuf [smallBatch]C.int
+	var hsBuf [smallBatch + 1]*C.MPI_Request
+	var recvBuf [smallBatch + 1]C.int
+	var cstBuf [smallBatch + 1]C.dist_status
+	var idxBuf [smallBatch + 1]C.int
 	hs, recv, cst, cidx := hsBuf[:0], recvBuf[:0], cstBuf[:0], idxBuf[:0]
 	if n > smallBatch {
-		hs, recv, cst, cidx = make([]*C.MPI_Request, 0, n), make([]C.int, 0, n), make([]C.dist_status, 0, n), make([]C.int, 0, n)
+		hs, recv, cst, cidx = make([]*C.MPI_Request, 0, n+1), make([]C.int, 0, n+1), make([]C.dist_status, 0, n+1), make([]C.int, 0, n+1)
 	}
 	var largest int64
 	for _, r := range rs {
 		hs, recv = append(hs, r.impl.h), append(recv, cBool(!r.send))
 		largest = max(largest, r.size)
 	}
-	hs, recv, cst, cidx = append(hs, nil), append(recv, 0), cst[:n+1], cidx[:n+1] // never empty for C
-	var res awaitResult
-	var pc *C.MPI_Comm
-	var source, tag C.int
-	var cell *C.MPI_Message
+	// One more slot, so that C gets valid arrays when no request is pending.
+	hs, recv, cst, cidx = append(hs, nil), append(recv, 0), cst[:n+1], cidx[:n+1]
+	var a cAwait
 	if p != nil {
-		if cell = C.dist_message_new(); cell == nil {
-			res.err = fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)
-			return res
-		}
-		pc, source, tag = p.c.h, C.int(p.source), C.int(p.tag)
-	}
-	var rc, done, matched C.int
-	var mst C.dist_status
-	start := time.Now()
-	pass := func(spin time.Duration) bool {
-		rc = C.dist_await(C.int(n), &hs[0], &recv[0], &cst[0], pc, source, tag, C.int64_t(spin), &cidx[0], &done, cell, &matched, &mst)
-		return done > 0 || matched != 0 || rc != C.MPI_SUCCESS
+		a.pc, a.source, a.tag = p.c.h, C.int(p.source), C.int(p.tag)
 	}
 	if f := mpiEngine.fun; f != nil {
-		// Funnelled: one pass at a time on the funnel thread, between the
-		// other calls it is handed.
-		f.until(func() bool { return pass(0) || timeout >= 0 && time.Since(start) >= timeout })
+		a = awaitFunneled(f, hs, recv, cst, cidx, a, timeout)
 	} else {
+		start := time.Now()
 		for slices := 0; ; slices++ {
 			spin := awaitSlice(slices, largest)
 			if timeout >= 0 {
-				spin = min(spin, timeout-time.Since(start))
+				spin = max(min(spin, timeout-time.Since(start)), 0)
 			}
-			if pass(max(spin, 0)) || timeout >= 0 && time.Since(start) >= timeout {
+			a.rc = C.dist_await(C.int(n), &hs[0], &recv[0], &cst[0], a.pc, a.source, a.tag, C.int64_t(spin), &cidx[0], &a.done, &a.msg, &a.matched, &a.mst)
+			if a.done > 0 || a.matched != 0 || a.rc != C.MPI_SUCCESS || timeout >= 0 && time.Since(start) >= timeout {
 				break
 			}
 			runtime.Gosched()
 		}
 	}
-	for _, i := range cidx[:done] {
+	var res awaitResult
+	for _, i := range cidx[:a.done] {
 		rs[i].impl.h = nil
 		sts[i] = goStatus(&cst[i])
 		errs[i] = mpiErr("MPI_Waitsome", C.int(cst[i].err))
 		idx[res.done] = int(i)
 		res.done++
 	}
-	if matched != 0 {
-		res.matched, res.msg, res.status = true, msgImpl{cell}, goStatus(&mst)
-	} else if cell != nil {
-		C.dist_message_free(cell)
+	if a.matched != 0 {
+		// The handle moves to a C cell of its own, as Improbe's do.
+		cell := C.dist_message_new()
+		if cell == nil {
+			res.err = fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)
+			return res
+		}
+		*cell = a.msg
+		res.matched, res.msg, res.status = true, msgImpl{cell}, goStatus(&a.mst)
 	}
 	if res.done == 0 && !res.matched {
-		res.err = mpiErr("MPI_Improbe", rc)
+		res.err = mpiErr("MPI_Improbe", a.rc)
 	}
 	return res
+}
+
+// cAwait is what one dist_await call takes and reports besides the
+// request arrays.
+type cAwait struct {
+	pc          *C.MPI_Comm
+	source, tag C.int
+	rc, done    C.int
+	matched     C.int
+	msg         C.MPI_Message
+	mst         C.dist_status
+}
+
+// awaitFunneled runs dist_await passes on the funnel thread, between the
+// other calls it is handed, on copies of the arrays so that the caller's
+// stay on its stack.
+func awaitFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int, cst0 []C.dist_status, idx0 []C.int, a cAwait, timeout time.Duration) cAwait {
+	n := len(hs0) - 1
+	hs := append([]*C.MPI_Request(nil), hs0...)
+	recv := append([]C.int(nil), recv0...)
+	cst := make([]C.dist_status, n+1)
+	idx := make([]C.int, n+1)
+	res := new(cAwait)
+	*res = a
+	start := time.Now()
+	f.until(func() bool {
+		res.rc = C.dist_await(C.int(n), &hs[0], &recv[0], &cst[0], res.pc, res.source, res.tag, 0, &idx[0], &res.done, &res.msg, &res.matched, &res.mst)
+		return res.done > 0 || res.matched != 0 || res.rc != C.MPI_SUCCESS || timeout >= 0 && time.Since(start) >= timeout
+	})
+	copy(hs0, hs)
+	copy(cst0, cst)
+	copy(idx0, idx)
+	return *res
 }
 
 // backendAbort calls MPI_Abort on MPI_COMM_WORLD. Funnelled, it is handed

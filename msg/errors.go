@@ -29,6 +29,14 @@ var (
 	// sender failed (its own error says why) and sent the notice so that
 	// this rank does not wait for data that will never come.
 	ErrPeerAborted = errors.New("msg: peer aborted the exchange")
+	// ErrTooLarge matches a length a peer announced that this rank cannot
+	// take: beyond the protocol's limits, its budget or its memory. Nothing
+	// is allocated for it; what the peer sends is drained.
+	ErrTooLarge = errors.New("msg: announced message too large")
+	// ErrTimeout matches an exchange that waited longer than
+	// Options.Timeout without any of its messages moving: a peer sent fewer
+	// MPI messages than it announced, or took none of this rank's.
+	ErrTimeout = errors.New("msg: exchange timed out")
 	// ErrInvalid reports a bad argument or option.
 	ErrInvalid = errors.New("msg: invalid argument")
 	// ErrClosed is returned for any use of an Exchanger after Close.
@@ -36,9 +44,10 @@ var (
 )
 
 // WireError names the peer, the MPI tag and the field of a message that was
-// rejected, and the sentinel it matches: ErrMalformed, ErrChecksum (which
-// matches ErrMalformed too), ErrSizeMismatch, ErrUnexpectedPeer,
-// ErrPatternMismatch or ErrPeerAborted.
+// rejected (or of the exchange step that failed with that peer), and the
+// sentinel it matches: ErrMalformed, ErrChecksum (which matches
+// ErrMalformed too), ErrSizeMismatch, ErrUnexpectedPeer,
+// ErrPatternMismatch, ErrPeerAborted, ErrTooLarge or ErrTimeout.
 type WireError struct {
 	Peer     int  // the other rank
 	Tag      int  // the MPI tag of the message
@@ -63,6 +72,12 @@ func (e *WireError) Is(target error) bool {
 
 // Unwrap exposes the sentinel.
 func (e *WireError) Unwrap() error { return e.Err }
+
+// outgoing marks the error as about a message this rank sends.
+func (e *WireError) outgoing() *WireError {
+	e.Outgoing = true
+	return e
+}
 
 func wireErr(sentinel error, peer, tag int, field, format string, args ...any) *WireError {
 	return &WireError{Peer: peer, Tag: tag, Field: field, Reason: fmt.Sprintf(format, args...), Err: sentinel}

@@ -226,9 +226,12 @@ func TestPersistentPattern(t *testing.T) {
 				require.ErrorIs(t, err, ErrPeerAborted, "rank 0 sent an abort notice in place of its message")
 				require.Equal(t, 0, wireErrorOf(t, err).Peer)
 			default:
-				require.NoError(t, err)
-				tr.verify(t, s, rank, size, r)
-				require.NoError(t, r.Free())
+				// Every rank learns in the agreement that rank 0 failed.
+				require.Nil(t, r)
+				require.ErrorIs(t, err, ErrPeerAborted)
+				w := wireErrorOf(t, err)
+				require.Equal(t, 0, w.Peer)
+				require.Equal(t, "agreement", w.Field)
 			}
 			for _, b := range other {
 				require.NoError(t, b.Free())
@@ -264,8 +267,8 @@ func TestPersistentPattern(t *testing.T) {
 					require.False(t, w.Outgoing)
 					require.Equal(t, "manifest", w.Field)
 				default:
-					require.NoError(t, err)
-					require.NoError(t, r.Free())
+					require.Nil(t, r)
+					require.ErrorIs(t, err, ErrPeerAborted, "ranks 0 and 1 failed their part")
 				}
 				for _, b := range other {
 					require.NoError(t, b.Free())
@@ -350,8 +353,9 @@ func TestCorruptedMessages(t *testing.T) {
 			before := a.Stats()
 			r, err := x.Exchange(bufs)
 			if rank != 1 {
-				require.NoError(t, err)
-				require.NoError(t, r.Free())
+				require.Nil(t, r)
+				require.ErrorIs(t, err, ErrPeerAborted, "rank 1 rejected the message: every rank's exchange fails")
+				require.Equal(t, 1, wireErrorOf(t, err).Peer)
 				return
 			}
 			require.ErrorIs(t, err, tc.sentinel)
@@ -396,8 +400,9 @@ func TestHandWrittenPeer(t *testing.T) {
 		{"well formed", nil, nil, "", nil},
 		{"shorter than announced", nil, func(m []byte) []byte { return m[:len(m)-8] }, "message_size", ErrSizeMismatch},
 		{"longer than announced", func(m []byte) int64 { return int64(len(m)) - 16 }, nil, "message_size", ErrSizeMismatch},
-		{"truncated manifest", func([]byte) int64 { return 100 }, func(m []byte) []byte { return m[:100] }, "block_count", ErrMalformed},
-		{"header only", func([]byte) int64 { return 40 }, func(m []byte) []byte { return m[:40] }, "header", ErrMalformed},
+		{"manifest only", func([]byte) int64 { return 256 }, func(m []byte) []byte { return m[:256] }, "payload_length", ErrMalformed},
+		{"header only", func([]byte) int64 { return 40 }, func(m []byte) []byte { return m[:40] }, "count", ErrMalformed},
+		{"absurd length", func([]byte) int64 { return 1 << 62 }, nil, "count", ErrTooLarge},
 		{"abort notice", nil, func(m []byte) []byte {
 			n := make([]byte, AbortSize)
 			require.NoError(t, EncodeAbort(n, Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: x.Epoch()})) // rank 0 has already counted this exchange
@@ -408,7 +413,11 @@ func TestHandWrittenPeer(t *testing.T) {
 			if rank != 0 {
 				r, err := x.Exchange(nil)
 				if rank != 1 {
-					require.NoError(t, err)
+					if tc.sentinel == nil {
+						require.NoError(t, err)
+						return
+					}
+					require.ErrorIs(t, err, ErrPeerAborted, "rank 1 (or rank 0's notice) failed the exchange everywhere")
 					return
 				}
 				if tc.sentinel == nil {
@@ -447,14 +456,34 @@ func TestHandWrittenPeer(t *testing.T) {
 			}
 			sizes, got := make([]int64, size), make([]int64, size)
 			sizes[1] = announced
-			require.NoError(t, comm.AlltoallInt64(sizes, got))
+			require.NoError(t, x.comm.AlltoallInt64(sizes, got))
 			for _, n := range got {
 				require.Zero(t, n, "nobody sends to rank 0")
 			}
+			// The messages travel on the exchanger's own communicator (a
+			// peer in another language duplicates the communicator as
+			// msg.New does).
 			pin := cluster.PinBytes(m)
-			req, err := comm.Isend(pin, 1, x.Tag())
+			req, err := x.comm.Isend(pin, 1, x.Tag())
 			require.NoError(t, err)
 			require.NoError(t, req.Attach(pin))
+			// The agreement: one MPI message sent to rank 1; failed when it
+			// was an abort notice. The send completes once rank 1 has
+			// matched it, which it may do only after the agreement (a
+			// length it refused is drained then).
+			agree, got := make([]int64, size), make([]int64, size)
+			agree[1] = 1
+			if tc.name == "abort notice" {
+				agree[1] = -1 - 1
+			}
+			require.NoError(t, x.comm.AlltoallInt64(agree, got))
+			for s, v := range got {
+				if s != 1 || tc.sentinel == nil {
+					require.Zero(t, v, "rank %d sent nothing to rank 0 and did not fail", s)
+				} else if tc.name != "abort notice" {
+					require.EqualValues(t, -1, v, "rank 1 failed, having sent nothing to rank 0")
+				}
+			}
 			_, err = req.Wait()
 			require.NoError(t, err)
 		})
@@ -494,12 +523,19 @@ func TestReceiverOutOfMemoryDrains(t *testing.T) {
 	rank := comm.Rank()
 	conf := devalloc.Config{}
 	if rank == 1 {
-		conf.Limit = devalloc.Limit{Bytes: 1 << 20}
+		// Room for the message in the budget, but not beside what rank 1
+		// already holds: the length is accepted, the allocation fails.
+		conf.Limit = devalloc.Limit{Bytes: 3 << 20}
 	}
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Config: &conf})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Sync()); require.NoError(t, a.Close()) })
 	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	if rank == 1 {
+		hog, err := a.Alloc(2<<20, a.DefaultStream())
+		require.NoError(t, err)
+		defer func() { require.NoError(t, hog.Free()) }()
+	}
 	starveReceiver(t, a, x, rank, 512, 512) // 2 MiB
 }
 
@@ -522,8 +558,11 @@ func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, row
 		require.ErrorIs(t, err, devalloc.ErrOutOfMemory, "the receive buffer does not fit the budget")
 		require.ErrorContains(t, err, "rank 0")
 	default:
-		require.NoError(t, err, "the sender completes: the receiver drained its message")
-		require.NoError(t, r.Free())
+		// The sender completes (the receiver drained its message) and
+		// learns that rank 1 failed.
+		require.Nil(t, r)
+		require.ErrorIs(t, err, ErrPeerAborted)
+		require.Equal(t, 1, wireErrorOf(t, err).Peer)
 	}
 	for _, b := range bufs {
 		require.NoError(t, b.Free())

@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/distbuf/distbuf/cluster"
@@ -75,8 +76,9 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 	}
 	h := e.header(m.dest)
 	if device {
+		a, s := e.copier(buf)
 		if x.o.PayloadChecksum {
-			err := readDevice(x.a, x.sendS, buf, start, l, func(b []byte) error {
+			err := readDevice(a, s, buf, start, l, func(b []byte) error {
 				h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(b)
 				return nil
 			})
@@ -84,14 +86,14 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 				return e.outErr(m.dest, "payload_checksum", err)
 			}
 		}
-		scratch, err := x.a.AllocPinned(p, x.sendS)
+		scratch, err := a.AllocPinned(p, s)
 		if err != nil {
 			return e.outErr(m.dest, "manifest", err)
 		}
 		mem, err := scratch.Bytes()
 		if err == nil {
 			m.man.encodeInto(mem, h)
-			err = x.sendS.Copy(buf, start-p, scratch, 0, p)
+			err = s.Copy(buf, start-p, scratch, 0, p)
 		}
 		if ferr := scratch.Free(); err == nil {
 			err = ferr
@@ -161,6 +163,7 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 func (e *exchange) prepareStaged(m *outMsg) (err error) {
 	x, c := e.x, m.c
 	p, start := int64(m.man.payloadOffset()), c.Start()
+	a, s := e.copier(c.Buffer())
 	m.chunks = resize(m.chunks, chunkCount(m.size, x.chunk))
 	defer func() {
 		if err != nil {
@@ -169,7 +172,7 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 	}()
 	for i := range m.chunks {
 		sp := chunkAt(m.size, x.chunk, i)
-		cb, err := x.a.AllocPinned(sp.n, x.sendS)
+		cb, err := a.AllocPinned(sp.n, s)
 		if err != nil {
 			return e.outErr(m.dest, "staging", err)
 		}
@@ -203,12 +206,12 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 		ch := &m.chunks[i]
 		if end := ch.off + ch.n; end > p {
 			from := max(ch.off, p)
-			if err := x.sendS.Copy(ch.buf, from-ch.off, c.Buffer(), start+from-p, end-from); err != nil {
+			if err := s.Copy(ch.buf, from-ch.off, c.Buffer(), start+from-p, end-from); err != nil {
 				return e.outErr(m.dest, "staging", err)
 			}
 			x.stats.BytesStaged += end - from
 		}
-		if ch.ready, err = x.sendS.Record(); err != nil {
+		if ch.ready, err = s.Record(); err != nil {
 			return e.outErr(m.dest, "staging", err)
 		}
 	}
@@ -311,6 +314,68 @@ func readDevice(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer,
 	return fn(mem)
 }
 
+// copier is the allocator and stream that copy out of send buffer buf: the
+// exchanger's own for a buffer of its allocator; for a buffer of another
+// allocator, that allocator's default stream and pinned memory, since a
+// stream copies only between buffers of its own allocator.
+func (e *exchange) copier(buf *devalloc.Buffer) (*devalloc.Allocator, *devalloc.Stream) {
+	if a := buf.Allocator(); a != e.x.a {
+		return a, a.DefaultStream()
+	}
+	return e.x.a, e.x.sendS
+}
+
+// copyAcross copies n bytes of src, a buffer of another allocator than the
+// exchanger's, to dst at dstOff through host memory: src is read once its
+// writers are done (through its own allocator's pinned memory when it is
+// device memory), dst is written on the receive stream in its ledger's
+// order.
+func (e *exchange) copyAcross(dst *devalloc.Buffer, dstOff int64, src *devalloc.Buffer, srcOff, n int64) error {
+	x := e.x
+	write := func(b []byte) error {
+		if dst.Location().HostAccessible() {
+			h, err := dst.Hold(devalloc.Write)
+			if err != nil {
+				return err
+			}
+			err = h.Wait()
+			var mem []byte
+			if err == nil {
+				if mem, err = dst.Bytes(); err == nil {
+					copy(mem[dstOff:dstOff+n], b)
+				}
+			}
+			return errors.Join(err, h.Release())
+		}
+		pin, err := x.a.AllocPinned(n, x.recvS)
+		if err != nil {
+			return err
+		}
+		mem, err := pin.Bytes()
+		if err == nil {
+			copy(mem, b)
+			err = x.recvS.Copy(dst, dstOff, pin, 0, n)
+		}
+		return errors.Join(err, pin.Free())
+	}
+	if !src.Location().HostAccessible() {
+		a := src.Allocator()
+		return readDevice(a, a.DefaultStream(), src, srcOff, n, write)
+	}
+	h, err := src.Hold(devalloc.Read)
+	if err != nil {
+		return err
+	}
+	err = h.Wait()
+	var mem []byte
+	if err == nil {
+		if mem, err = src.Bytes(); err == nil {
+			err = write(mem[srcOff : srcOff+n])
+		}
+	}
+	return errors.Join(err, h.Release())
+}
+
 // copyToSelf delivers this rank's message to itself without MPI: the
 // manifest and one stream-ordered copy of the blocks into a pooled buffer
 // laid out like a received message.
@@ -352,7 +417,11 @@ func (e *exchange) copyToSelf(m *outMsg) {
 		}
 	}
 	if err == nil {
-		err = x.recvS.Copy(buf, p, c.Buffer(), c.Start(), l)
+		if src := c.Buffer(); src.Allocator() == x.a {
+			err = x.recvS.Copy(buf, p, src, c.Start(), l)
+		} else {
+			err = e.copyAcross(buf, p, src, c.Start(), l)
+		}
 	}
 	if err != nil {
 		_ = buf.Free()
