@@ -75,11 +75,25 @@ type Exchanger struct {
 	hooks testHooks
 }
 
-// testHooks let this package's tests act between the steps of an exchange.
+// testHooks let this package's tests act between the steps of an exchange,
+// and play a faulty peer.
 type testHooks struct {
 	beforePost func(e *exchange)           // before the first request is posted
 	afterPost  func(e *exchange)           // after the first requests are posted
 	mangle     func(dest int, wire []byte) // alters a host message before it is sent
+	// announce alters the lengths this rank announces, not the messages.
+	announce func(sizes []int64)
+	// pieces replaces the MPI messages a host message to dest travels as
+	// (wire is the whole message): nil keeps them.
+	pieces func(dest int, wire []byte) [][]byte
+	// extra adds MPI messages to dest after this rank's own, if any.
+	extra func(dest int) [][]byte
+	// canary puts that many bytes on each side of every region MPI
+	// receives into (a receive buffer, a pinned staging chunk), filled
+	// with canaryByte and checked once the receives into it completed;
+	// canaryHit hears of every one overwritten.
+	canary    int64
+	canaryHit func(what string)
 }
 
 // New makes an Exchanger. It is collective over o.Comm: every rank
@@ -495,6 +509,9 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		e.checkPattern(byDest, localErr != nil, abortTo)
 	} else {
 		e.announce(byDest, localErr != nil)
+		if x.hooks.announce != nil {
+			x.hooks.announce(e.sendSize)
+		}
 		if err := x.comm.AlltoallInt64(e.sendSize, recvSize); err != nil {
 			// The collective itself failed: nothing was posted, nothing can be.
 			return nil, errors.Join(localErr, fmt.Errorf("msg: count exchange: %w", err))
@@ -540,8 +557,17 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		if err := e.prepareOut(m); err != nil {
 			e.fail(err)
 			m = e.newAbort(d, k, m.size)
+		} else if x.hooks.pieces != nil {
+			m = e.replacePieces(m)
 		}
 		e.outs = append(e.outs, m)
+	}
+	if x.hooks.extra != nil {
+		for d := range n {
+			if ps := x.hooks.extra(d); ps != nil {
+				e.outs = append(e.outs, e.newRaw(d, n+d, ps))
+			}
+		}
 	}
 	var self *outMsg // delivered by run once the MPI requests are posted
 	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI && !abortTo[x.rank] {
@@ -576,8 +602,8 @@ func (e *exchange) announce(byDest []*outMsg, failed bool) {
 
 // checkCounts validates what every rank announced for this one, before
 // anything is sized from it (docs/WIRE.md, "Exchange protocol"). A rank
-// that failed (-1) or announced a negative length is neither sent to nor
-// expected. A length this rank refuses (shorter than any message, or more
+// that failed (-1) is neither sent to nor expected; one that announced
+// another negative length is not expected. A length this rank refuses (shorter than any message, or more
 // than it can take) is expected all the same, as pieces that are drained
 // as they come, so that the sender completes: nothing is allocated for it.
 // A length beyond the protocol's limit cannot come from a sender that has
@@ -594,8 +620,9 @@ func (e *exchange) checkCounts(byDest []*outMsg) {
 			w = wireErr(ErrPeerAborted, s, tag, "count", "rank %d failed before the exchange and sends nothing (its own error says why)", s)
 			byDest[s] = nil // it expects nothing either
 		case v < 0:
+			// Not the -1 of a rank that failed: it may well expect this
+			// rank's message, which is sent.
 			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a length is -1, 0 or at least %d", s, v, AbortSize)
-			byDest[s] = nil
 		case v > maxMessageBytes:
 			w = wireErr(ErrTooLarge, s, tag, "count", "rank %d announced %d bytes, beyond the protocol's limit of %d; nothing was allocated", s, v, int64(maxMessageBytes))
 		case v < AbortSize:

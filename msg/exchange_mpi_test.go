@@ -4,6 +4,9 @@ package msg
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -727,4 +730,105 @@ func TestChunkedMessages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConcurrentExchangers runs two exchangers made on one communicator,
+// with the same tag, from two goroutines at once: each exchanger has a
+// duplicate of the communicator of its own, so their count exchanges,
+// messages and agreements cannot cross.
+func TestConcurrentExchangers(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	xs := []*Exchanger{newExchanger(t, Options{Comm: comm, Alloc: a}), newExchanger(t, Options{Comm: comm, Alloc: a})}
+	require.Equal(t, xs[0].Tag(), xs[1].Tag())
+	errs := make([]error, len(xs))
+	var wg sync.WaitGroup
+	for g, x := range xs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[g] = exchangeRepeatedly(a, x, rank, size, uint64(g), 30)
+		}()
+	}
+	wg.Wait()
+	for g, err := range errs {
+		require.NoError(t, err, "exchanger %d", g)
+	}
+}
+
+// exchangeRepeatedly runs iters exchanges of host buffers on x, each with
+// another sparsity, and checks every byte received; it reports instead of
+// failing, for use from goroutines.
+func exchangeRepeatedly(a *devalloc.Allocator, x *Exchanger, rank, size int, g uint64, iters int) error {
+	for it := range uint64(iters) {
+		tr := traffic{seed: 1000*g + it, iter: it, density: 0.7, maxBlocks: 60, dims: []int{1, 4, 9, 16}, dtypes: mixedTypes}
+		var descs []packing.Desc
+		for d := range size {
+			descs = append(descs, tr.blocks(rank, d)...)
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		if err != nil {
+			return err
+		}
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		if err != nil {
+			return err
+		}
+		free := func() {
+			for _, b := range bufs {
+				_ = b.Free()
+			}
+		}
+		for _, c := range bufs {
+			src := make([][]byte, c.Len())
+			for k, v := range c.All() {
+				src[k] = tr.content(rank, v.ID(), v.Bytes())
+			}
+			if err := packing.PackHost(a.DefaultStream(), c, src); err != nil {
+				free()
+				return err
+			}
+		}
+		r, err := x.Exchange(bufs)
+		free()
+		if err != nil {
+			return fmt.Errorf("exchange %d: %w", it, err)
+		}
+		for src := range size {
+			want, c := tr.blocks(src, rank), r.From(src)
+			if len(want) == 0 {
+				if c != nil {
+					return fmt.Errorf("exchange %d: rank %d sent nothing, yet a buffer came", it, src)
+				}
+				continue
+			}
+			if c == nil || len(want) != c.Len() {
+				return fmt.Errorf("exchange %d: blocks from rank %d: got %v, want %d", it, src, c, len(want))
+			}
+			h, err := c.Buffer().Hold(devalloc.Read)
+			if err != nil {
+				return err
+			}
+			err = h.Wait()
+			mem, berr := c.Buffer().Bytes()
+			if err = errors.Join(err, berr, h.Release()); err != nil {
+				return err
+			}
+			for _, d := range want {
+				v, err := c.Lookup(d.ID)
+				if err != nil {
+					return fmt.Errorf("exchange %d: %w", it, err)
+				}
+				got := mem[c.Start()+v.Offset():][:v.Bytes()]
+				if string(got) != string(tr.content(src, d.ID, d.Bytes())) {
+					return fmt.Errorf("exchange %d: block %d from rank %d differs", it, d.ID, src)
+				}
+			}
+		}
+		if err := r.Free(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -260,3 +260,44 @@ func TestHeaderOnlyRewrite(t *testing.T) {
 		require.NoError(t, r.Free())
 	}
 }
+
+// TestSendBuffersOfAnotherAllocator sends, to this rank itself, buffers of
+// another allocator than the exchanger's, of every kind: the copy to self
+// and the staging of device memory go through that allocator's own stream
+// and pinned memory.
+func TestSendBuffersOfAnotherAllocator(t *testing.T) {
+	vs := variants(t)
+	for _, xv := range vs {
+		for _, sv := range vs {
+			for _, viaMPI := range []bool{false, true} {
+				t.Run(fmt.Sprintf("exchanger=%s/buffers=%s/self-mpi=%v", xv.name, sv.name, viaMPI), func(t *testing.T) {
+					if xv.aware != sv.aware {
+						t.Skip("one CUDA-awareness setting per process")
+					}
+					a := xv.open(t)
+					b := sv.open(t)
+					comm := world(t)
+					rank, size := comm.Rank(), comm.Size()
+					x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+					tr := selfTraffic(17)
+					bufs, err := AllocSend(b, tr.plan(t, rank, size), b.DefaultStream())
+					require.NoError(t, err)
+					defer func() {
+						for _, c := range bufs {
+							require.NoError(t, c.Free())
+						}
+					}()
+					tr.fill(t, b.DefaultStream(), rank, bufs)
+					for range 2 {
+						r, err := x.Exchange(bufs)
+						require.NoError(t, err)
+						require.Same(t, a, r.From(rank).Buffer().Allocator(), "received into the exchanger's allocator")
+						tr.verify(t, a.DefaultStream(), rank, size, r)
+						require.NoError(t, r.Free())
+					}
+					require.NoError(t, b.Sync())
+				})
+			}
+		}
+	}
+}

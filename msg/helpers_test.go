@@ -99,6 +99,12 @@ func variants(t *testing.T) []variant {
 // the variant needs for the test's duration.
 func (v variant) open(t *testing.T) *devalloc.Allocator {
 	t.Helper()
+	return v.openWith(t, &devalloc.Config{})
+}
+
+// openWith is open with an allocator configuration.
+func (v variant) openWith(t *testing.T, conf *devalloc.Config) *devalloc.Allocator {
+	t.Helper()
 	if v.kind == devalloc.BackendCUDA {
 		aware := "0"
 		if v.aware {
@@ -106,7 +112,7 @@ func (v variant) open(t *testing.T) *devalloc.Allocator {
 		}
 		t.Setenv(cluster.EnvCUDAAware, aware)
 	}
-	a, err := devalloc.Open(devalloc.Options{Backend: v.kind, Config: &devalloc.Config{}, Warn: func(m string) { t.Log(m) }})
+	a, err := devalloc.Open(devalloc.Options{Backend: v.kind, Config: conf, Warn: func(m string) { t.Log(m) }})
 	if err != nil {
 		if v.kind == devalloc.BackendCUDA {
 			gputest.Unavailable(t, "the CUDA backend ("+v.name+")", err)

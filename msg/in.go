@@ -36,6 +36,7 @@ type inMsg struct {
 	ended bool
 
 	buf      *devalloc.Buffer
+	base     int64          // where the message starts in buf: 0 but in canary tests
 	share    *sharedRelease // direct: the buffer's write hold, one share per piece
 	shared   sharedRelease  // what share points to
 	chunks   []inChunk      // by piece; none while draining
@@ -94,10 +95,17 @@ func (e *exchange) newRecv(src, step int, size int64) *inMsg {
 // was really had.
 func (e *exchange) allocIn(in *inMsg) error {
 	x := e.x
-	buf, err := x.a.Alloc(in.size, x.recvS)
+	c := x.hooks.canary
+	buf, err := x.a.Alloc(in.size+2*c, x.recvS)
 	if err != nil {
 		return err
 	}
+	if c > 0 {
+		if err := e.fillGuard(buf, in.size); err != nil {
+			return errors.Join(err, buf.Free())
+		}
+	}
+	in.base = c
 	loc := buf.Location()
 	in.staged = !loc.HostAccessible() && !e.aware
 	if !in.staged {
@@ -210,7 +218,13 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 	ch := &in.chunks[i]
 	var rel cluster.Releaser
 	if in.staged {
-		cb, err := x.a.AllocPinned(ch.n, x.recvS)
+		c := x.hooks.canary
+		cb, err := x.a.AllocPinned(ch.n+2*c, x.recvS)
+		if err == nil && c > 0 {
+			if err = e.fillGuard(cb, ch.n); err != nil {
+				_ = cb.Free()
+			}
+		}
 		if err == nil {
 			// No Wait: a pinned block leaves the pool only once every
 			// earlier use of it has completed, and the allocation enqueues
@@ -225,8 +239,11 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 			return
 		}
 		ch.buf, ch.mem, rel = cb, cb, ch.hold
+		if c > 0 {
+			ch.mem = cluster.Sub(cb, c, ch.n)
+		}
 	} else {
-		ch.region = bufRegion{in.buf, ch.off, ch.n}
+		ch.region = bufRegion{in.buf, in.base + ch.off, ch.n}
 		ch.mem, rel = &ch.region, in.share
 	}
 	r, err := m.Recv(ch.mem)
@@ -326,6 +343,9 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 			ch.buf = nil
 		}
 	}()
+	if ch.buf != nil && x.hooks.canary > 0 {
+		e.checkGuard(ch.buf, ch.n, fmt.Sprintf("pinned chunk %d of the message from rank %d", i, in.src))
+	}
 	if in.failed != nil {
 		return
 	}
@@ -338,6 +358,7 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 		in.failed = e.inErr(in, "staging", err)
 		return
 	}
+	mem = mem[x.hooks.canary:][:ch.n]
 	if ch.err != nil || ch.got != ch.n {
 		in.failed = e.sizeError(in, i, mem[:max(min(ch.got, ch.n), 0)])
 		return
@@ -368,7 +389,7 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 	if ch.off+ch.n > p {
 		in.crc = crcUpdate(in.crc, mem[max(p-ch.off, 0):])
 	}
-	if err := x.recvS.Copy(in.buf, ch.off, ch.buf, 0, ch.n); err != nil {
+	if err := x.recvS.Copy(in.buf, in.base+ch.off, ch.buf, x.hooks.canary, ch.n); err != nil {
 		in.failed = e.inErr(in, "staging", err)
 		return
 	}
@@ -403,10 +424,10 @@ func (e *exchange) finishDirect(in *inMsg) {
 				if err != nil {
 					return nil, err
 				}
-				return mem[:n], nil
+				return mem[in.base:][:n], nil
 			}
 			var out []byte
-			err := readDevice(x.a, x.recvS, in.buf, 0, n, func(b []byte) error { out = append(out, b...); return nil })
+			err := readDevice(x.a, x.recvS, in.buf, in.base, n, func(b []byte) error { out = append(out, b...); return nil })
 			return out, err
 		}
 		for i := range in.chunks {
@@ -436,7 +457,7 @@ func (e *exchange) finishDirect(in *inMsg) {
 			if !in.device {
 				mem, _ := head(in.size)
 				sum = Checksum(mem[p:])
-			} else if err := readDevice(x.a, x.recvS, in.buf, int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
+			} else if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
 				return e.inErr(in, "payload_checksum", err)
 			}
 			if sum != h.PayloadChecksum {
@@ -463,8 +484,12 @@ func (e *exchange) endIn(in *inMsg) {
 	}
 	in.ended = true
 	e.fail(in.failed)
+	canary := e.x.hooks.canary > 0
 	for i := range in.chunks {
 		ch := &in.chunks[i]
+		if canary && ch.buf != nil && ch.done {
+			e.checkGuard(ch.buf, ch.n, fmt.Sprintf("pinned chunk %d of the message from rank %d", i, in.src))
+		}
 		if !ch.posted {
 			ch.posted = true
 			if in.share != nil {
@@ -480,8 +505,22 @@ func (e *exchange) endIn(in *inMsg) {
 		}
 	}
 	if in.buf != nil {
+		if canary && in.receivesDone() {
+			e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
+		}
 		_ = in.buf.Free()
 	}
+}
+
+// receivesDone reports whether no receive into the message's memory is
+// still in flight.
+func (in *inMsg) receivesDone() bool {
+	for i := range in.chunks {
+		if ch := &in.chunks[i]; ch.posted && !ch.discarded && !ch.done {
+			return false
+		}
+	}
+	return true
 }
 
 // hdr is the accepted header of the message.
@@ -573,7 +612,10 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 // wrapResult turns the received buffer into the coalesced buffer of its
 // blocks, in place.
 func (e *exchange) wrapResult(in *inMsg, plan *packing.Plan, p int64) {
-	c, err := packing.WrapAt(in.buf, p, plan, 0)
+	if e.x.hooks.canary > 0 && !in.local {
+		e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
+	}
+	c, err := packing.WrapAt(in.buf, in.base+p, plan, 0)
 	if err != nil {
 		in.failed = e.inErr(in, "payload", err)
 		e.endIn(in)
@@ -581,4 +623,80 @@ func (e *exchange) wrapResult(in *inMsg, plan *packing.Plan, p int64) {
 	}
 	in.ended = true
 	in.result = c
+}
+
+// canaryByte fills the canaries of canary tests.
+const canaryByte = 0xCA
+
+// fillGuard fills the canary bytes on both sides of the n bytes that start
+// canary bytes into buf.
+func (e *exchange) fillGuard(buf *devalloc.Buffer, n int64) error {
+	x := e.x
+	c := x.hooks.canary
+	guard := make([]byte, c)
+	for i := range guard {
+		guard[i] = canaryByte
+	}
+	if buf.Location().HostAccessible() {
+		h, err := buf.Hold(devalloc.Write)
+		if err != nil {
+			return err
+		}
+		err = h.Wait()
+		var mem []byte
+		if err == nil {
+			if mem, err = buf.Bytes(); err == nil {
+				copy(mem[:c], guard)
+				copy(mem[c+n:], guard)
+			}
+		}
+		return errors.Join(err, h.Release())
+	}
+	pin, err := x.a.AllocPinned(c, x.recvS)
+	if err != nil {
+		return err
+	}
+	mem, err := pin.Bytes()
+	if err == nil {
+		copy(mem, guard)
+		err = errors.Join(x.recvS.Copy(buf, 0, pin, 0, c), x.recvS.Copy(buf, c+n, pin, 0, c))
+	}
+	return errors.Join(err, pin.Free())
+}
+
+// checkGuard reports, to the canaryHit hook, canary bytes of buf (see
+// fillGuard) that are no longer what was written there.
+func (e *exchange) checkGuard(buf *devalloc.Buffer, n int64, what string) {
+	x := e.x
+	c := x.hooks.canary
+	check := func(side string) func(b []byte) error {
+		return func(b []byte) error {
+			for i, v := range b {
+				if v != canaryByte {
+					x.hooks.canaryHit(fmt.Sprintf("%s: canary byte %d %s the region was overwritten", what, i, side))
+					break
+				}
+			}
+			return nil
+		}
+	}
+	var err error
+	if buf.Location().HostAccessible() {
+		var h *devalloc.Hold
+		if h, err = buf.Hold(devalloc.Read); err == nil {
+			if err = h.Wait(); err == nil {
+				var mem []byte
+				if mem, err = buf.Bytes(); err == nil {
+					_ = check("before")(mem[:c])
+					_ = check("after")(mem[c+n : 2*c+n])
+				}
+			}
+			err = errors.Join(err, h.Release())
+		}
+	} else {
+		err = errors.Join(readDevice(x.a, x.recvS, buf, 0, c, check("before")), readDevice(x.a, x.recvS, buf, c+n, c, check("after")))
+	}
+	if err != nil {
+		x.hooks.canaryHit(fmt.Sprintf("%s: canaries unreadable: %v", what, err))
+	}
 }

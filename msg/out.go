@@ -244,21 +244,48 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 // others, so the receiver's requests all complete.
 func (e *exchange) newAbort(dest, step int, size int64) *outMsg {
 	notice := make([]byte, AbortSize)
-	h := e.header(dest)
-	_ = EncodeAbort(notice, h) // cannot fail: no entries, and the buffer is large enough
-	m := e.newOut()
-	m.dest, m.step, m.abort, m.size = dest, step, true, size
-	m.chunks = resize(m.chunks, chunkCount(size, e.x.chunk))
-	for i := range m.chunks {
-		var b []byte
-		if i == 0 {
-			b = notice
-		}
-		pin := cluster.PinBytes(b)
-		m.chunks[i] = outChunk{mem: pin, pin: pin}
-	}
+	_ = EncodeAbort(notice, e.header(dest)) // cannot fail: no entries, and the buffer is large enough
+	pieces := make([][]byte, chunkCount(size, e.x.chunk))
+	pieces[0] = notice
+	m := e.newRaw(dest, step, pieces)
+	m.abort, m.size = true, size
 	e.x.stats.Aborts++
 	return m
+}
+
+// newRaw makes a message to dest of the given MPI messages, sent from Go
+// memory pinned until each completes.
+func (e *exchange) newRaw(dest, step int, pieces [][]byte) *outMsg {
+	m := e.newOut()
+	m.dest, m.step = dest, step
+	m.chunks = resize(m.chunks, len(pieces))
+	for i, b := range pieces {
+		pin := cluster.PinBytes(b)
+		m.chunks[i] = outChunk{n: int64(len(b)), mem: pin, pin: pin}
+		m.size += int64(len(b))
+	}
+	return m
+}
+
+// replacePieces lets the pieces test hook replace the MPI messages of a
+// prepared host message.
+func (e *exchange) replacePieces(m *outMsg) *outMsg {
+	c := m.c
+	if !c.Location().HostAccessible() {
+		return m
+	}
+	p := int64(m.man.payloadOffset())
+	mem, err := c.Buffer().Bytes()
+	if err != nil {
+		return m
+	}
+	ps := e.x.hooks.pieces(m.dest, append([]byte(nil), mem[c.Start()-p:c.Start()+c.Size()]...))
+	if ps == nil {
+		return m
+	}
+	m.release()
+	raw := e.newRaw(m.dest, m.step, ps)
+	return raw
 }
 
 // release frees what the chunks not yet posted hold: called when a message
