@@ -3,6 +3,7 @@ package msg
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"math"
@@ -10,6 +11,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -249,5 +253,25 @@ func TestFirstDuplicate(t *testing.T) {
 			seen[id] = true
 		}
 		require.Equal(t, want, firstDuplicate(n, func(i int) uint64 { return ids[i] }), "ids %v", ids)
+	}
+}
+
+// TestWireDocShowsTheGoldenMessage compares the hex dump in docs/WIRE.md
+// with the golden file, row by row: the doc shows the bytes a peer must
+// produce.
+func TestWireDocShowsTheGoldenMessage(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "WIRE.md"))
+	require.NoError(t, err)
+	golden, err := os.ReadFile(filepath.Join("testdata", "golden-v1.bin"))
+	require.NoError(t, err)
+	row := regexp.MustCompile(`(?m)^([0-9a-f]{8}): ((?:[0-9a-f]{4} ){7}[0-9a-f]{4})`)
+	rows := row.FindAllStringSubmatch(string(doc), -1)
+	require.GreaterOrEqual(t, len(rows), 10, "the doc's dump of the reference message")
+	for _, r := range rows {
+		off, err := strconv.ParseUint(r[1], 16, 32)
+		require.NoError(t, err)
+		want, err := hex.DecodeString(strings.ReplaceAll(r[2], " ", ""))
+		require.NoError(t, err)
+		require.Equal(t, want, golden[off:off+16], "docs/WIRE.md row %s", r[1])
 	}
 }
