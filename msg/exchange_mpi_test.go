@@ -832,3 +832,32 @@ func exchangeRepeatedly(a *devalloc.Allocator, x *Exchanger, rank, size int, g u
 	}
 	return nil
 }
+
+// TestNewFailsEverywhere: a rank whose options are bad still takes part in
+// New's collectives, so that every rank fails alike instead of some waiting
+// in the first exchange for a rank that never comes.
+func TestNewFailsEverywhere(t *testing.T) {
+	comm := world(t)
+	rank := comm.Rank()
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	o := Options{Comm: comm, Alloc: a}
+	if rank == 1 {
+		o.Window = -5
+	}
+	x, err := New(o)
+	require.Nil(t, x)
+	if rank == 1 {
+		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorContains(t, err, "Window")
+	} else {
+		require.ErrorIs(t, err, ErrPeerAborted)
+		require.ErrorContains(t, err, "rank 1 could not set up its exchanger")
+	}
+	// Ranks that disagree on the tag fail alike too.
+	o = Options{Comm: comm, Alloc: a, Tag: 100 + rank%2}
+	_, err = New(o)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "disagree on the tag")
+	// And the communicator still serves a working exchanger.
+	newExchanger(t, Options{Comm: comm, Alloc: a})
+}

@@ -3,6 +3,7 @@ package msg
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
@@ -300,4 +301,30 @@ func TestSendBuffersOfAnotherAllocator(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestTimeoutSetting(t *testing.T) {
+	for in, want := range map[string]time.Duration{"90s": 90 * time.Second, "2m30s": 150 * time.Second, "45": 45 * time.Second, "0.5": 500 * time.Millisecond, " off ": -1} {
+		got, err := ParseTimeout(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "soon", "-3", "0", "0s", "-1m", "1e300"} {
+		_, err := ParseTimeout(in)
+		require.ErrorIs(t, err, ErrInvalid, in)
+	}
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	comm := world(t)
+	require.Equal(t, DefaultTimeout, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
+	require.Equal(t, 3*time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: 3 * time.Second}).timeout)
+	require.Zero(t, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: -1}).timeout, "no limit")
+	t.Setenv(EnvTimeout, "off")
+	require.Zero(t, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
+	t.Setenv(EnvTimeout, "7s")
+	require.Equal(t, 7*time.Second, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
+	require.Equal(t, time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: time.Second}).timeout, "the option wins over the environment")
+	t.Setenv(EnvTimeout, "whenever")
+	_, err := New(Options{Comm: comm, Alloc: a})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, EnvTimeout)
 }
