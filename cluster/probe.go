@@ -31,6 +31,18 @@ var unreceived atomic.Int64
 // Status describes the message: its source, tag and exact length in bytes.
 func (m *Message) Status() Status { return m.status }
 
+// begin claims the message for op and enters MPI; the caller exits.
+func (m *Message) begin(op string) error {
+	if err := m.claim(op); err != nil {
+		return err
+	}
+	if err := enter(); err != nil {
+		m.used.Store(false)
+		return err
+	}
+	return nil
+}
+
 // claim marks the message as being received, once.
 func (m *Message) claim(op string) error {
 	if m == nil {
@@ -49,11 +61,7 @@ func (m *Message) claim(op string) error {
 // message can still be received elsewhere or discarded. As for Irecv, mem
 // must stay valid until the request completes.
 func (m *Message) Recv(mem Memory) (*Request, error) {
-	if err := m.claim("Message.Recv"); err != nil {
-		return nil, err
-	}
-	if err := enter(); err != nil {
-		m.used.Store(false)
+	if err := m.begin("Message.Recv"); err != nil {
 		return nil, err
 	}
 	defer exit()
@@ -86,11 +94,7 @@ func (m *Message) Recv(mem Memory) (*Request, error) {
 // off the wire and dropped. It fails (ErrMemory) when no scratch memory of
 // that length can be had, leaving the message to a later Recv or Discard.
 func (m *Message) Discard() (*Request, error) {
-	if err := m.claim("Message.Discard"); err != nil {
-		return nil, err
-	}
-	if err := enter(); err != nil {
-		m.used.Store(false)
+	if err := m.begin("Message.Discard"); err != nil {
 		return nil, err
 	}
 	defer exit()
@@ -183,14 +187,8 @@ func Await(reqs []*Request, done []int, p *Probe, timeout time.Duration) ([]int,
 	if err := enterPosted(pending); err != nil {
 		return done, nil, err
 	}
-	var stBuf [smallBatch]Status
-	var errBuf [smallBatch]error
-	var idxBuf [smallBatch]int
-	sts, errs, idx := stBuf[:0], errBuf[:0], idxBuf[:0]
-	if n > smallBatch {
-		sts, errs, idx = make([]Status, 0, n), make([]error, 0, n), make([]int, 0, n)
-	}
-	sts, errs, idx = sts[:n], errs[:n], idx[:n]
+	var b completions
+	sts, errs, idx := b.slices(n)
 	res := backendAwait(pending, sts, errs, idx, probe, timeout)
 	exit()
 	slices.Sort(idx[:res.done])

@@ -167,7 +167,11 @@ int dist_layout_type_info(dist_layout lay, int64_t *size, int64_t *extent) {
 	return rc;
 }
 
-static MPI_Request *post(int is_send, MPI_Comm *c, uintptr_t buf, dist_layout lay, int peer, int tag, int *rc) {
+enum { POST_SEND, POST_RECV, POST_MRECV };
+
+// post starts a send, a receive, or the receive of matched message *msg,
+// of the bytes lay describes, in a request cell of its own.
+static MPI_Request *post(int what, MPI_Comm *c, MPI_Message *msg, uintptr_t buf, dist_layout lay, int peer, int tag, int *rc) {
 	MPI_Request *req = malloc(sizeof *req);
 	if (!req) {
 		*rc = MPI_ERR_NO_MEM;
@@ -180,10 +184,16 @@ static MPI_Request *post(int is_send, MPI_Comm *c, uintptr_t buf, dist_layout la
 		free(req);
 		return NULL;
 	}
-	if (is_send)
+	switch (what) {
+	case POST_SEND:
 		*rc = MPI_Isend((void *)buf, count, t, peer, tag, *c, req);
-	else
+		break;
+	case POST_RECV:
 		*rc = MPI_Irecv((void *)buf, count, t, peer < 0 ? MPI_ANY_SOURCE : peer, tag < 0 ? MPI_ANY_TAG : tag, *c, req);
+		break;
+	default:
+		*rc = MPI_Imrecv((void *)buf, count, t, msg, req);
+	}
 	if (created) MPI_Type_free(&t);
 	if (*rc != MPI_SUCCESS) {
 		free(req);
@@ -193,11 +203,11 @@ static MPI_Request *post(int is_send, MPI_Comm *c, uintptr_t buf, dist_layout la
 }
 
 MPI_Request *dist_isend(MPI_Comm *c, uintptr_t buf, dist_layout lay, int dest, int tag, int *rc) {
-	return post(1, c, buf, lay, dest, tag, rc);
+	return post(POST_SEND, c, NULL, buf, lay, dest, tag, rc);
 }
 
 MPI_Request *dist_irecv(MPI_Comm *c, uintptr_t buf, dist_layout lay, int source, int tag, int *rc) {
-	return post(0, c, buf, lay, source, tag, rc);
+	return post(POST_RECV, c, NULL, buf, lay, source, tag, rc);
 }
 
 static void fill_status(const MPI_Status *s, int counted, dist_status *out) {
@@ -545,25 +555,7 @@ int dist_improbe(MPI_Comm *c, int source, int tag, int *flag, MPI_Message *msg, 
 }
 
 MPI_Request *dist_imrecv(MPI_Message *msg, uintptr_t buf, dist_layout lay, int *rc) {
-	MPI_Request *req = malloc(sizeof *req);
-	if (!req) {
-		*rc = MPI_ERR_NO_MEM;
-		return NULL;
-	}
-	int count, created;
-	MPI_Datatype t;
-	*rc = make_type(lay, &count, &t, &created);
-	if (*rc != MPI_SUCCESS) {
-		free(req);
-		return NULL;
-	}
-	*rc = MPI_Imrecv((void *)buf, count, t, msg, req);
-	if (created) MPI_Type_free(&t);
-	if (*rc != MPI_SUCCESS) {
-		free(req);
-		return NULL;
-	}
-	return req;
+	return post(POST_MRECV, NULL, msg, buf, lay, 0, 0, rc);
 }
 
 int dist_abort(int code) { return MPI_Abort(MPI_COMM_WORLD, code); }

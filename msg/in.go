@@ -631,37 +631,12 @@ const canaryByte = 0xCA
 // fillGuard fills the canary bytes on both sides of the n bytes that start
 // canary bytes into buf.
 func (e *exchange) fillGuard(buf *devalloc.Buffer, n int64) error {
-	x := e.x
-	c := x.hooks.canary
+	c := e.x.hooks.canary
 	guard := make([]byte, c)
 	for i := range guard {
 		guard[i] = canaryByte
 	}
-	if buf.Location().HostAccessible() {
-		h, err := buf.Hold(devalloc.Write)
-		if err != nil {
-			return err
-		}
-		err = h.Wait()
-		var mem []byte
-		if err == nil {
-			if mem, err = buf.Bytes(); err == nil {
-				copy(mem[:c], guard)
-				copy(mem[c+n:], guard)
-			}
-		}
-		return errors.Join(err, h.Release())
-	}
-	pin, err := x.a.AllocPinned(c, x.recvS)
-	if err != nil {
-		return err
-	}
-	mem, err := pin.Bytes()
-	if err == nil {
-		copy(mem, guard)
-		err = errors.Join(x.recvS.Copy(buf, 0, pin, 0, c), x.recvS.Copy(buf, c+n, pin, 0, c))
-	}
-	return errors.Join(err, pin.Free())
+	return errors.Join(e.writeAt(buf, 0, guard), e.writeAt(buf, c+n, guard))
 }
 
 // checkGuard reports, to the canaryHit hook, canary bytes of buf (see
@@ -680,22 +655,7 @@ func (e *exchange) checkGuard(buf *devalloc.Buffer, n int64, what string) {
 			return nil
 		}
 	}
-	var err error
-	if buf.Location().HostAccessible() {
-		var h *devalloc.Hold
-		if h, err = buf.Hold(devalloc.Read); err == nil {
-			if err = h.Wait(); err == nil {
-				var mem []byte
-				if mem, err = buf.Bytes(); err == nil {
-					_ = check("before")(mem[:c])
-					_ = check("after")(mem[c+n : 2*c+n])
-				}
-			}
-			err = errors.Join(err, h.Release())
-		}
-	} else {
-		err = errors.Join(readDevice(x.a, x.recvS, buf, 0, c, check("before")), readDevice(x.a, x.recvS, buf, c+n, c, check("after")))
-	}
+	err := errors.Join(readAt(x.a, x.recvS, buf, 0, c, check("before")), readAt(x.a, x.recvS, buf, c+n, c, check("after")))
 	if err != nil {
 		x.hooks.canaryHit(fmt.Sprintf("%s: canaries unreadable: %v", what, err))
 	}

@@ -355,49 +355,58 @@ func (e *exchange) copier(buf *devalloc.Buffer) (*devalloc.Allocator, *devalloc.
 // copyAcross copies n bytes of src, a buffer of another allocator than the
 // exchanger's, to dst at dstOff through host memory: src is read once its
 // writers are done (through its own allocator's pinned memory when it is
-// device memory), dst is written on the receive stream in its ledger's
-// order.
+// device memory), dst is written in its ledger's order.
 func (e *exchange) copyAcross(dst *devalloc.Buffer, dstOff int64, src *devalloc.Buffer, srcOff, n int64) error {
+	a := src.Allocator()
+	return readAt(a, a.DefaultStream(), src, srcOff, n, func(b []byte) error { return e.writeAt(dst, dstOff, b) })
+}
+
+// writeAt writes b into buf, a buffer of the exchanger's allocator, at off:
+// from this goroutine under a write hold for host-accessible memory, else
+// by a copy from pinned memory on the receive stream.
+func (e *exchange) writeAt(buf *devalloc.Buffer, off int64, b []byte) error {
 	x := e.x
-	write := func(b []byte) error {
-		if dst.Location().HostAccessible() {
-			h, err := dst.Hold(devalloc.Write)
-			if err != nil {
-				return err
-			}
-			err = h.Wait()
-			var mem []byte
-			if err == nil {
-				if mem, err = dst.Bytes(); err == nil {
-					copy(mem[dstOff:dstOff+n], b)
-				}
-			}
-			return errors.Join(err, h.Release())
-		}
-		pin, err := x.a.AllocPinned(n, x.recvS)
-		if err != nil {
-			return err
-		}
-		mem, err := pin.Bytes()
-		if err == nil {
-			copy(mem, b)
-			err = x.recvS.Copy(dst, dstOff, pin, 0, n)
-		}
-		return errors.Join(err, pin.Free())
+	n := int64(len(b))
+	if buf.Location().HostAccessible() {
+		return withHostBytes(buf, devalloc.Write, func(mem []byte) error {
+			copy(mem[off:off+n], b)
+			return nil
+		})
 	}
-	if !src.Location().HostAccessible() {
-		a := src.Allocator()
-		return readDevice(a, a.DefaultStream(), src, srcOff, n, write)
+	pin, err := x.a.AllocPinned(n, x.recvS)
+	if err != nil {
+		return err
 	}
-	h, err := src.Hold(devalloc.Read)
+	mem, err := pin.Bytes()
+	if err == nil {
+		copy(mem, b)
+		err = x.recvS.Copy(buf, off, pin, 0, n)
+	}
+	return errors.Join(err, pin.Free())
+}
+
+// readAt hands n bytes of buf from off to fn once the work buf's ledger
+// says comes first has run: in place for host-accessible memory, through
+// a's pinned memory and stream s otherwise.
+func readAt(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer, off, n int64, fn func([]byte) error) error {
+	if !buf.Location().HostAccessible() {
+		return readDevice(a, s, buf, off, n, fn)
+	}
+	return withHostBytes(buf, devalloc.Read, func(mem []byte) error { return fn(mem[off : off+n]) })
+}
+
+// withHostBytes runs fn on the bytes of host-accessible buf under a hold
+// of the given mode, once what the hold must follow has run.
+func withHostBytes(buf *devalloc.Buffer, mode devalloc.Mode, fn func(mem []byte) error) error {
+	h, err := buf.Hold(mode)
 	if err != nil {
 		return err
 	}
 	err = h.Wait()
 	var mem []byte
 	if err == nil {
-		if mem, err = src.Bytes(); err == nil {
-			err = write(mem[srcOff : srcOff+n])
+		if mem, err = buf.Bytes(); err == nil {
+			err = fn(mem)
 		}
 	}
 	return errors.Join(err, h.Release())
