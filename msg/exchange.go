@@ -353,10 +353,13 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 // Exchange sends every buffer in send to its destination (Coalesced.Dest,
 // a rank of the communicator; at most one buffer per destination; empty
 // groups send nothing) and receives what the other ranks send to this one.
-// Sizes are exchanged first (one Alltoall of int64s); then every receive
-// buffer is allocated from the pool, the receives are posted, and the sends
-// issued, each message as one MPI message (cut into chunks only above the
-// chunk size), with at most Window requests of each direction outstanding.
+// Sizes are exchanged first (one Alltoall of int64s) and checked; then
+// every receive buffer is allocated from the pool and the sends issued,
+// each message as one MPI message (cut into chunks only above the chunk
+// size), while what arrives is matched by probe and received once its
+// length is known, with at most Window requests of each direction
+// outstanding. An agreement (one more Alltoall) ends the exchange on every
+// rank: see the package documentation, "Failures".
 //
 // The send buffers must not be written until Exchange returns; then they
 // are the caller's again. Buffers from AllocSend, or any host-accessible
@@ -365,7 +368,8 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 //
 // On error nothing is returned: every received buffer is freed, and the
 // error joins what went wrong per peer (WireError values naming peer, tag
-// and field, matching the sentinels of this package).
+// and field, matching the sentinels of this package). When another rank's
+// part failed, this rank's error matches ErrPeerAborted and names it.
 func (x *Exchanger) Exchange(send []*packing.Coalesced) (*Received, error) {
 	return x.exchange(send, nil)
 }
