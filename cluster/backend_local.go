@@ -5,8 +5,10 @@ package cluster
 import (
 	"fmt"
 	"math"
+	"os"
 	"reflect"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -23,6 +25,10 @@ const haveMPI = false
 type commImpl struct{ lc *localComm }
 
 type reqImpl struct{ lr *localReq }
+
+// msgImpl is a matched message: the send it came from, taken out of the
+// queue.
+type msgImpl struct{ send *localReq }
 
 type localComm struct {
 	mu      sync.Mutex
@@ -212,6 +218,95 @@ func (lc *localComm) probe(tag int) (Status, bool, chan struct{}) {
 	}
 	return Status{}, false, lc.arrived
 }
+
+// match takes the oldest queued send with a matching tag out of the queue,
+// as MPI_Improbe does, or returns the channel closed at the next arrival.
+func (lc *localComm) match(tag int) (*localReq, chan struct{}) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for i, s := range lc.sends {
+		if tagMatches(tag, s.tag) {
+			lc.sends = append(lc.sends[:i], lc.sends[i+1:]...)
+			return s, nil
+		}
+	}
+	return nil, lc.arrived
+}
+
+func sendStatus(s *localReq) Status { return Status{Source: 0, Tag: s.tag, Bytes: s.n} }
+
+func backendImprobe(c commImpl, _, tag int) (Status, msgImpl, bool, error) {
+	s, _ := c.lc.match(tag)
+	if s == nil {
+		return Status{}, msgImpl{}, false, nil
+	}
+	return sendStatus(s), msgImpl{s}, true, nil
+}
+
+func backendImrecv(m msgImpl, addr uintptr, lay byteLayout, r *Request) error {
+	q := &localReq{addr: addr, n: lay.bytes(), tag: m.send.tag, done: make(chan struct{})}
+	r.impl.lr = q
+	deliver(m.send, q)
+	return nil
+}
+
+// backendDiscard completes the send and the receive without copying.
+func backendDiscard(m msgImpl, _ byteLayout, r *Request) error {
+	q := &localReq{tag: m.send.tag, done: make(chan struct{}), status: sendStatus(m.send)}
+	r.impl.lr = q
+	close(m.send.done)
+	close(q.done)
+	return nil
+}
+
+func backendAwait(rs []*Request, sts []Status, errs []error, idx []int, p *awaitProbe, timeout time.Duration) awaitResult {
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		var res awaitResult
+		for i, r := range rs {
+			select {
+			case <-r.impl.lr.done:
+				sts[i], errs[i] = r.impl.lr.result("MPI_Waitsome")
+				idx[res.done] = i
+				res.done++
+			default:
+			}
+		}
+		var arrived chan struct{}
+		if p != nil {
+			var s *localReq
+			if s, arrived = p.c.lc.match(p.tag); s != nil {
+				res.matched, res.msg, res.status = true, msgImpl{s}, sendStatus(s)
+			}
+		}
+		if res.done > 0 || res.matched || timeout == 0 {
+			return res
+		}
+		// Nothing yet: sleep until a request completes, a message arrives
+		// or the time is up.
+		cases := make([]reflect.SelectCase, 0, len(rs)+2)
+		for _, r := range rs {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.impl.lr.done)})
+		}
+		if arrived != nil {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(arrived)})
+		}
+		if expired != nil {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(expired)})
+		}
+		if chosen, _, _ := reflect.Select(cases); expired != nil && chosen == len(cases)-1 {
+			return awaitResult{}
+		}
+	}
+}
+
+// backendAbort ends the process: it is the whole world.
+func backendAbort(code int) { os.Exit(code) }
 
 func backendProbe(c commImpl, _, tag int) (Status, error) {
 	for {

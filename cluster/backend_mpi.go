@@ -42,12 +42,20 @@ package cluster
 #cgo nocallback dist_iprobe
 #cgo noescape dist_layout_type_info
 #cgo nocallback dist_layout_type_info
+#cgo noescape dist_improbe
+#cgo nocallback dist_improbe
+#cgo noescape dist_imrecv
+#cgo nocallback dist_imrecv
+#cgo noescape dist_await
+#cgo nocallback dist_await
 */
 import "C"
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"time"
 	"unsafe"
 )
 
@@ -59,6 +67,10 @@ const haveMPI = true
 type commImpl struct{ h *C.MPI_Comm }
 
 type reqImpl struct{ h *C.MPI_Request }
+
+// msgImpl is a matched message's handle, in its own C cell until the
+// receive that takes it is posted.
+type msgImpl struct{ h *C.MPI_Message }
 
 var mpiEngine struct {
 	main *funnel // the thread that called MPI_Init_thread; it calls MPI_Finalize
@@ -755,4 +767,191 @@ func layoutTypeInfo(l byteLayout) (size, extent int64, err error) {
 		return 0, 0, err
 	}
 	return int64(s), int64(e), nil
+}
+
+func backendImprobe(c commImpl, source, tag int) (Status, msgImpl, bool, error) {
+	cell := C.dist_message_new()
+	if cell == nil {
+		return Status{}, msgImpl{}, false, fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)
+	}
+	var st C.dist_status
+	var rc, flag C.int
+	onMPI(func() { rc = C.dist_improbe(c.h, C.int(source), C.int(tag), &flag, cell, &st) })
+	if err := mpiErr("MPI_Improbe", rc); err != nil || flag == 0 {
+		C.dist_message_free(cell)
+		return Status{}, msgImpl{}, false, err
+	}
+	return goStatus(&st), msgImpl{cell}, true, nil
+}
+
+func imrecv(m msgImpl, addr uintptr, lay byteLayout) (*C.MPI_Request, C.int) {
+	cl := cLayout(lay)
+	var rc C.int
+	var h *C.MPI_Request
+	onMPI(func() { h = C.dist_imrecv(m.h, C.uintptr_t(addr), cl, &rc) })
+	return h, rc
+}
+
+func backendImrecv(m msgImpl, addr uintptr, lay byteLayout, r *Request) error {
+	h, rc := imrecv(m, addr, lay)
+	C.dist_message_free(m.h)
+	if h == nil {
+		return mpiErr("MPI_Imrecv", rc)
+	}
+	r.impl.h = h
+	return nil
+}
+
+// cScratch is C memory a discarded message is received into, freed when
+// the receive completes.
+type cScratch struct{ p unsafe.Pointer }
+
+func (s cScratch) Release() error {
+	C.free(s.p)
+	return nil
+}
+
+func backendDiscard(m msgImpl, lay byteLayout, r *Request) error {
+	var p unsafe.Pointer
+	if n := lay.bytes(); n > 0 {
+		if p = C.malloc(C.size_t(n)); p == nil {
+			return fmt.Errorf("cluster: Message.Discard: no scratch memory for %d bytes: %w", n, ErrMemory)
+		}
+	}
+	h, rc := imrecv(m, uintptr(p), lay)
+	C.dist_message_free(m.h)
+	if h == nil {
+		C.free(p)
+		return mpiErr("MPI_Imrecv", rc)
+	}
+	r.impl.h = h
+	if p != nil {
+		r.holds = append(r.holdBuf[:0], cScratch{p})
+	}
+	return nil
+}
+
+// awaitSlice is the length of the next polling slice of a wait that has
+// run slices slices so far, given the largest pending message: short
+// slices first, as Wait polls before it blocks, then long ones once the
+// wait has lasted (or at once for a large message, whose transfer runs
+// inside long MPI calls anyway).
+func awaitSlice(slices int, largest int64) time.Duration {
+	if slices < pollSlices && largest < blockingBytes {
+		return pollSlice * time.Nanosecond
+	}
+	return time.Millisecond
+}
+
+func backendAwait(rs []*Request, sts []Status, errs []error, idx []int, p *awaitProbe, timeout time.Duration) awaitResult {
+	n := len(rs)
+	var hsBuf [smallBatch + 1]*C.MPI_Request
+	var recvBuf [smallBatch + 1]C.int
+	var cstBuf [smallBatch + 1]C.dist_status
+	var idxBuf [smallBatch + 1]C.int
+	hs, recv, cst, cidx := hsBuf[:0], recvBuf[:0], cstBuf[:0], idxBuf[:0]
+	if n > smallBatch {
+		hs, recv, cst, cidx = make([]*C.MPI_Request, 0, n+1), make([]C.int, 0, n+1), make([]C.dist_status, 0, n+1), make([]C.int, 0, n+1)
+	}
+	var largest int64
+	for _, r := range rs {
+		hs, recv = append(hs, r.impl.h), append(recv, cBool(!r.send))
+		largest = max(largest, r.size)
+	}
+	// One more slot, so that C gets valid arrays when no request is pending.
+	hs, recv, cst, cidx = append(hs, nil), append(recv, 0), cst[:n+1], cidx[:n+1]
+	var a cAwait
+	if p != nil {
+		a.pc, a.source, a.tag = p.c.h, C.int(p.source), C.int(p.tag)
+	}
+	if f := mpiEngine.fun; f != nil {
+		a = awaitFunneled(f, hs, recv, cst, cidx, a, timeout)
+	} else {
+		start := time.Now()
+		for slices := 0; ; slices++ {
+			spin := awaitSlice(slices, largest)
+			if timeout >= 0 {
+				spin = max(min(spin, timeout-time.Since(start)), 0)
+			}
+			a.rc = C.dist_await(C.int(n), &hs[0], &recv[0], &cst[0], a.pc, a.source, a.tag, C.int64_t(spin), &cidx[0], &a.done, &a.msg, &a.matched, &a.mst)
+			if a.done > 0 || a.matched != 0 || a.rc != C.MPI_SUCCESS || timeout >= 0 && time.Since(start) >= timeout {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	var res awaitResult
+	for _, i := range cidx[:a.done] {
+		rs[i].impl.h = nil
+		sts[i] = goStatus(&cst[i])
+		errs[i] = mpiErr("MPI_Waitsome", C.int(cst[i].err))
+		idx[res.done] = int(i)
+		res.done++
+	}
+	if a.matched != 0 {
+		// The handle moves to a C cell of its own, as Improbe's do.
+		cell := C.dist_message_new()
+		if cell == nil {
+			res.err = fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)
+			return res
+		}
+		*cell = a.msg
+		res.matched, res.msg, res.status = true, msgImpl{cell}, goStatus(&a.mst)
+	}
+	if res.done == 0 && !res.matched {
+		res.err = mpiErr("MPI_Improbe", a.rc)
+	}
+	return res
+}
+
+// cAwait is what one dist_await call takes and reports besides the
+// request arrays.
+type cAwait struct {
+	pc          *C.MPI_Comm
+	source, tag C.int
+	rc, done    C.int
+	matched     C.int
+	msg         C.MPI_Message
+	mst         C.dist_status
+}
+
+// awaitFunneled runs dist_await passes on the funnel thread, between the
+// other calls it is handed, on copies of the arrays so that the caller's
+// stay on its stack.
+func awaitFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int, cst0 []C.dist_status, idx0 []C.int, a cAwait, timeout time.Duration) cAwait {
+	n := len(hs0) - 1
+	hs := append([]*C.MPI_Request(nil), hs0...)
+	recv := append([]C.int(nil), recv0...)
+	cst := make([]C.dist_status, n+1)
+	idx := make([]C.int, n+1)
+	res := new(cAwait)
+	*res = a
+	start := time.Now()
+	f.until(func() bool {
+		res.rc = C.dist_await(C.int(n), &hs[0], &recv[0], &cst[0], res.pc, res.source, res.tag, 0, &idx[0], &res.done, &res.msg, &res.matched, &res.mst)
+		return res.done > 0 || res.matched != 0 || res.rc != C.MPI_SUCCESS || timeout >= 0 && time.Since(start) >= timeout
+	})
+	copy(hs0, hs)
+	copy(cst0, cst)
+	copy(idx0, idx)
+	return *res
+}
+
+// backendAbort calls MPI_Abort on MPI_COMM_WORLD. Funnelled, it is handed
+// to the funnel thread, unless that thread does not take it within a
+// second (a stuck call there): the job is ending either way.
+func backendAbort(code int) {
+	if f := mpiEngine.fun; f != nil {
+		done := make(chan struct{})
+		go func() {
+			f.run(func() { C.dist_abort(C.int(code)) })
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	}
+	C.dist_abort(C.int(code))
+	os.Exit(code)
 }

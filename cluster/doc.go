@@ -38,6 +38,21 @@
 // leaks rather than letting the garbage collector reclaim memory MPI still
 // writes. Device memory is refused unless CUDAAware reports true.
 //
+// A receiver that does not trust a sender's length matches the message
+// first (Comm.Improbe, or Await with a Probe: MPI_Improbe), reads its
+// length from Message.Status, and then receives it whole into memory that
+// holds it (Message.Recv, MPI_Imrecv, which refuses smaller memory) or
+// drops it (Message.Discard, into C scratch memory the request frees). It
+// never posts a receive smaller than the message: Open MPI 4.1 writes a
+// message longer than the posted receive past the receive buffer when the
+// message is above its eager limit, instead of truncating it. A matched
+// message must be received or discarded; Finalize refuses while one is
+// not.
+//
+// Await waits for the completion of requests and, at once, for a matched
+// message, up to a deadline; it tests and probes in short C slices instead
+// of blocking inside MPI, so that the deadline holds.
+//
 // Collectives take Go slices: they block, and MPI does not keep the slices
 // past the call (in the funnelled design they are pinned while the
 // nonblocking collective that carries them is in flight).
@@ -79,6 +94,11 @@
 // carries MPI_Error_string and a portable class and matches ErrMPI, and
 // ErrTruncate, ErrRank or ErrTag by class. Ranks and tags are checked
 // before MPI sees them. Every error matches one of the sentinel errors.
+//
+// An error that one rank has and its peers cannot learn from a collective
+// they are in ends the job: print it, naming the rank, and call Abort
+// (MPI_Abort on MPI_COMM_WORLD), which ends every rank at once, instead of
+// returning to a Finalize that would wait for ranks that wait for this one.
 //
 // # Environment
 //

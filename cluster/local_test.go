@@ -5,6 +5,7 @@ package cluster_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/distbuf/distbuf/cluster"
@@ -56,5 +57,23 @@ func TestThreadingInProcess(t *testing.T) {
 	mode, provided, err := cluster.Threading()
 	if err != nil || mode != cluster.ThreadMultiple || provided == "" {
 		t.Fatalf("Threading() = %v, %q, %v", mode, provided, err)
+	}
+}
+
+// TestAbortEndsTheProcess runs this test binary again, alone, calling
+// Abort: in the one-rank world the process is the job. (The abort of a
+// job under mpirun is tested by cmd/ranktest.)
+func TestAbortEndsTheProcess(t *testing.T) {
+	if code := os.Getenv("CLUSTER_TEST_ABORT"); code != "" {
+		os.Stderr.WriteString("aborting on purpose\n")
+		cluster.Abort(7)
+		t.Fatal("Abort returned")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestAbortEndsTheProcess$")
+	cmd.Env = append(os.Environ(), "CLUSTER_TEST_ABORT=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 7 {
+		t.Fatalf("the aborting process ended with %v, want exit status 7; output:\n%s", err, out)
 	}
 }

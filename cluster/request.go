@@ -49,6 +49,9 @@ func untrack(r *Request) {
 
 // pendingError describes the requests not yet completed, if any.
 func pendingError() error {
+	if n := unreceived.Load(); n > 0 {
+		return fmt.Errorf("cluster: %d matched messages neither received nor discarded (Message.Recv or Message.Discard them first): %w", n, ErrPending)
+	}
 	p := &pendingRequests
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -356,14 +359,8 @@ func Waitsome(reqs []*Request, done []int) ([]int, error) {
 	if err := enterPosted(pending); err != nil {
 		return done, err
 	}
-	var stBuf [smallBatch]Status
-	var errBuf [smallBatch]error
-	var idxBuf [smallBatch]int
-	sts, errs, idx := stBuf[:0], errBuf[:0], idxBuf[:0]
-	if n > smallBatch {
-		sts, errs, idx = make([]Status, 0, n), make([]error, 0, n), make([]int, 0, n)
-	}
-	sts, errs, idx = sts[:n], errs[:n], idx[:n]
+	var b completions
+	sts, errs, idx := b.slices(n)
 	k, err := backendWaitsome(pending, sts, errs, idx)
 	exit()
 	if err != nil {
@@ -375,6 +372,22 @@ func Waitsome(reqs []*Request, done []int) ([]int, error) {
 		done = append(done, where[j])
 	}
 	return done, nil
+}
+
+// completions holds, on its user's stack for a small batch, the statuses,
+// errors and indices of the requests a wait completes.
+type completions struct {
+	stBuf  [smallBatch]Status
+	errBuf [smallBatch]error
+	idxBuf [smallBatch]int
+}
+
+// slices returns room for n completions: b's arrays when they hold them.
+func (b *completions) slices(n int) ([]Status, []error, []int) {
+	if n > smallBatch {
+		return make([]Status, n), make([]error, n), make([]int, n)
+	}
+	return b.stBuf[:n], b.errBuf[:n], b.idxBuf[:n]
 }
 
 // Testany completes at most one pending request. It returns the index of

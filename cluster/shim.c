@@ -167,7 +167,11 @@ int dist_layout_type_info(dist_layout lay, int64_t *size, int64_t *extent) {
 	return rc;
 }
 
-static MPI_Request *post(int is_send, MPI_Comm *c, uintptr_t buf, dist_layout lay, int peer, int tag, int *rc) {
+enum { POST_SEND, POST_RECV, POST_MRECV };
+
+// post starts a send, a receive, or the receive of matched message *msg,
+// of the bytes lay describes, in a request cell of its own.
+static MPI_Request *post(int what, MPI_Comm *c, MPI_Message *msg, uintptr_t buf, dist_layout lay, int peer, int tag, int *rc) {
 	MPI_Request *req = malloc(sizeof *req);
 	if (!req) {
 		*rc = MPI_ERR_NO_MEM;
@@ -180,10 +184,16 @@ static MPI_Request *post(int is_send, MPI_Comm *c, uintptr_t buf, dist_layout la
 		free(req);
 		return NULL;
 	}
-	if (is_send)
+	switch (what) {
+	case POST_SEND:
 		*rc = MPI_Isend((void *)buf, count, t, peer, tag, *c, req);
-	else
+		break;
+	case POST_RECV:
 		*rc = MPI_Irecv((void *)buf, count, t, peer < 0 ? MPI_ANY_SOURCE : peer, tag < 0 ? MPI_ANY_TAG : tag, *c, req);
+		break;
+	default:
+		*rc = MPI_Imrecv((void *)buf, count, t, msg, req);
+	}
 	if (created) MPI_Type_free(&t);
 	if (*rc != MPI_SUCCESS) {
 		free(req);
@@ -193,11 +203,11 @@ static MPI_Request *post(int is_send, MPI_Comm *c, uintptr_t buf, dist_layout la
 }
 
 MPI_Request *dist_isend(MPI_Comm *c, uintptr_t buf, dist_layout lay, int dest, int tag, int *rc) {
-	return post(1, c, buf, lay, dest, tag, rc);
+	return post(POST_SEND, c, NULL, buf, lay, dest, tag, rc);
 }
 
 MPI_Request *dist_irecv(MPI_Comm *c, uintptr_t buf, dist_layout lay, int source, int tag, int *rc) {
-	return post(0, c, buf, lay, source, tag, rc);
+	return post(POST_RECV, c, NULL, buf, lay, source, tag, rc);
 }
 
 static void fill_status(const MPI_Status *s, int counted, dist_status *out) {
@@ -393,7 +403,13 @@ int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status
 	return MPI_SUCCESS;
 }
 
-int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done) {
+// await_core is dist_waitsome and dist_await: it tests the requests with
+// MPI_Testsome (which drives progress once per call for all of them) and,
+// when probe_comm is set, matches the next message with MPI_Improbe, until
+// something completed or matched or spin_ns have passed; then, if block is
+// set and nothing happened, it waits in MPI_Waitsome (never with a probe).
+static int await_core(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
+                      int64_t spin_ns, int block, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst) {
 	MPI_Request rbuf[STACK_REQS];
 	MPI_Status sbuf[STACK_REQS];
 	int ibuf[STACK_REQS], mbuf[STACK_REQS];
@@ -401,6 +417,7 @@ int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *st
 	MPI_Status *s = sbuf;
 	int *got = ibuf, *map = mbuf;
 	*done = 0;
+	if (matched) *matched = 0;
 	if (n > STACK_REQS) {
 		r = malloc((size_t)n * sizeof *r);
 		s = malloc((size_t)n * sizeof *s);
@@ -420,16 +437,29 @@ int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *st
 		r[m] = *reqs[i];
 		map[m++] = i;
 	}
-	int rc = MPI_SUCCESS, out = MPI_UNDEFINED;
-	if (m > 0) {
-		// MPI_Testsome drives progress once per call for all requests.
+	int rc = MPI_SUCCESS, probe_rc = MPI_SUCCESS, out = MPI_UNDEFINED;
+	if (m > 0 || probe_comm) {
 		int64_t end = now_ns() + spin_ns;
 		for (;;) {
 			out = MPI_UNDEFINED;
-			rc = MPI_Testsome(m, r, &out, got, s);
-			if ((rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || (out != MPI_UNDEFINED && out > 0) || now_ns() >= end) break;
+			if (m > 0) {
+				rc = MPI_Testsome(m, r, &out, got, s);
+				if ((rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || (out != MPI_UNDEFINED && out > 0)) break;
+			}
+			if (probe_comm) {
+				int flag = 0;
+				MPI_Status ps;
+				probe_rc = MPI_Improbe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *probe_comm, &flag, msg, &ps);
+				if (probe_rc != MPI_SUCCESS) break;
+				if (flag) {
+					*matched = 1;
+					fill_status(&ps, 1, mst);
+					break;
+				}
+			}
+			if (now_ns() >= end) break;
 		}
-		if (block && (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) && (out == MPI_UNDEFINED || out == 0)) {
+		if (block && !probe_comm && m > 0 && (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) && (out == MPI_UNDEFINED || out == 0)) {
 			out = MPI_UNDEFINED;
 			rc = MPI_Waitsome(m, r, &out, got, s);
 		}
@@ -464,7 +494,17 @@ int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *st
 		free(got);
 		free(map);
 	}
-	return rc == MPI_ERR_IN_STATUS ? MPI_SUCCESS : rc;
+	if (rc == MPI_ERR_IN_STATUS) rc = MPI_SUCCESS;
+	return rc != MPI_SUCCESS ? rc : probe_rc;
+}
+
+int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done) {
+	return await_core(n, reqs, is_recv, sts, NULL, 0, 0, spin_ns, block, idx, done, NULL, NULL, NULL);
+}
+
+int dist_await(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
+               int64_t spin_ns, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst) {
+	return await_core(n, reqs, is_recv, sts, probe_comm, source, tag, spin_ns, 0, idx, done, msg, matched, mst);
 }
 
 int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st) {
@@ -497,6 +537,28 @@ int dist_probe(MPI_Comm *c, int source, int tag, dist_status *st) {
 	if (rc == MPI_SUCCESS) fill_status(&s, 1, st);
 	return rc;
 }
+
+MPI_Message *dist_message_new(void) {
+	MPI_Message *m = malloc(sizeof *m);
+	if (m) *m = MPI_MESSAGE_NULL;
+	return m;
+}
+
+void dist_message_free(MPI_Message *m) { free(m); }
+
+int dist_improbe(MPI_Comm *c, int source, int tag, int *flag, MPI_Message *msg, dist_status *st) {
+	MPI_Status s;
+	*flag = 0;
+	int rc = MPI_Improbe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *c, flag, msg, &s);
+	if (rc == MPI_SUCCESS && *flag) fill_status(&s, 1, st);
+	return rc;
+}
+
+MPI_Request *dist_imrecv(MPI_Message *msg, uintptr_t buf, dist_layout lay, int *rc) {
+	return post(POST_MRECV, NULL, msg, buf, lay, 0, 0, rc);
+}
+
+int dist_abort(int code) { return MPI_Abort(MPI_COMM_WORLD, code); }
 
 int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st) {
 	MPI_Status s;

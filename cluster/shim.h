@@ -69,6 +69,24 @@ int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist
 // Without block *done may be 0; with none pending it is 0 at once.
 int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done);
 int dist_probe(MPI_Comm *c, int source, int tag, dist_status *st);
+// Matched probes: a message handle lives in its own malloc'd cell from the
+// probe that matches it until the receive that takes it is posted.
+MPI_Message *dist_message_new(void);
+void dist_message_free(MPI_Message *m);
+// Sets *flag and, on a match, *msg (a cell from dist_message_new) and *st.
+int dist_improbe(MPI_Comm *c, int source, int tag, int *flag, MPI_Message *msg, dist_status *st);
+// Posts the receive of a matched message (MPI_Imrecv) into buf; *msg
+// becomes MPI_MESSAGE_NULL. NULL with *rc set on failure.
+MPI_Request *dist_imrecv(MPI_Message *msg, uintptr_t buf, dist_layout lay, int *rc);
+// dist_await tests the requests (NULL entries skipped) and, when probe_comm
+// is not NULL, matches the next message from source with tag on it, until
+// something completed or matched or spin_ns have passed. Completed
+// requests are handled as by dist_waitsome; a matched message is stored in
+// *msg with *matched set and its status in *mst.
+int dist_await(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
+               int64_t spin_ns, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst);
+// MPI_Abort on MPI_COMM_WORLD: ends every process of the job.
+int dist_abort(int code);
 int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st);
 int dist_iprobe_for(MPI_Comm *c, int source, int tag, int64_t spin_ns, int *flag, dist_status *st);
 

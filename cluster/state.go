@@ -127,6 +127,30 @@ func Finalize() error {
 	return err
 }
 
+// Abort ends every process of the job at once, with exit status code
+// (MPI_Abort on MPI_COMM_WORLD; mpirun then ends the job and exits with
+// it). It does not return. code must be 1 to 255; other values become 1.
+// Before Init, after Finalize and in the one-rank build it exits this
+// process alone, which is then the whole job.
+//
+// Call it when this rank cannot go on and its peers cannot learn that
+// from a collective they are waiting in: print the error first, naming
+// the rank (Abort prints nothing itself), then call Abort, so that the job
+// ends within seconds with that message instead of leaving the other ranks
+// waiting for ever. An error every rank sees alike (an agreed setting that
+// is invalid, a collective that failed everywhere) can be returned
+// normally instead. Do not call Finalize first: Finalize waits for the
+// other ranks.
+func Abort(code int) {
+	if code < 1 || code > 255 {
+		code = 1
+	}
+	if ph := state.phase.Load(); ph == phaseReady || ph == phaseFinalizing {
+		backendAbort(code)
+	}
+	os.Exit(code)
+}
+
 // Initialized reports whether Init succeeded and Finalize has not run.
 func Initialized() bool { return state.phase.Load() == phaseReady }
 

@@ -7,11 +7,13 @@
 //
 // docs/WIRE.md describes the message byte for byte (EncodeManifest,
 // DecodeManifest and VerifyPayload are its reference implementation) and
-// the exchange protocol: the count exchange, tags and epochs, abort
-// notices, and the cutting of messages above the chunk size into several
-// MPI messages. Errors about a message are *WireError values naming the
-// peer, the tag and the field, matching ErrMalformed, ErrChecksum,
-// ErrSizeMismatch, ErrUnexpectedPeer, ErrPatternMismatch or ErrPeerAborted.
+// the exchange protocol: the collectives of New, the count exchange and
+// its bounds, receiving by matched probe, tags and epochs, abort notices,
+// the cutting of messages above the chunk size into several MPI messages,
+// the agreement that ends every exchange, and the timeout. Errors about a
+// message are *WireError values naming the peer, the tag and the field,
+// matching ErrMalformed, ErrChecksum, ErrSizeMismatch, ErrUnexpectedPeer,
+// ErrPatternMismatch, ErrPeerAborted, ErrTooLarge or ErrTimeout.
 //
 // # Sending
 //
@@ -43,15 +45,43 @@
 // cancel a posted receive, so sends are prepared before the count exchange
 // (a failing rank announces -1), learned patterns still exchange counts,
 // and a receiver that cannot allocate drains the message into a scratch
-// buffer of 64 MiB kept by the exchanger (docs/WIRE.md, rule 5). New
+// buffer of 64 MiB kept by the exchanger (docs/WIRE.md, rule 8). New
 // decides collectively; Exchanger.Transport reports the outcome and why.
+//
+// NCCL cannot probe: a receive names its length beforehand, and a peer
+// that sends another length than it announced breaks NCCL's contract (NCCL
+// may hang or write the wrong bytes), which no receiver can detect, and no
+// deadline can end an NCCL group. What the NCCL path guarantees is that
+// every receive buffer is exactly the announced length, bounded before
+// anything is allocated (a rank that refuses a length makes every rank
+// skip the group, by a vote before it), that every manifest is validated,
+// and that a failure anywhere fails the exchange everywhere (the
+// agreement). Between distbuf ranks the lengths cannot differ: both ends
+// of a transfer take it from the same count exchange.
 //
 // # Receiving
 //
-// Sizes come from one Alltoall of int64s (or from a learned Pattern). Each
-// source gets one pooled buffer of the announced size from the allocator
-// (device memory on the CUDA backend), taken before anything is posted.
-// Receives go straight into it for host memory and CUDA-aware MPI; staged
+// Sizes come from one Alltoall of int64s (or from a learned Pattern), and
+// are checked before anything is sized from them: a length shorter than
+// any message, beyond the protocol's limit (2^50 bytes), the allocator's
+// budget or the memory is refused (ErrMalformed or ErrTooLarge), and what
+// its sender sends is drained. Each accepted source gets one pooled buffer
+// of the announced size from the allocator (device memory on the CUDA
+// backend), taken before anything is received.
+//
+// No receive is posted before its message's length is known: the rank
+// matches whatever arrives on the exchanger's communicator by matched
+// probe (cluster.Await, MPI_Improbe), and receives it only then, with
+// MPI_Imrecv, into memory that holds it: the piece its source owes next,
+// in place, when it has the announced length (or less, which is then
+// rejected); anything longer, a piece of a message that already failed,
+// and a stray (a message from a rank that owes this one nothing more) go
+// to scratch memory that is dropped (cluster.Message.Discard), and are
+// reported. Some MPI libraries, Open MPI 4.1 above its eager limit among
+// them, write a message longer than the posted receive past the receive
+// buffer rather than truncate it; a receiver that trusted the announced
+// length would let a faulty peer write over other live memory. Receives go
+// straight into the buffer for host memory and CUDA-aware MPI; staged
 // receives land in pinned chunks, each copied into the device buffer on the
 // receive stream as it arrives (overlapping the receive of the next). The
 // manifest is then decoded and checked (read back from the device first
@@ -69,15 +99,15 @@
 //
 // # Scheduling
 //
-// Receives are posted in the order of steps (step k: from rank-k), sends
-// likewise (step k: to rank+k), each chunk after the previous one of its
-// message, with at most Options.Window requests of each direction
-// outstanding; the incomplete request of lowest step and chunk over all
-// ranks is always posted on both sides, so the windows cannot deadlock.
-// A rank waits inside MPI for whichever of its requests completes next
-// (polling only while a staged send waits for its copy), and handles each
-// message as it completes. Ranks with nothing to send each other exchange
-// no message at all. A rank's message to itself is one stream-ordered copy
+// Sends are posted in the order of steps (step k: to rank+k), each chunk
+// after the previous one of its message, with at most Options.Window
+// outstanding; receives are posted as their messages are matched, with at
+// most Options.Window outstanding. Every outstanding receive is of a
+// matched message, which completes as soon as its sender's MPI moves the
+// data, so the windows cannot deadlock (the sched type says why). A rank
+// tests its requests and probes in turn (cluster.Await: short C slices,
+// never blocking inside MPI), and handles each message as it completes.
+// Ranks with nothing to send each other exchange no message at all. A rank's message to itself is one stream-ordered copy
 // into a fresh pooled buffer, without MPI, made once the first MPI
 // requests are posted (it needs no peer, and the peers need those
 // requests): the sender keeps its buffer (persistent exchanges refill it
@@ -106,9 +136,12 @@
 // staging chunks belong to the exchange and go back to devalloc's pinned
 // pool as soon as their copy or send has completed.
 //
-// The Exchanger owns two streams of the allocator (send-side and
-// receive-side copies), destroyed by Close; received buffers stay valid
-// after Close. A Pattern holds the plans of the layouts it learned; they
+// The Exchanger owns its duplicate of the communicator and two streams of
+// the allocator (send-side and receive-side copies), freed by Close;
+// received buffers stay valid after Close. Send buffers may come from
+// another allocator than the exchanger's: their staging copies and the
+// copy to self then go through that allocator's default stream and pinned
+// memory, since a stream copies only between buffers of its own allocator. A Pattern holds the plans of the layouts it learned; they
 // are shared, read-only, by the buffers received through it.
 //
 // # Failures
@@ -117,14 +150,30 @@
 // announced or expects: a rank that fails before the count exchange
 // announces -1 (its peers skip it), a sender that fails afterwards sends an
 // abort notice in place of the message, and a receiver that cannot
-// allocate from the pool receives the message into Go memory and drops it. The
-// failing rank reports its own error, the others ErrPeerAborted naming it.
-// On error Exchange returns no buffers and frees those it received.
+// allocate, or refuses the announced length, drains the pieces into
+// scratch memory as they come. A peer that sends fewer pieces than it
+// announced, or takes none of this rank's, cannot hold it for ever: when
+// nothing has moved for Options.Timeout (DISTBUF_MSG_TIMEOUT, 120 s by
+// default) the rank gives up what is owed (ErrTimeout).
+//
+// Every exchange ends with the agreement, one Alltoall in which each rank
+// tells each other how many MPI messages it sent it and whether its part
+// failed: each rank then drains what it was sent and did not match (so
+// nothing is left for the next exchange), and every rank of a failed
+// exchange returns an error, the failing rank its cause, the others
+// ErrPeerAborted naming it. No rank returns buffers from an exchange whose
+// data did not all arrive. On error Exchange returns no buffers and frees
+// those it received. Every exchange, failed ones included, advances the
+// epoch.
 //
 // # Concurrency
 //
-// Exchanges are collective: every rank of the communicator calls
-// Exchange (or Pattern.Exchange) the same number of times in the same
-// order. An Exchanger runs one exchange at a time; exchangers on one
-// communicator need distinct tags.
+// New duplicates Options.Comm: each exchanger's messages, count exchanges
+// and agreements travel on a communicator of its own, so exchangers made on
+// one communicator, even with the same tag, are independent and may run
+// from different goroutines at once, and nothing else sent on the
+// caller's communicator is taken for theirs. Exchanges are collective:
+// every rank of the communicator calls Exchange (or Pattern.Exchange) on
+// its exchanger the same number of times in the same order. An Exchanger
+// runs one exchange at a time. New and Close are collective too.
 package msg

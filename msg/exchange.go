@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -23,6 +24,9 @@ type Stats struct {
 	MaxInFlight    int   // the most requests of one direction outstanding at once
 	Aborts         int64 // abort notices sent in place of announced messages
 	NCCLTransfers  int64 // NCCL sends posted (TransportNCCL: messages cut at 64 MiB)
+	Agreements     int64 // Alltoalls ending an exchange, in which every rank says what it sent and whether it failed
+	Drained        int64 // MPI messages received into scratch and dropped: too long, stray, unwanted or for a buffer this rank could not have
+	Timeouts       int64 // data phases that ended because nothing moved for Options.Timeout
 	ManifestsBuilt int64 // send manifests described from a layout (a learned Pattern reuses its own)
 }
 
@@ -32,10 +36,12 @@ type Stats struct {
 // Pattern.Exchange) the same number of times, in the same order. An
 // Exchanger runs one exchange at a time.
 type Exchanger struct {
-	comm         *cluster.Comm
+	comm         *cluster.Comm // a duplicate of Options.Comm, the exchanger's own
 	a            *devalloc.Allocator
 	o            Options
 	chunk        int64
+	timeout      time.Duration // <= 0: none
+	maxIn        int64         // the longest message this rank accepts an announcement of
 	rank, size   int
 	sendS, recvS *devalloc.Stream
 	// link is the NCCL communicator under TransportNCCL, nil when some rank
@@ -70,54 +76,116 @@ type Exchanger struct {
 	hooks testHooks
 }
 
-// testHooks let this package's tests act between the steps of an exchange.
+// testHooks let this package's tests act between the steps of an exchange,
+// and play a faulty peer.
 type testHooks struct {
 	beforePost func(e *exchange)           // before the first request is posted
 	afterPost  func(e *exchange)           // after the first requests are posted
 	mangle     func(dest int, wire []byte) // alters a host message before it is sent
+	// announce alters the lengths this rank announces, not the messages.
+	announce func(sizes []int64)
+	// pieces replaces the MPI messages a host message to dest travels as
+	// (wire is the whole message): nil keeps them.
+	pieces func(dest int, wire []byte) [][]byte
+	// extra adds MPI messages to dest after this rank's own, if any.
+	extra func(dest int) [][]byte
+	// canary puts that many bytes on each side of every region MPI
+	// receives into (a receive buffer, a pinned staging chunk), filled
+	// with canaryByte and checked once the receives into it completed;
+	// canaryHit hears of every one overwritten.
+	canary    int64
+	canaryHit func(what string)
 }
 
-// New makes an Exchanger. It is collective over o.Comm: the ranks check
-// that they agree on the tag and the chunk size. The Exchanger owns two
-// streams of o.Alloc (one for staging copies out, one for copies into
-// received buffers), destroyed by Close.
+// New makes an Exchanger. It is collective over o.Comm: every rank
+// duplicates it (the exchanger's messages then travel on a communicator of
+// their own, apart from any other exchanger's or the caller's), and the
+// ranks check that they agree on the tag, the chunk size and the
+// transport, and that every rank could set up its part; a rank that
+// cannot still takes part, so that all fail alike. The Exchanger owns its
+// communicator and two streams of o.Alloc (one for staging copies out, one
+// for copies into received buffers); Close frees them.
 func New(o Options) (*Exchanger, error) {
-	o, chunk, err := o.resolve()
-	if err != nil {
-		return nil, err
+	if o.Comm == nil {
+		return nil, fmt.Errorf("msg: Options.Comm is required: %w", ErrInvalid)
 	}
-	// One collective: max of (x, -x) gives max and min of every setting.
+	o, chunk, timeout, localErr := o.resolve()
+	comm, err := o.Comm.Dup()
+	if err != nil {
+		return nil, errors.Join(localErr, fmt.Errorf("msg: new: %w", err))
+	}
+	x := &Exchanger{comm: comm, a: o.Alloc, o: o, chunk: chunk, timeout: timeout, rank: comm.Rank(), size: comm.Size(),
+		cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{},
+		written: map[*devalloc.Buffer]writtenManifest{}, writtenNext: map[*devalloc.Buffer]writtenManifest{}}
+	if localErr == nil {
+		localErr = x.openStreams()
+	}
+	undo := func(err error) (*Exchanger, error) {
+		return nil, errors.Join(err, x.closeStreams(), comm.Free())
+	}
+	// One collective (docs/WIRE.md, "Setup"): max of (v, -v) gives max
+	// and min of every setting, and the last slot the lowest rank that
+	// could not set up (-size when none).
 	useNCCL := int64(0)
 	if o.Transport == TransportNCCL {
 		useNCCL = 1
 	}
-	mine := []int64{int64(o.Tag), chunk, useNCCL, -int64(o.Tag), -chunk, -useNCCL}
-	all := make([]int64, len(mine))
-	if err := o.Comm.AllreduceInt64(mine, all, cluster.Max); err != nil {
-		return nil, fmt.Errorf("msg: new: %w", err)
+	failed := -int64(x.size)
+	if localErr != nil {
+		failed = -int64(x.rank)
 	}
-	if all[0] != -all[3] || all[1] != -all[4] {
-		return nil, fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
-			-all[3], all[0], -all[4], all[1], ErrInvalid)
+	all := []int64{int64(o.Tag), chunk, useNCCL, -int64(o.Tag), -chunk, -useNCCL, failed}
+	if err := comm.AllreduceInt64(all, all, cluster.Max); err != nil {
+		return undo(errors.Join(localErr, fmt.Errorf("msg: new: %w", err)))
 	}
-	if all[2] != -all[5] {
-		return nil, fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", ErrInvalid)
+	switch {
+	case localErr != nil:
+		return undo(localErr)
+	case all[6] > -int64(x.size):
+		return undo(fmt.Errorf("msg: new: rank %d could not set up its exchanger (its own error says why): %w", -all[6], ErrPeerAborted))
+	case all[0] != -all[3] || all[1] != -all[4]:
+		return undo(fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
+			-all[3], all[0], -all[4], all[1], ErrInvalid))
+	case all[2] != -all[5]:
+		return undo(fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", ErrInvalid))
 	}
-	x := &Exchanger{comm: o.Comm, a: o.Alloc, o: o, chunk: chunk, rank: o.Comm.Rank(), size: o.Comm.Size(), cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{},
-		written: map[*devalloc.Buffer]writtenManifest{}, writtenNext: map[*devalloc.Buffer]writtenManifest{}}
-	if x.sendS, err = o.Alloc.NewStream(); err != nil {
-		return nil, fmt.Errorf("msg: new: %w", err)
+	x.maxIn = maxMessageBytes
+	if l := o.Alloc.Limit(); l > 0 {
+		x.maxIn = min(x.maxIn, l)
 	}
-	if x.recvS, err = o.Alloc.NewStream(); err != nil {
-		_ = x.sendS.Close()
-		return nil, fmt.Errorf("msg: new: %w", err)
+	if _, total := o.Alloc.MemInfo(); total > 0 {
+		x.maxIn = min(x.maxIn, total)
 	}
 	if o.Transport == TransportNCCL {
-		if x.link, x.linkWhy, err = openNCCL(o.Comm, o.Alloc); err != nil {
-			return nil, errors.Join(err, x.sendS.Close(), x.recvS.Close())
+		if x.link, x.linkWhy, err = openNCCL(comm, o.Alloc); err != nil {
+			return undo(err)
 		}
 	}
 	return x, nil
+}
+
+// maxMessageBytes bounds any announced length, whatever the memory: the
+// largest single allocation devalloc makes.
+const maxMessageBytes = 1 << 50
+
+func (x *Exchanger) openStreams() (err error) {
+	if x.sendS, err = x.a.NewStream(); err != nil {
+		return fmt.Errorf("msg: new: %w", err)
+	}
+	if x.recvS, err = x.a.NewStream(); err != nil {
+		return fmt.Errorf("msg: new: %w", err)
+	}
+	return nil
+}
+
+func (x *Exchanger) closeStreams() error {
+	var errs []error
+	for _, s := range []*devalloc.Stream{x.sendS, x.recvS} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Transport says how device memory travels between ranks in this
@@ -134,8 +202,9 @@ func (x *Exchanger) Transport() (string, string) {
 	return "staged", x.linkWhy
 }
 
-// Close waits for the exchanger's copies and destroys its streams. Buffers
-// received earlier stay valid and the caller's.
+// Close waits for the exchanger's copies, destroys its streams and frees
+// its communicator (MPI_Comm_free, collective: every rank closes its
+// exchanger). Buffers received earlier stay valid and the caller's.
 func (x *Exchanger) Close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -147,7 +216,7 @@ func (x *Exchanger) Close() error {
 	if x.link != nil {
 		linkErr = x.link.close()
 	}
-	return errors.Join(linkErr, x.sendS.Close(), x.recvS.Close())
+	return errors.Join(linkErr, x.closeStreams(), x.comm.Free())
 }
 
 // Stats returns the counters.
@@ -289,10 +358,13 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 // Exchange sends every buffer in send to its destination (Coalesced.Dest,
 // a rank of the communicator; at most one buffer per destination; empty
 // groups send nothing) and receives what the other ranks send to this one.
-// Sizes are exchanged first (one Alltoall of int64s); then every receive
-// buffer is allocated from the pool, the receives are posted, and the sends
-// issued, each message as one MPI message (cut into chunks only above the
-// chunk size), with at most Window requests of each direction outstanding.
+// Sizes are exchanged first (one Alltoall of int64s) and checked; then
+// every receive buffer is allocated from the pool and the sends issued,
+// each message as one MPI message (cut into chunks only above the chunk
+// size), while what arrives is matched by probe and received once its
+// length is known, with at most Window requests of each direction
+// outstanding. An agreement (one more Alltoall) ends the exchange on every
+// rank: see the package documentation, "Failures".
 //
 // The send buffers must not be written until Exchange returns; then they
 // are the caller's again. Buffers from AllocSend, or any host-accessible
@@ -301,7 +373,8 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 //
 // On error nothing is returned: every received buffer is freed, and the
 // error joins what went wrong per peer (WireError values naming peer, tag
-// and field, matching the sentinels of this package).
+// and field, matching the sentinels of this package). When another rank's
+// part failed, this rank's error matches ErrPeerAborted and names it.
 func (x *Exchanger) Exchange(send []*packing.Coalesced) (*Received, error) {
 	return x.exchange(send, nil)
 }
@@ -319,14 +392,24 @@ type exchange struct {
 	errs   []error
 	// written is what x.written becomes after this exchange.
 	written map[*devalloc.Buffer]writtenManifest
+	probe   cluster.Probe // what the data phase matches: anything on the exchanger's communicator
 
 	// Per-rank scratch and the message records, kept for the next exchange.
 	byDest             []*outMsg
 	sendSize, recvSize []int64
 	abortTo            []bool
-	outRecs            []*outMsg
-	inRecs             []*inMsg
-	nOut, nIn          int // records handed out in this exchange
+	bySrc              []*inMsg // the message each source owes, if any
+	// silent: messages from this rank beyond what it owes are drained
+	// without a report of their own (its count was refused, or its message
+	// given up); strayed: a stray from it was reported.
+	silent, strayed     []bool
+	refuse              []bool  // its announced message is drained: this rank refused its length
+	sentTo, matchedFrom []int64 // MPI messages posted to and matched from each rank
+	agreeOut, agreeIn   []int64
+	expecting           int64 // pieces still to match in the data phase
+	outRecs             []*outMsg
+	inRecs              []*inMsg
+	nOut, nIn           int // records handed out in this exchange
 }
 
 // begin returns the state of a new exchange: the spare one of the last
@@ -336,13 +419,21 @@ func (x *Exchanger) begin(pat *Pattern) *exchange {
 	x.spare = nil
 	if e == nil {
 		n := x.size
-		e = &exchange{x: x, byDest: make([]*outMsg, n), sendSize: make([]int64, n), recvSize: make([]int64, n), abortTo: make([]bool, n)}
+		e = &exchange{x: x, byDest: make([]*outMsg, n), sendSize: make([]int64, n), recvSize: make([]int64, n), abortTo: make([]bool, n),
+			bySrc: make([]*inMsg, n), silent: make([]bool, n), strayed: make([]bool, n), refuse: make([]bool, n), sentTo: make([]int64, n), matchedFrom: make([]int64, n),
+			agreeOut: make([]int64, n), agreeIn: make([]int64, n)}
 	}
 	e.epoch, e.pat = x.epoch, pat
+	e.probe = cluster.Probe{Comm: x.comm, Source: cluster.AnySource, Tag: cluster.AnyTag}
+	for _, s := range [][]int64{e.sendSize, e.recvSize, e.sentTo, e.matchedFrom} {
+		clear(s)
+	}
+	for _, s := range [][]bool{e.abortTo, e.silent, e.strayed, e.refuse} {
+		clear(s)
+	}
 	clear(e.byDest)
-	clear(e.sendSize)
-	clear(e.recvSize)
-	clear(e.abortTo)
+	clear(e.bySrc)
+	e.expecting = 0
 	clear(x.writtenNext)
 	e.written = x.writtenNext
 	return e
@@ -360,6 +451,7 @@ func (x *Exchanger) end(e *exchange) {
 		*in = inMsg{chunks: in.chunks[:0]}
 	}
 	clear(e.byDest)
+	clear(e.bySrc)
 	e.nOut, e.nIn = 0, 0
 	e.outs, e.ins, e.selfIn, e.pat, e.written = e.outs[:0], e.ins[:0], nil, nil, nil
 	e.q.reset()
@@ -406,6 +498,8 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	if pat != nil && pat.x != x {
 		return nil, fmt.Errorf("msg: exchange: pattern of another exchanger: %w", ErrInvalid)
 	}
+	// Every exchange, failed ones included, advances the epoch on every
+	// rank alike.
 	x.epoch++
 	x.stats.Exchanges++
 	e := x.begin(pat)
@@ -418,30 +512,27 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	localErr = errors.Join(err, localErr)
 
 	n := x.size
-	sendSize, recvSize, abortTo := e.sendSize, e.recvSize, e.abortTo
+	recvSize, abortTo := e.recvSize, e.abortTo
 	if pat != nil && pat.learned {
 		copy(recvSize, pat.recvSize)
 		e.checkPattern(byDest, localErr != nil, abortTo)
-		e.announce(byDest, false)
 	} else {
 		e.announce(byDest, localErr != nil)
-		if err := x.comm.AlltoallInt64(sendSize, recvSize); err != nil {
+		if x.hooks.announce != nil {
+			x.hooks.announce(e.sendSize)
+		}
+		if err := x.comm.AlltoallInt64(e.sendSize, recvSize); err != nil {
 			// The collective itself failed: nothing was posted, nothing can be.
 			return nil, errors.Join(localErr, fmt.Errorf("msg: count exchange: %w", err))
 		}
 		x.stats.CountExchanges++
 		if localErr != nil {
 			// Every rank saw -1 from this one: nobody sends here or expects
-			// anything from here.
-			return nil, localErr
+			// anything from here. What arrives all the same is a stray.
+			clear(recvSize)
+			clear(byDest)
 		}
-		for s := range n {
-			if recvSize[s] < 0 {
-				e.fail(wireErr(ErrPeerAborted, s, x.o.Tag, "count", "rank %d failed before the exchange and sends nothing (its own error says why)", s))
-				recvSize[s] = 0
-				byDest[s] = nil // it expects nothing either
-			}
-		}
+		e.checkCounts(byDest)
 	}
 	e.fail(localErr)
 
@@ -455,7 +546,9 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		}
 		e.ins = append(e.ins, e.newRecv(s, k, recvSize[s]))
 	}
-	e.startRecvs()
+	if x.hooks.beforePost != nil {
+		x.hooks.beforePost(e)
+	}
 	// Sends, in schedule order; an abort notice replaces what cannot be sent.
 	for k := range n {
 		d := (x.rank + k) % n
@@ -473,8 +566,17 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		if err := e.prepareOut(m); err != nil {
 			e.fail(err)
 			m = e.newAbort(d, k, m.size)
+		} else if x.hooks.pieces != nil {
+			m = e.replacePieces(m)
 		}
 		e.outs = append(e.outs, m)
+	}
+	if x.hooks.extra != nil {
+		for d := range n {
+			if ps := x.hooks.extra(d); ps != nil {
+				e.outs = append(e.outs, e.newRaw(d, n+d, ps))
+			}
+		}
 	}
 	var self *outMsg // delivered by run once the MPI requests are posted
 	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI && !abortTo[x.rank] {
@@ -482,6 +584,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	}
 
 	e.run(self)
+	e.agree()
 	x.written, x.writtenNext = e.written, x.written
 	if len(e.errs) > 0 {
 		clear(x.written) // after a failure, trust no prefix
@@ -502,6 +605,186 @@ func (e *exchange) announce(byDest []*outMsg, failed bool) {
 			e.sendSize[d] = m.size
 		default:
 			e.sendSize[d] = 0
+		}
+	}
+}
+
+// checkCounts validates what every rank announced for this one, before
+// anything is sized from it (docs/WIRE.md, "Exchange protocol"). A rank
+// that failed (-1) is neither sent to nor expected; one that announced
+// another negative length is not expected. A length this rank refuses (shorter than any message, or more
+// than it can take) is expected all the same, as pieces that are drained
+// as they come, so that the sender completes: nothing is allocated for it.
+// A length beyond the protocol's limit cannot come from a sender that has
+// the message, so nothing is expected from that sender; whatever it sends
+// is drained once the agreement says how much it was.
+func (e *exchange) checkCounts(byDest []*outMsg) {
+	x, tag := e.x, e.x.o.Tag
+	for s, v := range e.recvSize {
+		var w *WireError
+		switch {
+		case v == 0:
+			continue
+		case v == -1:
+			w = wireErr(ErrPeerAborted, s, tag, "count", "rank %d failed before the exchange and sends nothing (its own error says why)", s)
+			byDest[s] = nil // it expects nothing either
+		case v < 0:
+			// Not the -1 of a rank that failed: it may well expect this
+			// rank's message, which is sent.
+			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a length is -1, 0 or at least %d", s, v, AbortSize)
+		case v > maxMessageBytes:
+			w = wireErr(ErrTooLarge, s, tag, "count", "rank %d announced %d bytes, beyond the protocol's limit of %d; nothing was allocated", s, v, int64(maxMessageBytes))
+		case v < AbortSize:
+			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a message has at least %d; it is drained", s, v, AbortSize)
+			e.refuse[s] = true
+		case v > x.maxIn:
+			w = wireErr(ErrTooLarge, s, tag, "count", "rank %d announced %d bytes, more than this rank takes in one message (%d: %s); nothing was allocated, it is drained",
+				s, v, x.maxIn, x.maxInWhy())
+			e.refuse[s] = true
+		default:
+			continue
+		}
+		e.fail(w)
+		e.silent[s] = true
+		if !e.refuse[s] {
+			e.recvSize[s] = 0
+		}
+	}
+}
+
+// maxInWhy says what bounds the announced lengths this rank accepts.
+func (x *Exchanger) maxInWhy() string {
+	switch l := x.a.Limit(); {
+	case l > 0 && l == x.maxIn:
+		return "its allocator's budget"
+	case x.maxIn == maxMessageBytes:
+		return "the protocol's limit"
+	}
+	return "its memory"
+}
+
+// agree ends the data phase with the agreement (docs/WIRE.md): one
+// Alltoall in which every rank tells every other how many MPI messages it
+// posted to it in this exchange and whether its part failed. Then each
+// rank drains what its peers sent that it did not match, and waits for
+// its own requests: every rank returns an error if any rank's part failed,
+// and no message of this exchange is left for the next.
+func (e *exchange) agree() {
+	x, tag := e.x, e.x.o.Tag
+	failed := len(e.errs) > 0
+	for d, c := range e.sentTo {
+		if failed {
+			e.agreeOut[d] = -1 - c
+		} else {
+			e.agreeOut[d] = c
+		}
+	}
+	if err := x.comm.AlltoallInt64(e.agreeOut, e.agreeIn); err != nil {
+		e.fail(fmt.Errorf("msg: agreement: %w", err))
+		e.settle()
+		return
+	}
+	x.stats.Agreements++
+	var aborted []int
+	for s, v := range e.agreeIn {
+		if v < 0 {
+			v = -1 - v
+			if s != x.rank {
+				aborted = append(aborted, s)
+			}
+		}
+		e.agreeIn[s] = v // what s sent here
+		if v < e.matchedFrom[s] {
+			e.fail(wireErr(ErrUnexpectedPeer, s, tag, "agreement", "rank %d says it sent %d MPI messages to this rank in this exchange, %d arrived", s, v, e.matchedFrom[s]))
+		}
+	}
+	e.reportAborted(aborted)
+	e.settle()
+}
+
+// reportAborted names the ranks whose part of the exchange failed, unless
+// an error already does (their abort notice, their -1): a few in full,
+// then how many more.
+func (e *exchange) reportAborted(ranks []int) {
+	const shown = 4
+	named := 0
+	for _, s := range ranks {
+		if e.namesAbort(s) {
+			continue
+		}
+		if named++; named > shown {
+			continue
+		}
+		e.fail(wireErr(ErrPeerAborted, s, e.x.o.Tag, "agreement", "rank %d failed its part of this exchange (its own error says why)", s))
+	}
+	if named > shown {
+		e.fail(fmt.Errorf("msg: and %d more ranks failed their part of this exchange: %w", named-shown, ErrPeerAborted))
+	}
+}
+
+func (e *exchange) namesAbort(s int) bool {
+	for _, err := range e.errs {
+		var w *WireError
+		if errors.As(err, &w) && w.Peer == s && errors.Is(w, ErrPeerAborted) {
+			return true
+		}
+	}
+	return false
+}
+
+// settle drains, source by source, the MPI messages the agreement says
+// were sent here and not yet matched (strays, or pieces of a message given
+// up), then completes every request still active; each wait is bounded by
+// the timeout. Messages from other sources are not touched: they may
+// already belong to the next exchange.
+func (e *exchange) settle() {
+	x := e.x
+	last := time.Now()
+	expired := func() bool { return x.timeout > 0 && time.Since(last) >= x.timeout }
+	wait := func() time.Duration {
+		if x.timeout <= 0 {
+			return -1
+		}
+		return max(x.timeout-time.Since(last), 0)
+	}
+	for s, sent := range e.agreeIn {
+		probe := cluster.Probe{Comm: x.comm, Source: s, Tag: cluster.AnyTag}
+		for e.matchedFrom[s] < sent {
+			if expired() {
+				e.fail(wireErr(ErrTimeout, s, x.o.Tag, "agreement", "rank %d says it sent %d MPI messages to this rank in this exchange, %d arrived within %v",
+					s, sent, e.matchedFrom[s], x.timeout))
+				break
+			}
+			moved, ok := e.await(&probe, wait())
+			if !ok {
+				return
+			}
+			if moved {
+				last = time.Now()
+			}
+		}
+	}
+	for len(e.q.active) > 0 {
+		if expired() {
+			e.fail(fmt.Errorf("msg: exchange with tag %d: %d MPI requests did not complete within %v of the agreement (their memory stays held): %w",
+				x.o.Tag, len(e.q.active), x.timeout, ErrTimeout))
+			break
+		}
+		moved, ok := e.await(nil, wait())
+		if !ok {
+			break
+		}
+		if moved {
+			last = time.Now()
+		}
+	}
+	// Messages the exchange stopped waiting for give back what they hold.
+	for _, in := range e.ins {
+		if !in.ended {
+			if in.failed == nil {
+				in.failed = e.inErr(in, "receive", fmt.Errorf("%d of %d MPI messages arrived: %w", in.matched, in.pieces, ErrTimeout))
+			}
+			e.endIn(in)
 		}
 	}
 }

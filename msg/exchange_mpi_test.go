@@ -4,6 +4,9 @@ package msg
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,9 +229,12 @@ func TestPersistentPattern(t *testing.T) {
 				require.ErrorIs(t, err, ErrPeerAborted, "rank 0 sent an abort notice in place of its message")
 				require.Equal(t, 0, wireErrorOf(t, err).Peer)
 			default:
-				require.NoError(t, err)
-				tr.verify(t, s, rank, size, r)
-				require.NoError(t, r.Free())
+				// Every rank learns in the agreement that rank 0 failed.
+				require.Nil(t, r)
+				require.ErrorIs(t, err, ErrPeerAborted)
+				w := wireErrorOf(t, err)
+				require.Equal(t, 0, w.Peer)
+				require.Equal(t, "agreement", w.Field)
 			}
 			for _, b := range other {
 				require.NoError(t, b.Free())
@@ -264,8 +270,8 @@ func TestPersistentPattern(t *testing.T) {
 					require.False(t, w.Outgoing)
 					require.Equal(t, "manifest", w.Field)
 				default:
-					require.NoError(t, err)
-					require.NoError(t, r.Free())
+					require.Nil(t, r)
+					require.ErrorIs(t, err, ErrPeerAborted, "ranks 0 and 1 failed their part")
 				}
 				for _, b := range other {
 					require.NoError(t, b.Free())
@@ -350,8 +356,9 @@ func TestCorruptedMessages(t *testing.T) {
 			before := a.Stats()
 			r, err := x.Exchange(bufs)
 			if rank != 1 {
-				require.NoError(t, err)
-				require.NoError(t, r.Free())
+				require.Nil(t, r)
+				require.ErrorIs(t, err, ErrPeerAborted, "rank 1 rejected the message: every rank's exchange fails")
+				require.Equal(t, 1, wireErrorOf(t, err).Peer)
 				return
 			}
 			require.ErrorIs(t, err, tc.sentinel)
@@ -396,8 +403,9 @@ func TestHandWrittenPeer(t *testing.T) {
 		{"well formed", nil, nil, "", nil},
 		{"shorter than announced", nil, func(m []byte) []byte { return m[:len(m)-8] }, "message_size", ErrSizeMismatch},
 		{"longer than announced", func(m []byte) int64 { return int64(len(m)) - 16 }, nil, "message_size", ErrSizeMismatch},
-		{"truncated manifest", func([]byte) int64 { return 100 }, func(m []byte) []byte { return m[:100] }, "block_count", ErrMalformed},
-		{"header only", func([]byte) int64 { return 40 }, func(m []byte) []byte { return m[:40] }, "header", ErrMalformed},
+		{"manifest only", func([]byte) int64 { return 256 }, func(m []byte) []byte { return m[:256] }, "payload_length", ErrMalformed},
+		{"header only", func([]byte) int64 { return 40 }, func(m []byte) []byte { return m[:40] }, "count", ErrMalformed},
+		{"absurd length", func([]byte) int64 { return 1 << 62 }, nil, "count", ErrTooLarge},
 		{"abort notice", nil, func(m []byte) []byte {
 			n := make([]byte, AbortSize)
 			require.NoError(t, EncodeAbort(n, Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: x.Epoch()})) // rank 0 has already counted this exchange
@@ -408,7 +416,11 @@ func TestHandWrittenPeer(t *testing.T) {
 			if rank != 0 {
 				r, err := x.Exchange(nil)
 				if rank != 1 {
-					require.NoError(t, err)
+					if tc.sentinel == nil {
+						require.NoError(t, err)
+						return
+					}
+					require.ErrorIs(t, err, ErrPeerAborted, "rank 1 (or rank 0's notice) failed the exchange everywhere")
 					return
 				}
 				if tc.sentinel == nil {
@@ -447,14 +459,34 @@ func TestHandWrittenPeer(t *testing.T) {
 			}
 			sizes, got := make([]int64, size), make([]int64, size)
 			sizes[1] = announced
-			require.NoError(t, comm.AlltoallInt64(sizes, got))
+			require.NoError(t, x.comm.AlltoallInt64(sizes, got))
 			for _, n := range got {
 				require.Zero(t, n, "nobody sends to rank 0")
 			}
+			// The messages travel on the exchanger's own communicator (a
+			// peer in another language duplicates the communicator as
+			// msg.New does).
 			pin := cluster.PinBytes(m)
-			req, err := comm.Isend(pin, 1, x.Tag())
+			req, err := x.comm.Isend(pin, 1, x.Tag())
 			require.NoError(t, err)
 			require.NoError(t, req.Attach(pin))
+			// The agreement: one MPI message sent to rank 1; failed when it
+			// was an abort notice. The send completes once rank 1 has
+			// matched it, which it may do only after the agreement (a
+			// length it refused is drained then).
+			agree, got := make([]int64, size), make([]int64, size)
+			agree[1] = 1
+			if tc.name == "abort notice" {
+				agree[1] = -1 - 1
+			}
+			require.NoError(t, x.comm.AlltoallInt64(agree, got))
+			for s, v := range got {
+				if s != 1 || tc.sentinel == nil {
+					require.Zero(t, v, "rank %d sent nothing to rank 0 and did not fail", s)
+				} else if tc.name != "abort notice" {
+					require.EqualValues(t, -1, v, "rank 1 failed, having sent nothing to rank 0")
+				}
+			}
 			_, err = req.Wait()
 			require.NoError(t, err)
 		})
@@ -494,12 +526,19 @@ func TestReceiverOutOfMemoryDrains(t *testing.T) {
 	rank := comm.Rank()
 	conf := devalloc.Config{}
 	if rank == 1 {
-		conf.Limit = devalloc.Limit{Bytes: 1 << 20}
+		// Room for the message in the budget, but not beside what rank 1
+		// already holds: the length is accepted, the allocation fails.
+		conf.Limit = devalloc.Limit{Bytes: 3 << 20}
 	}
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Config: &conf})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Sync()); require.NoError(t, a.Close()) })
 	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	if rank == 1 {
+		hog, err := a.Alloc(2<<20, a.DefaultStream())
+		require.NoError(t, err)
+		defer func() { require.NoError(t, hog.Free()) }()
+	}
 	starveReceiver(t, a, x, rank, 512, 512) // 2 MiB
 }
 
@@ -522,8 +561,11 @@ func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, row
 		require.ErrorIs(t, err, devalloc.ErrOutOfMemory, "the receive buffer does not fit the budget")
 		require.ErrorContains(t, err, "rank 0")
 	default:
-		require.NoError(t, err, "the sender completes: the receiver drained its message")
-		require.NoError(t, r.Free())
+		// The sender completes (the receiver drained its message) and
+		// learns that rank 1 failed.
+		require.Nil(t, r)
+		require.ErrorIs(t, err, ErrPeerAborted)
+		require.Equal(t, 1, wireErrorOf(t, err).Peer)
 	}
 	for _, b := range bufs {
 		require.NoError(t, b.Free())
@@ -688,4 +730,134 @@ func TestChunkedMessages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConcurrentExchangers runs two exchangers made on one communicator,
+// with the same tag, from two goroutines at once: each exchanger has a
+// duplicate of the communicator of its own, so their count exchanges,
+// messages and agreements cannot cross.
+func TestConcurrentExchangers(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	xs := []*Exchanger{newExchanger(t, Options{Comm: comm, Alloc: a}), newExchanger(t, Options{Comm: comm, Alloc: a})}
+	require.Equal(t, xs[0].Tag(), xs[1].Tag())
+	errs := make([]error, len(xs))
+	var wg sync.WaitGroup
+	for g, x := range xs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[g] = exchangeRepeatedly(a, x, rank, size, uint64(g), 30)
+		}()
+	}
+	wg.Wait()
+	for g, err := range errs {
+		require.NoError(t, err, "exchanger %d", g)
+	}
+}
+
+// exchangeRepeatedly runs iters exchanges of host buffers on x, each with
+// another sparsity, and checks every byte received; it reports instead of
+// failing, for use from goroutines.
+func exchangeRepeatedly(a *devalloc.Allocator, x *Exchanger, rank, size int, g uint64, iters int) error {
+	for it := range uint64(iters) {
+		tr := traffic{seed: 1000*g + it, iter: it, density: 0.7, maxBlocks: 60, dims: []int{1, 4, 9, 16}, dtypes: mixedTypes}
+		var descs []packing.Desc
+		for d := range size {
+			descs = append(descs, tr.blocks(rank, d)...)
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		if err != nil {
+			return err
+		}
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		if err != nil {
+			return err
+		}
+		free := func() {
+			for _, b := range bufs {
+				_ = b.Free()
+			}
+		}
+		for _, c := range bufs {
+			src := make([][]byte, c.Len())
+			for k, v := range c.All() {
+				src[k] = tr.content(rank, v.ID(), v.Bytes())
+			}
+			if err := packing.PackHost(a.DefaultStream(), c, src); err != nil {
+				free()
+				return err
+			}
+		}
+		r, err := x.Exchange(bufs)
+		free()
+		if err != nil {
+			return fmt.Errorf("exchange %d: %w", it, err)
+		}
+		for src := range size {
+			want, c := tr.blocks(src, rank), r.From(src)
+			if len(want) == 0 {
+				if c != nil {
+					return fmt.Errorf("exchange %d: rank %d sent nothing, yet a buffer came", it, src)
+				}
+				continue
+			}
+			if c == nil || len(want) != c.Len() {
+				return fmt.Errorf("exchange %d: blocks from rank %d: got %v, want %d", it, src, c, len(want))
+			}
+			h, err := c.Buffer().Hold(devalloc.Read)
+			if err != nil {
+				return err
+			}
+			err = h.Wait()
+			mem, berr := c.Buffer().Bytes()
+			if err = errors.Join(err, berr, h.Release()); err != nil {
+				return err
+			}
+			for _, d := range want {
+				v, err := c.Lookup(d.ID)
+				if err != nil {
+					return fmt.Errorf("exchange %d: %w", it, err)
+				}
+				got := mem[c.Start()+v.Offset():][:v.Bytes()]
+				if string(got) != string(tr.content(src, d.ID, d.Bytes())) {
+					return fmt.Errorf("exchange %d: block %d from rank %d differs", it, d.ID, src)
+				}
+			}
+		}
+		if err := r.Free(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestNewFailsEverywhere: a rank whose options are bad still takes part in
+// New's collectives, so that every rank fails alike instead of some waiting
+// in the first exchange for a rank that never comes.
+func TestNewFailsEverywhere(t *testing.T) {
+	comm := world(t)
+	rank := comm.Rank()
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	o := Options{Comm: comm, Alloc: a}
+	if rank == 1 {
+		o.Window = -5
+	}
+	x, err := New(o)
+	require.Nil(t, x)
+	if rank == 1 {
+		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorContains(t, err, "Window")
+	} else {
+		require.ErrorIs(t, err, ErrPeerAborted)
+		require.ErrorContains(t, err, "rank 1 could not set up its exchanger")
+	}
+	// Ranks that disagree on the tag fail alike too.
+	o = Options{Comm: comm, Alloc: a, Tag: 100 + rank%2}
+	_, err = New(o)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "disagree on the tag")
+	// And the communicator still serves a working exchanger.
+	newExchanger(t, Options{Comm: comm, Alloc: a})
 }

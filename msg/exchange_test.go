@@ -3,6 +3,7 @@ package msg
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
@@ -282,4 +283,71 @@ func TestHeaderOnlyRewrite(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, r.Free())
 	}
+}
+
+// TestSendBuffersOfAnotherAllocator sends, to this rank itself, buffers of
+// another allocator than the exchanger's, of every kind: the copy to self
+// and the staging of device memory go through that allocator's own stream
+// and pinned memory.
+func TestSendBuffersOfAnotherAllocator(t *testing.T) {
+	vs := variants(t)
+	for _, xv := range vs {
+		for _, sv := range vs {
+			for _, viaMPI := range []bool{false, true} {
+				t.Run(fmt.Sprintf("exchanger=%s/buffers=%s/self-mpi=%v", xv.name, sv.name, viaMPI), func(t *testing.T) {
+					if xv.aware != sv.aware {
+						t.Skip("one CUDA-awareness setting per process")
+					}
+					a := xv.open(t)
+					b := sv.open(t)
+					comm := world(t)
+					rank, size := comm.Rank(), comm.Size()
+					x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+					tr := selfTraffic(17)
+					bufs, err := AllocSend(b, tr.plan(t, rank, size), b.DefaultStream())
+					require.NoError(t, err)
+					defer func() {
+						for _, c := range bufs {
+							require.NoError(t, c.Free())
+						}
+					}()
+					tr.fill(t, b.DefaultStream(), rank, bufs)
+					for range 2 {
+						r, err := x.Exchange(bufs)
+						require.NoError(t, err)
+						require.Same(t, a, r.From(rank).Buffer().Allocator(), "received into the exchanger's allocator")
+						tr.verify(t, a.DefaultStream(), rank, size, r)
+						require.NoError(t, r.Free())
+					}
+					require.NoError(t, b.Sync())
+				})
+			}
+		}
+	}
+}
+
+func TestTimeoutSetting(t *testing.T) {
+	for in, want := range map[string]time.Duration{"90s": 90 * time.Second, "2m30s": 150 * time.Second, "45": 45 * time.Second, "0.5": 500 * time.Millisecond, " off ": -1} {
+		got, err := ParseTimeout(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "soon", "-3", "0", "0s", "-1m", "1e300"} {
+		_, err := ParseTimeout(in)
+		require.ErrorIs(t, err, ErrInvalid, in)
+	}
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	comm := world(t)
+	require.Equal(t, DefaultTimeout, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
+	require.Equal(t, 3*time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: 3 * time.Second}).timeout)
+	require.Zero(t, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: -1}).timeout, "no limit")
+	t.Setenv(EnvTimeout, "off")
+	require.Zero(t, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
+	t.Setenv(EnvTimeout, "7s")
+	require.Equal(t, 7*time.Second, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
+	require.Equal(t, time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: time.Second}).timeout, "the option wins over the environment")
+	t.Setenv(EnvTimeout, "whenever")
+	_, err := New(Options{Comm: comm, Alloc: a})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, EnvTimeout)
 }

@@ -99,6 +99,12 @@ func variants(t *testing.T) []variant {
 // the variant needs for the test's duration.
 func (v variant) open(t *testing.T) *devalloc.Allocator {
 	t.Helper()
+	return v.openWith(t, &devalloc.Config{})
+}
+
+// openWith is open with an allocator configuration.
+func (v variant) openWith(t *testing.T, conf *devalloc.Config) *devalloc.Allocator {
+	t.Helper()
 	if v.kind == devalloc.BackendCUDA {
 		aware := "0"
 		if v.aware {
@@ -106,7 +112,7 @@ func (v variant) open(t *testing.T) *devalloc.Allocator {
 		}
 		t.Setenv(cluster.EnvCUDAAware, aware)
 	}
-	a, err := devalloc.Open(devalloc.Options{Backend: v.kind, Config: &devalloc.Config{}, Warn: func(m string) { t.Log(m) }})
+	a, err := devalloc.Open(devalloc.Options{Backend: v.kind, Config: conf, Warn: func(m string) { t.Log(m) }})
 	if err != nil {
 		if v.kind == devalloc.BackendCUDA {
 			gputest.Unavailable(t, "the CUDA backend ("+v.name+")", err)
@@ -224,6 +230,8 @@ func (tr traffic) verify(t testing.TB, s *devalloc.Stream, rank, size int, r *Re
 		}
 		require.NotNil(t, c, "nothing received from rank %d", src)
 		require.Equal(t, len(want), c.Len(), "blocks from rank %d", src)
+		payload := readPayload(t, s, c)
+		requireZeroPadding(t, payload, c, src)
 		got := readBlocks(t, s, c)
 		for _, v := range c.All() {
 			require.Zero(t, v.Offset()%v.DType().Size(), "element alignment")
@@ -241,11 +249,23 @@ func (tr traffic) verify(t testing.TB, s *devalloc.Stream, rank, size int, r *Re
 	}
 }
 
-// readBlocks reads a buffer's blocks back to the host, by id, once the
-// work the ledger says comes first has run. Device memory is copied to
-// pinned memory by the stream (not by a host function writing Go memory,
-// which the race detector cannot see ordered by a CUDA synchronisation).
+// readBlocks reads a buffer's blocks back to the host, by id.
 func readBlocks(t testing.TB, s *devalloc.Stream, c *packing.Coalesced) map[uint64][]byte {
+	t.Helper()
+	payload := readPayload(t, s, c)
+	out := make(map[uint64][]byte, c.Len())
+	for _, v := range c.All() {
+		out[v.ID()] = payload[v.Offset() : v.Offset()+v.Bytes()]
+	}
+	return out
+}
+
+// readPayload reads the bytes of a buffer's blocks, padding included, back
+// to the host once the work the ledger says comes first has run. Device
+// memory is copied to pinned memory by the stream (not by a host function
+// writing Go memory, which the race detector cannot see ordered by a CUDA
+// synchronisation).
+func readPayload(t testing.TB, s *devalloc.Stream, c *packing.Coalesced) []byte {
 	t.Helper()
 	buf := c.Buffer()
 	src, off := buf, c.Start()
@@ -262,12 +282,22 @@ func readBlocks(t testing.TB, s *devalloc.Stream, c *packing.Coalesced) map[uint
 	require.NoError(t, h.Wait())
 	mem, err := src.Bytes()
 	require.NoError(t, err)
-	out := make(map[uint64][]byte, c.Len())
-	for _, v := range c.All() {
-		o := off + v.Offset()
-		out[v.ID()] = append([]byte(nil), mem[o:o+v.Bytes()]...)
+	return append([]byte(nil), mem[off:off+c.Size()]...)
+}
+
+// requireZeroPadding checks that the bytes between the blocks of a
+// received buffer are zero, as the sender must write them (docs/WIRE.md).
+func requireZeroPadding(t testing.TB, payload []byte, c *packing.Coalesced, src int) {
+	t.Helper()
+	end := int64(0)
+	for _, v := range c.All() { // in offset order
+		for i := end; i < v.Offset(); i++ {
+			if payload[i] != 0 {
+				t.Fatalf("padding byte %d of the message from rank %d is %#x, not 0", i, src, payload[i])
+			}
+		}
+		end = v.Offset() + v.Bytes()
 	}
-	return out
 }
 
 // wireErrorOf extracts the WireError of err, failing when there is none.

@@ -13,28 +13,42 @@ import (
 // the whole manifest of up to 2040 blocks, so that one copy usually does.
 const headerPeek = 64 << 10
 
-// inMsg is one logical message this rank receives in an exchange.
+// inMsg is one logical message this rank receives in an exchange. Its
+// pieces (the MPI messages it travels as) are matched by probe in the
+// order the sender sent them, each received only once its length is known:
+// a piece of the announced length into its place, a shorter one there too
+// (and rejected), a longer one, or any piece of a message that already
+// failed or that this rank has no buffer for, into scratch memory that is
+// dropped.
 type inMsg struct {
-	src  int
-	step int
-	size int64 // announced bytes
+	src     int
+	step    int
+	size    int64 // announced bytes
+	pieces  int64 // MPI messages it travels as
+	matched int64 // pieces matched so far
 	// How it arrives: straight into buf (host memory, or device memory
 	// with a CUDA-aware MPI), through pinned chunks copied into buf
-	// (staged), or nowhere (drain: this rank could not take it).
+	// (staged), or nowhere (drain: this rank has no buffer for it, and
+	// every piece is discarded).
 	staged, device, drain, local bool
+	// ended: the message became a result or its buffer was freed, and its
+	// error, if any, was reported.
+	ended bool
 
-	buf    *devalloc.Buffer
-	share  *sharedRelease // direct: the buffer's write hold, shared by the chunks
-	shared sharedRelease  // what share points to
-	chunks []inChunk
-	next   int // staged: the next chunk to process, in order
+	buf      *devalloc.Buffer
+	base     int64          // where the message starts in buf: 0 but in canary tests
+	share    *sharedRelease // direct: the buffer's write hold, one share per piece
+	shared   sharedRelease  // what share points to
+	chunks   []inChunk      // by piece; none while draining
+	next     int            // staged: the next chunk to process, in order
+	finished int64          // direct: pieces whose receive has completed
 
 	p       uint64 // payload offset, once the header is read
 	man     []byte // staged: the manifest gathered across chunks, when longer than the first
 	plan    *packing.Plan
 	crc     uint32
 	header  Header
-	failed  error
+	failed  error // the first thing wrong with the message, reported when it ends
 	result  *packing.Coalesced
 	learned *learnedIn
 }
@@ -42,158 +56,247 @@ type inMsg struct {
 type inChunk struct {
 	off, n int64
 	mem    cluster.Memory
-	region bufRegion        // direct, when the chunk is not the whole buffer: what mem points to
+	region bufRegion        // direct: what mem points to
 	buf    *devalloc.Buffer // staged: the pinned chunk
 	hold   *devalloc.Hold   // staged: its write hold
-	pin    *cluster.PinnedBytes
-	posted bool
-	done   bool
-	got    int64
-	err    error
+	posted bool             // its receive (or discard) was posted, or it never will be
+	// discarded: the piece went to scratch memory, not to this chunk.
+	discarded bool
+	done      bool
+	got       int64
+	err       error
 }
 
-// newRecv sets up the receive of size bytes from src: one pooled buffer, and
-// for staging one pinned buffer per chunk. When memory cannot be had the
-// message is drained (received into nothing) so the sender is not left
+// newRecv sets up the receive of size bytes from src: one pooled buffer,
+// and a record per piece. When the buffer cannot be had the message is
+// drained (every piece discarded as it arrives) so the sender is not left
 // waiting, and the failure is reported.
 func (e *exchange) newRecv(src, step int, size int64) *inMsg {
 	x := e.x
 	in := e.newIn()
 	in.src, in.step, in.size = src, step, size
-	in.chunks = resize(in.chunks, chunkCount(size, x.chunk))
-	for i := range in.chunks {
-		sp := chunkAt(size, x.chunk, i)
-		in.chunks[i].off, in.chunks[i].n = sp.off, sp.n
+	in.pieces = int64(chunkCount(size, x.chunk))
+	e.expecting += in.pieces
+	e.bySrc[src] = in
+	if e.refuse[src] {
+		in.drain, in.ended = true, true // its refusal was reported
+		return in
 	}
-	x.stats.MPIRecvs += int64(len(in.chunks))
-	err := e.allocIn(in)
-	if err != nil {
-		// Receive the message anyway, into Go memory it is then dropped
-		// with, so that the sender completes. (A receive shorter than the
-		// message would do in MPI's terms, but some MPIs still copy the
-		// whole message when it is large.)
+	if err := e.allocIn(in); err != nil {
 		e.fail(e.inErr(in, "receive buffer", err))
-		in.drain = true
-		for i := range in.chunks {
-			pin := cluster.PinBytes(make([]byte, in.chunks[i].n))
-			in.chunks[i].mem, in.chunks[i].pin = pin, pin
-		}
+		in.drain, in.ended = true, true
 	}
 	return in
 }
 
-func (e *exchange) allocIn(in *inMsg) (err error) {
+// allocIn takes the message's buffer (and, unless it is staged, a write
+// hold on it for MPI) and sizes its piece records, in that order: the
+// records are sized from the announced length only once that much memory
+// was really had.
+func (e *exchange) allocIn(in *inMsg) error {
 	x := e.x
-	if in.buf, err = x.a.Alloc(in.size, x.recvS); err != nil {
+	c := x.hooks.canary
+	buf, err := x.a.Alloc(in.size+2*c, x.recvS)
+	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			for i := range in.chunks {
-				ch := &in.chunks[i]
-				if ch.hold != nil {
-					_ = ch.hold.Release()
-				}
-				if ch.buf != nil {
-					_ = ch.buf.Free()
-				}
-				ch.hold, ch.buf = nil, nil
-			}
-			_ = in.buf.Free()
-			in.buf = nil
+	if c > 0 {
+		if err := e.fillGuard(buf, in.size); err != nil {
+			return errors.Join(err, buf.Free())
 		}
-	}()
-	loc := in.buf.Location()
-	if loc.HostAccessible() || e.aware {
+	}
+	in.base = c
+	loc := buf.Location()
+	in.staged = !loc.HostAccessible() && !e.aware
+	if !in.staged {
 		in.device = !loc.HostAccessible()
 		// MPI writes from outside the streams: wait for the allocation to
 		// be usable (the pool may hand out memory whose earlier uses are
 		// still queued on the stream).
-		h, err := in.buf.Hold(devalloc.Write)
-		if err != nil {
-			return err
-		}
-		if err := h.Wait(); err != nil {
-			_ = h.Release()
-			return err
-		}
-		in.shared.init(h, len(in.chunks))
-		in.share = &in.shared
-		for i := range in.chunks {
-			ch := &in.chunks[i]
-			if ch.off == 0 && ch.n == in.buf.Size() {
-				ch.mem = in.buf // the whole buffer: the usual single chunk
-				continue
+		h, err := buf.Hold(devalloc.Write)
+		if err == nil {
+			if err = h.Wait(); err != nil {
+				_ = h.Release()
 			}
-			ch.region = bufRegion{in.buf, ch.off, ch.n}
-			ch.mem = &ch.region
 		}
-		return nil
+		if err != nil {
+			return errors.Join(err, buf.Free())
+		}
+		in.shared.init(h, int(in.pieces))
+		in.share = &in.shared
 	}
-	in.staged = true
+	in.buf = buf
+	in.chunks = resize(in.chunks, int(in.pieces))
 	for i := range in.chunks {
-		ch := &in.chunks[i]
-		if ch.buf, err = x.a.AllocPinned(ch.n, x.recvS); err != nil {
-			return err
-		}
-		// No Wait: a pinned block leaves the pool only once every earlier
-		// use of it has completed, and the allocation enqueues no work.
-		if ch.hold, err = ch.buf.Hold(devalloc.Write); err != nil {
-			return err
-		}
-		ch.mem = ch.buf
+		sp := chunkAt(in.size, x.chunk, i)
+		in.chunks[i].off, in.chunks[i].n = sp.off, sp.n
 	}
 	return nil
-}
-
-// releaseChunks frees what chunks never posted hold (their pinned buffer,
-// hold, pin, share of the buffer hold): called when the exchange stops
-// before posting them.
-func (in *inMsg) releaseChunks() {
-	for i := range in.chunks {
-		ch := &in.chunks[i]
-		if ch.posted {
-			continue
-		}
-		ch.posted = true
-		if ch.hold != nil {
-			_ = ch.hold.Release()
-		}
-		if ch.buf != nil {
-			_ = ch.buf.Free()
-		}
-		if ch.pin != nil {
-			_ = ch.pin.Release()
-		}
-		if in.share != nil {
-			_ = in.share.Release()
-		}
-	}
 }
 
 func (e *exchange) inErr(in *inMsg, field string, err error) error {
 	return fmt.Errorf("msg: message from rank %d tag %d: %s: %w", in.src, e.x.o.Tag, field, err)
 }
 
-// attach is what the request of chunk i releases when it completes.
-func (in *inMsg) attach(i int) cluster.Releaser {
-	ch := &in.chunks[i]
-	switch {
-	case ch.pin != nil:
-		return ch.pin
-	case ch.hold != nil:
-		return ch.hold
+// pieceName names piece i of a message in errors.
+func (in *inMsg) pieceName(i int) string {
+	if in.pieces > 1 {
+		return fmt.Sprintf("MPI message %d of %d", i, in.pieces)
 	}
-	return in.share
+	return "message"
 }
 
-// chunkDone records the completion of chunk i and processes what it can.
+// arrived takes a message matched by probe: the next piece of the message
+// its source owes, or a stray.
+func (e *exchange) arrived(m *cluster.Message) {
+	x := e.x
+	st := m.Status()
+	s := st.Source
+	if s < 0 || s >= x.size {
+		// MPI names a rank of the communicator; anything else cannot be
+		// told apart from memory corruption.
+		e.fail(fmt.Errorf("msg: MPI matched a message from rank %d in a communicator of %d: %w", s, x.size, ErrInvalid))
+		e.discard(m, nil, -1)
+		return
+	}
+	e.matchedFrom[s]++
+	in := e.bySrc[s]
+	if in == nil || in.matched == in.pieces {
+		e.discard(m, nil, -1)
+		e.stray(s, st.Bytes)
+		return
+	}
+	i := int(in.matched)
+	in.matched++
+	e.expecting--
+	if st.Tag != x.o.Tag {
+		// Taken as the piece it stands in place of, so that the exchange
+		// does not wait for that piece in vain.
+		w := wireErr(ErrUnexpectedPeer, s, x.o.Tag, "tag", "%s came with MPI tag %d, the exchange uses %d; it was drained", in.pieceName(i), st.Tag, x.o.Tag)
+		if in.drain {
+			e.fail(w)
+		} else if in.failed == nil {
+			in.failed = w
+		}
+	}
+	if in.drain {
+		e.discard(m, in, -1)
+		return
+	}
+	ch := &in.chunks[i]
+	if st.Bytes > ch.n && in.failed == nil {
+		in.failed = wireErr(ErrSizeMismatch, s, x.o.Tag, "message_size", "%s has %d bytes, %d were announced (%d in all); it was drained, nothing was written",
+			in.pieceName(i), st.Bytes, ch.n, in.size)
+	}
+	if in.failed != nil {
+		e.discard(m, in, i)
+		return
+	}
+	e.receive(m, in, i)
+}
+
+// stray reports a message from a rank that owes this one nothing more in
+// this exchange, once per rank; messages from a rank whose announcement
+// was refused, or whose message was given up, are that error's business.
+func (e *exchange) stray(s int, n int64) {
+	if e.silent[s] || e.strayed[s] {
+		return
+	}
+	e.strayed[s] = true
+	announced := fmt.Sprintf("announced %d bytes", e.recvSize[s])
+	if in := e.bySrc[s]; in == nil {
+		announced = "announced nothing for this rank"
+	}
+	e.fail(wireErr(ErrUnexpectedPeer, s, e.x.o.Tag, "count", "rank %d %s in this exchange but sent a further MPI message of %d bytes; it was drained", s, announced, n))
+}
+
+// receive posts the receive of piece i of in, whose length does not exceed
+// the piece's: into its place in the buffer, or into a pinned chunk of its
+// own when staged.
+func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
+	x := e.x
+	ch := &in.chunks[i]
+	var rel cluster.Releaser
+	if in.staged {
+		c := x.hooks.canary
+		cb, err := x.a.AllocPinned(ch.n+2*c, x.recvS)
+		if err == nil && c > 0 {
+			if err = e.fillGuard(cb, ch.n); err != nil {
+				_ = cb.Free()
+			}
+		}
+		if err == nil {
+			// No Wait: a pinned block leaves the pool only once every
+			// earlier use of it has completed, and the allocation enqueues
+			// no work.
+			if ch.hold, err = cb.Hold(devalloc.Write); err != nil {
+				_ = cb.Free()
+			}
+		}
+		if err != nil {
+			in.failed = e.inErr(in, "staging", err)
+			e.discard(m, in, i)
+			return
+		}
+		ch.buf, ch.mem, rel = cb, cb, ch.hold
+		if c > 0 {
+			ch.mem = cluster.Sub(cb, c, ch.n)
+		}
+	} else {
+		ch.region = bufRegion{in.buf, in.base + ch.off, ch.n}
+		ch.mem, rel = &ch.region, in.share
+	}
+	r, err := m.Recv(ch.mem)
+	if err != nil {
+		if in.staged {
+			_ = ch.hold.Release()
+			_ = ch.buf.Free()
+			ch.hold, ch.buf, ch.mem = nil, nil, nil
+		}
+		in.failed = e.inErr(in, "receive", err)
+		e.discard(m, in, i) // gives the piece's share of a direct buffer's hold back
+		return
+	}
+	ch.posted = true
+	if err := r.Attach(rel); err != nil {
+		in.failed = e.inErr(in, "receive", err)
+	}
+	x.stats.MPIRecvs++
+	e.q.track(r, schedOp{in: in, chunk: i})
+}
+
+// discard posts the receive of a matched message into scratch memory that
+// is dropped. in and i name the piece it was, if it was one (i is -1 for a
+// piece of a drained message, which has no records).
+func (e *exchange) discard(m *cluster.Message, in *inMsg, i int) {
+	x := e.x
+	src := m.Status().Source
+	if in != nil && i >= 0 {
+		ch := &in.chunks[i]
+		ch.posted, ch.discarded = true, true
+		if in.share != nil {
+			_ = in.share.Release() // this piece never touches the buffer
+		}
+	}
+	r, err := m.Discard()
+	x.stats.Drained++
+	if err != nil {
+		// The message stays matched and its sender's request pending: the
+		// error says so, and the rank's exchange fails.
+		e.fail(fmt.Errorf("msg: message from rank %d tag %d: drain: %w", src, x.o.Tag, err))
+		if in != nil && i >= 0 {
+			e.chunkDone(in, i, cluster.Status{}, err)
+		}
+		return
+	}
+	x.stats.MPIRecvs++
+	e.q.track(r, schedOp{in: in, chunk: i, discard: true})
+}
+
+// chunkDone records the completion of piece i and processes what it can.
 func (e *exchange) chunkDone(in *inMsg, i int, st cluster.Status, err error) {
 	ch := &in.chunks[i]
 	ch.done, ch.got, ch.err = true, st.Bytes, err
-	if in.drain {
-		return
-	}
 	if in.staged {
 		for in.next < len(in.chunks) && in.chunks[in.next].done {
 			e.processStaged(in, in.next)
@@ -204,20 +307,20 @@ func (e *exchange) chunkDone(in *inMsg, i int, st cluster.Status, err error) {
 		}
 		return
 	}
-	for i := range in.chunks {
-		if !in.chunks[i].done {
-			return
-		}
+	if in.finished++; in.finished == in.pieces {
+		e.finishDirect(in)
 	}
-	e.finishDirect(in)
 }
 
-// sizeError explains a chunk that did not arrive as announced. An abort
-// notice in the first chunk is reported as such.
+// sizeError explains a piece that did not arrive as announced. An abort
+// notice in the first piece is reported as such.
 func (e *exchange) sizeError(in *inMsg, i int, head []byte) error {
 	ch := &in.chunks[i]
 	tag := e.x.o.Tag
-	if i == 0 && ch.err == nil && ch.got == AbortSize && len(head) >= AbortSize {
+	if ch.err != nil {
+		return e.inErr(in, "receive", ch.err)
+	}
+	if i == 0 && ch.got == AbortSize && len(head) >= AbortSize {
 		if h, _, err := decodeHeader(head[:AbortSize], AbortSize, in.src, tag, nil); err == nil && h.Aborted {
 			if err := e.checkPeer(in, h); err != nil {
 				return err
@@ -225,17 +328,7 @@ func (e *exchange) sizeError(in *inMsg, i int, head []byte) error {
 			return wireErr(ErrPeerAborted, in.src, tag, "flags", "rank %d sent an abort notice in place of its %d-byte message (its own error says why)", in.src, in.size)
 		}
 	}
-	what := "message"
-	if len(in.chunks) > 1 {
-		what = fmt.Sprintf("chunk %d of %d", i, len(in.chunks))
-	}
-	if ch.err != nil {
-		if errors.Is(ch.err, cluster.ErrTruncate) {
-			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "%s longer than the %d bytes announced (%d in all): %v", what, ch.n, in.size, ch.err)
-		}
-		return e.inErr(in, "receive", ch.err)
-	}
-	return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "%s has %d bytes, %d were announced (%d in all)", what, ch.got, ch.n, in.size)
+	return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "%s has %d bytes, %d were announced (%d in all)", in.pieceName(i), ch.got, ch.n, in.size)
 }
 
 // processStaged handles chunk i of a staged message, in order: the header
@@ -244,8 +337,20 @@ func (e *exchange) sizeError(in *inMsg, i int, head []byte) error {
 func (e *exchange) processStaged(in *inMsg, i int) {
 	x := e.x
 	ch := &in.chunks[i]
-	defer func() { _ = ch.buf.Free() }()
+	defer func() {
+		if ch.buf != nil {
+			_ = ch.buf.Free()
+			ch.buf = nil
+		}
+	}()
+	if ch.buf != nil && x.hooks.canary > 0 {
+		e.checkGuard(ch.buf, ch.n, fmt.Sprintf("pinned chunk %d of the message from rank %d", i, in.src))
+	}
 	if in.failed != nil {
+		return
+	}
+	if ch.discarded {
+		in.failed = e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(i), ErrInvalid))
 		return
 	}
 	mem, err := ch.buf.Bytes()
@@ -253,8 +358,9 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 		in.failed = e.inErr(in, "staging", err)
 		return
 	}
+	mem = mem[x.hooks.canary:][:ch.n]
 	if ch.err != nil || ch.got != ch.n {
-		in.failed = e.sizeError(in, i, mem[:min(ch.got, ch.n)])
+		in.failed = e.sizeError(in, i, mem[:max(min(ch.got, ch.n), 0)])
 		return
 	}
 	if i == 0 {
@@ -283,7 +389,7 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 	if ch.off+ch.n > p {
 		in.crc = crcUpdate(in.crc, mem[max(p-ch.off, 0):])
 	}
-	if err := x.recvS.Copy(in.buf, ch.off, ch.buf, 0, ch.n); err != nil {
+	if err := x.recvS.Copy(in.buf, in.base+ch.off, ch.buf, x.hooks.canary, ch.n); err != nil {
 		in.failed = e.inErr(in, "staging", err)
 		return
 	}
@@ -298,8 +404,7 @@ func (e *exchange) finishStaged(in *inMsg) {
 		in.failed = wireErr(ErrChecksum, in.src, e.x.o.Tag, "payload_checksum", "computed %#08x, header says %#08x", in.crc, in.hdr().PayloadChecksum)
 	}
 	if in.failed != nil {
-		e.fail(in.failed)
-		_ = in.buf.Free()
+		e.endIn(in)
 		return
 	}
 	e.wrapResult(in, in.plan, int64(in.p))
@@ -308,24 +413,28 @@ func (e *exchange) finishStaged(in *inMsg) {
 // finishDirect decodes a message received straight into its buffer.
 func (e *exchange) finishDirect(in *inMsg) {
 	x := e.x
-	err := func() error {
+	if in.failed != nil {
+		e.endIn(in)
+		return
+	}
+	in.failed = func() error {
 		head := func(n int64) ([]byte, error) {
 			if !in.device {
 				mem, err := in.buf.Bytes()
 				if err != nil {
 					return nil, err
 				}
-				return mem[:n], nil
+				return mem[in.base:][:n], nil
 			}
 			var out []byte
-			err := readDevice(x.a, x.recvS, in.buf, 0, n, func(b []byte) error { out = append(out, b...); return nil })
+			err := readDevice(x.a, x.recvS, in.buf, in.base, n, func(b []byte) error { out = append(out, b...); return nil })
 			return out, err
 		}
 		for i := range in.chunks {
 			if ch := &in.chunks[i]; ch.err != nil || ch.got != ch.n {
 				var b []byte
 				if i == 0 && ch.err == nil {
-					b, _ = head(min(ch.got, ch.n))
+					b, _ = head(max(min(ch.got, ch.n), 0))
 				}
 				return e.sizeError(in, i, b)
 			}
@@ -348,7 +457,7 @@ func (e *exchange) finishDirect(in *inMsg) {
 			if !in.device {
 				mem, _ := head(in.size)
 				sum = Checksum(mem[p:])
-			} else if err := readDevice(x.a, x.recvS, in.buf, int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
+			} else if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
 				return e.inErr(in, "payload_checksum", err)
 			}
 			if sum != h.PayloadChecksum {
@@ -358,12 +467,60 @@ func (e *exchange) finishDirect(in *inMsg) {
 		in.plan = plan
 		return nil
 	}()
-	if err != nil {
-		e.fail(err)
-		_ = in.buf.Free()
+	if in.failed != nil {
+		e.endIn(in)
 		return
 	}
 	e.wrapResult(in, in.plan, int64(in.p))
+}
+
+// endIn ends a message that failed, or that the exchange stops waiting
+// for: its error is reported, the records of pieces never posted give back
+// what they hold, and its buffer is freed (deferred by devalloc while a
+// posted receive still holds it).
+func (e *exchange) endIn(in *inMsg) {
+	if in.ended {
+		return
+	}
+	in.ended = true
+	e.fail(in.failed)
+	canary := e.x.hooks.canary > 0
+	for i := range in.chunks {
+		ch := &in.chunks[i]
+		if canary && ch.buf != nil && ch.done {
+			e.checkGuard(ch.buf, ch.n, fmt.Sprintf("pinned chunk %d of the message from rank %d", i, in.src))
+		}
+		if !ch.posted {
+			ch.posted = true
+			if in.share != nil {
+				_ = in.share.Release()
+			}
+		}
+		if ch.buf != nil {
+			// A pinned chunk never processed: freed now, or, while its
+			// receive is pending, once the hold that request keeps is
+			// released.
+			_ = ch.buf.Free()
+			ch.buf = nil
+		}
+	}
+	if in.buf != nil {
+		if canary && in.receivesDone() {
+			e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
+		}
+		_ = in.buf.Free()
+	}
+}
+
+// receivesDone reports whether no receive into the message's memory is
+// still in flight.
+func (in *inMsg) receivesDone() bool {
+	for i := range in.chunks {
+		if ch := &in.chunks[i]; ch.posted && !ch.discarded && !ch.done {
+			return false
+		}
+	}
+	return true
 }
 
 // hdr is the accepted header of the message.
@@ -455,11 +612,51 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 // wrapResult turns the received buffer into the coalesced buffer of its
 // blocks, in place.
 func (e *exchange) wrapResult(in *inMsg, plan *packing.Plan, p int64) {
-	c, err := packing.WrapAt(in.buf, p, plan, 0)
+	if e.x.hooks.canary > 0 && !in.local {
+		e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
+	}
+	c, err := packing.WrapAt(in.buf, in.base+p, plan, 0)
 	if err != nil {
-		e.fail(e.inErr(in, "payload", err))
-		_ = in.buf.Free()
+		in.failed = e.inErr(in, "payload", err)
+		e.endIn(in)
 		return
 	}
+	in.ended = true
 	in.result = c
+}
+
+// canaryByte fills the canaries of canary tests.
+const canaryByte = 0xCA
+
+// fillGuard fills the canary bytes on both sides of the n bytes that start
+// canary bytes into buf.
+func (e *exchange) fillGuard(buf *devalloc.Buffer, n int64) error {
+	c := e.x.hooks.canary
+	guard := make([]byte, c)
+	for i := range guard {
+		guard[i] = canaryByte
+	}
+	return errors.Join(e.writeAt(buf, 0, guard), e.writeAt(buf, c+n, guard))
+}
+
+// checkGuard reports, to the canaryHit hook, canary bytes of buf (see
+// fillGuard) that are no longer what was written there.
+func (e *exchange) checkGuard(buf *devalloc.Buffer, n int64, what string) {
+	x := e.x
+	c := x.hooks.canary
+	check := func(side string) func(b []byte) error {
+		return func(b []byte) error {
+			for i, v := range b {
+				if v != canaryByte {
+					x.hooks.canaryHit(fmt.Sprintf("%s: canary byte %d %s the region was overwritten", what, i, side))
+					break
+				}
+			}
+			return nil
+		}
+	}
+	err := errors.Join(readAt(x.a, x.recvS, buf, 0, c, check("before")), readAt(x.a, x.recvS, buf, c+n, c, check("after")))
+	if err != nil {
+		x.hooks.canaryHit(fmt.Sprintf("%s: canaries unreadable: %v", what, err))
+	}
 }

@@ -164,20 +164,35 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 			sends = append(sends, transfer{addr, m.size, d})
 		}
 	}
-	sendSize, recvSize := e.sendSize, e.recvSize
+	recvSize := e.recvSize
 	e.announce(byDest, localErr != nil)
-	if err := x.comm.AlltoallInt64(sendSize, recvSize); err != nil {
+	if err := x.comm.AlltoallInt64(e.sendSize, recvSize); err != nil {
 		return nil, errors.Join(localErr, release(), fmt.Errorf("msg: count exchange: %w", err))
 	}
 	x.stats.CountExchanges++
+	e.fail(localErr)
 	if localErr != nil {
-		return nil, errors.Join(localErr, release())
+		clear(recvSize)
 	}
-	for s := range n {
-		if recvSize[s] < 0 {
-			e.fail(wireErr(ErrPeerAborted, s, x.o.Tag, "count", "rank %d failed before the exchange and sends nothing (its own error says why)", s))
-			recvSize[s] = 0
+	e.checkCounts(byDest)
+	// NCCL cannot cancel a posted transfer, so the ranks decide together
+	// whether the group runs at all: not if any rank failed or refused a
+	// length (docs/WIRE.md, rule 5).
+	vote := []int64{-int64(n)}
+	if len(e.errs) > 0 && !e.onlyPeerAborts() {
+		vote[0] = -int64(x.rank)
+	}
+	if err := x.comm.AllreduceInt64(vote, vote, cluster.Max); err != nil {
+		e.fail(fmt.Errorf("msg: nccl vote: %w", err))
+		e.fail(release())
+		return e.deliver(byDest, recvSize)
+	}
+	if f := int(-vote[0]); f < n {
+		if f != x.rank && !e.namesAbort(f) {
+			e.fail(wireErr(ErrPeerAborted, f, x.o.Tag, "count", "rank %d failed or refused a length before the NCCL transfer, which no rank runs (its own error says why)", f))
 		}
+		e.fail(release())
+		return e.deliver(byDest, recvSize)
 	}
 
 	// Receives: a pooled device buffer per source under a write hold, or
@@ -240,10 +255,23 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 			e.finishDirect(in)
 		} else {
 			_ = in.buf.Free()
+			in.ended = true
 		}
 	}
-
+	e.agree()
 	return e.deliver(byDest, recvSize)
+}
+
+// onlyPeerAborts reports whether every error so far says that a peer
+// failed (which that peer votes on itself), none that this rank did.
+func (e *exchange) onlyPeerAborts() bool {
+	for _, err := range e.errs {
+		var w *WireError
+		if !errors.As(err, &w) || !errors.Is(w, ErrPeerAborted) || w.Field != "count" {
+			return false
+		}
+	}
+	return true
 }
 
 // departures checks this rank's messages against a learned pattern before
@@ -278,7 +306,12 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 	off := c.Start() - p
 	if !device {
 		if tmp, err = x.a.Alloc(m.size, x.sendS); err == nil {
-			if err = x.sendS.Copy(tmp, 0, src, off, m.size); err == nil {
+			if src.Allocator() == x.a {
+				err = x.sendS.Copy(tmp, 0, src, off, m.size)
+			} else {
+				err = e.copyAcross(tmp, 0, src, off, m.size)
+			}
+			if err == nil {
 				var wh *devalloc.Hold
 				if wh, err = tmp.Hold(devalloc.Read); err == nil {
 					if err = wh.Wait(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -24,6 +25,9 @@ const (
 	DefaultChunkBytes = 4 << 20
 	// MinChunkBytes is the smallest chunk size accepted.
 	MinChunkBytes = 64 << 10
+	// DefaultTimeout is how long an exchange waits without any of its
+	// messages moving before it gives up (Options.Timeout).
+	DefaultTimeout = 120 * time.Second
 
 	maxChunk = math.MaxInt64 // no chunking
 )
@@ -37,6 +41,9 @@ const (
 	// EnvTransport sets the transport of an Options.Transport left at
 	// TransportAuto: "auto", "staged" or "nccl".
 	EnvTransport = "DISTBUF_MSG_TRANSPORT"
+	// EnvTimeout sets the timeout of an Options.Timeout left at 0: see
+	// ParseTimeout.
+	EnvTimeout = "DISTBUF_MSG_TIMEOUT"
 )
 
 // Transport says how device memory travels. Host-accessible memory always
@@ -97,9 +104,66 @@ type Options struct {
 	// SelfViaMPI sends a rank's message to itself through MPI like any
 	// other. By default it is one stream-ordered copy, without MPI.
 	SelfViaMPI bool
+	// Timeout bounds how long an exchange waits while none of its
+	// messages moves: a peer that sends fewer MPI messages than it
+	// announced, or takes none of this rank's, makes the exchange fail with
+	// ErrTimeout after it instead of hanging. It is measured from the last
+	// progress, so a long transfer that keeps moving never times out; but a
+	// learned Pattern (which skips the count exchange) also waits this long
+	// for a peer that has not reached the exchange yet, so raise it when
+	// ranks may spend longer than that between such exchanges. It need not
+	// be the same on every rank. 0 means EnvTimeout, else DefaultTimeout;
+	// negative means no limit.
+	Timeout time.Duration
 }
 
-func (o Options) resolve() (Options, int64, error) {
+// resolve fills in the defaults of o and checks it: the options, the chunk
+// size (maxChunk for none) and the timeout (0 for none).
+func (o Options) resolve() (Options, int64, time.Duration, error) {
+	o, chunk, err := o.resolveChunks()
+	if err != nil {
+		return o, chunk, 0, err
+	}
+	timeout, err := o.resolveTimeout()
+	return o, chunk, timeout, err
+}
+
+func (o Options) resolveTimeout() (time.Duration, error) {
+	t := o.Timeout
+	if t == 0 {
+		t = DefaultTimeout
+		if v, ok := os.LookupEnv(EnvTimeout); ok {
+			var err error
+			if t, err = ParseTimeout(v); err != nil {
+				return 0, fmt.Errorf("msg: %s=%q: %w", EnvTimeout, v, err)
+			}
+		}
+	}
+	return max(t, 0), nil
+}
+
+// ParseTimeout reads a timeout as EnvTimeout takes it: a Go duration
+// ("90s", "2m30s"), a number of seconds ("90"), or "off" for none
+// (returned as a negative duration).
+func ParseTimeout(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "off" {
+		return -1, nil
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		if secs <= 0 || secs > 1e9 {
+			return 0, fmt.Errorf("timeout %q: want a positive number of seconds, a duration such as 90s, or off: %w", v, ErrInvalid)
+		}
+		return time.Duration(secs * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("timeout %q: want a positive number of seconds, a duration such as 90s, or off: %w", v, ErrInvalid)
+	}
+	return d, nil
+}
+
+func (o Options) resolveChunks() (Options, int64, error) {
 	if o.Comm == nil || o.Alloc == nil {
 		return o, 0, fmt.Errorf("msg: Options.Comm and Options.Alloc are required: %w", ErrInvalid)
 	}

@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/distbuf/distbuf/cluster"
@@ -75,8 +76,9 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 	}
 	h := e.header(m.dest)
 	if device {
+		a, s := e.copier(buf)
 		if x.o.PayloadChecksum {
-			err := readDevice(x.a, x.sendS, buf, start, l, func(b []byte) error {
+			err := readDevice(a, s, buf, start, l, func(b []byte) error {
 				h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(b)
 				return nil
 			})
@@ -84,14 +86,14 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 				return e.outErr(m.dest, "payload_checksum", err)
 			}
 		}
-		scratch, err := x.a.AllocPinned(p, x.sendS)
+		scratch, err := a.AllocPinned(p, s)
 		if err != nil {
 			return e.outErr(m.dest, "manifest", err)
 		}
 		mem, err := scratch.Bytes()
 		if err == nil {
 			m.man.encodeInto(mem, h)
-			err = x.sendS.Copy(buf, start-p, scratch, 0, p)
+			err = s.Copy(buf, start-p, scratch, 0, p)
 		}
 		if ferr := scratch.Free(); err == nil {
 			err = ferr
@@ -161,6 +163,7 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 func (e *exchange) prepareStaged(m *outMsg) (err error) {
 	x, c := e.x, m.c
 	p, start := int64(m.man.payloadOffset()), c.Start()
+	a, s := e.copier(c.Buffer())
 	m.chunks = resize(m.chunks, chunkCount(m.size, x.chunk))
 	defer func() {
 		if err != nil {
@@ -169,7 +172,7 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 	}()
 	for i := range m.chunks {
 		sp := chunkAt(m.size, x.chunk, i)
-		cb, err := x.a.AllocPinned(sp.n, x.sendS)
+		cb, err := a.AllocPinned(sp.n, s)
 		if err != nil {
 			return e.outErr(m.dest, "staging", err)
 		}
@@ -203,12 +206,12 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 		ch := &m.chunks[i]
 		if end := ch.off + ch.n; end > p {
 			from := max(ch.off, p)
-			if err := x.sendS.Copy(ch.buf, from-ch.off, c.Buffer(), start+from-p, end-from); err != nil {
+			if err := s.Copy(ch.buf, from-ch.off, c.Buffer(), start+from-p, end-from); err != nil {
 				return e.outErr(m.dest, "staging", err)
 			}
 			x.stats.BytesStaged += end - from
 		}
-		if ch.ready, err = x.sendS.Record(); err != nil {
+		if ch.ready, err = s.Record(); err != nil {
 			return e.outErr(m.dest, "staging", err)
 		}
 	}
@@ -241,21 +244,48 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 // others, so the receiver's requests all complete.
 func (e *exchange) newAbort(dest, step int, size int64) *outMsg {
 	notice := make([]byte, AbortSize)
-	h := e.header(dest)
-	_ = EncodeAbort(notice, h) // cannot fail: no entries, and the buffer is large enough
-	m := e.newOut()
-	m.dest, m.step, m.abort, m.size = dest, step, true, size
-	m.chunks = resize(m.chunks, chunkCount(size, e.x.chunk))
-	for i := range m.chunks {
-		var b []byte
-		if i == 0 {
-			b = notice
-		}
-		pin := cluster.PinBytes(b)
-		m.chunks[i] = outChunk{mem: pin, pin: pin}
-	}
+	_ = EncodeAbort(notice, e.header(dest)) // cannot fail: no entries, and the buffer is large enough
+	pieces := make([][]byte, chunkCount(size, e.x.chunk))
+	pieces[0] = notice
+	m := e.newRaw(dest, step, pieces)
+	m.abort, m.size = true, size
 	e.x.stats.Aborts++
 	return m
+}
+
+// newRaw makes a message to dest of the given MPI messages, sent from Go
+// memory pinned until each completes.
+func (e *exchange) newRaw(dest, step int, pieces [][]byte) *outMsg {
+	m := e.newOut()
+	m.dest, m.step = dest, step
+	m.chunks = resize(m.chunks, len(pieces))
+	for i, b := range pieces {
+		pin := cluster.PinBytes(b)
+		m.chunks[i] = outChunk{n: int64(len(b)), mem: pin, pin: pin}
+		m.size += int64(len(b))
+	}
+	return m
+}
+
+// replacePieces lets the pieces test hook replace the MPI messages of a
+// prepared host message.
+func (e *exchange) replacePieces(m *outMsg) *outMsg {
+	c := m.c
+	if !c.Location().HostAccessible() {
+		return m
+	}
+	p := int64(m.man.payloadOffset())
+	mem, err := c.Buffer().Bytes()
+	if err != nil {
+		return m
+	}
+	ps := e.x.hooks.pieces(m.dest, append([]byte(nil), mem[c.Start()-p:c.Start()+c.Size()]...))
+	if ps == nil {
+		return m
+	}
+	m.release()
+	raw := e.newRaw(m.dest, m.step, ps)
+	return raw
 }
 
 // release frees what the chunks not yet posted hold: called when a message
@@ -311,6 +341,77 @@ func readDevice(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer,
 	return fn(mem)
 }
 
+// copier is the allocator and stream that copy out of send buffer buf: the
+// exchanger's own for a buffer of its allocator; for a buffer of another
+// allocator, that allocator's default stream and pinned memory, since a
+// stream copies only between buffers of its own allocator.
+func (e *exchange) copier(buf *devalloc.Buffer) (*devalloc.Allocator, *devalloc.Stream) {
+	if a := buf.Allocator(); a != e.x.a {
+		return a, a.DefaultStream()
+	}
+	return e.x.a, e.x.sendS
+}
+
+// copyAcross copies n bytes of src, a buffer of another allocator than the
+// exchanger's, to dst at dstOff through host memory: src is read once its
+// writers are done (through its own allocator's pinned memory when it is
+// device memory), dst is written in its ledger's order.
+func (e *exchange) copyAcross(dst *devalloc.Buffer, dstOff int64, src *devalloc.Buffer, srcOff, n int64) error {
+	a := src.Allocator()
+	return readAt(a, a.DefaultStream(), src, srcOff, n, func(b []byte) error { return e.writeAt(dst, dstOff, b) })
+}
+
+// writeAt writes b into buf, a buffer of the exchanger's allocator, at off:
+// from this goroutine under a write hold for host-accessible memory, else
+// by a copy from pinned memory on the receive stream.
+func (e *exchange) writeAt(buf *devalloc.Buffer, off int64, b []byte) error {
+	x := e.x
+	n := int64(len(b))
+	if buf.Location().HostAccessible() {
+		return withHostBytes(buf, devalloc.Write, func(mem []byte) error {
+			copy(mem[off:off+n], b)
+			return nil
+		})
+	}
+	pin, err := x.a.AllocPinned(n, x.recvS)
+	if err != nil {
+		return err
+	}
+	mem, err := pin.Bytes()
+	if err == nil {
+		copy(mem, b)
+		err = x.recvS.Copy(buf, off, pin, 0, n)
+	}
+	return errors.Join(err, pin.Free())
+}
+
+// readAt hands n bytes of buf from off to fn once the work buf's ledger
+// says comes first has run: in place for host-accessible memory, through
+// a's pinned memory and stream s otherwise.
+func readAt(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer, off, n int64, fn func([]byte) error) error {
+	if !buf.Location().HostAccessible() {
+		return readDevice(a, s, buf, off, n, fn)
+	}
+	return withHostBytes(buf, devalloc.Read, func(mem []byte) error { return fn(mem[off : off+n]) })
+}
+
+// withHostBytes runs fn on the bytes of host-accessible buf under a hold
+// of the given mode, once what the hold must follow has run.
+func withHostBytes(buf *devalloc.Buffer, mode devalloc.Mode, fn func(mem []byte) error) error {
+	h, err := buf.Hold(mode)
+	if err != nil {
+		return err
+	}
+	err = h.Wait()
+	var mem []byte
+	if err == nil {
+		if mem, err = buf.Bytes(); err == nil {
+			err = fn(mem)
+		}
+	}
+	return errors.Join(err, h.Release())
+}
+
 // copyToSelf delivers this rank's message to itself without MPI: the
 // manifest and one stream-ordered copy of the blocks into a pooled buffer
 // laid out like a received message.
@@ -352,7 +453,11 @@ func (e *exchange) copyToSelf(m *outMsg) {
 		}
 	}
 	if err == nil {
-		err = x.recvS.Copy(buf, p, c.Buffer(), c.Start(), l)
+		if src := c.Buffer(); src.Allocator() == x.a {
+			err = x.recvS.Copy(buf, p, src, c.Start(), l)
+		} else {
+			err = e.copyAcross(buf, p, src, c.Start(), l)
+		}
 	}
 	if err != nil {
 		_ = buf.Free()

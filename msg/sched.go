@@ -1,76 +1,79 @@
 package msg
 
 import (
+	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 )
 
-// schedOp is one MPI request of an exchange: a chunk of a message.
+// schedOp is one MPI request of an exchange: a chunk of a message sent, a
+// piece received into its place, or a message discarded (in nil for a
+// stray, chunk -1 for a piece of a drained message).
 type schedOp struct {
-	out   *outMsg
-	in    *inMsg
-	chunk int
+	out     *outMsg
+	in      *inMsg
+	chunk   int
+	discard bool
 }
 
 // sched is the request state of an exchange.
 //
-// Receives are posted in schedule order (step k: from rank-k), as are sends
-// (step k: to rank+k), each chunk after the previous one of its message, at
-// most Window of each direction outstanding; a completion frees a slot for
-// the next. The order makes the window safe: the incomplete request of
-// lowest (step, chunk) over all ranks is posted on both of its sides,
-// because everything before it has completed there, so MPI completes it
-// and the windows move on. A staged chunk is posted once its copy to pinned
-// memory has completed.
+// Sends are posted in schedule order (step k: to rank+k), each chunk after
+// the previous one of its message, at most Window outstanding; a
+// completion frees a slot for the next. A staged chunk is posted once its
+// copy to pinned memory has completed.
 //
-// Waiting blocks in MPI (cluster.Waitsome) over every outstanding request
-// of the rank, never on one chosen request, and only when nothing but an
-// MPI completion can let the rank go on: everything is posted, or what is
-// not waits for a window slot. That cannot deadlock: the lowest incomplete
-// request is posted on both of its sides, both ranks are inside MPI (or
-// doing local work that ends), so it completes and returns both ranks'
-// waits, which then post what its slot allows. The one exception is a send
-// held back by its staging copy, which completes outside MPI: the rank then
-// polls MPI and the copy's event in turn. Messages are handled as their
-// requests complete, so a manifest is checked while other transfers go on.
+// Receives are not posted ahead: the rank probes (MPI_Improbe on the
+// exchanger's own communicator) for whatever has arrived, learns its
+// source and length, and only then posts its receive, into the place of
+// the piece its source owes next, or into scratch. At most Window receives
+// are outstanding; while the window is full the rank does not probe, and
+// the messages wait in MPI. Every outstanding receive is of a message
+// already matched, so it completes as soon as its sender's MPI moves the
+// data, whatever the receiver does next.
+//
+// That keeps the windows safe: the incomplete send of lowest (step, chunk)
+// over all ranks is posted (every send before it on its rank completed),
+// its receiver either probes (its window has room) and matches it, or has
+// a full window of matched receives, which complete. Waiting tests the
+// rank's requests and probes in turn (cluster.Await), never blocking
+// inside MPI, so that a deadline can end a wait for a message that never
+// comes.
 type sched struct {
-	sendQ, recvQ []schedOp
-	si, ri       int // next to post
+	sendQ        []schedOp
+	si           int // next send to post
 	nSend, nRecv int // outstanding
 	active       []*cluster.Request
 	meta         []schedOp
-	done         []int // indices into active that Waitsome completed
+	done         []int // indices into active that Await completed
 }
 
 // reset empties the queues for the next exchange, keeping their arrays.
 func (q *sched) reset() {
 	clear(q.sendQ)
-	clear(q.recvQ)
 	clear(q.active)
 	clear(q.meta)
-	*q = sched{sendQ: q.sendQ[:0], recvQ: q.recvQ[:0], active: q.active[:0], meta: q.meta[:0], done: q.done[:0]}
+	*q = sched{sendQ: q.sendQ[:0], active: q.active[:0], meta: q.meta[:0], done: q.done[:0]}
 }
 
-// postRecvs posts receives while the window allows.
-func (e *exchange) postRecvs() {
-	q := &e.q
-	for q.ri < len(q.recvQ) && q.nRecv < e.x.o.Window {
-		op := q.recvQ[q.ri]
-		q.ri++
-		if r := e.postRecv(op.in, op.chunk); r != nil {
-			q.active, q.meta = append(q.active, r), append(q.meta, op)
-			q.nRecv++
-		}
+// track adds a posted request to the active set.
+func (q *sched) track(r *cluster.Request, op schedOp) {
+	q.active, q.meta = append(q.active, r), append(q.meta, op)
+	if op.out != nil {
+		q.nSend++
+	} else {
+		q.nRecv++
 	}
-	e.x.stats.MaxInFlight = max(e.x.stats.MaxInFlight, q.nRecv)
 }
 
 // postSends posts sends, in order, while the window allows and their data
-// is ready.
-func (e *exchange) postSends() {
+// is ready. It reports whether it posted any.
+func (e *exchange) postSends() bool {
 	q := &e.q
+	posted := false
 	for q.si < len(q.sendQ) && q.nSend < e.x.o.Window {
 		op := q.sendQ[q.si]
 		if ev := op.out.chunks[op.chunk].ready; ev != nil {
@@ -82,27 +85,13 @@ func (e *exchange) postSends() {
 			}
 		}
 		q.si++
+		posted = true
 		if r := e.postSend(op.out, op.chunk); r != nil {
-			q.active, q.meta = append(q.active, r), append(q.meta, op)
-			q.nSend++
+			q.track(r, op)
 		}
 	}
-	e.x.stats.MaxInFlight = max(e.x.stats.MaxInFlight, q.nSend)
-}
-
-// startRecvs posts the first receives as soon as their buffers exist, so
-// that messages can be matched while this rank still prepares its sends.
-func (e *exchange) startRecvs() {
-	q := &e.q
-	for _, in := range e.ins {
-		for i := range in.chunks {
-			q.recvQ = append(q.recvQ, schedOp{in: in, chunk: i})
-		}
-	}
-	if e.x.hooks.beforePost != nil {
-		e.x.hooks.beforePost(e)
-	}
-	e.postRecvs()
+	e.x.stats.MaxInFlight = max(e.x.stats.MaxInFlight, q.nSend, q.nRecv)
+	return posted
 }
 
 // complete handles the completion of active request k.
@@ -112,21 +101,55 @@ func (e *exchange) complete(k int, st cluster.Status, err error) {
 	last := len(q.active) - 1
 	q.active[k], q.meta[k] = q.active[last], q.meta[last]
 	q.active, q.meta = q.active[:last], q.meta[:last]
-	if op.out != nil {
+	switch {
+	case op.out != nil:
 		q.nSend--
 		if err != nil {
 			e.fail(e.outErr(op.out.dest, "send", err))
 		}
 		return
+	case op.in != nil && op.chunk >= 0:
+		q.nRecv--
+		e.chunkDone(op.in, op.chunk, st, err)
+	default:
+		q.nRecv--
+		if err != nil {
+			e.fail(fmt.Errorf("msg: message from rank %d tag %d: drain: %w", st.Source, e.x.o.Tag, err))
+		}
 	}
-	q.nRecv--
-	e.chunkDone(op.in, op.chunk, st, err)
 }
 
-// run posts the sends and the remaining receives and completes every
-// request. The message to self, if any, is copied once the first requests
-// are posted: the copy needs no peer, and done before, it would delay
-// every peer's receive.
+// await waits for the next completions and arrivals (see cluster.Await)
+// and handles them. It reports whether anything happened; false means the
+// wait ran out, or failed (reported, and the exchange can go no further:
+// ok is false).
+func (e *exchange) await(probe *cluster.Probe, wait time.Duration) (progress, ok bool) {
+	q := &e.q
+	var m *cluster.Message
+	var err error
+	q.done, m, err = cluster.Await(q.active, q.done[:0], probe, wait)
+	if err != nil {
+		e.fail(e.outErr(e.x.rank, "progress", err))
+		return false, false
+	}
+	// From the highest index down: complete moves the last request into
+	// the slot it empties, which is then already handled.
+	for i := len(q.done) - 1; i >= 0; i-- {
+		k := q.done[i]
+		st, err := q.active[k].Wait() // completed: returns its result
+		e.complete(k, st, err)
+	}
+	if m != nil {
+		e.arrived(m)
+	}
+	return len(q.done) > 0 || m != nil, true
+}
+
+// run is the data phase: it posts the sends, matches and receives every
+// piece the other ranks announced, and completes every request, or stops
+// when nothing has moved for the exchanger's timeout. The message to self,
+// if any, is copied once the first sends are posted: the copy needs no
+// peer, and done before, it would delay every peer's receive.
 func (e *exchange) run(self *outMsg) {
 	x, q := e.x, &e.q
 	for _, m := range e.outs {
@@ -134,7 +157,6 @@ func (e *exchange) run(self *outMsg) {
 			q.sendQ = append(q.sendQ, schedOp{out: m, chunk: i})
 		}
 	}
-	e.postRecvs()
 	e.postSends()
 	if self != nil {
 		e.copyToSelf(self)
@@ -143,73 +165,99 @@ func (e *exchange) run(self *outMsg) {
 		x.hooks.afterPost(e)
 	}
 	idle := 0
-	for q.si < len(q.sendQ) || q.ri < len(q.recvQ) || len(q.active) > 0 {
-		e.postRecvs()
-		e.postSends()
+	last := time.Now()
+	// The phase ends once every send is posted and every piece owed here
+	// received: sends still in flight complete after the agreement, so
+	// that a receiver that takes a message only then (one it did not
+	// expect) does not keep its sender out of the agreement.
+	for q.si < len(q.sendQ) || q.nRecv > 0 || e.expecting > 0 {
+		progress := e.postSends()
 		awaitsCopy := q.si < len(q.sendQ) && q.nSend < x.o.Window // postSends stopped at a staging event
-		if len(q.active) == 0 {
-			if awaitsCopy {
-				// Nothing in flight: the next send waits for its staging copy.
-				op := q.sendQ[q.si]
-				if err := op.out.chunks[op.chunk].ready.Wait(); err != nil {
-					e.fail(e.outErr(op.out.dest, "staging", err))
-				}
+		var probe *cluster.Probe
+		if q.nRecv < x.o.Window {
+			probe = &e.probe // strays included: anything on the exchanger's communicator is for this exchange
+		}
+		if awaitsCopy && len(q.active) == 0 && e.expecting == 0 {
+			// Nothing in flight or expected: the next send waits for its
+			// staging copy, which completes by itself.
+			op := q.sendQ[q.si]
+			if err := op.out.chunks[op.chunk].ready.Wait(); err != nil {
+				e.fail(e.outErr(op.out.dest, "staging", err))
 			}
+			last = time.Now()
 			continue
 		}
-		if !awaitsCopy {
-			// Only a completion can let this rank go on: wait in MPI for
-			// the next ones, whichever they are (see sched).
-			var err error
-			if q.done, err = cluster.Waitsome(q.active, q.done[:0]); err != nil {
-				e.progressFailed(err)
+		wait := time.Duration(-1)
+		if x.timeout > 0 {
+			if wait = x.timeout - time.Since(last); wait <= 0 {
+				e.timedOut()
 				return
 			}
-			// From the highest index down: complete moves the last request
-			// into the slot it empties, which is then already handled.
-			for i := len(q.done) - 1; i >= 0; i-- {
-				k := q.done[i]
-				st, err := q.active[k].Wait() // completed: returns its result
-				e.complete(k, st, err)
-			}
-			continue
 		}
-		// A send waits for its staging copy, which completes outside MPI:
-		// poll both, without sleeping, since MPI only moves data (Open
-		// MPI's shared-memory transport a fragment of a large message)
-		// while it is called.
-		k, st, ok, err := cluster.Testany(q.active)
-		switch {
-		case ok && k >= 0:
-			e.complete(k, st, err)
-			idle = 0
-		case err != nil:
-			e.progressFailed(err)
+		if awaitsCopy {
+			// The copy completes outside MPI: test both, without sleeping,
+			// since MPI only moves data (Open MPI's shared-memory transport
+			// a fragment of a large message) while it is called.
+			wait = 0
+		}
+		moved, ok := e.await(probe, wait)
+		if !ok {
+			e.abandonSends()
 			return
-		default:
-			if idle++; idle >= 64 {
-				runtime.Gosched()
-			}
+		}
+		if progress || moved {
+			last, idle = time.Now(), 0
+		} else if idle++; awaitsCopy && idle >= 64 {
+			idle = 0
+			runtime.Gosched()
 		}
 	}
 }
 
-// progressFailed ends an exchange whose requests MPI can no longer
-// complete (finalized, or the requests are corrupt).
-func (e *exchange) progressFailed(err error) {
+// timedOut ends a data phase in which nothing moved for the exchanger's
+// timeout: every message still owed is reported and given up, and every
+// send not yet posted is given up too (the agreement tells the receivers
+// what was sent). Posted requests stay active: matched receives complete
+// by themselves, sends once their receivers drain them after the
+// agreement.
+func (e *exchange) timedOut() {
+	x := e.x
+	x.stats.Timeouts++
+	for _, in := range e.ins {
+		if in.matched < in.pieces {
+			err := wireErr(ErrTimeout, in.src, x.o.Tag, "pieces", "%d of the %d MPI messages of its %d-byte message arrived, then none for %v",
+				in.matched, in.pieces, in.size, x.timeout)
+			in.matched = in.pieces // later arrivals are the agreement's business
+			e.silent[in.src] = true
+			if in.drain {
+				e.fail(err)
+				continue
+			}
+			if in.failed == nil {
+				in.failed = err
+			}
+			e.endIn(in)
+		}
+	}
+	e.expecting = 0
 	q := &e.q
-	e.fail(e.outErr(e.x.rank, "progress", err))
-	e.abandon(q.sendQ[q.si:], q.recvQ[q.ri:])
+	reported := map[int]bool{}
+	for _, op := range q.sendQ[q.si:] {
+		if d := op.out.dest; !reported[d] {
+			reported[d] = true
+			e.fail(wireErr(ErrTimeout, d, x.o.Tag, "pieces", "the exchange waited %v without progress; MPI messages from chunk %d on were not sent", x.timeout, op.chunk).outgoing())
+		}
+	}
+	e.abandonSends()
 }
 
-// abandon releases what requests never posted hold.
-func (e *exchange) abandon(sends, recvs []schedOp) {
-	for _, op := range sends {
+// abandonSends releases what sends never posted hold.
+func (e *exchange) abandonSends() {
+	q := &e.q
+	for _, op := range q.sendQ[q.si:] {
 		op.out.release()
 	}
-	for _, op := range recvs {
-		op.in.releaseChunks()
-	}
+	q.si = len(q.sendQ)
 }
 
 // postSend posts chunk i of m; nil when the post failed (reported).
@@ -256,36 +304,11 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 			return nil
 		}
 	}
+	e.sentTo[m.dest]++
 	x.stats.MPISends++
 	x.stats.BytesSent += ch.n
 	if i == 0 && !m.abort {
 		x.stats.Messages++
-	}
-	return r
-}
-
-// postRecv posts chunk i of in; nil when the post failed (reported).
-func (e *exchange) postRecv(in *inMsg, i int) *cluster.Request {
-	x := e.x
-	ch := &in.chunks[i]
-	if ch.posted {
-		return nil
-	}
-	rel := in.attach(i)
-	r, err := x.comm.Irecv(ch.mem, in.src, x.o.Tag)
-	if err == nil {
-		err = r.Attach(rel)
-	} else {
-		_ = rel.Release()
-	}
-	ch.posted = true
-	if r == nil {
-		// Never posted, so it never completes: count it as failed now.
-		e.chunkDone(in, i, cluster.Status{}, err)
-		return nil
-	}
-	if err != nil {
-		e.fail(e.inErr(in, "receive", err))
 	}
 	return r
 }

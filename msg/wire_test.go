@@ -3,6 +3,7 @@ package msg
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"math"
@@ -10,6 +11,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,9 +29,13 @@ func goldenMessage(t testing.TB) []byte {
 		{ID: 42, Offset: 256, Rows: 1, Cols: 1, DType: Float64},
 		{ID: 1 << 40, Offset: 512, Rows: 2, Cols: 2, DType: Complex64},
 	}
+	// Byte i of each block is 7*i mod 256 (i from the payload start); the
+	// padding between blocks is zero, as every sender must write it.
 	payload := make([]byte, 544)
-	for i := range payload {
-		payload[i] = byte(i * 7)
+	for _, e := range entries {
+		for i := e.Offset; i < e.Offset+e.Bytes(); i++ {
+			payload[i] = byte(i * 7)
+		}
 	}
 	h := Header{Source: 1, Dest: 0, Tag: 9, Epoch: 3, DType: Mixed, PayloadLen: uint64(len(payload)),
 		HasPayloadChecksum: true, PayloadChecksum: Checksum(payload)}
@@ -62,6 +70,14 @@ func TestGoldenMessage(t *testing.T) {
 		{ID: 1 << 40, Offset: 512, Rows: 2, Cols: 2, DType: Complex64},
 	}, m.Entries)
 	require.NoError(t, m.VerifyPayload(golden[m.PayloadOffset:], 1, 9))
+	// The padding between the blocks is zero.
+	payload := golden[m.PayloadOffset:]
+	end := uint64(0)
+	for _, e := range m.Entries {
+		require.Equal(t, make([]byte, e.Offset-end), payload[end:e.Offset], "padding before block %d", e.ID)
+		end = e.Offset + e.Bytes()
+	}
+	require.NotZero(t, payload[1], "block bytes follow 7*i mod 256")
 	// Spot-check documented offsets (docs/WIRE.md).
 	require.Equal(t, "DBUF", string(golden[0:4]))
 	require.EqualValues(t, 1, binary.LittleEndian.Uint16(golden[4:]))
@@ -237,5 +253,25 @@ func TestFirstDuplicate(t *testing.T) {
 			seen[id] = true
 		}
 		require.Equal(t, want, firstDuplicate(n, func(i int) uint64 { return ids[i] }), "ids %v", ids)
+	}
+}
+
+// TestWireDocShowsTheGoldenMessage compares the hex dump in docs/WIRE.md
+// with the golden file, row by row: the doc shows the bytes a peer must
+// produce.
+func TestWireDocShowsTheGoldenMessage(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "WIRE.md"))
+	require.NoError(t, err)
+	golden, err := os.ReadFile(filepath.Join("testdata", "golden-v1.bin"))
+	require.NoError(t, err)
+	row := regexp.MustCompile(`(?m)^([0-9a-f]{8}): ((?:[0-9a-f]{4} ){7}[0-9a-f]{4})`)
+	rows := row.FindAllStringSubmatch(string(doc), -1)
+	require.GreaterOrEqual(t, len(rows), 10, "the doc's dump of the reference message")
+	for _, r := range rows {
+		off, err := strconv.ParseUint(r[1], 16, 32)
+		require.NoError(t, err)
+		want, err := hex.DecodeString(strings.ReplaceAll(r[2], " ", ""))
+		require.NoError(t, err)
+		require.Equal(t, want, golden[off:off+16], "docs/WIRE.md row %s", r[1])
 	}
 }

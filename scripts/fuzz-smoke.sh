@@ -3,6 +3,12 @@
 # 5s) on top of its seed corpus and testdata/fuzz corpus. New failing inputs
 # are written to testdata/fuzz/<Target>/ by go test, to be committed.
 #
+# Each input that finds new coverage is minimised for at most
+# FUZZMINIMIZETIME (default 10x: ten executions) rather than go test's 60 s,
+# so that a target whose inputs keep finding coverage (FuzzLedger) executes
+# inputs instead of minimising: in 5 s here FuzzLedger executed about 1300
+# inputs with go test's default and about 15000 with 10x.
+#
 # Go before 1.27 can end a run of -fuzztime with a bare "context deadline
 # exceeded" when a worker is still busy as the time runs out
 # (golang/go#75804): no input failed and none is written. Such a run is
@@ -11,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-5s}
+minimizetime=${FUZZMINIMIZETIME:-10x}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -27,7 +34,7 @@ while IFS= read -r line; do
   pkg=$(dirname "$file")
   for attempt in 1 2; do
     echo "fuzz: $pkg $target ($fuzztime)"
-    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" >"$log" 2>&1; then
+    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimizetime" "$pkg" >"$log" 2>&1; then
       break
     fi
     if [ "$attempt" = 1 ] && bare_deadline "$log"; then

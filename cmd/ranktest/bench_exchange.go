@@ -36,6 +36,11 @@ const (
 //	perblock    one MPI message per block through cluster: the baseline
 //	raw         one MPI_Isend/MPI_Irecv of the packed message's bytes, in C
 //
+// With a msg mode, the Alltoall of one int64 per rank that ends every
+// exchange (the agreement) is timed in the same rounds, alone, and
+// reported as agreement_alltoall_us with the msg mode's ratio to raw
+// without it.
+//
 // These four run on host memory (a host allocator even when -backend cuda
 // is given), taking turns in rounds so that all see the same machine load
 // (defaults: 1000 blocks of 256 B). Mode device (defaults: 256
@@ -202,6 +207,12 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		return err
 	}
 
+	comm, err := e.comm.Dup()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = comm.Free() }()
+	counts := make([]int64, 4)
 	cold := 0
 	run := map[string]func() error{
 		"packed": func() error {
@@ -246,10 +257,16 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 			_, err := rawmpi.Exchange(sa, e.payload(), ra, e.payload(), e.peer, tagRaw)
 			return err
 		},
+		// The collective of the agreement that ends every exchange (and of
+		// the count exchange): one Alltoall of an int64 per rank.
+		"alltoall": func() error { return comm.AlltoallInt64(counts[:2], counts[2:]) },
 	}
 	measured := append([]string(nil), modes...)
 	if contains(modes, "raw") {
 		measured = append(measured, "raw-payload")
+	}
+	if contains(modes, "packed") || contains(modes, "packed-cold") || contains(modes, "persistent") {
+		measured = append(measured, "alltoall")
 	}
 	// Modes take turns in rounds, each running a batch of repetitions
 	// after a warm-up one: turns share the machine's load, batches keep
@@ -299,6 +316,12 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 				extra[m+"_over_raw"] = med[m] / r
 				extra[m+"_over_raw_payload"] = med[m] / med["raw-payload"]
 				extra["goal_packed_over_raw"] = 1.15
+			}
+			// What the agreement costs: its collective alone, timed in
+			// the same rounds, and the ratio to raw without it.
+			extra["agreement_alltoall_us"] = med["alltoall"]
+			if r, ok := med["raw"]; ok {
+				extra[m+"_over_raw_without_agreement"] = (med[m] - med["alltoall"]) / r
 			}
 		case "raw":
 			extra["raw_payload_us"] = med["raw-payload"]

@@ -4,14 +4,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"os"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 )
 
 type config struct {
+	// backend and policy are "" when their flag was not given: the
+	// environment (DISTBUF_BACKEND, DISTBUF_ALLOC_CONF) then decides.
 	backend    string
 	policy     string
 	iters      int
@@ -27,58 +32,197 @@ type config struct {
 	cpuProfile string // per-rank CPU profile path prefix; "" for none
 }
 
+// Bounds on the sizes the flags give, far above any run this harness is
+// for and far below what would exhaust memory before the first solve.
+const (
+	maxIters      = 10_000_000
+	maxBlocks     = 1_000_000
+	maxBlockBytes = 1 << 40
+)
+
 func main() {
-	var cfg config
-	flag.StringVar(&cfg.backend, "backend", "auto", "memory backend: auto, cuda or host")
-	flag.StringVar(&cfg.policy, "policy", "retain", "pool retention policy: retain or free")
-	flag.IntVar(&cfg.iters, "iters", 20, "solves per rank")
-	flag.Uint64Var(&cfg.seed, "seed", 1, "workload seed")
-	flag.BoolVar(&cfg.json, "json", false, "print one JSON summary object as the last line")
-	flag.StringVar(&cfg.bench, "bench", "", "run a benchmark instead of the workload: a name or all (one JSON line per result)")
-	flag.StringVar(&cfg.mode, "mode", "", "packed or perblock for the solve (default packed); a benchmark's mode with -bench (default: all; -bench exchange takes several, separated by commas)")
-	flag.IntVar(&cfg.blocks, "blocks", 0, "blocks per rank (0: the workload's or benchmark's default)")
-	flag.IntVar(&cfg.bonds, "bonds", defaultBonds, "bonds of the solve's sweep: solve i is at bond i mod N, each bond with its own block structure, planned at its first solve")
-	flag.BoolVar(&cfg.fresh, "fresh", false, "plan every solve afresh (layout, GEMM plans, exchange pattern), as for a block structure that never repeats")
-	flag.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
-	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
-	flag.Parse()
-	if err := mainErr(cfg); err != nil {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ranktest:", err)
+		os.Exit(2)
+	}
+	if rank, err := mainErr(cfg); err != nil {
+		// At once, naming the rank, and then the end of the whole job: the
+		// other ranks may be waiting for this one in a collective, and
+		// Finalize would wait for them.
+		if rank >= 0 {
+			fmt.Fprintf(os.Stderr, "ranktest: rank %d: %v\n", rank, err)
+		} else {
+			fmt.Fprintln(os.Stderr, "ranktest:", err)
+		}
+		cluster.Abort(1)
+	}
+	if err := cluster.Finalize(); err != nil {
 		fmt.Fprintln(os.Stderr, "ranktest:", err)
 		os.Exit(1)
 	}
 }
 
+// parseFlags reads the command line. A flag overrides the environment only
+// when it is given: without -backend, DISTBUF_BACKEND decides, and without
+// -policy, the policy of DISTBUF_ALLOC_CONF does.
+func parseFlags(args []string, usage io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("ranktest", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.StringVar(&cfg.backend, "backend", "auto", "memory backend: auto, cuda or host (when not given: $"+devalloc.EnvBackend+", else auto)")
+	fs.StringVar(&cfg.policy, "policy", "retain", "pool retention policy: retain or free (when not given: the policy in $"+devalloc.EnvConf+", else retain)")
+	fs.IntVar(&cfg.iters, "iters", 20, fmt.Sprintf("solves per rank (at most %d)", maxIters))
+	fs.Uint64Var(&cfg.seed, "seed", 1, "workload seed")
+	fs.BoolVar(&cfg.json, "json", false, "print one JSON summary object as the last line")
+	fs.StringVar(&cfg.bench, "bench", "", "run a benchmark instead of the workload: a name or all (one JSON line per result)")
+	fs.StringVar(&cfg.mode, "mode", "", "packed or perblock for the solve (default packed); a benchmark's mode with -bench (default: all; -bench exchange takes several, separated by commas)")
+	fs.IntVar(&cfg.blocks, "blocks", 0, fmt.Sprintf("blocks per rank (0: the workload's or benchmark's default; at most %d)", maxBlocks))
+	fs.IntVar(&cfg.bonds, "bonds", defaultBonds, fmt.Sprintf("bonds of the solve's sweep: solve i is at bond i mod N, each bond with its own block structure, planned at its first solve (at most %d)", maxBonds))
+	fs.BoolVar(&cfg.fresh, "fresh", false, "plan every solve afresh (layout, GEMM plans, exchange pattern), as for a block structure that never repeats")
+	fs.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["backend"] {
+		cfg.backend = ""
+	}
+	if !given["policy"] {
+		cfg.policy = ""
+	}
+	switch {
+	case fs.NArg() > 0:
+		return cfg, fmt.Errorf("unexpected argument %q: ranktest takes flags only (ranktest -h lists them)", fs.Arg(0))
+	case cfg.iters > maxIters:
+		return cfg, fmt.Errorf("-iters %d: at most %d solves", cfg.iters, maxIters)
+	case cfg.blocks < 0 || cfg.blocks > maxBlocks:
+		return cfg, fmt.Errorf("-blocks %d: want 0 to %d blocks per rank", cfg.blocks, maxBlocks)
+	case cfg.bonds < 1 || cfg.bonds > maxBonds:
+		return cfg, fmt.Errorf("-bonds %d: want 1 to %d bonds", cfg.bonds, maxBonds)
+	case cfg.blockBytes < 0 || cfg.blockBytes > maxBlockBytes:
+		return cfg, fmt.Errorf("-block-bytes %d: want 0 to %d bytes", cfg.blockBytes, int64(maxBlockBytes))
+	}
+	return cfg, nil
+}
+
 // mainErr brings up MPI (a one-rank world when built without the mpi tag),
-// places the rank on a GPU by its local rank, and runs the workload or the
-// benchmark.
-func mainErr(cfg config) (err error) {
-	if cfg.blocks < 0 || cfg.blockBytes < 0 {
-		return fmt.Errorf("-blocks and -block-bytes must not be negative")
-	}
+// checks that every rank got the same settings, places the rank on a GPU
+// by its local rank, and runs the workload or the benchmark. It returns
+// the rank (-1 before MPI is up). It leaves MPI running: main ends it,
+// by Finalize on success and by aborting the job on error.
+func mainErr(cfg config) (rank int, err error) {
 	if err := cluster.Init(); err != nil {
-		return err
+		return -1, err
 	}
-	defer func() { err = errors.Join(err, cluster.Finalize()) }()
 	world, err := cluster.World()
 	if err != nil {
-		return err
+		return -1, err
+	}
+	rank = world.Rank()
+	if err := agreeOnSettings(cfg, world); err != nil {
+		return rank, err
 	}
 	if cfg.cpuProfile != "" {
-		stop, err := startCPUProfile(fmt.Sprintf("%s.rank%d", cfg.cpuProfile, world.Rank()))
+		stop, err := startCPUProfile(fmt.Sprintf("%s.rank%d", cfg.cpuProfile, rank))
 		if err != nil {
-			return err
+			return rank, err
 		}
 		defer func() { err = errors.Join(err, stop()) }()
 	}
 	if n, _ := devalloc.DeviceCount(); n > 0 {
 		if cfg.device, err = world.Device(n); err != nil {
-			return err
+			return rank, err
 		}
 	}
 	if cfg.bench != "" {
-		return runBench(cfg, world, os.Stdout)
+		return rank, runBench(cfg, world, os.Stdout)
 	}
-	return run(cfg, world, os.Stdout, os.Stderr)
+	return rank, run(cfg, world, os.Stdout, os.Stderr)
+}
+
+// setting is one setting the ranks must agree on, as a number every rank
+// can compare (strings by their hash).
+type setting struct {
+	name    string
+	value   int64
+	shown   string
+	numeric bool // value is the setting itself, not a hash of it
+}
+
+// agreedSettings are the settings that shape the collective work: ranks
+// that disagree on them would wait for each other in different
+// collectives.
+func agreedSettings(cfg config) []setting {
+	hash := func(s string) int64 {
+		h := fnv.New64a()
+		_, _ = io.WriteString(h, s)
+		return int64(h.Sum64())
+	}
+	// The backend and policy asked for, from the flag or the environment
+	// (an unreadable value is reported by openAllocator).
+	backend, policy := cfg.backend, cfg.policy
+	if backend == "" {
+		backend = strings.ToLower(strings.TrimSpace(os.Getenv(devalloc.EnvBackend)))
+	}
+	if backend == "" {
+		backend = string(devalloc.BackendAuto)
+	}
+	if p, err := devalloc.ParsePolicy(policy); err == nil {
+		policy = p.String()
+	} else if policy == "" {
+		conf, _ := devalloc.ParseConfig(os.Getenv(devalloc.EnvConf))
+		policy = conf.Policy.String()
+	}
+	number := func(name string, v int64) setting { return setting{name, v, fmt.Sprint(v), true} }
+	text := func(name, v string) setting { return setting{name, hash(v), fmt.Sprintf("%q", v), false} }
+	return []setting{
+		number("-iters", int64(cfg.iters)),
+		text("-mode", cfg.mode),
+		number("-blocks", int64(cfg.blocks)),
+		number("-block-bytes", cfg.blockBytes),
+		number("-seed", int64(cfg.seed)),
+		number("-bonds", int64(cfg.bonds)),
+		number("-fresh", map[bool]int64{false: 0, true: 1}[cfg.fresh]),
+		text("-bench", cfg.bench),
+		text("-policy", policy),
+		text("-backend", backend),
+	}
+}
+
+// agreeOnSettings gathers every rank's settings (one MPI_Allgather) and
+// fails on every rank alike when they differ, naming the setting and the
+// ranks.
+func agreeOnSettings(cfg config, world *cluster.Comm) error {
+	mine := agreedSettings(cfg)
+	k := len(mine)
+	in := make([]int64, k)
+	for i, s := range mine {
+		in[i] = s.value
+	}
+	all := make([]int64, k*world.Size())
+	if err := world.AllgatherInt64(in, all); err != nil {
+		return fmt.Errorf("comparing the settings of the ranks: %w", err)
+	}
+	var errs []error
+	for i, s := range mine {
+		for r := range world.Size() {
+			if v := all[r*k+i]; v != all[i] {
+				what := fmt.Sprintf("rank 0 and rank %d were started with different %s", r, s.name)
+				if s.numeric {
+					what = fmt.Sprintf("rank 0 has %s %d, rank %d has %s %d", s.name, all[i], r, s.name, v)
+				}
+				errs = append(errs, fmt.Errorf("the ranks disagree on %s: %s (this rank: %s); start every rank with the same settings", s.name, what, s.shown))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // startCPUProfile profiles this process into path until the returned
@@ -98,22 +242,32 @@ func startCPUProfile(path string) (func() error, error) {
 	}, nil
 }
 
+// openAllocator opens the rank's allocator: the backend of -backend, else
+// of DISTBUF_BACKEND, else auto; the configuration of DISTBUF_ALLOC_CONF,
+// whose policy -policy overrides when given.
 func openAllocator(cfg config) (*devalloc.Allocator, error) {
-	backend, err := devalloc.ParseBackend(cfg.backend)
-	if err != nil {
-		return nil, err
-	}
-	policy, err := devalloc.ParsePolicy(cfg.policy)
-	if err != nil {
-		return nil, fmt.Errorf("-policy %q: %w", cfg.policy, err)
+	var backend devalloc.Backend // "": devalloc reads DISTBUF_BACKEND
+	if cfg.backend != "" {
+		b, err := devalloc.ParseBackend(cfg.backend)
+		if err != nil {
+			return nil, fmt.Errorf("-backend %q: %w", cfg.backend, err)
+		}
+		backend = b
 	}
 	conf := devalloc.Config{}
 	if env := os.Getenv(devalloc.EnvConf); env != "" {
+		var err error
 		if conf, err = devalloc.ParseConfig(env); err != nil {
 			return nil, err
 		}
 	}
-	conf.Policy = policy
+	if cfg.policy != "" {
+		policy, err := devalloc.ParsePolicy(cfg.policy)
+		if err != nil {
+			return nil, fmt.Errorf("-policy %q: %w", cfg.policy, err)
+		}
+		conf.Policy = policy
+	}
 	// The fallback reason is printed once, by rank 0 (run's banner); the
 	// table counts ranks on another backend than rank 0's.
 	quiet := func(string) {}

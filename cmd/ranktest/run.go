@@ -87,15 +87,11 @@ type phaseTimes struct {
 // sizes seen once), and at least a tenth of the run up to 10 solves.
 func warmupIters(iters, bonds int) int { return min(iters, max(min(max(iters/10, 1), 10), bonds)) }
 
-// maxIters bounds -iters: the run keeps no per-solve record, but a count
-// this high is a typing error, not a run.
-const maxIters = 1 << 40
-
 // run is the main job: cfg.iters synthetic solves on every rank, a
 // cluster-wide table on rank 0, and a non-zero exit on any failed block.
 func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 	if cfg.iters <= 0 || cfg.iters > maxIters {
-		return fmt.Errorf("-iters must be in [1, 2^40], got %d", cfg.iters)
+		return fmt.Errorf("-iters must be in [1, %d], got %d", maxIters, cfg.iters)
 	}
 	if cfg.bonds == 0 {
 		cfg.bonds = defaultBonds
@@ -142,7 +138,7 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 	for iter := range cfg.iters {
 		st, err := sv.iterate(iter)
 		if err != nil {
-			return fmt.Errorf("rank %d, solve %d: %w", world.Rank(), iter, err)
+			return fmt.Errorf("solve %d: %w", iter, err)
 		}
 		if err := stats.add(st); err != nil {
 			return err

@@ -79,9 +79,9 @@ func TestSolveBadFlags(t *testing.T) {
 	_, _, err := runSolve(t, config{backend: "host", policy: "retain", mode: "sideways", iters: 1})
 	require.ErrorContains(t, err, `-mode "sideways"`)
 	_, _, err = runSolve(t, config{backend: "host", policy: "retain", iters: 0})
-	require.ErrorContains(t, err, "-iters must be in [1, 2^40], got 0")
+	require.ErrorContains(t, err, "-iters must be in [1, 10000000], got 0")
 	_, _, err = runSolve(t, config{backend: "host", policy: "retain", iters: 1 << 62})
-	require.ErrorContains(t, err, "-iters must be in [1, 2^40]")
+	require.ErrorContains(t, err, "-iters must be in [1, 10000000]")
 	_, _, err = runSolve(t, config{backend: "host", policy: "retain", iters: 1, bonds: -1})
 	require.ErrorContains(t, err, "-bonds must be in [1, 4096], got -1")
 }

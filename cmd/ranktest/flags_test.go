@@ -1,0 +1,95 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/stretchr/testify/require"
+)
+
+func TestFlagsRejectBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"stray"}, `unexpected argument "stray"`},
+		{[]string{"-iters", "3", "stray"}, `unexpected argument "stray"`},
+		{[]string{"-iters", "9223372036854775807"}, "-iters 9223372036854775807: at most"},
+		{[]string{"-blocks", "99999999999999999"}, "-blocks 99999999999999999: want 0 to"},
+		{[]string{"-blocks", "-1"}, "-blocks -1"},
+		{[]string{"-block-bytes", "-8"}, "-block-bytes -8"},
+		{[]string{"-block-bytes", "9223372036854775807"}, "-block-bytes 9223372036854775807"},
+		{[]string{"-iters", "lots"}, "invalid value"},
+	} {
+		_, err := parseFlags(tc.args, io.Discard)
+		require.ErrorContains(t, err, tc.want, strings.Join(tc.args, " "))
+	}
+	cfg, err := parseFlags([]string{"-iters", "7", "-backend", "host", "-policy", "free"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 7, cfg.iters)
+	require.Equal(t, "host", cfg.backend)
+	require.Equal(t, "free", cfg.policy)
+}
+
+// TestEnvironmentUnlessFlagGiven: -backend and -policy override
+// DISTBUF_BACKEND and the policy of DISTBUF_ALLOC_CONF only when given.
+func TestEnvironmentUnlessFlagGiven(t *testing.T) {
+	open := func(args ...string) (*devalloc.Allocator, error) {
+		t.Helper()
+		cfg, err := parseFlags(args, io.Discard)
+		require.NoError(t, err)
+		return openAllocator(cfg)
+	}
+	t.Setenv(devalloc.EnvConf, "policy:free,limit:64MiB")
+	t.Setenv(devalloc.EnvBackend, "host")
+	a, err := open()
+	require.NoError(t, err)
+	require.Equal(t, devalloc.AggressiveFree, a.Policy(), "the environment's policy, without -policy")
+	require.EqualValues(t, 64<<20, a.Limit(), "the rest of the environment's configuration")
+	require.Equal(t, devalloc.KindHost, a.Kind())
+	require.NoError(t, a.Close())
+	a, err = open("-policy", "retain")
+	require.NoError(t, err)
+	require.Equal(t, devalloc.Retain, a.Policy(), "-policy given")
+	require.EqualValues(t, 64<<20, a.Limit())
+	require.NoError(t, a.Close())
+
+	// DISTBUF_BACKEND=cuda means CUDA or an error, unless -backend says
+	// otherwise. (Where CUDA opens, the allocator is a CUDA one.)
+	t.Setenv(devalloc.EnvBackend, "cuda")
+	if a, err = open(); err == nil {
+		require.True(t, a.Kind().IsDevice(), "DISTBUF_BACKEND=cuda opened %s", a.Kind())
+		require.NoError(t, a.Close())
+	} else {
+		require.ErrorContains(t, err, "cuda")
+	}
+	a, err = open("-backend", "host")
+	require.NoError(t, err)
+	require.Equal(t, devalloc.KindHost, a.Kind())
+	require.NoError(t, a.Close())
+	t.Setenv(devalloc.EnvBackend, "tape")
+	_, err = open()
+	require.ErrorContains(t, err, "tape")
+}
+
+func TestSettingsNamePolicyAndBackendAsResolved(t *testing.T) {
+	t.Setenv(devalloc.EnvConf, "policy:free,limit:1GiB")
+	t.Setenv(devalloc.EnvBackend, "")
+	byName := func(cfg config) map[string]string {
+		out := map[string]string{}
+		for _, s := range agreedSettings(cfg) {
+			out[s.name] = s.shown
+		}
+		return out
+	}
+	s := byName(config{iters: 3})
+	require.Equal(t, `"free"`, s["-policy"])
+	require.Equal(t, `"auto"`, s["-backend"])
+	require.Equal(t, "3", s["-iters"])
+	// Another limit is no other policy.
+	t.Setenv(devalloc.EnvConf, "policy:free,limit:2MiB")
+	require.Equal(t, `"free"`, byName(config{iters: 3})["-policy"])
+	require.Equal(t, `"retain"`, byName(config{policy: "retain"})["-policy"])
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// These tests launch whole jobs of ranktest under Open MPI's mpirun (built
+// with the mpi tag), as a user would; they are skipped where there is no
+// MPI to build against or to launch with.
+
+// mpiJob builds ranktest with the mpi tag, once per test binary.
+var mpiJob struct {
+	bin, skip string
+	flags     []string
+}
+
+func buildMPIRanktest(t *testing.T) (string, []string) {
+	t.Helper()
+	if mpiJob.bin == "" && mpiJob.skip == "" {
+		mpiJob.skip = prepareMPIJob()
+	}
+	if mpiJob.skip != "" {
+		t.Skip(mpiJob.skip)
+	}
+	return mpiJob.bin, mpiJob.flags
+}
+
+func prepareMPIJob() string {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		return "no mpirun on PATH"
+	}
+	if err := exec.Command("pkg-config", "--exists", "mpi").Run(); err != nil {
+		return "pkg-config finds no MPI to build against"
+	}
+	version, _ := exec.Command(mpirun, "--version").CombinedOutput()
+	if !bytes.Contains(version, []byte("Open MPI")) {
+		return "the jobs use Open MPI's mpirun syntax (per-rank -x in MPMD form)"
+	}
+	dir, err := os.MkdirTemp("", "ranktest-job")
+	if err != nil {
+		return err.Error()
+	}
+	bin := filepath.Join(dir, "ranktest")
+	if out, err := exec.Command("go", "build", "-tags", "mpi", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "go build -tags mpi: " + err.Error() + ": " + string(out)
+	}
+	mpiJob.bin = bin
+	if os.Getuid() == 0 {
+		mpiJob.flags = append(mpiJob.flags, "--allow-run-as-root")
+	}
+	mpiJob.flags = append(mpiJob.flags, "--oversubscribe")
+	return ""
+}
+
+// runJob runs mpirun with args, under a limit, with the environment of this
+// process minus what a launcher put there (a test binary may itself run
+// under mpirun). It returns the output, the exit status and how long it
+// took.
+func runJob(t *testing.T, limit time.Duration, args ...string) (string, int, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mpirun", args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OMPI_") && !strings.HasPrefix(kv, "PMIX_") && !strings.HasPrefix(kv, "ORTE_") && !strings.HasPrefix(kv, "DISTBUF_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	require.NoError(t, ctx.Err(), "the job did not end within %v:\n%s", limit, out)
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return string(out), code, took
+}
+
+// TestJobEndsWhenOneRankFails: rank 2 of 4 runs out of its budget in its
+// first solve while the others wait for it in an exchange. The job must end
+// within seconds, non-zero, with rank 2's error.
+func TestJobEndsWhenOneRankFails(t *testing.T) {
+	bin, flags := buildMPIRanktest(t)
+	args := append(append([]string(nil), flags...),
+		"-n", "2", bin, "-iters", "3", ":",
+		"-n", "1", "-x", "DISTBUF_ALLOC_CONF=limit:2MiB", bin, "-iters", "3", ":",
+		"-n", "1", bin, "-iters", "3")
+	out, code, took := runJob(t, 90*time.Second, args...)
+	require.NotZero(t, code, "exit status of the job:\n%s", out)
+	require.Less(t, took, 30*time.Second, "the job took %v to end:\n%s", took, out)
+	require.Contains(t, out, "ranktest: rank 2: ", "the failing rank's error, naming it:\n%s", out)
+	require.Contains(t, out, "out of memory", out)
+	t.Logf("the job ended with status %d after %v", code, took.Round(time.Millisecond))
+}
+
+// TestJobRejectsDifferentSettings: ranks started with different -iters
+// would wait for each other in different collectives; every rank reports
+// the disagreement instead.
+func TestJobRejectsDifferentSettings(t *testing.T) {
+	bin, flags := buildMPIRanktest(t)
+	args := append(append([]string(nil), flags...),
+		"-n", "1", bin, "-iters", "3", ":", "-n", "1", bin, "-iters", "5")
+	out, code, took := runJob(t, 90*time.Second, args...)
+	require.NotZero(t, code, out)
+	require.Less(t, took, 30*time.Second, out)
+	require.Contains(t, out, "the ranks disagree on -iters: rank 0 has -iters 3, rank 1 has -iters 5", out)
+
+	args = append(append([]string(nil), flags...),
+		"-n", "1", bin, "-iters", "3", "-mode", "perblock", ":", "-n", "1", bin, "-iters", "3")
+	out, code, _ = runJob(t, 90*time.Second, args...)
+	require.NotZero(t, code, out)
+	require.Contains(t, out, "the ranks disagree on -mode: rank 0 and rank 1 were started with different -mode", out)
+}
