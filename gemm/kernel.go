@@ -216,7 +216,7 @@ const (
 	smallWarps   = smallThreads / 32
 	// warpMax is the largest dimension of a product that takes a warp of
 	// the small kernel; larger ones take a thread block.
-	warpMax = 16
+	warpMax       = 16
 	pointerThread = 256
 	maxGridX      = 1 << 20
 

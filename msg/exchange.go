@@ -308,8 +308,8 @@ type Pattern struct {
 	// sendOut is the manifest sent to each destination when learning:
 	// reused while the send buffers keep their layouts, so a solver that
 	// sweeps over several patterns describes each layout once.
-	sendOut []*outManifest
-	recvSize []int64  // by source
+	sendOut  []*outManifest
+	recvSize []int64 // by source
 	recv     []*learnedIn
 }
 

@@ -113,8 +113,8 @@ type solveStats struct {
 	hist  [3][nTimes]histogram // repeated, fresh, all
 	count [2]int64             // solves by layout
 
-	total         iterStats // sums of the counts and times of this rank
-	solves        int64
+	total  iterStats // sums of the counts and times of this rank
+	solves int64
 }
 
 // statsBatch is how many solves are reduced over ranks at once.
