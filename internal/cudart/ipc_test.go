@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -185,7 +186,7 @@ func TestIPCTwoProcesses(t *testing.T) {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr bytes.Buffer
+	var stderr lockedBuffer // written by exec's goroutine while the child runs
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	var out strings.Builder
@@ -224,6 +225,23 @@ func TestIPCTwoProcesses(t *testing.T) {
 	expect("closed")
 	require.NoError(t, cmd.Wait(), "child output:\n%s\n%s", out.String(), stderr.String())
 	t.Logf("child:\n%s", out.String())
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // ipcChild is the child's side of TestIPCTwoProcesses.
