@@ -3,8 +3,8 @@ package gemm
 import (
 	"fmt"
 	"math/rand/v2"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
