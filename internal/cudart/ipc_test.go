@@ -19,34 +19,16 @@ import (
 	"unsafe"
 
 	"github.com/distbuf/distbuf/internal/cudart"
-	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
 )
 
-// ipcDevice returns device 0 of the machine's runtime when it has a GPU,
-// else of the fake; the environment it leaves (DISTBUF_CUDART) picks the
-// same runtime in a child process.
+// ipcDevice returns device 0 of machineOrFake's runtime, which has the
+// IPC functions.
 func ipcDevice(t *testing.T) (*cudart.Device, bool) {
 	t.Helper()
-	t.Setenv(cudart.EnvCUDART, "")
-	rt, err := cudart.Load()
-	if err == nil {
-		var n int
-		if n, err = rt.DeviceCount(); err == nil && n == 0 {
-			err = fmt.Errorf("%w: no device", gputest.ErrAbsent)
-		}
-	}
-	if err != nil {
-		if gputest.Required() {
-			gputest.Unavailable(t, "the CUDA runtime", err)
-		}
-		rt, err = loadFake(t)
-		require.NoError(t, err)
-		require.True(t, rt.Capabilities().IPC)
-		return rt.Device(0), false
-	}
+	rt, real := machineOrFake(t)
 	require.True(t, rt.Capabilities().IPC, "the cudaIpc* functions")
-	return rt.Device(0), true
+	return rt.Device(0), real
 }
 
 // TestIPCInOneProcess: what the runtime refuses without a second process.

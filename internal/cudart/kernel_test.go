@@ -25,9 +25,10 @@ var nvrtcFake struct {
 	fake bool
 }
 
-// kernelDevice returns device 0 of the machine's runtime when it has a
-// GPU, else of a fake, with NVRTC (real, or the fake to match) to compile.
-func kernelDevice(t *testing.T) (*cudart.Device, bool) {
+// machineOrFake loads the machine's runtime when it has a GPU, else a
+// fake; the environment it leaves (DISTBUF_CUDART) picks the same runtime
+// in a child process. Under DISTBUF_REQUIRE_GPU=1 there is no fake.
+func machineOrFake(t *testing.T) (rt *cudart.Runtime, real bool) {
 	t.Helper()
 	t.Setenv(cudart.EnvCUDART, "")
 	rt, err := cudart.Load()
@@ -37,10 +38,22 @@ func kernelDevice(t *testing.T) (*cudart.Device, bool) {
 			err = fmt.Errorf("%w: no device", gputest.ErrAbsent)
 		}
 	}
-	real := err == nil
-	if !real && gputest.Required() {
+	if err == nil {
+		return rt, true
+	}
+	if gputest.Required() {
 		gputest.Unavailable(t, "the CUDA runtime", err)
 	}
+	rt, err = loadFake(t)
+	require.NoError(t, err)
+	return rt, false
+}
+
+// kernelDevice returns device 0 of machineOrFake's runtime, with NVRTC
+// (real, or the fake to match) to compile.
+func kernelDevice(t *testing.T) (*cudart.Device, bool) {
+	t.Helper()
+	rt, real := machineOrFake(t)
 	nvrtcFake.Do(func() {
 		if !real {
 			nvrtcFake.fake = true
@@ -51,10 +64,6 @@ func kernelDevice(t *testing.T) (*cudart.Device, bool) {
 		}
 	})
 	require.Equal(t, !real, nvrtcFake.fake, "NVRTC was chosen for the other runtime")
-	if !real {
-		rt, err = loadFake(t)
-		require.NoError(t, err)
-	}
 	return rt.Device(0), real
 }
 
