@@ -237,6 +237,7 @@ func TestLaunchKernel(t *testing.T) {
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, "cudaErrorNotSupported", ce.Name)
 		require.Equal(t, "cudaLaunchKernel", ce.Op)
+		require.ErrorIs(t, err, cudart.ErrNotSupported)
 	}
 }
 

@@ -39,6 +39,8 @@ const (
 	_ uint = codeInsufficientDriver - C.DBC_ERROR_INSUFFICIENT_DRIVER
 	_ uint = C.DBC_ERROR_NOT_READY - codeNotReady
 	_ uint = codeNotReady - C.DBC_ERROR_NOT_READY
+	_ uint = C.DBC_ERROR_NOT_SUPPORTED - codeNotSupported
+	_ uint = codeNotSupported - C.DBC_ERROR_NOT_SUPPORTED
 	_ uint = C.DBC_ERROR_STUB_LIBRARY - codeStubLibrary
 	_ uint = codeStubLibrary - C.DBC_ERROR_STUB_LIBRARY
 	_ uint = C.DBC_ERROR_DEVICES_UNAVAILABLE - codeDevicesUnavailable
