@@ -17,6 +17,7 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 )
 
@@ -71,9 +72,14 @@ func (d *Device) LoadKernels(image []byte, names ...string) ([]Kernel, error) {
 	out := make([]Kernel, len(names))
 	for i, k := range ks {
 		out[i] = Kernel(k)
+		kernelNames.Store(out[i], names[i])
 	}
 	return out, nil
 }
+
+// kernelNames maps every loaded kernel to its name, for launch errors;
+// kernels live as long as the process, and so do their entries.
+var kernelNames sync.Map
 
 // LoadKernel loads an image and returns its one kernel of that name.
 func (d *Device) LoadKernel(image []byte, name string) (Kernel, error) {
@@ -124,7 +130,11 @@ func (d *Device) Launch(k Kernel, gridX, gridY, block, shmem int, s Stream, args
 	for i, a := range args {
 		slots[i] = C.uint64_t(a)
 	}
-	return d.fail(op, C.dbc_launch(d.rt.api, d.ord, C.uintptr_t(k), gx, gy, bx, sm, C.uintptr_t(s), &slots[0], C.int(len(args))))
+	if err := d.fail(op, C.dbc_launch(d.rt.api, d.ord, C.uintptr_t(k), gx, gy, bx, sm, C.uintptr_t(s), &slots[0], C.int(len(args)))); err != nil {
+		name, _ := kernelNames.Load(k)
+		return fmt.Errorf("cudart: kernel %v: %w", name, err)
+	}
+	return nil
 }
 
 func copyLists(op string, dsts, srcs, sizes []uintptr) error {

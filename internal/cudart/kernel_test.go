@@ -238,6 +238,7 @@ func TestLaunchKernel(t *testing.T) {
 		require.Equal(t, "cudaErrorNotSupported", ce.Name)
 		require.Equal(t, "cudaLaunchKernel", ce.Op)
 		require.ErrorIs(t, err, cudart.ErrNotSupported)
+		require.ErrorContains(t, err, "kernel add_one")
 	}
 }
 
@@ -317,6 +318,7 @@ func TestOptionalGroups(t *testing.T) {
 			}
 			for _, err := range errs {
 				require.ErrorIs(t, err, cudart.ErrNotSupported)
+		require.ErrorContains(t, err, "kernel add_one")
 			}
 		})
 	}
