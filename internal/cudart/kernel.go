@@ -131,7 +131,10 @@ func (d *Device) Launch(k Kernel, gridX, gridY, block, shmem int, s Stream, args
 		slots[i] = C.uint64_t(a)
 	}
 	if err := d.fail(op, C.dbc_launch(d.rt.api, d.ord, C.uintptr_t(k), gx, gy, bx, sm, C.uintptr_t(s), &slots[0], C.int(len(args)))); err != nil {
-		name, _ := kernelNames.Load(k)
+		name, ok := kernelNames.Load(k)
+		if !ok {
+			name = fmt.Sprintf("%#x (not from LoadKernels)", uintptr(k))
+		}
 		return fmt.Errorf("cudart: kernel %v: %w", name, err)
 	}
 	return nil
