@@ -128,49 +128,64 @@ func BuildCUBLAS(tb testing.TB) string {
 	return out
 }
 
+// Libraries is Setup's choice of CUDA libraries for a test binary.
+type Libraries struct {
+	// Fake: the fakes are in use, at the paths below, which Setup also put
+	// in DISTBUF_CUDART, DISTBUF_NVRTC and DISTBUF_CUBLAS.
+	Fake                  bool
+	CUDART, NVRTC, CUBLAS string
+	// How says which libraries and why, for a log line.
+	How string
+}
+
 // Setup chooses, for a test binary, between the real CUDA libraries and the
 // fakes: the real ones under DISTBUF_REQUIRE_GPU=1, when DISTBUF_CUDART
 // names a runtime, or when the machine's libcudart loads and sees a device;
 // otherwise it builds the three fakes into a temporary directory and points
-// DISTBUF_CUDART, DISTBUF_NVRTC and DISTBUF_CUBLAS at them. It returns a
-// description of the choice and a cleanup function that removes the fakes.
-func Setup() (string, func(), error) {
+// DISTBUF_CUDART, DISTBUF_NVRTC and DISTBUF_CUBLAS at them. It returns the
+// choice and a cleanup function that removes the fakes; an error means the
+// fakes could not be built (no compiler, no source), which a test binary
+// must report as a failure.
+func Setup() (Libraries, func(), error) {
 	nothing := func() {}
 	switch {
 	case gputest.Required():
-		return "real CUDA libraries (" + gputest.EnvRequireGPU + "=1)", nothing, nil
+		return Libraries{How: "real CUDA libraries (" + gputest.EnvRequireGPU + "=1)"}, nothing, nil
 	case os.Getenv(cudart.EnvCUDART) != "":
-		return "the CUDA runtime in " + cudart.EnvCUDART, nothing, nil
+		return Libraries{How: "the CUDA runtime in " + cudart.EnvCUDART}, nothing, nil
 	}
 	if rt, err := cudart.Load(); err == nil {
 		if n, err := rt.DeviceCount(); err == nil && n > 0 {
-			return "real CUDA libraries (" + rt.Path() + ")", nothing, nil
+			return Libraries{How: "real CUDA libraries (" + rt.Path() + ")"}, nothing, nil
 		}
 	}
 	dir, err := os.MkdirTemp("", "cudarttest")
 	if err != nil {
-		return "", nothing, fmt.Errorf("cudarttest: %w", err)
+		return Libraries{}, nothing, fmt.Errorf("cudarttest: %w", err)
 	}
 	cleanup := func() { _ = os.RemoveAll(dir) }
+	libs := Libraries{Fake: true, How: "fake libcudart, libnvrtc and libcublas in " + dir}
 	for _, lib := range []struct {
 		src, env, name string
+		path           *string
 		libs           []string
 	}{
-		{Source, cudart.EnvCUDART, "libcudart-fake.so", []string{"-lpthread"}},
-		{SourceNVRTC, EnvNVRTC, "libnvrtc-fake.so", nil},
-		{SourceCUBLAS, EnvCUBLAS, "libcublas-fake.so", []string{"-ldl", "-lpthread"}},
+		{Source, cudart.EnvCUDART, "libcudart-fake.so", &libs.CUDART, []string{"-lpthread"}},
+		{SourceNVRTC, EnvNVRTC, "libnvrtc-fake.so", &libs.NVRTC, nil},
+		{SourceCUBLAS, EnvCUBLAS, "libcublas-fake.so", &libs.CUBLAS, []string{"-ldl", "-lpthread"}},
 	} {
 		out := filepath.Join(dir, lib.name)
 		if err := compile(lib.src, out, nil, lib.libs...); err != nil {
 			cleanup()
-			return "", nothing, err
+			return Libraries{}, nothing, err
 		}
 		if err := os.Setenv(lib.env, out); err != nil {
 			cleanup()
-			return "", nothing, fmt.Errorf("cudarttest: %w", err)
+			return Libraries{}, nothing, fmt.Errorf("cudarttest: %w", err)
 		}
+		*lib.path = out
 	}
-	return "fake libcudart, libnvrtc and libcublas in " + dir, cleanup, nil
+	return libs, cleanup, nil
 }
 
 // Main is the TestMain of a package whose tests use the CUDA libraries: it
@@ -178,13 +193,13 @@ func Setup() (string, func(), error) {
 // the binary when the fakes cannot be built. DISTBUF_TEST_SAY_CUDA=1 prints
 // the choice.
 func Main(m *testing.M) {
-	how, cleanup, err := Setup()
+	libs, cleanup, err := Setup()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	if os.Getenv("DISTBUF_TEST_SAY_CUDA") != "" {
-		fmt.Println("CUDA:", how)
+		fmt.Println("CUDA:", libs.How)
 	}
 	code := m.Run()
 	cleanup()
