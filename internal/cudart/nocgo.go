@@ -48,3 +48,20 @@ func (d *Device) Free(uintptr) error                                         { r
 func (d *Device) CopyToDevice(uintptr, []byte) error                         { return errNoCgo }
 func (d *Device) CopyFromDevice([]byte, uintptr) error                       { return errNoCgo }
 func (d *Device) Synchronize() error                                         { return errNoCgo }
+func (d *Device) StreamCreate() (Stream, error)                              { return 0, errNoCgo }
+func (d *Device) StreamDestroy(Stream) error                                 { return errNoCgo }
+func (d *Device) StreamSynchronize(Stream) error                             { return errNoCgo }
+func (d *Device) StreamWaitEvent(Stream, Event) error                        { return errNoCgo }
+func (d *Device) EventCreate() (Event, error)                                { return 0, errNoCgo }
+func (d *Device) EventQuery(Event) (bool, error)                             { return false, errNoCgo }
+func (d *Device) MemcpyAsync(uintptr, uintptr, int64, Stream) error {
+	return errNoCgo
+}
+func (d *Device) IpcGetMemHandle(uintptr) (IpcMemHandle, error)  { return IpcMemHandle{}, errNoCgo }
+func (d *Device) IpcOpenMemHandle(IpcMemHandle) (uintptr, error) { return 0, errNoCgo }
+func (d *Device) IpcCloseMemHandle(uintptr) error                { return errNoCgo }
+func (d *Device) EventCreateInterprocess() (Event, error)        { return 0, errNoCgo }
+func (d *Device) IpcGetEventHandle(Event) (IpcEventHandle, error) {
+	return IpcEventHandle{}, errNoCgo
+}
+func (d *Device) IpcOpenEventHandle(IpcEventHandle) (Event, error) { return 0, errNoCgo }
