@@ -6,6 +6,7 @@ import (
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cublas"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -132,12 +133,12 @@ func (e *Engine) kernels(p *Plan) kernelLauncher {
 	}
 	e.kernOnce.Do(func() {
 		dev := e.s.Allocator().Device()
-		rt, ks, err := loadKernels(dev)
+		d, ks, err := loadKernels(dev)
 		if err != nil {
 			e.kernErr = fmt.Errorf("gemm: small-block kernel unavailable, cuBLAS runs those products: %w", err)
 			return
 		}
-		e.kern = &cudaKernels{rt: rt, dev: dev, stream: e.s.Handle(), k: ks}
+		e.kern = &cudaKernels{dev: d, stream: cudart.Stream(e.s.Handle()), k: ks}
 	})
 	return e.kern
 }

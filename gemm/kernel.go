@@ -6,7 +6,7 @@ import (
 	"math"
 	"sync"
 
-	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/nvrtc"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -255,10 +255,9 @@ type kernelLauncher interface {
 
 // cudaKernels launches the compiled kernels on one device and stream.
 type cudaKernels struct {
-	rt     *cukernel.Runtime
-	dev    int
-	stream uintptr
-	k      []cukernel.Kernel
+	dev    *cudart.Device
+	stream cudart.Stream
+	k      []cudart.Kernel
 }
 
 func grid(items, perBlock int) int { return max(1, min((items+perBlock-1)/perBlock, maxGridX)) }
@@ -266,19 +265,19 @@ func grid(items, perBlock int) int { return max(1, min((items+perBlock-1)/perBlo
 func (c *cudaKernels) small(dt packing.DType, stack uintptr, tiny, count int, bases [3]uintptr, alpha, beta complex128, flags int) error {
 	which := map[packing.DType]int{packing.Float32: 0, packing.Float64: 1, packing.Complex64: 2, packing.Complex128: 3}[dt]
 	blocks := (tiny+smallWarps-1)/smallWarps + count - tiny
-	return c.rt.Launch(c.dev, c.k[which], max(1, min(blocks, maxGridX)), 1, smallThreads, 0, c.stream,
+	return c.dev.Launch(c.k[which], max(1, min(blocks, maxGridX)), 1, smallThreads, 0, c.stream,
 		uint64(stack), uint64(tiny), uint64(count), uint64(bases[0]), uint64(bases[1]), uint64(bases[2]),
 		math.Float64bits(real(alpha)), math.Float64bits(imag(alpha)), math.Float64bits(real(beta)), math.Float64bits(imag(beta)), uint64(flags))
 }
 
 func (c *cudaKernels) pointers(stack uintptr, count int, bases [3]uintptr, out uintptr) error {
-	return c.rt.Launch(c.dev, c.k[4], grid(count, pointerThread), 1, pointerThread, 0, c.stream,
+	return c.dev.Launch(c.k[4], grid(count, pointerThread), 1, pointerThread, 0, c.stream,
 		uint64(stack), uint64(count), uint64(bases[0]), uint64(bases[1]), uint64(bases[2]), uint64(out))
 }
 
 type deviceKernels struct {
 	once sync.Once
-	k    []cukernel.Kernel
+	k    []cudart.Kernel
 	err  error
 }
 
@@ -286,18 +285,21 @@ var compiled sync.Map // device ordinal -> *deviceKernels
 
 // loadKernels compiles and loads the kernels for a device once; a failure is
 // remembered, and the engine runs small launches through cuBLAS instead.
-func loadKernels(dev int) (*cukernel.Runtime, []cukernel.Kernel, error) {
-	rt, err := cukernel.Load()
+func loadKernels(dev int) (*cudart.Device, []cudart.Kernel, error) {
+	rt, err := cudart.Load()
 	if err != nil {
 		return nil, nil, err
 	}
+	d := rt.Device(dev)
 	v, _ := compiled.LoadOrStore(dev, &deviceKernels{})
 	dk := v.(*deviceKernels)
 	dk.once.Do(func() {
-		if dk.err = rt.CanLaunch(); dk.err != nil {
+		if !rt.Capabilities().KernelLaunch {
+			dk.err = fmt.Errorf("%s (runtime %s) cannot launch library kernels (CUDA 12.8 or later needed): %w",
+				rt.Path(), cudart.FormatVersion(rt.RuntimeVersion()), cudart.ErrNotSupported)
 			return
 		}
-		major, minor, err := rt.ComputeCapability(dev)
+		major, minor, err := d.ComputeCapability()
 		if err != nil {
 			dk.err = err
 			return
@@ -313,7 +315,7 @@ func loadKernels(dev int) (*cukernel.Runtime, []cukernel.Kernel, error) {
 			dk.err = err
 			return
 		}
-		dk.k, dk.err = rt.LoadKernels(dev, image, smallKernelNames...)
+		dk.k, dk.err = d.LoadKernels(image, smallKernelNames...)
 	})
-	return rt, dk.k, dk.err
+	return d, dk.k, dk.err
 }

@@ -326,6 +326,10 @@ func TestContractions(t *testing.T) {
 					}
 				}
 			}
+			if bc.Name == "cuda" {
+				require.NoError(t, eng.KernelStatus(), "the small-block kernel ran (on the GPU, or the fake runtime's host version)")
+				require.Zero(t, eng.Stats().SmallFallbacks)
+			}
 		})
 	}
 }

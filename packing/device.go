@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/nvrtc"
 )
 
@@ -72,7 +72,7 @@ const (
 
 type deviceKernel struct {
 	once sync.Once
-	k    cukernel.Kernel
+	k    cudart.Kernel
 	err  error
 }
 
@@ -80,14 +80,16 @@ var kernels sync.Map // device ordinal -> *deviceKernel
 
 // copyKernel compiles and loads the kernel for a device once; a failure is
 // remembered, so CopyAuto falls back without retrying.
-func copyKernel(rt *cukernel.Runtime, dev int) (cukernel.Kernel, error) {
-	v, _ := kernels.LoadOrStore(dev, &deviceKernel{})
+func copyKernel(d *cudart.Device) (cudart.Kernel, error) {
+	v, _ := kernels.LoadOrStore(d.Ordinal(), &deviceKernel{})
 	dk := v.(*deviceKernel)
 	dk.once.Do(func() {
-		if dk.err = rt.CanLaunch(); dk.err != nil {
+		if !d.Runtime().Capabilities().KernelLaunch {
+			dk.err = fmt.Errorf("%s (runtime %s) cannot launch library kernels (CUDA 12.8 or later needed): %w",
+				d.Runtime().Path(), cudart.FormatVersion(d.Runtime().RuntimeVersion()), cudart.ErrNotSupported)
 			return
 		}
-		major, minor, err := rt.ComputeCapability(dev)
+		major, minor, err := d.ComputeCapability()
 		if err != nil {
 			dk.err = err
 			return
@@ -103,19 +105,28 @@ func copyKernel(rt *cukernel.Runtime, dev int) (cukernel.Kernel, error) {
 			dk.err = err
 			return
 		}
-		dk.k, dk.err = rt.LoadKernel(dev, image, copyKernelName)
+		dk.k, dk.err = d.LoadKernel(image, copyKernelName)
 	})
 	return dk.k, dk.err
+}
+
+// device is the runtime's handle for device dev.
+func device(dev int) (*cudart.Device, error) {
+	rt, err := cudart.Load()
+	if err != nil {
+		return nil, err
+	}
+	return rt.Device(dev), nil
 }
 
 // KernelStatus reports whether the gather/scatter kernel is usable on the
 // device: nil, or why not (no runtime, no NVRTC, a compile error).
 func KernelStatus(dev int) error {
-	rt, err := cukernel.Load()
+	d, err := device(dev)
 	if err != nil {
 		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
 	}
-	if _, err := copyKernel(rt, dev); err != nil {
+	if _, err := copyKernel(d); err != nil {
 		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -125,7 +136,7 @@ func (m *Mover) prepareDevice(s *devalloc.Stream, refs []Ref, sizes []int64, met
 	if needsDevice {
 		return fmt.Errorf("packing: mover: the kernel needs every ref in device memory: %w", ErrUnavailable)
 	}
-	rt, err := cukernel.Load()
+	d, err := device(m.dev)
 	if err != nil {
 		return fmt.Errorf("packing: mover: %w: %w", ErrUnavailable, err)
 	}
@@ -141,7 +152,7 @@ func (m *Mover) prepareDevice(s *devalloc.Stream, refs []Ref, sizes []int64, met
 		m.sizes[k] = uintptr(sizes[k])
 	}
 	if method == CopyKernel {
-		_, kerr := copyKernel(rt, m.dev)
+		_, kerr := copyKernel(d)
 		switch {
 		case kerr == nil:
 			m.method = CopyKernel
@@ -152,9 +163,10 @@ func (m *Mover) prepareDevice(s *devalloc.Stream, refs []Ref, sizes []int64, met
 		m.fallback = "gather kernel unavailable: " + kerr.Error()
 		method = CopyBatch
 	}
-	if method == CopyBatch && !rt.HasMemcpyBatch() {
+	if method == CopyBatch && !d.Runtime().Capabilities().MemcpyBatch {
 		if !auto {
-			return fmt.Errorf("packing: mover: cudaMemcpyBatchAsync needs CUDA 12.8, runtime is %d: %w", rt.Version(), ErrUnavailable)
+			return fmt.Errorf("packing: mover: cudaMemcpyBatchAsync needs CUDA 12.8, runtime is %s: %w",
+				cudart.FormatVersion(d.Runtime().RuntimeVersion()), ErrUnavailable)
 		}
 		method = CopyPerBlock
 	}
@@ -228,18 +240,18 @@ func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
 	if n == 0 {
 		return nil
 	}
-	rt, err := cukernel.Load()
+	d, err := device(m.dev)
 	if err != nil {
 		return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
 	}
-	stream := s.Handle()
+	stream := cudart.Stream(s.Handle())
 	dst, src := m.blkAddr, m.refAddr
 	if unpack {
 		dst, src = src, dst
 	}
 	switch m.method {
 	case CopyKernel:
-		k, err := copyKernel(rt, m.dev)
+		k, err := copyKernel(d)
 		if err != nil {
 			return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
 		}
@@ -247,20 +259,21 @@ func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
 		if err != nil {
 			return fmt.Errorf("packing: %w", err)
 		}
-		rev := int32(0)
+		rev := uint64(0)
 		if unpack {
 			rev = 1
 		}
-		err = rt.LaunchPtrIntInt(m.dev, k, min(m.entries, maxGrid), copyKernelThreads, stream, table, int32(m.entries), rev)
+		// distbuf_copy_table(table, int n, int reverse)
+		err = d.Launch(k, min(m.entries, maxGrid), 1, copyKernelThreads, 0, stream, uint64(table), uint64(m.entries), rev)
 		if err != nil {
 			return fmt.Errorf("packing: gather kernel: %w", err)
 		}
 	case CopyBatch:
-		if err := rt.MemcpyBatch(m.dev, stream, dst, src, m.sizes); err != nil {
+		if err := d.MemcpyBatch(stream, dst, src, m.sizes); err != nil {
 			return fmt.Errorf("packing: %w", err)
 		}
 	case CopyPerBlock:
-		if err := rt.MemcpyEach(m.dev, stream, dst, src, m.sizes); err != nil {
+		if err := d.MemcpyEach(stream, dst, src, m.sizes); err != nil {
 			return fmt.Errorf("packing: %w", err)
 		}
 	default:

@@ -5,9 +5,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/gputest"
-
-	"github.com/distbuf/distbuf/internal/cukernel"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,25 +14,27 @@ import (
 // from cudaMalloc, without devalloc: every alignment branch (16, 8, 4 and 1
 // byte), both directions.
 func TestCopyKernelRaw(t *testing.T) {
-	rt, err := cukernel.Load()
+	rt, err := cudart.Load()
+	var d *cudart.Device
 	if err == nil {
-		_, _, err = rt.ComputeCapability(0)
+		d = rt.Device(0)
+		_, _, err = d.ComputeCapability()
 	}
 	if err != nil {
 		gputest.Unavailable(t, "the CUDA runtime", err)
 	}
-	k, err := copyKernel(rt, 0)
-	require.NoError(t, err, "the kernel must build on the GPU machine (NVRTC, CUDA 12.8+)")
+	k, err := copyKernel(d)
+	require.NoError(t, err, "the kernel must build on the GPU machine (NVRTC, CUDA 12.8+) and on the fake")
 	const size = 1 << 16
-	scat, err := rt.Malloc(0, size)
+	scat, err := d.Malloc(size)
 	require.NoError(t, err)
-	defer rt.Free(0, scat)
-	blk, err := rt.Malloc(0, size)
+	defer d.Free(scat)
+	blk, err := d.Malloc(size)
 	require.NoError(t, err)
-	defer rt.Free(0, blk)
-	tab, err := rt.Malloc(0, 4*tableEntryBytes)
+	defer d.Free(blk)
+	tab, err := d.Malloc(4 * tableEntryBytes)
 	require.NoError(t, err)
-	defer rt.Free(0, tab)
+	defer d.Free(tab)
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i*13 + 1)
@@ -46,18 +47,19 @@ func TestCopyKernelRaw(t *testing.T) {
 		binary.LittleEndian.PutUint64(table[24*i+8:], uint64(blk)+e[1])
 		binary.LittleEndian.PutUint64(table[24*i+16:], e[2])
 	}
-	require.NoError(t, rt.CopyToDevice(0, tab, table))
-	for _, reverse := range []int32{0, 1} {
+	require.NoError(t, d.CopyToDevice(tab, table))
+	for _, reverse := range []uint64{0, 1} {
 		from, to := scat, blk
 		if reverse == 1 {
 			from, to = blk, scat
 		}
-		require.NoError(t, rt.CopyToDevice(0, from, data))
-		require.NoError(t, rt.CopyToDevice(0, to, make([]byte, size)))
-		require.NoError(t, rt.LaunchPtrIntInt(0, k, 2, copyKernelThreads, 0, tab, int32(len(entries)), reverse))
-		require.NoError(t, rt.Synchronize(0))
+		require.NoError(t, d.CopyToDevice(from, data))
+		require.NoError(t, d.CopyToDevice(to, make([]byte, size)))
+		// The legacy default stream, as a caller without devalloc has.
+		require.NoError(t, d.Launch(k, 2, 1, copyKernelThreads, 0, 0, uint64(tab), uint64(len(entries)), reverse))
+		require.NoError(t, d.Synchronize())
 		got := make([]byte, size)
-		require.NoError(t, rt.CopyFromDevice(0, got, to))
+		require.NoError(t, d.CopyFromDevice(got, to))
 		want := make([]byte, size)
 		for _, e := range entries {
 			src, dst := e[0], e[1]

@@ -3,11 +3,10 @@ package packing
 import (
 	"bytes"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -135,10 +134,7 @@ func TestPackUnpackCUDA(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) {
 			if m == CopyKernel {
 				if err := KernelStatus(a.Device()); err != nil {
-					if requireGPU() {
-						t.Fatalf("gather kernel unavailable on the GPU machine: %v", err)
-					}
-					t.Skip(err)
+					gputest.Unavailable(t, "the gather kernel", err)
 				}
 			}
 			testPackRoundTrip(t, a, m, 3000)
@@ -251,61 +247,5 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 			_, err = AllocCopy(a, pin, s)
 			require.ErrorIs(t, err, ErrFreed)
 		})
-	}
-}
-
-// TestDeviceCopyMethodsOnPinned drives the memcpy fallbacks through the
-// CPU stand-in of the CUDA runtime (internal/cukernel/cudafake) on host-backend
-// memory, so that the batch and per-block paths run on machines without a
-// GPU. With the real runtime, TestPackUnpackCUDA covers them on device memory.
-func TestDeviceCopyMethodsOnPinned(t *testing.T) {
-	rt, err := cukernel.Load()
-	if err != nil {
-		t.Skipf("no CUDA runtime stand-in: %v", err)
-	}
-	if !strings.Contains(rt.Library(), "libfakecudart") {
-		t.Skip("real CUDA runtime: TestPackUnpackCUDA covers these methods on device memory")
-	}
-	a := openHost(t)
-	defer closeClean(t, a)
-	s := a.DefaultStream()
-	p, err := NewPlan(mixedDescs(300, 60), Options{})
-	require.NoError(t, err)
-	for _, method := range []CopyMethod{CopyBatch, CopyPerBlock} {
-		c, err := AllocPinned(a, p, 0, s)
-		require.NoError(t, err)
-		src, err := a.AllocPinned(p.Groups()[0].Bytes*2, s)
-		require.NoError(t, err)
-		mem, err := src.Bytes()
-		require.NoError(t, err)
-		refs := make([]Ref, p.Len())
-		want := make([][]byte, p.Len())
-		var off int64
-		for k := range refs {
-			d, _, _ := p.Block(k)
-			refs[k] = Ref{Buf: src, Off: off}
-			want[k] = make([]byte, d.Bytes())
-			for j := range want[k] {
-				want[k][j] = byte(k + 3*j)
-			}
-			copy(mem[off:], want[k])
-			off += d.Bytes() + 8
-		}
-		m, err := NewMover(s, c, refs, method)
-		require.NoError(t, err)
-		require.Equal(t, method, m.Method())
-		require.NoError(t, s.Synchronize())
-		require.NoError(t, m.Pack(s))
-		require.NoError(t, s.Synchronize())
-		require.Equal(t, want, blocksOf(t, s, c), method.String())
-		clear(mem)
-		require.NoError(t, m.Unpack(s))
-		require.NoError(t, s.Synchronize())
-		for k, r := range refs {
-			require.Equal(t, want[k], mem[r.Off:r.Off+int64(len(want[k]))])
-		}
-		require.NoError(t, m.Close())
-		require.NoError(t, src.Free())
-		require.NoError(t, c.Free())
 	}
 }

@@ -7,7 +7,9 @@
 #
 # Every loader keeps a check program in internal/<pkg>/abicheck/*.c that
 # includes its declarations header (internal/<pkg>/*.h) next to the real
-# headers and prints "MISMATCH ..." for each difference. Each is compiled
+# headers and prints "MISMATCH ..." for each difference: internal/cudart
+# (the one binding of libcudart: allocator, kernels, copies, events, IPC),
+# internal/nvrtc, internal/cublas and internal/nccl. Each is compiled
 # with -I$CUDA_HOME/include (default /usr/local/cuda) and run; a line
 # "ABICHECK_LDFLAGS: <flags>" in a program adds link flags. The script fails
 # if any program fails to compile, reports a mismatch, or exits non-zero.

@@ -12,9 +12,9 @@
 #       logs.tgz with every step's log.
 #       Steps (default: all):
 #         abi        scripts/check-cuda-abi.sh: every hand declaration vs the headers
-#         cudart     internal/cudart tests, real libcudart
+#         cudart     internal/cudart tests, real libcudart: kernels, copies, timing, IPC between two processes
 #         devalloc   devalloc tests, DISTBUF_REQUIRE_GPU=1 (conformance on the pool and the fallback)
-#         loaders    internal/cukernel, internal/nvrtc, internal/cublas tests
+#         loaders    internal/nvrtc, internal/cublas tests
 #         packing    packing tests on the GPU
 #         gemm       gemm tests on the GPU
 #         memcheck   the GPU tests of devalloc, packing and gemm under compute-sanitizer memcheck
@@ -40,7 +40,7 @@ build() {
   rm -rf "$BIN"
   mkdir -p "$BIN"
   local ld=(-ldflags "-s -w")
-  for p in devalloc internal/cudart internal/cukernel internal/nvrtc internal/cublas internal/nccl packing gemm; do
+  for p in devalloc internal/cudart internal/nvrtc internal/cublas internal/nccl packing gemm; do
     go test -c "${ld[@]}" -o "$BIN/$(echo "$p" | tr / -).test" "./$p"
   done
   for p in cluster msg; do
@@ -127,9 +127,9 @@ run() {
   for s in "${steps[@]}"; do
     case $s in
       abi) step abi 60 "grep -n -A3 'cudaMemcpyBatchAsync(' /usr/local/cuda/include/cuda_runtime_api.h | head -20; scripts/check-cuda-abi.sh" ;;
-      cudart) step cudart 60 gotest internal/cudart internal-cudart.test -test.timeout 50s ;;
+      cudart) step cudart 90 gotest internal/cudart internal-cudart.test -test.timeout 80s ;;
       devalloc) step devalloc 150 gotest devalloc devalloc.test -test.timeout 140s ;;
-      loaders) step loaders 90 "cd internal/cukernel && ../../$BIN/internal-cukernel.test -test.count=1 -test.v && cd ../nvrtc && ../../$BIN/internal-nvrtc.test -test.count=1 -test.v && cd ../cublas && ../../$BIN/internal-cublas.test -test.count=1 -test.v" ;;
+      loaders) step loaders 90 "gotest internal/nvrtc internal-nvrtc.test && gotest internal/cublas internal-cublas.test" ;;
       packing) step packing 150 gotest packing packing.test -test.timeout 140s ;;
       gemm) step gemm 150 gotest gemm gemm.test -test.timeout 140s ;;
       memcheck) step memcheck 240 sanitize memcheck ;;

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -8,7 +9,7 @@ import (
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/gemm"
 	"github.com/distbuf/distbuf/internal/cublas"
-	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -70,7 +71,7 @@ type gemmBench struct {
 	s      *devalloc.Stream
 	eng    *gemm.Engine
 	device bool
-	rt     *cukernel.Runtime
+	dev    *cudart.Device
 	iters  int
 }
 
@@ -81,9 +82,11 @@ func newGemmBench(c *benchContext) (*gemmBench, error) {
 		return nil, err
 	}
 	if g.device {
-		if g.rt, err = cukernel.Load(); err != nil {
+		rt, err := cudart.Load()
+		if err != nil {
 			return nil, err
 		}
+		g.dev = rt.Device(c.alloc.Device())
 	}
 	return g, nil
 }
@@ -101,7 +104,6 @@ func (g *gemmBench) timeUS(iters int, f func() error) (float64, error) {
 		return 0, err
 	}
 	samples := make([]float64, 0, iters)
-	dev := g.a.Device()
 	for range iters {
 		if !g.device {
 			start := time.Now()
@@ -114,35 +116,45 @@ func (g *gemmBench) timeUS(iters int, f func() error) (float64, error) {
 			samples = append(samples, float64(time.Since(start).Nanoseconds())/1e3)
 			continue
 		}
-		start, err := g.rt.NewEvent(dev)
+		ms, err := g.timeOnDevice(f)
 		if err != nil {
 			return 0, err
 		}
-		end, err := g.rt.NewEvent(dev)
-		if err != nil {
-			return 0, err
-		}
-		if err := g.rt.Record(dev, start, g.s.Handle()); err != nil {
-			return 0, err
-		}
-		if err := f(); err != nil {
-			return 0, err
-		}
-		if err := g.rt.Record(dev, end, g.s.Handle()); err != nil {
-			return 0, err
-		}
-		if err := g.rt.WaitEvent(dev, end); err != nil {
-			return 0, err
-		}
-		ms, err := g.rt.Elapsed(dev, start, end)
-		if err != nil {
-			return 0, err
-		}
-		_ = g.rt.DestroyEvent(dev, start)
-		_ = g.rt.DestroyEvent(dev, end)
 		samples = append(samples, ms*1e3)
 	}
 	return median(samples), g.s.Synchronize()
+}
+
+// timeOnDevice is the device time of f's work on the bench's stream in
+// milliseconds, between two timing events around it.
+func (g *gemmBench) timeOnDevice(f func() error) (ms float64, err error) {
+	var ev [2]cudart.Event
+	defer func() {
+		for _, e := range ev {
+			if e != 0 {
+				err = errors.Join(err, g.dev.EventDestroy(e))
+			}
+		}
+	}()
+	for i := range ev {
+		if ev[i], err = g.dev.EventCreateTiming(); err != nil {
+			return 0, err
+		}
+	}
+	s := cudart.Stream(g.s.Handle())
+	if err := g.dev.EventRecord(ev[0], s); err != nil {
+		return 0, err
+	}
+	if err := f(); err != nil {
+		return 0, err
+	}
+	if err := g.dev.EventRecord(ev[1], s); err != nil {
+		return 0, err
+	}
+	if err := g.dev.EventSynchronize(ev[1]); err != nil {
+		return 0, err
+	}
+	return g.dev.EventElapsedTime(ev[0], ev[1])
 }
 
 // operands lays out the A, B and C blocks of the given (m, n, k) problems,

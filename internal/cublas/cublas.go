@@ -3,13 +3,13 @@
 package cublas
 
 /*
-#cgo CFLAGS: -I${SRCDIR}
+#cgo CFLAGS: -I${SRCDIR} -I${SRCDIR}/../cudart
 #include <stdint.h>
 #include "decl.h"
+#include "cudart_setdev.h"
 
-typedef int (*setdev_fn)(int);
-
-#define DEVICE() do { if (((setdev_fn)setdev)(dev) != 0) return -1; } while (0)
+// DEVICE sets the device through internal/cudart (Runtime.SetDeviceFunc).
+#define DEVICE() do { if (DBC_SET_DEVICE(setdev, dev) != 0) return -1; } while (0)
 
 static dbc_status c_create(void *setdev, void *f, int dev, uintptr_t *h) {
 	DEVICE();
@@ -97,7 +97,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/dl"
 )
 
@@ -124,7 +124,7 @@ func Load() (*Lib, error) {
 }
 
 func load() (*Lib, error) {
-	rt, err := cukernel.Load()
+	rt, err := cudart.Load()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -132,6 +132,7 @@ func load() (*Lib, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	// Every call sets the device first, through internal/cudart.
 	l := &Lib{lib: lib, setDev: rt.SetDeviceFunc()}
 	table := []dl.Symbol{
 		{Name: "cublasCreate_v2", Ptr: &l.create},

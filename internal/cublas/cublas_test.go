@@ -11,29 +11,30 @@ import (
 
 	"github.com/distbuf/distbuf/internal/gputest"
 
-	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/stretchr/testify/require"
 )
 
-func loadOrSkip(t *testing.T) (*Lib, *cukernel.Runtime) {
+func loadOrSkip(t *testing.T) (*Lib, *cudart.Device) {
 	t.Helper()
 	l, err := Load()
-	var rt *cukernel.Runtime
+	var d *cudart.Device
 	if err == nil {
-		rt, err = cukernel.Load()
-	}
-	if err == nil {
-		_, _, err = rt.ComputeCapability(0)
+		var rt *cudart.Runtime
+		if rt, err = cudart.Load(); err == nil {
+			d = rt.Device(0)
+			_, _, err = d.ComputeCapability()
+		}
 	}
 	if err != nil {
 		gputest.Unavailable(t, "cuBLAS", err)
 	}
-	return l, rt
+	return l, d
 }
 
 func TestLoadMissingLibrary(t *testing.T) {
-	if _, err := cukernel.Load(); err != nil {
-		t.Skipf("needs the CUDA runtime first: %v", err)
+	if _, err := cudart.Load(); err != nil {
+		gputest.Unavailable(t, "the CUDA runtime", err)
 	}
 	t.Setenv(EnvCUBLAS, "libcublas-does-not-exist.so.99")
 	_, err := load()
@@ -61,7 +62,7 @@ func colMajor(m, n, k int, alpha float64, a, b []float64, beta float64, c []floa
 }
 
 func TestDgemmKinds(t *testing.T) {
-	l, rt := loadOrSkip(t)
+	l, d := loadOrSkip(t)
 	h, err := l.NewHandle(0, 0, false)
 	require.NoError(t, err)
 	defer h.Destroy()
@@ -76,15 +77,15 @@ func TestDgemmKinds(t *testing.T) {
 	}
 	A, B, C := rnd(batch*m*k), rnd(batch*k*n), rnd(batch*m*n)
 	up := func(v []float64) uintptr {
-		p, err := rt.Malloc(0, int64(8*len(v)))
+		p, err := d.Malloc(int64(8 * len(v)))
 		require.NoError(t, err)
-		require.NoError(t, rt.CopyToDevice(0, p, f64bytes(v)))
-		t.Cleanup(func() { _ = rt.Free(0, p) })
+		require.NoError(t, d.CopyToDevice(p, f64bytes(v)))
+		t.Cleanup(func() { _ = d.Free(p) })
 		return p
 	}
 	down := func(p uintptr, n int) []float64 {
 		out := make([]float64, n)
-		require.NoError(t, rt.CopyFromDevice(0, f64bytes(out), p))
+		require.NoError(t, d.CopyFromDevice(f64bytes(out), p))
 		return out
 	}
 	want := make([]float64, 0, len(C))
@@ -116,10 +117,10 @@ func TestDgemmKinds(t *testing.T) {
 		binary.LittleEndian.PutUint64(ptrs[8*(batch+i):], uint64(dB)+uint64(8*i*k*n))
 		binary.LittleEndian.PutUint64(ptrs[8*(2*batch+i):], uint64(dC)+uint64(8*i*m*n))
 	}
-	dP, err := rt.Malloc(0, int64(len(ptrs)))
+	dP, err := d.Malloc(int64(len(ptrs)))
 	require.NoError(t, err)
-	defer rt.Free(0, dP)
-	require.NoError(t, rt.CopyToDevice(0, dP, ptrs))
+	defer d.Free(dP)
+	require.NoError(t, d.CopyToDevice(dP, ptrs))
 	require.NoError(t, h.GemmBatched(D, N, N, m, n, k, 2, dP, m, dP+8*batch, k, 0.5, dP+16*batch, m, batch))
 	check(down(dC, len(C)))
 	// Grouped: the same three problems as groups of 1 and 2.
@@ -128,31 +129,31 @@ func TestDgemmKinds(t *testing.T) {
 	for i := range batch {
 		binary.LittleEndian.PutUint64(ptrs[8*(2*batch+i):], uint64(dC)+uint64(8*i*m*n))
 	}
-	require.NoError(t, rt.CopyToDevice(0, dP, ptrs))
+	require.NoError(t, d.CopyToDevice(dP, ptrs))
 	g := Group{TransA: N, TransB: N, M: m, N: n, K: k, Alpha: 2, Beta: 0.5, LdA: m, LdB: k, LdC: m}
 	g1, g2 := g, g
 	g1.Size, g2.Size = 1, 2
 	require.NoError(t, h.GemmGrouped(D, []Group{g1, g2}, dP, dP+8*batch, dP+16*batch))
 	check(down(dC, len(C)))
-	require.NoError(t, rt.Synchronize(0))
+	require.NoError(t, d.Synchronize())
 	// A bad leading dimension is a cuBLAS error, not a crash.
 	require.ErrorIs(t, h.Gemm(D, N, N, m, n, k, 1, dA, 1, dB, k, 0, dC, m), ErrCUBLAS)
 }
 
 func TestZgemm(t *testing.T) {
-	l, rt := loadOrSkip(t)
+	l, d := loadOrSkip(t)
 	h, err := l.NewHandle(0, 0, false)
 	require.NoError(t, err)
 	defer h.Destroy()
 	// 1x1 complex product: (1+2i)(3-1i) = 5+5i, times alpha i = -5+5i.
 	vals := []complex128{1 + 2i, 3 - 1i, 0}
-	p, err := rt.Malloc(0, 48)
+	p, err := d.Malloc(48)
 	require.NoError(t, err)
-	defer rt.Free(0, p)
-	require.NoError(t, rt.CopyToDevice(0, p, unsafe.Slice((*byte)(unsafe.Pointer(&vals[0])), 48)))
+	defer d.Free(p)
+	require.NoError(t, d.CopyToDevice(p, unsafe.Slice((*byte)(unsafe.Pointer(&vals[0])), 48)))
 	require.NoError(t, h.Gemm(Z, N, N, 1, 1, 1, 1i, p, 1, p+16, 1, 0, p+32, 1))
 	out := make([]complex128, 3)
-	require.NoError(t, rt.CopyFromDevice(0, unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 48), p))
+	require.NoError(t, d.CopyFromDevice(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 48), p))
 	require.Equal(t, complex(-5, 5), out[2])
 }
 
@@ -198,7 +199,7 @@ func decode(dt DType, b []byte) []complex128 {
 // TestAllTypesTransposed runs a transposed strided batch and a single GEMM
 // in every precision against a column-major reference.
 func TestAllTypesTransposed(t *testing.T) {
-	l, rt := loadOrSkip(t)
+	l, d := loadOrSkip(t)
 	h, err := l.NewHandle(0, 0, false)
 	require.NoError(t, err)
 	defer h.Destroy()
@@ -233,16 +234,16 @@ func TestAllTypesTransposed(t *testing.T) {
 		}
 		up := func(v []complex128) uintptr {
 			b := encode(dt, v)
-			p, err := rt.Malloc(0, int64(len(b)))
+			p, err := d.Malloc(int64(len(b)))
 			require.NoError(t, err)
-			require.NoError(t, rt.CopyToDevice(0, p, b))
-			t.Cleanup(func() { _ = rt.Free(0, p) })
+			require.NoError(t, d.CopyToDevice(p, b))
+			t.Cleanup(func() { _ = d.Free(p) })
 			return p
 		}
 		dA, dB, dC := up(A), up(B), up(Cm)
 		require.NoError(t, h.GemmStrided(dt, T, T, m, n, k, alpha, dA, k, k*m, dB, n, n*k, beta, dC, m, m*n, batch))
 		got := make([]byte, len(encode(dt, Cm)))
-		require.NoError(t, rt.CopyFromDevice(0, got, dC))
+		require.NoError(t, d.CopyFromDevice(got, dC))
 		tol := 1e-12
 		if dt == S || dt == C {
 			tol = 1e-5
@@ -259,17 +260,17 @@ func TestAllTypesTransposed(t *testing.T) {
 				binary.LittleEndian.PutUint64(ptrs[8*(batch+i):], uint64(dB)+uint64(i*n*k*len(encode(dt, []complex128{0}))))
 				binary.LittleEndian.PutUint64(ptrs[8*(2*batch+i):], uint64(dCg)+uint64(i*m*n*len(encode(dt, []complex128{0}))))
 			}
-			dP, err := rt.Malloc(0, int64(len(ptrs)))
+			dP, err := d.Malloc(int64(len(ptrs)))
 			require.NoError(t, err)
-			require.NoError(t, rt.CopyToDevice(0, dP, ptrs))
+			require.NoError(t, d.CopyToDevice(dP, ptrs))
 			g := Group{TransA: T, TransB: T, M: m, N: n, K: k, Alpha: real(alpha), Beta: real(beta), LdA: k, LdB: n, LdC: m, Size: 1}
 			require.NoError(t, h.GemmGrouped(dt, []Group{g, g}, dP, dP+8*batch, dP+16*batch))
 			gotg := make([]byte, len(encode(dt, Cm)))
-			require.NoError(t, rt.CopyFromDevice(0, gotg, dCg))
+			require.NoError(t, d.CopyFromDevice(gotg, dCg))
 			for i, v := range decode(dt, gotg) {
 				require.InDelta(t, 0, cmplxAbs(v-want[i]), tol*8, "%v grouped element %d", dt, i)
 			}
-			require.NoError(t, rt.Free(0, dP))
+			require.NoError(t, d.Free(dP))
 		} else {
 			require.ErrorIs(t, h.GemmGrouped(dt, nil, 0, 0, 0), ErrUnavailable, "no grouped GEMM for complex types")
 		}
@@ -277,7 +278,7 @@ func TestAllTypesTransposed(t *testing.T) {
 		dC1 := up(Cm[:m*n])
 		require.NoError(t, h.Gemm(dt, T, T, m, n, k, alpha, dA, k, dB, n, beta, dC1, m))
 		got1 := make([]byte, len(encode(dt, Cm[:m*n])))
-		require.NoError(t, rt.CopyFromDevice(0, got1, dC1))
+		require.NoError(t, d.CopyFromDevice(got1, dC1))
 		for i, g := range decode(dt, got1) {
 			require.InDelta(t, 0, cmplxAbs(g-want[i]), tol*8, "%v single element %d", dt, i)
 		}

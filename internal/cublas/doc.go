@@ -6,5 +6,7 @@
 // A Handle is one cuBLAS context bound to one device and one stream; the
 // caller owns it until Destroy (gemm keeps one per devalloc Stream). Scalars
 // are passed by host pointer (CUBLAS_POINTER_MODE_HOST); matrices are
-// column-major, as cuBLAS sees them. Every trampoline sets the device first.
+// column-major, as cuBLAS sees them. Every trampoline sets the device first,
+// through internal/cudart's device setter (Runtime.SetDeviceFunc), so those
+// calls are counted and skipped like the runtime's own.
 package cublas

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "cudart_setdev.h"
 
 /* cudaError_t values. */
 enum {
@@ -23,11 +24,17 @@ enum {
 	DBC_ERROR_INVALID_VALUE = 1,
 	DBC_ERROR_MEMORY_ALLOCATION = 2,
 	DBC_ERROR_INITIALIZATION = 3,
+	DBC_ERROR_INVALID_CONFIGURATION = 9,
 	DBC_ERROR_STUB_LIBRARY = 34,
 	DBC_ERROR_INSUFFICIENT_DRIVER = 35,
 	DBC_ERROR_DEVICES_UNAVAILABLE = 46,
 	DBC_ERROR_NO_DEVICE = 100,
 	DBC_ERROR_INVALID_DEVICE = 101,
+	DBC_ERROR_INVALID_KERNEL_IMAGE = 200,
+	DBC_ERROR_DEVICE_UNINITIALIZED = 201,
+	DBC_ERROR_MAP_BUFFER_OBJECT_FAILED = 205,
+	DBC_ERROR_INVALID_RESOURCE_HANDLE = 400,
+	DBC_ERROR_SYMBOL_NOT_FOUND = 500,
 	DBC_ERROR_NOT_READY = 600,
 	DBC_ERROR_NOT_SUPPORTED = 801,
 	DBC_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
@@ -36,6 +43,7 @@ enum {
 
 /* enum cudaDeviceAttr values. */
 enum {
+	DBC_DEV_ATTR_MULTIPROCESSOR_COUNT = 16,
 	DBC_DEV_ATTR_CAN_MAP_HOST_MEMORY = 19,
 	DBC_DEV_ATTR_UNIFIED_ADDRESSING = 41,
 	DBC_DEV_ATTR_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -56,19 +64,25 @@ enum {
 };
 
 /* cudaMemAllocationType, cudaMemAllocationHandleType, cudaMemLocationType,
- * cudaMemcpyKind and cudaDriverEntryPointQueryResult values. */
+ * cudaMemcpyKind, cudaDriverEntryPointQueryResult and
+ * cudaMemcpySrcAccessOrder values. */
 enum {
 	DBC_MEM_ALLOCATION_TYPE_PINNED = 1,
 	DBC_MEM_HANDLE_TYPE_NONE = 0,
 	DBC_MEM_LOCATION_TYPE_DEVICE = 1,
 	DBC_MEMCPY_DEFAULT = 4,
-	DBC_DRIVER_ENTRY_POINT_SUCCESS = 0
+	DBC_DRIVER_ENTRY_POINT_SUCCESS = 0,
+	DBC_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1
 };
 
 /* Flag macros of cuda_runtime_api.h / driver_types.h and cuda.h. */
 enum {
 	DBC_STREAM_NON_BLOCKING = 0x01,    /* cudaStreamNonBlocking */
+	DBC_EVENT_DEFAULT = 0x00,          /* cudaEventDefault */
 	DBC_EVENT_DISABLE_TIMING = 0x02,   /* cudaEventDisableTiming */
+	DBC_EVENT_INTERPROCESS = 0x04,     /* cudaEventInterprocess */
+	DBC_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x01, /* cudaIpcMemLazyEnablePeerAccess */
+	DBC_IPC_HANDLE_SIZE = 64,          /* CUDA_IPC_HANDLE_SIZE */
 	DBC_HOST_ALLOC_PORTABLE = 0x01,    /* cudaHostAllocPortable */
 	DBC_HOST_ALLOC_MAPPED = 0x02,      /* cudaHostAllocMapped */
 	DBC_ENABLE_DEFAULT = 0x0,          /* cudaEnableDefault */
@@ -100,6 +114,29 @@ struct dbc_mem_pool_props {
 	unsigned char reserved[54];
 };
 
+/* struct cudaMemcpyAttributes (CUDA 12.8 and later): srcAccessOrder,
+ * srcLocHint, dstLocHint, flags. Only srcAccessOrder is set. */
+struct dbc_memcpy_attributes {
+	int srcAccessOrder;
+	struct dbc_mem_location srcLocHint;
+	struct dbc_mem_location dstLocHint;
+	unsigned int flags;
+};
+
+/* dim3. */
+struct dbc_dim3 {
+	unsigned int x, y, z;
+};
+
+/* cudaIpcMemHandle_t and cudaIpcEventHandle_t: opaque bytes, passed by
+ * value to the open functions. */
+struct dbc_ipc_mem_handle {
+	char reserved[DBC_IPC_HANDLE_SIZE];
+};
+struct dbc_ipc_event_handle {
+	char reserved[DBC_IPC_HANDLE_SIZE];
+};
+
 #ifdef DBC_USE_REAL_CUDA_TYPES
 /* abicheck: the real types, so that the prototypes below can be compared
  * with the toolkit's own declarations. */
@@ -113,6 +150,14 @@ typedef enum cudaMemcpyKind dbc_memcpy_kind_t;
 typedef enum cudaDriverEntryPointQueryResult dbc_entry_point_status_t;
 typedef struct cudaMemPoolProps dbc_mem_pool_props_t;
 typedef cudaHostFn_t dbc_host_fn_t;
+typedef cudaLibrary_t dbc_library_t;
+typedef cudaKernel_t dbc_kernel_t;
+typedef enum cudaJitOption dbc_jit_option_t;
+typedef enum cudaLibraryOption dbc_library_option_t;
+typedef dim3 dbc_dim3_t;
+typedef struct cudaMemcpyAttributes dbc_memcpy_attributes_t;
+typedef cudaIpcMemHandle_t dbc_ipc_mem_handle_t;
+typedef cudaIpcEventHandle_t dbc_ipc_event_handle_t;
 typedef CUresult dbc_cu_result_t;
 typedef CUstream dbc_cu_stream_t;
 typedef CUdeviceptr dbc_cu_deviceptr_t;
@@ -130,6 +175,14 @@ typedef int dbc_memcpy_kind_t;
 typedef int dbc_entry_point_status_t;
 typedef struct dbc_mem_pool_props dbc_mem_pool_props_t;
 typedef void (*dbc_host_fn_t)(void *userData);
+typedef void *dbc_library_t;
+typedef void *dbc_kernel_t;
+typedef int dbc_jit_option_t;
+typedef int dbc_library_option_t;
+typedef struct dbc_dim3 dbc_dim3_t;
+typedef struct dbc_memcpy_attributes dbc_memcpy_attributes_t;
+typedef struct dbc_ipc_mem_handle dbc_ipc_mem_handle_t;
+typedef struct dbc_ipc_event_handle dbc_ipc_event_handle_t;
 typedef int dbc_cu_result_t;
 typedef void *dbc_cu_stream_t;
 typedef unsigned long long dbc_cu_deviceptr_t;
@@ -147,6 +200,7 @@ typedef uint32_t dbc_cuuint32_t;
 	X(cudaRuntimeGetVersion, dbc_error_t, (int *runtimeVersion))                                \
 	X(cudaGetDeviceCount, dbc_error_t, (int *count))                                            \
 	X(cudaSetDevice, dbc_error_t, (int device))                                                 \
+	X(cudaDeviceSynchronize, dbc_error_t, (void))                                               \
 	X(cudaDeviceGetAttribute, dbc_error_t, (int *value, dbc_device_attr_t attr, int device))    \
 	X(cudaMemGetInfo, dbc_error_t, (size_t *free, size_t *total))                               \
 	X(cudaStreamCreateWithFlags, dbc_error_t, (dbc_stream_t *pStream, unsigned int flags))      \
@@ -158,9 +212,11 @@ typedef uint32_t dbc_cuuint32_t;
 	X(cudaEventQuery, dbc_error_t, (dbc_event_t event))                                         \
 	X(cudaEventSynchronize, dbc_error_t, (dbc_event_t event))                                   \
 	X(cudaEventDestroy, dbc_error_t, (dbc_event_t event))                                       \
+	X(cudaEventElapsedTime, dbc_error_t, (float *ms, dbc_event_t start, dbc_event_t end))       \
 	X(cudaLaunchHostFunc, dbc_error_t, (dbc_stream_t stream, dbc_host_fn_t fn, void *userData)) \
 	X(cudaMalloc, dbc_error_t, (void **devPtr, size_t size))                                    \
 	X(cudaFree, dbc_error_t, (void *devPtr))                                                    \
+	X(cudaMemcpy, dbc_error_t, (void *dst, const void *src, size_t count, dbc_memcpy_kind_t kind)) \
 	X(cudaMemcpyAsync, dbc_error_t,                                                              \
 	  (void *dst, const void *src, size_t count, dbc_memcpy_kind_t kind, dbc_stream_t stream))  \
 	X(cudaMemsetAsync, dbc_error_t, (void *devPtr, int value, size_t count, dbc_stream_t stream)) \
@@ -177,6 +233,41 @@ typedef uint32_t dbc_cuuint32_t;
 	X(cudaMemPoolTrimTo, dbc_error_t, (dbc_mempool_t memPool, size_t minBytesToKeep))           \
 	X(cudaMallocFromPoolAsync, dbc_error_t, (void **ptr, size_t size, dbc_mempool_t memPool, dbc_stream_t stream)) \
 	X(cudaFreeAsync, dbc_error_t, (void *devPtr, dbc_stream_t hStream))
+
+/* Loading a kernel image and launching its kernels: all present, or no
+ * launch capability. The library API exists since CUDA 12.0; launching a
+ * cudaKernel_t through cudaLaunchKernel needs 12.8 (checked at load). */
+#define DBC_CUDART_KERNEL(X)                                                                    \
+	X(cudaLibraryLoadData, dbc_error_t,                                                         \
+	  (dbc_library_t *library, const void *code, dbc_jit_option_t *jitOptions,                 \
+	   void **jitOptionsValues, unsigned int numJitOptions, dbc_library_option_t *libraryOptions, \
+	   void **libraryOptionValues, unsigned int numLibraryOptions))                             \
+	X(cudaLibraryGetKernel, dbc_error_t, (dbc_kernel_t *pKernel, dbc_library_t library, const char *name)) \
+	X(cudaLaunchKernel, dbc_error_t,                                                            \
+	  (const void *func, dbc_dim3_t gridDim, dbc_dim3_t blockDim, void **args, size_t sharedMem, \
+	   dbc_stream_t stream))
+
+/* Batched copies (CUDA 12.8 and later). This is the CUDA 13 prototype;
+ * 12.8 and 12.9 have a size_t *failIdx before the stream
+ * (dbc_memcpy_batch_async12_fn), and the runtime version picks one. */
+#define DBC_CUDART_BATCH(X)                                                                     \
+	X(cudaMemcpyBatchAsync, dbc_error_t,                                                        \
+	  (void *const *dsts, const void *const *srcs, const size_t *sizes, size_t count,          \
+	   dbc_memcpy_attributes_t *attrs, size_t *attrsIdxs, size_t numAttrs, dbc_stream_t stream))
+
+typedef dbc_error_t (*dbc_memcpy_batch_async12_fn)(void **dsts, void **srcs, size_t *sizes, size_t count,
+                                                   dbc_memcpy_attributes_t *attrs, size_t *attrsIdxs,
+                                                   size_t numAttrs, size_t *failIdx, dbc_stream_t stream);
+
+/* Legacy interprocess memory and events: all present, or no IPC
+ * capability (cudaEventCreateWithFlags, which makes an interprocess event,
+ * is required anyway). */
+#define DBC_CUDART_IPC(X)                                                                       \
+	X(cudaIpcGetMemHandle, dbc_error_t, (dbc_ipc_mem_handle_t *handle, void *devPtr))          \
+	X(cudaIpcOpenMemHandle, dbc_error_t, (void **devPtr, dbc_ipc_mem_handle_t handle, unsigned int flags)) \
+	X(cudaIpcCloseMemHandle, dbc_error_t, (void *devPtr))                                       \
+	X(cudaIpcGetEventHandle, dbc_error_t, (dbc_ipc_event_handle_t *handle, dbc_event_t event)) \
+	X(cudaIpcOpenEventHandle, dbc_error_t, (dbc_event_t *event, dbc_ipc_event_handle_t handle))
 
 /* Driver entry-point lookup: ByVersion since CUDA 12.5 (the other one is
  * deprecated in 13.0); either serves. */
@@ -205,6 +296,9 @@ typedef struct dbc_api {
 #define DBC_FIELD(name, ret, args) ret(*name) args;
 	DBC_CUDART_REQUIRED(DBC_FIELD)
 	DBC_CUDART_POOL(DBC_FIELD)
+	DBC_CUDART_KERNEL(DBC_FIELD)
+	DBC_CUDART_BATCH(DBC_FIELD)
+	DBC_CUDART_IPC(DBC_FIELD)
 	DBC_CUDART_ENTRY(DBC_FIELD)
 	DBC_CUDA_DRIVER(DBC_FIELD)
 #undef DBC_FIELD
@@ -215,6 +309,8 @@ typedef struct dbc_api {
 	void *primary_ctx[DBC_MAX_DEVICES];
 	/* Nonzero: call cudaSetDevice before every call (DISTBUF_CUDA_SETDEVICE=always). */
 	int set_device_always;
+	/* This table's device setter for other loaders (cudart_setdev.h). */
+	dbc_device_setter setter;
 } dbc_api;
 
 /* The position of each entry point in dbc_symbols, for the call counters. */
@@ -222,6 +318,9 @@ enum {
 #define DBC_INDEX(name, ret, args) DBC_I_##name,
 	DBC_CUDART_REQUIRED(DBC_INDEX)
 	DBC_CUDART_POOL(DBC_INDEX)
+	DBC_CUDART_KERNEL(DBC_INDEX)
+	DBC_CUDART_BATCH(DBC_INDEX)
+	DBC_CUDART_IPC(DBC_INDEX)
 	DBC_CUDART_ENTRY(DBC_INDEX)
 	DBC_CUDA_DRIVER(DBC_INDEX)
 #undef DBC_INDEX
@@ -233,7 +332,10 @@ enum {
 	DBC_GROUP_REQUIRED = 0,
 	DBC_GROUP_POOL = 1,
 	DBC_GROUP_ENTRY = 2,
-	DBC_GROUP_DRIVER = 3
+	DBC_GROUP_DRIVER = 3,
+	DBC_GROUP_KERNEL = 4,
+	DBC_GROUP_BATCH = 5,
+	DBC_GROUP_IPC = 6
 };
 
 typedef struct dbc_symbol {
@@ -246,10 +348,16 @@ typedef struct dbc_symbol {
 #define DBC_SYM_POOL(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_POOL},
 #define DBC_SYM_ENTRY(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_ENTRY},
 #define DBC_SYM_DRIVER(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_DRIVER},
+#define DBC_SYM_KERNEL(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_KERNEL},
+#define DBC_SYM_BATCH(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_BATCH},
+#define DBC_SYM_IPC(name, ret, args) {#name, offsetof(dbc_api, name), DBC_GROUP_IPC},
 
 static const dbc_symbol dbc_symbols[] = {
 	DBC_CUDART_REQUIRED(DBC_SYM_REQUIRED)
 	DBC_CUDART_POOL(DBC_SYM_POOL)
+	DBC_CUDART_KERNEL(DBC_SYM_KERNEL)
+	DBC_CUDART_BATCH(DBC_SYM_BATCH)
+	DBC_CUDART_IPC(DBC_SYM_IPC)
 	DBC_CUDART_ENTRY(DBC_SYM_ENTRY)
 	DBC_CUDA_DRIVER(DBC_SYM_DRIVER)
 };

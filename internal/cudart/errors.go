@@ -27,7 +27,8 @@ var (
 	ErrUnavailable = errors.New("cudart: CUDA unavailable")
 	// ErrOutOfMemory matches cudaErrorMemoryAllocation.
 	ErrOutOfMemory = errors.New("cudart: out of memory")
-	// ErrNotSupported is returned when a capability the call needs is absent.
+	// ErrNotSupported is returned when a capability the call needs is
+	// absent, and matches cudaErrorNotSupported.
 	ErrNotSupported = errors.New("cudart: not supported by this runtime or device")
 	// ErrInvalid reports a bad argument caught before calling the runtime.
 	ErrInvalid = errors.New("cudart: invalid argument")
@@ -44,6 +45,7 @@ const (
 	codeDevicesUnavailable       = 46
 	codeNoDevice                 = 100
 	codeNotReady                 = 600
+	codeNotSupported             = 801
 	codeSystemDriverMismatch     = 803
 	codeCompatNotSupportedDevice = 804
 )
@@ -65,11 +67,14 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("cudart: %s%s: %s (%d): %s", e.Op, dev, e.Name, e.Code, e.Text)
 }
 
-// Is makes errors.Is match ErrOutOfMemory and ErrUnavailable by code.
+// Is makes errors.Is match ErrOutOfMemory, ErrUnavailable and
+// ErrNotSupported (cudaErrorNotSupported) by code.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrOutOfMemory:
 		return e.Code == codeMemoryAllocation
+	case ErrNotSupported:
+		return e.Code == codeNotSupported
 	case ErrUnavailable:
 		return unavailableCode(e.Code)
 	}

@@ -13,245 +13,8 @@ package cudart
 #cgo nocallback dbc_stream_wait_event
 #cgo noescape dbc_calls_snapshot
 #cgo nocallback dbc_calls_snapshot
-#include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
-#include "cudart_decl.h"
-
-// Call counters, one block per OS thread so that counting costs a plain
-// increment (no locked instruction, no shared cache line); a snapshot sums
-// the blocks. Blocks are never freed: a thread's calls stay counted after
-// it exits.
-typedef struct dbc_thread_calls {
-	uint64_t n[DBC_I_COUNT];
-	struct dbc_thread_calls *next;
-} dbc_thread_calls;
-
-static __thread dbc_thread_calls *dbc_my_calls;
-static dbc_thread_calls *dbc_all_calls;
-static dbc_thread_calls dbc_lost_calls; // where a thread counts when calloc fails
-static pthread_mutex_t dbc_calls_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static dbc_thread_calls *dbc_register_thread(void) {
-	dbc_thread_calls *c = calloc(1, sizeof *c);
-	if (c == NULL) return &dbc_lost_calls;
-	pthread_mutex_lock(&dbc_calls_mu);
-	c->next = dbc_all_calls;
-	__atomic_store_n(&dbc_all_calls, c, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&dbc_calls_mu);
-	dbc_my_calls = c;
-	return c;
-}
-
-static inline void dbc_count(int i) {
-	dbc_thread_calls *c = dbc_my_calls;
-	if (c == NULL) c = dbc_register_thread();
-	__atomic_store_n(&c->n[i], __atomic_load_n(&c->n[i], __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-}
-
-static void dbc_calls_snapshot(uint64_t *out) {
-	memset(out, 0, sizeof(uint64_t) * DBC_I_COUNT);
-	pthread_mutex_lock(&dbc_calls_mu);
-	for (dbc_thread_calls *c = dbc_all_calls; c != NULL; c = c->next)
-		for (int i = 0; i < DBC_I_COUNT; i++) out[i] += __atomic_load_n(&c->n[i], __ATOMIC_RELAXED);
-	pthread_mutex_unlock(&dbc_calls_mu);
-}
-
-// DBC_CALL counts a call to an entry point and makes it.
-#define DBC_CALL(a, name, args) (dbc_count(DBC_I_##name), (a)->name args)
-
-// A failure clears the thread's last error so later, unrelated checks of
-// cudaGetLastError (cuBLAS, kernel launches) do not report it again.
-static int dbc_done(dbc_api *a, int e) {
-	if (e != DBC_SUCCESS && e != DBC_ERROR_NOT_READY) (void)DBC_CALL(a, cudaGetLastError, ());
-	return e;
-}
-
-// dbc_set_device makes dev current to the calling thread. The runtime's
-// current device is per OS thread and the calling goroutine may have moved
-// since its last call, so every trampoline calls it first. cudaSetDevice
-// makes the device's primary context current; when that context already is
-// (cuCtxGetCurrent, a read of the thread's state in the driver), the call
-// is skipped: runtime calls act on the thread's current context.
-static int dbc_set_device(dbc_api *a, int dev) {
-	void *cur = NULL, *want = NULL;
-	int e;
-	int known = dev >= 0 && dev < DBC_MAX_DEVICES && a->cuCtxGetCurrent != NULL && !a->set_device_always;
-	if (known) {
-		want = __atomic_load_n(&a->primary_ctx[dev], __ATOMIC_RELAXED);
-		if (want != NULL && DBC_CALL(a, cuCtxGetCurrent, (&cur)) == DBC_CU_SUCCESS && cur == want) return DBC_SUCCESS;
-	}
-	e = DBC_CALL(a, cudaSetDevice, (dev));
-	if (e == DBC_SUCCESS && known && want == NULL && DBC_CALL(a, cuCtxGetCurrent, (&cur)) == DBC_CU_SUCCESS && cur != NULL)
-		__atomic_store_n(&a->primary_ctx[dev], cur, __ATOMIC_RELAXED);
-	return e;
-}
-
-#define DBC_ON(a, dev, call) do { \
-	int e_ = dbc_set_device((a), (dev)); \
-	if (e_ == DBC_SUCCESS) e_ = (int)(call); \
-	return dbc_done((a), e_); \
-} while (0)
-
-static const char *dbc_error_name(dbc_api *a, int e) { return DBC_CALL(a, cudaGetErrorName, (e)); }
-static const char *dbc_error_string(dbc_api *a, int e) { return DBC_CALL(a, cudaGetErrorString, (e)); }
-
-static int dbc_runtime_version(dbc_api *a, int *v) { return dbc_done(a, DBC_CALL(a, cudaRuntimeGetVersion, (v))); }
-static int dbc_driver_version(dbc_api *a, int *v) { return dbc_done(a, DBC_CALL(a, cudaDriverGetVersion, (v))); }
-static int dbc_device_count(dbc_api *a, int *n) { return dbc_done(a, DBC_CALL(a, cudaGetDeviceCount, (n))); }
-
-static int dbc_attribute(dbc_api *a, int dev, int attr, int *v) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaDeviceGetAttribute, (v, attr, dev)));
-}
-
-static int dbc_mem_info(dbc_api *a, int dev, size_t *free_b, size_t *total_b) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaMemGetInfo, (free_b, total_b)));
-}
-
-static int dbc_stream_create(dbc_api *a, int dev, uintptr_t *out) {
-	void *s = NULL;
-	int e = dbc_set_device(a, dev);
-	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaStreamCreateWithFlags, (&s, DBC_STREAM_NON_BLOCKING));
-	*out = (uintptr_t)s;
-	return dbc_done(a, e);
-}
-static int dbc_stream_destroy(dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, DBC_CALL(a, cudaStreamDestroy, ((void *)s))); }
-static int dbc_stream_sync(dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, DBC_CALL(a, cudaStreamSynchronize, ((void *)s))); }
-static int dbc_stream_wait_event(dbc_api *a, int dev, uintptr_t s, uintptr_t ev) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaStreamWaitEvent, ((void *)s, (void *)ev, 0)));
-}
-
-static int dbc_event_create(dbc_api *a, int dev, uintptr_t *out) {
-	void *ev = NULL;
-	int e = dbc_set_device(a, dev);
-	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaEventCreateWithFlags, (&ev, DBC_EVENT_DISABLE_TIMING));
-	*out = (uintptr_t)ev;
-	return dbc_done(a, e);
-}
-static int dbc_event_record(dbc_api *a, int dev, uintptr_t ev, uintptr_t s) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaEventRecord, ((void *)ev, (void *)s)));
-}
-static int dbc_event_query(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventQuery, ((void *)ev))); }
-static int dbc_event_sync(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventSynchronize, ((void *)ev))); }
-static int dbc_event_destroy(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventDestroy, ((void *)ev))); }
-
-extern void distbufCudartHostFn(uintptr_t);
-static void dbc_host_trampoline(void *data) { distbufCudartHostFn((uintptr_t)data); }
-static int dbc_launch_host_func(dbc_api *a, int dev, uintptr_t s, uintptr_t handle) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaLaunchHostFunc, ((void *)s, dbc_host_trampoline, (void *)handle)));
-}
-
-static int dbc_malloc(dbc_api *a, int dev, uintptr_t *out, size_t n) {
-	void *p = NULL;
-	int e = dbc_set_device(a, dev);
-	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaMalloc, (&p, n));
-	*out = (uintptr_t)p;
-	return dbc_done(a, e);
-}
-static int dbc_free(dbc_api *a, int dev, uintptr_t p) { DBC_ON(a, dev, DBC_CALL(a, cudaFree, ((void *)p))); }
-
-static int dbc_memcpy_async(dbc_api *a, int dev, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaMemcpyAsync, ((void *)dst, (const void *)src, n, DBC_MEMCPY_DEFAULT, (void *)s)));
-}
-static int dbc_memset_async(dbc_api *a, int dev, uintptr_t dst, int v, size_t n, uintptr_t s) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaMemsetAsync, ((void *)dst, v, n, (void *)s)));
-}
-
-static int dbc_host_alloc(dbc_api *a, int dev, void **out, size_t n, unsigned flags) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaHostAlloc, (out, n, flags)));
-}
-static int dbc_free_host(dbc_api *a, int dev, void *p) { DBC_ON(a, dev, DBC_CALL(a, cudaFreeHost, (p))); }
-static int dbc_host_device_pointer(dbc_api *a, int dev, uintptr_t *out, void *p) {
-	void *d = NULL;
-	int e = dbc_set_device(a, dev);
-	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaHostGetDevicePointer, (&d, p, 0));
-	*out = (uintptr_t)d;
-	return dbc_done(a, e);
-}
-
-static int dbc_pool_create(dbc_api *a, int dev, uintptr_t *out) {
-	struct dbc_mem_pool_props props;
-	void *pool = NULL;
-	memset(&props, 0, sizeof props);
-	props.allocType = DBC_MEM_ALLOCATION_TYPE_PINNED;
-	props.handleTypes = DBC_MEM_HANDLE_TYPE_NONE;
-	props.location.type = DBC_MEM_LOCATION_TYPE_DEVICE;
-	props.location.id = dev;
-	int e = dbc_set_device(a, dev);
-	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaMemPoolCreate, (&pool, &props));
-	*out = (uintptr_t)pool;
-	return dbc_done(a, e);
-}
-static int dbc_pool_destroy(dbc_api *a, int dev, uintptr_t pool) { DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolDestroy, ((void *)pool))); }
-static int dbc_pool_set_u64(dbc_api *a, int dev, uintptr_t pool, int attr, uint64_t v) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolSetAttribute, ((void *)pool, attr, &v)));
-}
-static int dbc_pool_set_int(dbc_api *a, int dev, uintptr_t pool, int attr, int v) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolSetAttribute, ((void *)pool, attr, &v)));
-}
-static int dbc_pool_get_u64(dbc_api *a, int dev, uintptr_t pool, int attr, uint64_t *v) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolGetAttribute, ((void *)pool, attr, v)));
-}
-static int dbc_pool_get_int(dbc_api *a, int dev, uintptr_t pool, int attr, int *v) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolGetAttribute, ((void *)pool, attr, v)));
-}
-static int dbc_pool_trim(dbc_api *a, int dev, uintptr_t pool, size_t keep) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolTrimTo, ((void *)pool, keep)));
-}
-static int dbc_malloc_from_pool(dbc_api *a, int dev, uintptr_t *out, size_t n, uintptr_t pool, uintptr_t s) {
-	void *p = NULL;
-	int e = dbc_set_device(a, dev);
-	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaMallocFromPoolAsync, (&p, n, (void *)pool, (void *)s));
-	*out = (uintptr_t)p;
-	return dbc_done(a, e);
-}
-static int dbc_free_async(dbc_api *a, int dev, uintptr_t p, uintptr_t s) {
-	DBC_ON(a, dev, DBC_CALL(a, cudaFreeAsync, ((void *)p, (void *)s)));
-}
-
-// Driver functions return CUresult, not cudaError_t; their codes are
-// reported as such by the Go side.
-static int dbc_cu_wait_value32(dbc_api *a, int dev, uintptr_t s, uintptr_t addr, uint32_t v) {
-	int e = dbc_set_device(a, dev);
-	if (e != DBC_SUCCESS) return dbc_done(a, e);
-	return -(int)DBC_CALL(a, cuStreamWaitValue32, ((void *)s, (unsigned long long)addr, v, DBC_CU_STREAM_WAIT_VALUE_GEQ));
-}
-static int dbc_cu_device_name(dbc_api *a, int dev, char *buf, int len) {
-	int d = 0, r;
-	int e = dbc_set_device(a, dev); // initialises the driver for the calls below
-	if (e != DBC_SUCCESS) return dbc_done(a, e);
-	r = (int)DBC_CALL(a, cuDeviceGet, (&d, dev));
-	if (r != DBC_CU_SUCCESS) return -r;
-	return -(int)DBC_CALL(a, cuDeviceGetName, (buf, len, d));
-}
-
-// dbc_resolve_driver fills the driver function pointers through the runtime's
-// entry-point lookup; a pointer it cannot get stays NULL.
-static void dbc_resolve_driver(dbc_api *a) {
-	size_t i;
-	for (i = 0; i < DBC_NUM_SYMBOLS; i++) {
-		const dbc_symbol *s = &dbc_symbols[i];
-		void **slot;
-		void *fn = NULL;
-		int status = -1, e;
-		if (s->group != DBC_GROUP_DRIVER) continue;
-		slot = (void **)((char *)a + s->offset);
-		*slot = NULL;
-		if (a->cudaGetDriverEntryPointByVersion != NULL)
-			e = DBC_CALL(a, cudaGetDriverEntryPointByVersion, (s->name, &fn, DBC_DRIVER_ABI_VERSION, DBC_ENABLE_DEFAULT, &status));
-		else if (a->cudaGetDriverEntryPoint != NULL)
-			e = DBC_CALL(a, cudaGetDriverEntryPoint, (s->name, &fn, DBC_ENABLE_DEFAULT, &status));
-		else
-			return;
-		if (e == DBC_SUCCESS && status == DBC_DRIVER_ENTRY_POINT_SUCCESS && fn != NULL)
-			*slot = fn;
-		else
-			(void)dbc_done(a, e == DBC_SUCCESS ? DBC_ERROR_NOT_SUPPORTED : e);
-	}
-}
-
-static const dbc_symbol *dbc_symbol_at(size_t i) { return &dbc_symbols[i]; }
-static size_t dbc_num_symbols(void) { return DBC_NUM_SYMBOLS; }
+#include "cudart_calls.h"
 */
 import "C"
 
@@ -276,6 +39,8 @@ const (
 	_ uint = codeInsufficientDriver - C.DBC_ERROR_INSUFFICIENT_DRIVER
 	_ uint = C.DBC_ERROR_NOT_READY - codeNotReady
 	_ uint = codeNotReady - C.DBC_ERROR_NOT_READY
+	_ uint = C.DBC_ERROR_NOT_SUPPORTED - codeNotSupported
+	_ uint = codeNotSupported - C.DBC_ERROR_NOT_SUPPORTED
 	_ uint = C.DBC_ERROR_STUB_LIBRARY - codeStubLibrary
 	_ uint = codeStubLibrary - C.DBC_ERROR_STUB_LIBRARY
 	_ uint = C.DBC_ERROR_DEVICES_UNAVAILABLE - codeDevicesUnavailable
@@ -287,27 +52,6 @@ const (
 	_ uint = C.DBC_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE - codeCompatNotSupportedDevice
 	_ uint = codeCompatNotSupportedDevice - C.DBC_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
 )
-
-// Capabilities says which optional parts of the runtime resolved.
-type Capabilities struct {
-	// MemoryPools: cudaMemPoolCreate, cudaMallocFromPoolAsync, cudaFreeAsync
-	// and the other pool functions are all present. Whether a device
-	// supports pools is a separate question (AttrMemoryPoolsSupported).
-	MemoryPools bool
-	// DriverEntryPoint: cudaGetDriverEntryPointByVersion or
-	// cudaGetDriverEntryPoint is present.
-	DriverEntryPoint bool
-	// StreamWaitValue: cuStreamWaitValue32 was obtained from the driver.
-	StreamWaitValue bool
-	// DeviceName: cuDeviceGet and cuDeviceGetName were obtained.
-	DeviceName bool
-	// CurrentContext: cuCtxGetCurrent was obtained, so a call skips
-	// cudaSetDevice when the device's primary context is already current
-	// to the thread (unless DISTBUF_CUDA_SETDEVICE=always).
-	CurrentContext bool
-	// Absent lists the optional symbols that did not resolve.
-	Absent []string
-}
 
 // Runtime is one loaded libcudart. It is safe for concurrent use and lives
 // until the process exits.
@@ -373,12 +117,19 @@ func open() (*Runtime, error) {
 		return nil, &LoadError{Cause: err}
 	}
 	rt := &Runtime{lib: lib, api: api}
+	C.dbc_init_setter(api)
 	rt.caps.Absent = absent
-	rt.caps.MemoryPools = true
+	rt.caps.MemoryPools, rt.caps.KernelLaunch, rt.caps.MemcpyBatch, rt.caps.IPC = true, true, true, true
 	for _, name := range absent {
 		switch groups[name] {
 		case C.DBC_GROUP_POOL:
 			rt.caps.MemoryPools = false
+		case C.DBC_GROUP_KERNEL:
+			rt.caps.KernelLaunch = false
+		case C.DBC_GROUP_BATCH:
+			rt.caps.MemcpyBatch = false
+		case C.DBC_GROUP_IPC:
+			rt.caps.IPC = false
 		}
 	}
 	rt.caps.DriverEntryPoint = api.cudaGetDriverEntryPointByVersion != nil || api.cudaGetDriverEntryPoint != nil
@@ -403,6 +154,11 @@ func open() (*Runtime, error) {
 	}
 	if C.dbc_driver_version(api, &v) == 0 {
 		rt.driverVersion = int(v)
+	}
+	if rt.runtimeVersion < 12080 {
+		// cudaLaunchKernel takes a cudaKernel_t, and cudaMemcpyBatchAsync
+		// exists, from CUDA 12.8 on.
+		rt.caps.KernelLaunch, rt.caps.MemcpyBatch = false, false
 	}
 	if rt.runtimeVersion < 12000 {
 		// Before CUDA 12, cudaSetDevice may leave the device's primary
@@ -447,6 +203,14 @@ func Calls() Counts {
 // It lives as long as the Runtime.
 func (rt *Runtime) Table() unsafe.Pointer { return unsafe.Pointer(rt.api) }
 
+// SetDeviceFunc is how other loaders' C trampolines (cuBLAS, NCCL) set the
+// device before each of their calls, as this package's own calls do: a
+// const dbc_device_setter * of cudart_setdev.h, called with DBC_SET_DEVICE.
+// It skips cudaSetDevice when the device's primary context is already
+// current, counts its calls in Calls, and clears the thread's last error
+// after a failure. It lives as long as the Runtime.
+func (rt *Runtime) SetDeviceFunc() unsafe.Pointer { return unsafe.Pointer(&rt.api.setter) }
+
 // Path is the library name or path that was opened.
 func (rt *Runtime) Path() string { return rt.lib.Name }
 
@@ -462,9 +226,6 @@ func (rt *Runtime) RuntimeVersion() int { return rt.runtimeVersion }
 
 // DriverVersion is cudaDriverGetVersion (e.g. 13000), 0 without a driver.
 func (rt *Runtime) DriverVersion() int { return rt.driverVersion }
-
-// FormatVersion renders a CUDA version number such as 13000 as "13.0".
-func FormatVersion(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
 
 func (rt *Runtime) fail(op string, dev int, code C.int) error {
 	if code == 0 {
@@ -520,19 +281,12 @@ type Device struct {
 	ord C.int
 }
 
-// Stream, Event and MemPool are runtime handles (cudaStream_t, cudaEvent_t,
-// cudaMemPool_t).
-type (
-	Stream  uintptr
-	Event   uintptr
-	MemPool uintptr
-)
-
 // DeviceAttr is an enum cudaDeviceAttr value.
 type DeviceAttr int
 
 // The device attributes distbuf reads.
 const (
+	AttrMultiProcessorCount    DeviceAttr = C.DBC_DEV_ATTR_MULTIPROCESSOR_COUNT
 	AttrCanMapHostMemory       DeviceAttr = C.DBC_DEV_ATTR_CAN_MAP_HOST_MEMORY
 	AttrUnifiedAddressing      DeviceAttr = C.DBC_DEV_ATTR_UNIFIED_ADDRESSING
 	AttrComputeCapabilityMajor DeviceAttr = C.DBC_DEV_ATTR_COMPUTE_CAPABILITY_MAJOR
@@ -648,7 +402,7 @@ func (d *Device) StreamWaitValueGEQ(s Stream, addr uintptr, value uint32) error 
 // EventCreate makes an event with cudaEventDisableTiming.
 func (d *Device) EventCreate() (Event, error) {
 	var ev C.uintptr_t
-	if err := d.fail("cudaEventCreateWithFlags", C.dbc_event_create(d.rt.api, d.ord, &ev)); err != nil {
+	if err := d.fail("cudaEventCreateWithFlags", C.dbc_event_create(d.rt.api, d.ord, C.DBC_EVENT_DISABLE_TIMING, &ev)); err != nil {
 		return 0, err
 	}
 	return Event(ev), nil

@@ -3,13 +3,15 @@
 package nccl
 
 /*
-#cgo CFLAGS: -I${SRCDIR}
+#cgo CFLAGS: -I${SRCDIR} -I${SRCDIR}/../cudart
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "decl.h"
+#include "cudart_setdev.h"
 
-typedef int (*setdev_fn)(int);
+// DEVICE sets the device through internal/cudart (Runtime.SetDeviceFunc).
+#define DEVICE() do { if (DBC_SET_DEVICE(setdev, dev) != 0) return -1; } while (0)
 
 static int n_version(void *f, int *v) { return ((dbn_GetVersion_fn)f)(v); }
 static int n_unique_id(void *f, char *out) {
@@ -19,7 +21,7 @@ static int n_unique_id(void *f, char *out) {
 	return r;
 }
 static int n_init(void *setdev, void *f, int dev, uintptr_t *comm, int nranks, const char *idb, int rank) {
-	if (((setdev_fn)setdev)(dev) != 0) return -1;
+	DEVICE();
 	dbn_unique_id id;
 	memcpy(id.internal, idb, DBN_UNIQUE_ID_BYTES);
 	dbn_comm c = 0;
@@ -28,14 +30,14 @@ static int n_init(void *setdev, void *f, int dev, uintptr_t *comm, int nranks, c
 	return r;
 }
 static int n_destroy(void *setdev, void *f, int dev, uintptr_t comm) {
-	if (((setdev_fn)setdev)(dev) != 0) return -1;
+	DEVICE();
 	return ((dbn_CommDestroy_fn)f)((dbn_comm)comm);
 }
 // n_sendrecv posts one grouped send to and receive from each peer.
 static int n_sendrecv(void *setdev, void *gs, void *ge, void *sendf, void *recvf, int dev, uintptr_t comm, uintptr_t stream,
 		int n, const uintptr_t *sbuf, const uint64_t *scount, const int *speer,
 		int m, const uintptr_t *rbuf, const uint64_t *rcount, const int *rpeer) {
-	if (((setdev_fn)setdev)(dev) != 0) return -1;
+	DEVICE();
 	int r = ((dbn_GroupStart_fn)gs)();
 	if (r != 0) return r;
 	for (int i = 0; i < n && r == 0; i++)
@@ -55,7 +57,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/dl"
 )
 
@@ -86,7 +88,7 @@ func Load() (*Lib, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	// Every call sets the device first, through the CUDA runtime's cudaSetDevice.
-	rt, err := cukernel.Load()
+	rt, err := cudart.Load()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

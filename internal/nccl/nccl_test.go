@@ -6,26 +6,26 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/distbuf/distbuf/internal/cukernel"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/stretchr/testify/require"
 )
 
 // loadOrSkip loads NCCL, an optional library: its absence is a skip with
 // the reason even on the GPU machine, where DISTBUF_NCCL names it.
-func loadOrSkip(t *testing.T) (*Lib, *cukernel.Runtime) {
+func loadOrSkip(t *testing.T) (*Lib, *cudart.Device) {
 	t.Helper()
 	l, err := Load()
 	if err != nil {
 		t.Skipf("NCCL unavailable (set %s to its libnccl.so.2): %v", EnvNCCL, err)
 	}
-	rt, err := cukernel.Load()
+	rt, err := cudart.Load()
 	require.NoError(t, err)
-	return l, rt
+	return l, rt.Device(0)
 }
 
 // A one-rank communicator sends a device buffer to itself.
 func TestSelfSendRecv(t *testing.T) {
-	l, rt := loadOrSkip(t)
+	l, d := loadOrSkip(t)
 	v, err := l.Version()
 	require.NoError(t, err)
 	t.Logf("%s, version %d", l.Library(), v)
@@ -38,18 +38,18 @@ func TestSelfSendRecv(t *testing.T) {
 	c, err := l.NewComm(id, 1, 0, 0)
 	require.NoError(t, err)
 	const n = 1 << 20
-	src, err := rt.Malloc(0, n)
+	src, err := d.Malloc(n)
 	require.NoError(t, err)
-	defer rt.Free(0, src)
-	dst, err := rt.Malloc(0, n)
+	defer d.Free(src)
+	dst, err := d.Malloc(n)
 	require.NoError(t, err)
-	defer rt.Free(0, dst)
+	defer d.Free(dst)
 	data := bytes.Repeat([]byte{1, 2, 3, 5, 8, 13, 21, 34}, n/8)
-	require.NoError(t, rt.CopyToDevice(0, src, data))
+	require.NoError(t, d.CopyToDevice(src, data))
 	require.NoError(t, c.SendRecv(0, []Transfer{{Addr: src, Bytes: n, Peer: 0}}, []Transfer{{Addr: dst, Bytes: n, Peer: 0}}))
-	require.NoError(t, rt.Synchronize(0))
+	require.NoError(t, d.Synchronize())
 	got := make([]byte, n)
-	require.NoError(t, rt.CopyFromDevice(0, got, dst))
+	require.NoError(t, d.CopyFromDevice(got, dst))
 	require.Equal(t, data, got)
 	require.ErrorIs(t, c.SendRecv(0, []Transfer{{Addr: src, Bytes: -1}}, nil), ErrInvalid)
 	require.NoError(t, c.SendRecv(0, nil, nil), "a rank with nothing to move still takes part in the group")

@@ -3,9 +3,9 @@ package nvrtc
 import (
 	"testing"
 
-	"github.com/distbuf/distbuf/internal/cukernel/cudafake"
+	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
 )
 
-// TestMain runs the tests on the real CUDA libraries when they load, and on
-// CPU stand-ins otherwise.
-func TestMain(m *testing.M) { cudafake.Main(m) }
+// TestMain runs the tests on the real CUDA libraries when a GPU is there,
+// and on the fake libnvrtc otherwise.
+func TestMain(m *testing.M) { cudarttest.Main(m) }

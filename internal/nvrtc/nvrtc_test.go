@@ -4,9 +4,9 @@ package nvrtc
 
 import (
 	"bytes"
-	"os"
 	"testing"
 
+	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,10 +14,7 @@ func loadOrSkip(t *testing.T) *Lib {
 	t.Helper()
 	l, err := Load()
 	if err != nil {
-		if os.Getenv("DISTBUF_REQUIRE_GPU") == "1" {
-			t.Fatalf("DISTBUF_REQUIRE_GPU=1 but NVRTC does not load: %v", err)
-		}
-		t.Skipf("NVRTC unavailable: %v", err)
+		gputest.Unavailable(t, "NVRTC", err)
 	}
 	return l
 }

@@ -5,12 +5,13 @@
  *
  *   cc -I/usr/local/cuda/include -Iinternal/cudart cudart_abi.c -ldl
  *
- * It compares every constant, the size and field offsets of every struct,
- * and the prototype of every function (with the toolkit's own types
- * substituted for the opaque ones distbuf uses), checks that no runtime
- * function distbuf looks up by name is renamed by a header macro, and that
- * the runtime library exports the required symbols. It prints each mismatch
- * and exits 1 if there is any.
+ * It compares every constant, the size and field offsets of every struct
+ * (the IPC handles included), and the prototype of every function (with the
+ * toolkit's own types substituted for the opaque ones distbuf uses), checks
+ * that no runtime function distbuf looks up by name is renamed by a header
+ * macro, and that the runtime library exports the required symbols and
+ * every optional group (pools, kernel launch, batched copies, IPC). It
+ * prints each mismatch and exits 1 if there is any.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -64,6 +65,17 @@ static void check_eq(const char *what, long long ours, long long theirs) {
 #define DRIVER_ALIAS(name, ret, args) \
 	if (strcmp(#name, XSTR(name)) != 0) printf("info: %s resolves to %s at version %d\n", #name, XSTR(name), DBC_DRIVER_ABI_VERSION);
 
+static const char *group_name(int g) {
+	switch (g) {
+	case DBC_GROUP_REQUIRED: return "required";
+	case DBC_GROUP_POOL: return "pool function";
+	case DBC_GROUP_KERNEL: return "kernel launch function";
+	case DBC_GROUP_BATCH: return "batched copy function";
+	case DBC_GROUP_IPC: return "IPC function";
+	}
+	return "function";
+}
+
 static void check_symbols(void) {
 	const char *env = getenv("DISTBUF_CUDART");
 	const char *candidates[] = {"libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so.13",
@@ -92,12 +104,15 @@ static void check_symbols(void) {
 		if (s->group == DBC_GROUP_DRIVER) continue;
 		checks++;
 		if (dlsym(h, s->name) == NULL) {
+			/* The entry-point lookup has two forms, either serves. The
+			 * others must all be in a CUDA 12.8+ runtime: a group that is
+			 * missing here would silently turn a capability off. */
 			if (s->group == DBC_GROUP_ENTRY) {
 				printf("info: optional %s is not exported\n", s->name);
 				continue;
 			}
 			mismatches++;
-			printf("MISMATCH %s %s is not exported\n", s->group == DBC_GROUP_REQUIRED ? "required" : "pool function", s->name);
+			printf("MISMATCH %s %s is not exported\n", group_name(s->group), s->name);
 		}
 	}
 }
@@ -108,17 +123,24 @@ int main(void) {
 	EQ(DBC_ERROR_INVALID_VALUE, cudaErrorInvalidValue);
 	EQ(DBC_ERROR_MEMORY_ALLOCATION, cudaErrorMemoryAllocation);
 	EQ(DBC_ERROR_INITIALIZATION, cudaErrorInitializationError);
+	EQ(DBC_ERROR_INVALID_CONFIGURATION, cudaErrorInvalidConfiguration);
 	EQ(DBC_ERROR_STUB_LIBRARY, cudaErrorStubLibrary);
 	EQ(DBC_ERROR_INSUFFICIENT_DRIVER, cudaErrorInsufficientDriver);
 	EQ(DBC_ERROR_DEVICES_UNAVAILABLE, cudaErrorDevicesUnavailable);
 	EQ(DBC_ERROR_NO_DEVICE, cudaErrorNoDevice);
 	EQ(DBC_ERROR_INVALID_DEVICE, cudaErrorInvalidDevice);
+	EQ(DBC_ERROR_INVALID_KERNEL_IMAGE, cudaErrorInvalidKernelImage);
+	EQ(DBC_ERROR_DEVICE_UNINITIALIZED, cudaErrorDeviceUninitialized);
+	EQ(DBC_ERROR_MAP_BUFFER_OBJECT_FAILED, cudaErrorMapBufferObjectFailed);
+	EQ(DBC_ERROR_INVALID_RESOURCE_HANDLE, cudaErrorInvalidResourceHandle);
+	EQ(DBC_ERROR_SYMBOL_NOT_FOUND, cudaErrorSymbolNotFound);
 	EQ(DBC_ERROR_NOT_READY, cudaErrorNotReady);
 	EQ(DBC_ERROR_NOT_SUPPORTED, cudaErrorNotSupported);
 	EQ(DBC_ERROR_SYSTEM_DRIVER_MISMATCH, cudaErrorSystemDriverMismatch);
 	EQ(DBC_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, cudaErrorCompatNotSupportedOnDevice);
 
 	/* enum cudaDeviceAttr */
+	EQ(DBC_DEV_ATTR_MULTIPROCESSOR_COUNT, cudaDevAttrMultiProcessorCount);
 	EQ(DBC_DEV_ATTR_CAN_MAP_HOST_MEMORY, cudaDevAttrCanMapHostMemory);
 	EQ(DBC_DEV_ATTR_UNIFIED_ADDRESSING, cudaDevAttrUnifiedAddressing);
 	EQ(DBC_DEV_ATTR_COMPUTE_CAPABILITY_MAJOR, cudaDevAttrComputeCapabilityMajor);
@@ -141,8 +163,13 @@ int main(void) {
 	EQ(DBC_MEM_LOCATION_TYPE_DEVICE, cudaMemLocationTypeDevice);
 	EQ(DBC_MEMCPY_DEFAULT, cudaMemcpyDefault);
 	EQ(DBC_DRIVER_ENTRY_POINT_SUCCESS, cudaDriverEntryPointSuccess);
+	EQ(DBC_MEMCPY_SRC_ACCESS_ORDER_STREAM, cudaMemcpySrcAccessOrderStream);
 	EQ(DBC_STREAM_NON_BLOCKING, cudaStreamNonBlocking);
+	EQ(DBC_EVENT_DEFAULT, cudaEventDefault);
 	EQ(DBC_EVENT_DISABLE_TIMING, cudaEventDisableTiming);
+	EQ(DBC_EVENT_INTERPROCESS, cudaEventInterprocess);
+	EQ(DBC_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, cudaIpcMemLazyEnablePeerAccess);
+	EQ(DBC_IPC_HANDLE_SIZE, CUDA_IPC_HANDLE_SIZE);
 	EQ(DBC_HOST_ALLOC_PORTABLE, cudaHostAllocPortable);
 	EQ(DBC_HOST_ALLOC_MAPPED, cudaHostAllocMapped);
 	EQ(DBC_ENABLE_DEFAULT, cudaEnableDefault);
@@ -167,6 +194,11 @@ int main(void) {
 	SIZE(void *, CUcontext);
 	SIZE(uint32_t, cuuint32_t);
 	SIZE(uint64_t, cuuint64_t);
+	SIZE(void *, cudaLibrary_t);
+	SIZE(void *, cudaKernel_t);
+	SIZE(int, enum cudaJitOption);
+	SIZE(int, enum cudaLibraryOption);
+	SIZE(int, enum cudaMemcpySrcAccessOrder);
 
 	/* struct layouts */
 	SIZE(struct dbc_mem_location, struct cudaMemLocation);
@@ -182,14 +214,43 @@ int main(void) {
 	OFFSET(struct dbc_mem_pool_props, struct cudaMemPoolProps, maxSize);
 	OFFSET(struct dbc_mem_pool_props, struct cudaMemPoolProps, usage);
 	OFFSET(struct dbc_mem_pool_props, struct cudaMemPoolProps, reserved);
+	SIZE(struct dbc_memcpy_attributes, struct cudaMemcpyAttributes);
+	OFFSET(struct dbc_memcpy_attributes, struct cudaMemcpyAttributes, srcAccessOrder);
+	OFFSET(struct dbc_memcpy_attributes, struct cudaMemcpyAttributes, srcLocHint);
+	OFFSET(struct dbc_memcpy_attributes, struct cudaMemcpyAttributes, dstLocHint);
+	OFFSET(struct dbc_memcpy_attributes, struct cudaMemcpyAttributes, flags);
+	SIZE(struct dbc_dim3, dim3);
+	OFFSET(struct dbc_dim3, dim3, x);
+	OFFSET(struct dbc_dim3, dim3, y);
+	OFFSET(struct dbc_dim3, dim3, z);
+	/* The IPC handles: Go's IpcMemHandle and IpcEventHandle are [64]byte. */
+	SIZE(struct dbc_ipc_mem_handle, cudaIpcMemHandle_t);
+	SIZE(struct dbc_ipc_event_handle, cudaIpcEventHandle_t);
+	EQ(sizeof(cudaIpcMemHandle_t), 64);
+	EQ(sizeof(cudaIpcEventHandle_t), 64);
 
 	/* prototypes */
 	DBC_CUDART_REQUIRED(PROTO)
 	DBC_CUDART_POOL(PROTO)
+	DBC_CUDART_KERNEL(PROTO)
+#if CUDART_VERSION >= 13000
+	DBC_CUDART_BATCH(PROTO)
+#else
+	/* 12.8 and 12.9: the form with failIdx, which the runtime version picks. */
+	checks++;
+	if (!__builtin_types_compatible_p(dbc_memcpy_batch_async12_fn, __typeof__(&cudaMemcpyBatchAsync))) {
+		mismatches++;
+		printf("MISMATCH prototype of cudaMemcpyBatchAsync (CUDA 12 form)\n");
+	}
+#endif
+	DBC_CUDART_IPC(PROTO)
 	DBC_CUDART_ENTRY(PROTO)
 	DBC_CUDA_DRIVER(PROTO)
 	DBC_CUDART_REQUIRED(NOT_RENAMED)
 	DBC_CUDART_POOL(NOT_RENAMED)
+	DBC_CUDART_KERNEL(NOT_RENAMED)
+	DBC_CUDART_BATCH(NOT_RENAMED)
+	DBC_CUDART_IPC(NOT_RENAMED)
 	DBC_CUDART_ENTRY(NOT_RENAMED)
 	DBC_CUDA_DRIVER(DRIVER_ALIAS)
 

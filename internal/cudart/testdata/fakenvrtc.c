@@ -1,6 +1,8 @@
 /* A stand-in for the NVRTC subset that internal/nvrtc binds: it "compiles"
- * any source containing __global__ into a fake image that fakecudart.c can
- * load, and fails otherwise with a log naming the program. */
+ * any source containing __global__ into a fake image that the fake
+ * libcudart (fakecudart.c) loads: "\x7fELFFAKE <arch>\n" followed by the
+ * source, whose kernel names the runtime then finds. A source without
+ * __global__ fails with a log naming the program. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +34,17 @@ int nvrtcCompileProgram(prog_t *p, int n, const char *const *opts) {
 	}
 	p->compiled = 1;
 	p->cubin = strncmp(arch, "sm_", 3) == 0;
-	const char *fn = strstr(p->src, "void ");
-	char name[64] = "kernel";
-	if (fn) sscanf(fn + 5, "%63[A-Za-z0-9_]", name);
-	p->out = malloc(256);
-	if (p->cubin) snprintf(p->out, 256, "\x7f" "ELFFAKE %s %s", arch, name);
-	else snprintf(p->out, 256, "// fake PTX for %s\n.entry %s\n", arch, name);
+	size_t len = strlen(p->src) + strlen(arch) + 128;
+	p->out = malloc(len);
+	if (!p->out) return 1; /* NVRTC_ERROR_OUT_OF_MEMORY */
+	if (p->cubin) snprintf(p->out, len, "\x7f" "ELFFAKE %s\n%s", arch, p->src);
+	else {
+		/* PTX names its first kernel as ptxas would see it. */
+		const char *fn = strstr(p->src, "void ");
+		char name[64] = "kernel";
+		if (fn) sscanf(fn + 5, "%63[A-Za-z0-9_]", name);
+		snprintf(p->out, len, "// fake PTX for %s\n.entry %s\n", arch, name);
+	}
 	p->outlen = strlen(p->out) + 1;
 	return 0;
 }
