@@ -2,6 +2,7 @@ package devalloc_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func requireCUDA(t *testing.T) {
 	t.Helper()
 	n, err := devalloc.DeviceCount()
 	if err == nil && n == 0 {
-		err = errors.New("the runtime reports no device")
+		err = fmt.Errorf("%w: the runtime reports no device", gputest.ErrAbsent)
 	}
 	if err != nil {
 		gputest.Unavailable(t, "CUDA", err)

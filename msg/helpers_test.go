@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/distbuf/distbuf/internal/gputest"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
@@ -43,24 +40,17 @@ func setupCUDA() func() {
 	case b == "cuda" || requireGPU():
 		return nothing // the real runtime
 	}
-	src, err := cudarttest.FindSource()
+	libs, cleanup, err := cudarttest.Setup()
 	if err != nil {
-		fakeCUDA.why = "fake libcudart source not found: " + err.Error()
-		return nothing
+		// The fakes could not be built (no compiler, no source): the CUDA
+		// variants would silently vanish, so the binary fails instead.
+		fmt.Fprintln(os.Stderr, "msg tests:", err)
+		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "msgfakecuda")
-	if err != nil {
-		fakeCUDA.why = err.Error()
-		return nothing
+	if libs.Fake {
+		fakeCUDA.path = libs.CUDART
 	}
-	out := filepath.Join(dir, "libcudart-fake.so")
-	if msg, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", out, src, "-lpthread").CombinedOutput(); err != nil {
-		fakeCUDA.why = fmt.Sprintf("gcc: %v: %s", err, msg)
-		return func() { _ = os.RemoveAll(dir) }
-	}
-	fakeCUDA.path = out
-	_ = os.Setenv(cudart.EnvCUDART, out)
-	return func() { _ = os.RemoveAll(dir) }
+	return cleanup
 }
 
 // variant is one way of running the exchange tests: an allocator and the

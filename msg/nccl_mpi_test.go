@@ -85,8 +85,11 @@ func ncclExchanger(t *testing.T, comm *cluster.Comm, conf devalloc.Config) (*dev
 		t.Skip("the fake libcudart has no NCCL")
 	}
 	n, err := devalloc.DeviceCount()
-	if err != nil || n == 0 {
-		gputest.Unavailable(t, "a CUDA device", fmt.Errorf("%d devices: %v", n, err))
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: the runtime reports no device", gputest.ErrAbsent)
+	}
+	if err != nil {
+		gputest.Unavailable(t, "a CUDA device", err)
 	}
 	dev, err := comm.Device(n)
 	require.NoError(t, err)
