@@ -219,6 +219,17 @@ int dbc_cu_device_name(dbc_api *a, int dev, char *buf, int len) {
 	return -(int)DBC_CALL(a, cuDeviceGetName, (buf, len, d));
 }
 
+int dbc_cu_address_range(dbc_api *a, int dev, uintptr_t p, uintptr_t *base, size_t *size) {
+	unsigned long long b = 0;
+	size_t n = 0;
+	int e = dbc_set_device(a, dev);
+	if (e != DBC_SUCCESS) return dbc_done(a, e);
+	int r = (int)DBC_CALL(a, cuMemGetAddressRange, (&b, &n, (unsigned long long)p));
+	*base = (uintptr_t)b;
+	*size = n;
+	return -r;
+}
+
 // dbc_set_device_for is the device setter other loaders (cuBLAS, NCCL)
 // call before each of their calls, through SetDeviceFunc: the same skip,
 // counting and error clearing as this package's own calls.

@@ -49,6 +49,7 @@ int dbc_malloc_from_pool(dbc_api *a, int dev, uintptr_t *out, size_t n, uintptr_
 int dbc_free_async(dbc_api *a, int dev, uintptr_t p, uintptr_t s);
 int dbc_cu_wait_value32(dbc_api *a, int dev, uintptr_t s, uintptr_t addr, uint32_t v);
 int dbc_cu_device_name(dbc_api *a, int dev, char *buf, int len);
+int dbc_cu_address_range(dbc_api *a, int dev, uintptr_t p, uintptr_t *base, size_t *size);
 void dbc_resolve_driver(dbc_api *a);
 const dbc_symbol *dbc_symbol_at(size_t i);
 size_t dbc_num_symbols(void);

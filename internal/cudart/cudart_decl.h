@@ -286,7 +286,9 @@ typedef dbc_error_t (*dbc_memcpy_batch_async12_fn)(void **dsts, void **srcs, siz
 	X(cuDeviceGetName, dbc_cu_result_t, (char *name, int len, dbc_cu_device_t dev))             \
 	X(cuStreamWaitValue32, dbc_cu_result_t,                                                     \
 	  (dbc_cu_stream_t stream, dbc_cu_deviceptr_t addr, dbc_cuuint32_t value, unsigned int flags)) \
-	X(cuCtxGetCurrent, dbc_cu_result_t, (dbc_cu_context_t *pctx))
+	X(cuCtxGetCurrent, dbc_cu_result_t, (dbc_cu_context_t *pctx))                                 \
+	X(cuMemGetAddressRange, dbc_cu_result_t,                                                    \
+	  (dbc_cu_deviceptr_t *pbase, size_t *psize, dbc_cu_deviceptr_t dptr))
 
 /* Devices whose primary context a runtime remembers (see dbc_api). */
 #define DBC_MAX_DEVICES 64

@@ -121,3 +121,18 @@ func (d *Device) IpcOpenEventHandle(h IpcEventHandle) (Event, error) {
 	}
 	return Event(ev), nil
 }
+
+// AddressRange is cuMemGetAddressRange: the start and size of the device
+// allocation that contains p, in this process's address space (also for
+// memory opened with IpcOpenMemHandle, whose size a peer cannot make up).
+func (d *Device) AddressRange(p uintptr) (base uintptr, size int64, err error) {
+	if !d.rt.caps.AddressRange {
+		return 0, 0, fmt.Errorf("cudart: address range: cuMemGetAddressRange not available: %w", ErrNotSupported)
+	}
+	var b C.uintptr_t
+	var n C.size_t
+	if err := d.rt.failDriver("cuMemGetAddressRange", int(d.ord), C.dbc_cu_address_range(d.rt.api, d.ord, C.uintptr_t(p), &b, &n)); err != nil {
+		return 0, 0, err
+	}
+	return uintptr(b), int64(n), nil
+}

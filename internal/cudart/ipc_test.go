@@ -37,6 +37,12 @@ func TestIPCInOneProcess(t *testing.T) {
 	p, err := d.Malloc(1 << 20)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.Free(p)) }()
+	for _, at := range []uintptr{p, p + 4096, p + 1<<20 - 1} {
+		base, size, err := d.AddressRange(at)
+		require.NoError(t, err)
+		require.Equal(t, p, base, "the allocation holding %#x", at)
+		require.GreaterOrEqual(t, size, int64(1<<20))
+	}
 	h, err := d.IpcGetMemHandle(p)
 	require.NoError(t, err)
 	require.NotEqual(t, cudart.IpcMemHandle{}, h)
@@ -261,6 +267,10 @@ func ipcChild(t *testing.T, arg string) {
 	peer, err := d.IpcOpenMemHandle(mh)
 	require.NoError(t, err)
 	t.Logf("cudaIpcOpenMemHandle took %v", time.Since(start))
+	base, size, err := d.AddressRange(peer + 100)
+	require.NoError(t, err)
+	require.Equal(t, peer, base, "the opened memory is one allocation")
+	require.GreaterOrEqual(t, size, int64(ipcBytes), "as large as the exporter's, whatever a peer might claim")
 	again, err := d.IpcOpenMemHandle(mh)
 	require.NoError(t, err)
 	require.Equal(t, peer, again, "opening a handle again returns the same address")

@@ -60,6 +60,7 @@ func (d *Device) MemcpyAsync(uintptr, uintptr, int64, Stream) error {
 func (d *Device) IpcGetMemHandle(uintptr) (IpcMemHandle, error)  { return IpcMemHandle{}, errNoCgo }
 func (d *Device) IpcOpenMemHandle(IpcMemHandle) (uintptr, error) { return 0, errNoCgo }
 func (d *Device) IpcCloseMemHandle(uintptr) error                { return errNoCgo }
+func (d *Device) AddressRange(uintptr) (uintptr, int64, error)   { return 0, 0, errNoCgo }
 func (d *Device) EventCreateInterprocess() (Event, error)        { return 0, errNoCgo }
 func (d *Device) IpcGetEventHandle(Event) (IpcEventHandle, error) {
 	return IpcEventHandle{}, errNoCgo

@@ -139,6 +139,7 @@ func open() (*Runtime, error) {
 	rt.caps.StreamWaitValue = api.cuStreamWaitValue32 != nil
 	rt.caps.DeviceName = api.cuDeviceGet != nil && api.cuDeviceGetName != nil
 	rt.caps.CurrentContext = api.cuCtxGetCurrent != nil
+	rt.caps.AddressRange = api.cuMemGetAddressRange != nil
 	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvSetDevice))); v {
 	case "", "auto":
 	case "always":

@@ -22,6 +22,8 @@ type Capabilities struct {
 	// cudaSetDevice when the device's primary context is already current
 	// to the thread (unless DISTBUF_CUDA_SETDEVICE=always).
 	CurrentContext bool
+	// AddressRange: cuMemGetAddressRange was obtained (AddressRange).
+	AddressRange bool
 	// KernelLaunch: cudaLibraryLoadData, cudaLibraryGetKernel and
 	// cudaLaunchKernel are present and the runtime is 12.8 or later, which
 	// launching a library's cudaKernel_t needs (LoadKernels, Launch).

@@ -1580,6 +1580,35 @@ static int cu_stream_wait_value32(void *s, unsigned long long addr, uint32_t val
 	return r == OK ? 0 : 400; /* CUDA_ERROR_INVALID_HANDLE */
 }
 
+/* cuMemGetAddressRange: the allocation holding p, among this process's
+ * cudaMalloc and pool memory and the memory it opened through IPC. */
+static int cu_mem_get_address_range(unsigned long long *base, size_t *size, unsigned long long dptr) {
+	char *p = (char *)(uintptr_t)dptr;
+	int r = 1; /* CUDA_ERROR_INVALID_VALUE */
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < LIVE_BUCKETS && r != 0; i++)
+		for (block *b = live[i]; b; b = b->next)
+			if (!b->pinned && p >= b->p && p < b->p + b->size) {
+				*base = (uintptr_t)b->p;
+				*size = b->size;
+				r = 0;
+				break;
+			}
+#ifndef FAKE_NO_IPC
+	for (import *im = imports; im && r != 0; im = im->next) {
+		mem_header *hd = (mem_header *)im->base;
+		char *start = im->base + PAGE;
+		if (p >= start && p < start + hd->size) {
+			*base = (uintptr_t)start;
+			*size = hd->size;
+			r = 0;
+		}
+	}
+#endif
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
 #ifndef FAKE_NO_ENTRY_POINT
 API int cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned version, unsigned long long flags, int *status) {
 	(void)version;
@@ -1587,6 +1616,7 @@ API int cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned ve
 	*fn = NULL;
 	if (strcmp(sym, "cuDeviceGet") == 0) *fn = (void *)cu_device_get;
 	if (strcmp(sym, "cuDeviceGetName") == 0) *fn = (void *)cu_device_get_name;
+	if (strcmp(sym, "cuMemGetAddressRange") == 0) *fn = (void *)cu_mem_get_address_range;
 #ifndef FAKE_NO_CTX_GET_CURRENT
 	if (strcmp(sym, "cuCtxGetCurrent") == 0) *fn = (void *)cu_ctx_get_current;
 #endif
