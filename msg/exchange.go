@@ -28,6 +28,8 @@ type Stats struct {
 	Drained        int64 // MPI messages received into scratch and dropped: too long, stray, unwanted or for a buffer this rank could not have
 	Timeouts       int64 // data phases that ended because nothing moved for Options.Timeout
 	ManifestsBuilt int64 // send manifests described from a layout (a learned Pattern reuses its own)
+	IPCMessages    int64 // messages to node-local peers sent through this rank's CUDA IPC window
+	IPCBytes       int64 // their bytes, manifests included
 }
 
 // Exchanger runs exchanges over one communicator: each rank passes one
@@ -49,6 +51,11 @@ type Exchanger struct {
 	// under TransportAuto.
 	link    *ncclLink
 	linkWhy string
+
+	// ipc is the node-local transport, nil when this rank has no node-local
+	// peer to use it with (ipcWhy says why).
+	ipc    *ipcLink
+	ipcWhy string
 
 	mu     sync.Mutex
 	closed bool
@@ -156,8 +163,17 @@ func New(o Options) (*Exchanger, error) {
 	if _, total := o.Alloc.MemInfo(); total > 0 {
 		x.maxIn = min(x.maxIn, total)
 	}
+	// Every rank joins the node-local setup, whatever its transport.
+	if x.ipc, x.ipcWhy, err = setupIPC(x, o.Transport == TransportNCCL); err != nil {
+		return undo(err)
+	}
 	if o.Transport == TransportNCCL {
 		if x.link, x.linkWhy, err = openNCCL(comm, o.Alloc); err != nil {
+			if x.ipc != nil {
+				// Nothing is opened or allocated before the first exchange:
+				// its events go without a collective.
+				x.ipc.destroyEvents()
+			}
 			return undo(err)
 		}
 	}
@@ -216,7 +232,7 @@ func (x *Exchanger) Close() error {
 	if x.link != nil {
 		linkErr = x.link.close()
 	}
-	return errors.Join(linkErr, x.closeStreams(), x.comm.Free())
+	return errors.Join(linkErr, x.closeIPC(), x.closeStreams(), x.comm.Free())
 }
 
 // Stats returns the counters.
@@ -507,7 +523,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		return x.exchangeNCCL(e, send, pat)
 	}
 	aware, err := cluster.CUDAAware()
-	e.aware = aware && x.o.Transport == TransportAuto
+	e.aware = aware && (x.o.Transport == TransportAuto || x.o.Transport == TransportMPI)
 	byDest, localErr := e.collect(send)
 	localErr = errors.Join(err, localErr)
 
@@ -535,6 +551,17 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		e.checkCounts(byDest)
 	}
 	e.fail(localErr)
+	if x.ipc != nil {
+		if err := e.ipcPlace(byDest); err != nil {
+			// No message goes through the window: an abort notice replaces each.
+			e.fail(err)
+			for d := range byDest {
+				if x.ipc.peers[d] && byDest[d] != nil {
+					abortTo[d] = true
+				}
+			}
+		}
+	}
 
 	// Receives: one pooled buffer per source, allocated before anything is
 	// enqueued on the receive stream so that waiting for the allocation
@@ -550,6 +577,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		x.hooks.beforePost(e)
 	}
 	// Sends, in schedule order; an abort notice replaces what cannot be sent.
+	windowed := false
 	for k := range n {
 		d := (x.rank + k) % n
 		m := byDest[d]
@@ -563,13 +591,23 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 			continue
 		}
 		m.step = k
-		if err := e.prepareOut(m); err != nil {
+		prepare, replace := e.prepareOut, e.replacePieces
+		if x.ipcPeer(d) {
+			prepare, replace, windowed = e.prepareIPC, e.replaceNotice, true
+		}
+		if err := prepare(m); err != nil {
 			e.fail(err)
 			m = e.newAbort(d, k, m.size)
 		} else if x.hooks.pieces != nil {
-			m = e.replacePieces(m)
+			m = replace(m)
 		}
 		e.outs = append(e.outs, m)
+	}
+	if windowed {
+		// Before any notice goes out: a receiver's copy waits for this.
+		if err := e.ipcReady(); err != nil {
+			e.fail(e.outErr(x.rank, "node-local window", err))
+		}
 	}
 	if x.hooks.extra != nil {
 		for d := range n {
@@ -584,6 +622,11 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	}
 
 	e.run(self)
+	if x.ipc != nil {
+		if err := e.ipcConsumed(); err != nil {
+			e.fail(fmt.Errorf("msg: node-local windows: %w", err))
+		}
+	}
 	e.agree()
 	x.written, x.writtenNext = e.written, x.written
 	if len(e.errs) > 0 {

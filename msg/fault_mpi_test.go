@@ -20,9 +20,11 @@ import (
 // rank. Every rank must then return the error its role expects (no panic,
 // no hang), no byte may land outside the memory a receive was given
 // (canaries around every receive region), and the next exchange must work
-// everywhere. It runs on every receive path the binary has (host, staged
-// and CUDA-aware on the fake runtime without a GPU, on the real one with
-// DISTBUF_REQUIRE_GPU=1).
+// everywhere. It runs on every receive path the binary has (host, staged,
+// CUDA-aware and node-local windows on the fake runtime without a GPU, on
+// the real one with DISTBUF_REQUIRE_GPU=1). Through a window the only MPI
+// message is the notice: the pieces hook then rewrites the notice, and
+// mangle the whole message as it lands in the window.
 
 const (
 	faulty = 0
@@ -99,7 +101,7 @@ func faultCases() []faultCase {
 			return p
 		}), victim: expect{sentinel: ErrSizeMismatch, peer: faulty, field: "message_size"}, faulty: victimFailed, other: victimFailed},
 		{name: "undersize", inject: onPiecesTo(func(p [][]byte) [][]byte {
-			p[1] = p[1][:len(p[1])-100]
+			p[len(p)-1] = p[len(p)-1][:len(p[len(p)-1])-100]
 			return p
 		}), victim: expect{sentinel: ErrSizeMismatch, peer: faulty, field: "message_size"}, faulty: victimFailed, other: victimFailed},
 		{name: "stray-after-message", inject: func(x *Exchanger) {

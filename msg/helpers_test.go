@@ -59,6 +59,10 @@ type variant struct {
 	name  string
 	kind  devalloc.Backend
 	aware bool // device memory handed to MPI directly (DISTBUF_MPI_CUDA_AWARE=1)
+	// transport is what DISTBUF_MSG_TRANSPORT says for the test: "staged"
+	// and "mpi" keep node-local ranks off the IPC windows, "auto" lets them
+	// use them.
+	transport string
 }
 
 // variants lists the variants this binary runs. The CUDA-aware one runs
@@ -76,10 +80,15 @@ func variants(t *testing.T) []variant {
 		t.Logf("no CUDA variant: %s", fakeCUDA.why)
 		return out
 	}
-	out = append(out, variant{name: "cuda-staged", kind: devalloc.BackendCUDA})
+	out = append(out, variant{name: "cuda-staged", kind: devalloc.BackendCUDA, transport: "staged"})
 	aware, _ := cluster.CUDAAware()
 	if mpiBuild && (fakeCUDA.path != "" || aware) {
-		out = append(out, variant{name: "cuda-aware", kind: devalloc.BackendCUDA, aware: true})
+		out = append(out, variant{name: "cuda-aware", kind: devalloc.BackendCUDA, aware: true, transport: "mpi"})
+	}
+	if mpiBuild {
+		// Every rank of these tests shares the node: device messages go
+		// through CUDA IPC windows.
+		out = append(out, variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"})
 	}
 	return out
 }
@@ -101,6 +110,7 @@ func (v variant) openWith(t *testing.T, conf *devalloc.Config) *devalloc.Allocat
 			aware = "1"
 		}
 		t.Setenv(cluster.EnvCUDAAware, aware)
+		t.Setenv(EnvTransport, v.transport)
 	}
 	a, err := devalloc.Open(devalloc.Options{Backend: v.kind, Config: conf, Warn: func(m string) { t.Log(m) }})
 	if err != nil {

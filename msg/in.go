@@ -31,6 +31,8 @@ type inMsg struct {
 	// (staged), or nowhere (drain: this rank has no buffer for it, and
 	// every piece is discarded).
 	staged, device, drain, local bool
+	// ipc: it lies in the sender's window and its one piece is the notice.
+	ipc bool
 	// ended: the message became a result or its buffer was freed, and its
 	// error, if any, was reported.
 	ended bool
@@ -75,7 +77,8 @@ func (e *exchange) newRecv(src, step int, size int64) *inMsg {
 	x := e.x
 	in := e.newIn()
 	in.src, in.step, in.size = src, step, size
-	in.pieces = int64(chunkCount(size, x.chunk))
+	in.pieces = int64(x.pieceCount(src, size))
+	in.ipc = x.ipcPeer(src)
 	e.expecting += in.pieces
 	e.bySrc[src] = in
 	if e.refuse[src] {
@@ -108,6 +111,15 @@ func (e *exchange) allocIn(in *inMsg) error {
 	in.base = c
 	loc := buf.Location()
 	in.staged = !loc.HostAccessible() && !e.aware
+	if in.ipc {
+		// MPI brings only the notice, into pinned memory of its own; the
+		// copy from the window writes the buffer in its ledger's order.
+		in.staged, in.device = false, true
+		in.buf = buf
+		in.chunks = resize(in.chunks, 1)
+		in.chunks[0] = inChunk{n: ipcHead + in.size}
+		return nil
+	}
 	if !in.staged {
 		in.device = !loc.HostAccessible()
 		// MPI writes from outside the streams: wait for the allocation to
@@ -217,7 +229,21 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 	x := e.x
 	ch := &in.chunks[i]
 	var rel cluster.Releaser
-	if in.staged {
+	if in.ipc {
+		// The notice: as long as MPI says, at least one byte.
+		cb, err := x.a.AllocPinned(max(m.Status().Bytes, 1), x.recvS)
+		if err == nil {
+			if ch.hold, err = cb.Hold(devalloc.Write); err != nil {
+				_ = cb.Free()
+			}
+		}
+		if err != nil {
+			in.failed = e.inErr(in, "notice", err)
+			e.discard(m, in, i)
+			return
+		}
+		ch.buf, ch.mem, rel = cb, cluster.Sub(cb, 0, m.Status().Bytes), ch.hold
+	} else if in.staged {
 		c := x.hooks.canary
 		cb, err := x.a.AllocPinned(ch.n+2*c, x.recvS)
 		if err == nil && c > 0 {
@@ -248,7 +274,7 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 	}
 	r, err := m.Recv(ch.mem)
 	if err != nil {
-		if in.staged {
+		if in.staged || in.ipc {
 			_ = ch.hold.Release()
 			_ = ch.buf.Free()
 			ch.hold, ch.buf, ch.mem = nil, nil, nil
@@ -297,6 +323,10 @@ func (e *exchange) discard(m *cluster.Message, in *inMsg, i int) {
 func (e *exchange) chunkDone(in *inMsg, i int, st cluster.Status, err error) {
 	ch := &in.chunks[i]
 	ch.done, ch.got, ch.err = true, st.Bytes, err
+	if in.ipc {
+		e.finishIPC(in) // the request released the notice's hold as it completed
+		return
+	}
 	if in.staged {
 		for in.next < len(in.chunks) && in.chunks[in.next].done {
 			e.processStaged(in, in.next)

@@ -39,7 +39,7 @@ const (
 	// EnvWindow sets the request window, e.g. "16".
 	EnvWindow = "DISTBUF_MSG_WINDOW"
 	// EnvTransport sets the transport of an Options.Transport left at
-	// TransportAuto: "auto", "staged" or "nccl".
+	// TransportAuto: "auto", "mpi", "staged" or "nccl".
 	EnvTransport = "DISTBUF_MSG_TRANSPORT"
 	// EnvTimeout sets the timeout of an Options.Timeout left at 0: see
 	// ParseTimeout.
@@ -51,9 +51,11 @@ const (
 type Transport int
 
 const (
-	// TransportAuto hands device memory to MPI directly when
-	// cluster.CUDAAware reports true, and stages it through pinned host
-	// memory otherwise.
+	// TransportAuto moves device memory between two ranks of one node
+	// that both use TransportAuto on a GPU through CUDA IPC windows (two
+	// device-to-device copies and an MPI notice: docs/WIRE.md,
+	// "Node-local device messages"; Exchanger.NodeLocalPeers lists them),
+	// and otherwise as TransportMPI.
 	TransportAuto Transport = iota
 	// TransportStaged always stages device memory through pinned host
 	// memory, even with a CUDA-aware MPI (for measurements, or an MPI whose
@@ -64,6 +66,10 @@ const (
 	// decides, collectively); otherwise it is TransportAuto, and
 	// Exchanger.Transport says why.
 	TransportNCCL
+	// TransportMPI hands device memory to MPI directly when
+	// cluster.CUDAAware reports true, and stages it through pinned host
+	// memory otherwise: never through node-local windows.
+	TransportMPI
 )
 
 func (t Transport) String() string {
@@ -74,6 +80,8 @@ func (t Transport) String() string {
 		return "staged"
 	case TransportNCCL:
 		return "nccl"
+	case TransportMPI:
+		return "mpi"
 	}
 	return fmt.Sprintf("Transport(%d)", int(t))
 }
@@ -214,11 +222,13 @@ func (o Options) resolveChunks() (Options, int64, error) {
 			o.Transport = TransportStaged
 		case "nccl":
 			o.Transport = TransportNCCL
+		case "mpi":
+			o.Transport = TransportMPI
 		default:
-			return o, 0, fmt.Errorf("msg: %s=%q: want auto, staged or nccl: %w", EnvTransport, v, ErrInvalid)
+			return o, 0, fmt.Errorf("msg: %s=%q: want auto, mpi, staged or nccl: %w", EnvTransport, v, ErrInvalid)
 		}
 	}
-	if o.Transport != TransportAuto && o.Transport != TransportStaged && o.Transport != TransportNCCL {
+	if o.Transport < TransportAuto || o.Transport > TransportMPI {
 		return o, 0, fmt.Errorf("msg: Options.Transport %v: %w", o.Transport, ErrInvalid)
 	}
 	return o, chunk, nil

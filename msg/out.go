@@ -245,7 +245,7 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 func (e *exchange) newAbort(dest, step int, size int64) *outMsg {
 	notice := make([]byte, AbortSize)
 	_ = EncodeAbort(notice, e.header(dest)) // cannot fail: no entries, and the buffer is large enough
-	pieces := make([][]byte, chunkCount(size, e.x.chunk))
+	pieces := make([][]byte, e.x.pieceCount(dest, size))
 	pieces[0] = notice
 	m := e.newRaw(dest, step, pieces)
 	m.abort, m.size = true, size

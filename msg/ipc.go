@@ -1,0 +1,652 @@
+package msg
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
+)
+
+// Node-local device messages (docs/WIRE.md, "Node-local device messages").
+// Between two ranks of one node that both exchange device memory and whose
+// runtime shares memory between processes (CUDA IPC), a message does not
+// travel through MPI: the sender copies it, device to device, into a window
+// of its own memory that the receiver has opened, and sends through MPI a
+// notice that says where it lies and carries its manifest; the receiver
+// checks the manifest as it would a message's, then copies the message
+// from the window into its receive buffer, device to device. Two copies at
+// memory speed replace a transfer that shared-memory MPI, staging through
+// host memory, moves at a few GB/s.
+//
+// Ordering, all on the device but for the MPI notice: the sender's window
+// copies follow, on its send stream, the consumed event of every rank that
+// read its window in the previous exchange; it records its ready event
+// after them and only then sends the notices; the receiver's copy follows
+// the sender's ready event on its receive stream, and it records its
+// consumed event after its copies, before the agreement that ends the
+// exchange (so that the record precedes the sender's wait for it, which
+// comes in the next exchange). An event wait takes the last record made
+// before it, so one ready and one consumed event per rank serve every
+// exchange.
+
+const (
+	// ipcMagic opens every notice: "distipc1", little-endian.
+	ipcMagic = 0x3163706974736964
+	// ipcHead is the notice's fixed part: magic, window generation, window
+	// size, offset, length (8 bytes each), the window's IPC handle (64).
+	ipcHead = 40 + 64
+	// ipcAlign aligns each message in a window.
+	ipcAlign = 256
+	// ipcSetupWords is one rank's row of the setup Allgather: its rank,
+	// its flags, its ready and consumed events' IPC handles (64 bytes each,
+	// as 8 little-endian words).
+	ipcSetupWords = 2 + 8 + 8
+	// ipcWindowMin is the smallest window; a window grows by at least
+	// doubling, so a run opens a peer's windows a few times at most (each
+	// open costs about 100 ms).
+	ipcWindowMin = 4 << 20
+)
+
+// ipcLink is an exchanger's node-local transport.
+type ipcLink struct {
+	dev   *cudart.Device
+	peers []bool // by rank: messages to and from it go through windows
+	n     int    // how many
+
+	ready, consumed         cudart.Event // this rank's
+	peerReady, peerConsumed []cudart.IpcEventHandle
+	openReady, openConsumed map[int]cudart.Event
+	win                     uintptr // this rank's window, generation gen
+	winSize                 int64
+	gen                     uint64
+	winHandle               cudart.IpcMemHandle
+	retired                 []uintptr // earlier windows: a peer may still have them open
+	peerWin                 map[int]*peerWindow
+	readBy                  []bool  // ranks this rank's window holds messages for since its last wait for them
+	offsets                 []int64 // this exchange's messages in the window, by destination (-1: none)
+}
+
+// peerWindow is a peer's window as this rank opened it.
+type peerWindow struct {
+	gen  uint64
+	ptr  uintptr
+	size int64 // what cuMemGetAddressRange says, not what the peer does
+}
+
+// setupIPC decides, collectively over the node-local part of the
+// exchanger's communicator, which pairs of ranks move device messages
+// through windows: both must have device memory, the transport left at
+// TransportAuto and a runtime that shares memory between processes. Every
+// rank joins the Allgather, also one that takes no part. It returns nil
+// when this rank has no such peer, and why.
+func setupIPC(x *Exchanger, wantNCCL bool) (*ipcLink, string, error) {
+	local := x.comm.Local()
+	var why string
+	l := &ipcLink{}
+	capable := func() bool {
+		switch {
+		case wantNCCL || x.o.Transport != TransportAuto:
+			why = fmt.Sprintf("transport %v", x.o.Transport)
+		case !x.a.Kind().IsDevice():
+			why = "the allocator is not on a GPU"
+		case local.Size() < 2:
+			why = "no other rank on this node"
+		default:
+			rt, err := cudart.Load()
+			if err != nil {
+				why = err.Error()
+				return false
+			}
+			caps := rt.Capabilities()
+			if !caps.IPC || !caps.AddressRange {
+				why = "the CUDA runtime lacks the interprocess functions or cuMemGetAddressRange"
+				return false
+			}
+			l.dev = rt.Device(x.a.Device())
+			if err := l.makeEvents(); err != nil {
+				why = err.Error()
+				return false
+			}
+			return true
+		}
+		return false
+	}()
+	row := make([]int64, ipcSetupWords)
+	row[0] = int64(x.rank)
+	if capable {
+		row[1] = 1
+		if err := l.handles(row); err != nil {
+			why, capable, row[1] = err.Error(), false, 0
+		}
+	}
+	all := make([]int64, ipcSetupWords*local.Size())
+	if err := local.AllgatherInt64(row, all); err != nil {
+		l.destroyEvents()
+		return nil, "", fmt.Errorf("msg: new: node-local setup: %w", err)
+	}
+	if !capable {
+		l.destroyEvents()
+		return nil, why, nil
+	}
+	n := x.size
+	l.peers, l.readBy, l.offsets = make([]bool, n), make([]bool, n), make([]int64, n)
+	l.peerReady, l.peerConsumed = make([]cudart.IpcEventHandle, n), make([]cudart.IpcEventHandle, n)
+	for i := range local.Size() {
+		r := all[i*ipcSetupWords : (i+1)*ipcSetupWords]
+		rank := int(r[0])
+		if rank < 0 || rank >= n {
+			l.destroyEvents()
+			return nil, "", fmt.Errorf("msg: new: node-local setup: a row names rank %d of %d: %w", rank, n, ErrMalformed)
+		}
+		if rank == x.rank || r[1]&1 == 0 {
+			continue
+		}
+		l.peers[rank] = true
+		l.n++
+		l.peerReady[rank], l.peerConsumed[rank] = getHandle(r[2:10]), getHandle(r[10:18])
+	}
+	if l.n == 0 {
+		l.destroyEvents()
+		return nil, "no other rank on this node moves device memory through CUDA IPC", nil
+	}
+	l.openReady, l.openConsumed, l.peerWin = map[int]cudart.Event{}, map[int]cudart.Event{}, map[int]*peerWindow{}
+	return l, "", nil
+}
+
+func (l *ipcLink) makeEvents() error {
+	var err error
+	if l.ready, err = l.dev.EventCreateInterprocess(); err != nil {
+		return err
+	}
+	if l.consumed, err = l.dev.EventCreateInterprocess(); err != nil {
+		_ = l.dev.EventDestroy(l.ready)
+		l.ready = 0
+		return err
+	}
+	return nil
+}
+
+// handles writes the events' IPC handles into the setup row.
+func (l *ipcLink) handles(row []int64) error {
+	for i, ev := range []cudart.Event{l.ready, l.consumed} {
+		h, err := l.dev.IpcGetEventHandle(ev)
+		if err != nil {
+			return err
+		}
+		for w := range 8 {
+			row[2+8*i+w] = int64(binary.LittleEndian.Uint64(h[8*w:]))
+		}
+	}
+	return nil
+}
+
+func getHandle(words []int64) cudart.IpcEventHandle {
+	var h cudart.IpcEventHandle
+	for w := range 8 {
+		binary.LittleEndian.PutUint64(h[8*w:], uint64(words[w]))
+	}
+	return h
+}
+
+func (l *ipcLink) destroyEvents() {
+	for _, ev := range []cudart.Event{l.ready, l.consumed} {
+		if ev != 0 {
+			_ = l.dev.EventDestroy(ev)
+		}
+	}
+	l.ready, l.consumed = 0, 0
+}
+
+// closeIPC releases the node-local transport, collectively over the node:
+// every rank first lets go of what it opened of its peers', then, once all
+// have (the barrier, which every rank of the node joins, also one without
+// the transport), frees its own windows and events.
+func (x *Exchanger) closeIPC() error {
+	var errs []error
+	l := x.ipc
+	if l != nil {
+		errs = append(errs, l.closeImports(x))
+	}
+	if err := x.comm.Local().Barrier(); err != nil {
+		errs = append(errs, err)
+	}
+	if l != nil {
+		errs = append(errs, l.freeOwn())
+		x.ipc = nil
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("msg: close node-local transport: %w", err)
+	}
+	return nil
+}
+
+func (l *ipcLink) closeImports(x *Exchanger) error {
+	var errs []error
+	if err := x.recvS.Synchronize(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := x.sendS.Synchronize(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, w := range l.peerWin {
+		errs = append(errs, l.dev.IpcCloseMemHandle(w.ptr))
+	}
+	for _, m := range []map[int]cudart.Event{l.openReady, l.openConsumed} {
+		for _, ev := range m {
+			errs = append(errs, l.dev.EventDestroy(ev))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l *ipcLink) freeOwn() error {
+	var errs []error
+	for _, w := range append(l.retired, l.win) {
+		if w != 0 {
+			errs = append(errs, l.dev.Free(w))
+		}
+	}
+	l.destroyEvents()
+	return errors.Join(errs...)
+}
+
+// peer reports whether messages between this rank and r go through windows.
+func (x *Exchanger) ipcPeer(r int) bool { return x.ipc != nil && x.ipc.peers[r] }
+
+// pieceCount is how many MPI messages a message of size bytes to or from
+// peer travels as: one notice through a window, else its chunks.
+func (x *Exchanger) pieceCount(peer int, size int64) int {
+	if x.ipcPeer(peer) {
+		return 1
+	}
+	return chunkCount(size, x.chunk)
+}
+
+// NodeLocalPeers lists the ranks this rank exchanges device messages with
+// through CUDA IPC windows rather than MPI.
+func (x *Exchanger) NodeLocalPeers() []int {
+	var out []int
+	if x.ipc != nil {
+		for r, ok := range x.ipc.peers {
+			if ok {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// ipcPlace lays this exchange's window messages out, grows the window if
+// they do not fit, and makes the send stream wait until the ranks that read
+// the window last time are done with it.
+func (e *exchange) ipcPlace(byDest []*outMsg) error {
+	x, l := e.x, e.x.ipc
+	var total int64
+	for d, m := range byDest {
+		l.offsets[d] = -1
+		if m == nil || !l.peers[d] || e.abortTo[d] {
+			continue
+		}
+		l.offsets[d] = total
+		total += (m.size + ipcAlign - 1) &^ (ipcAlign - 1)
+	}
+	if total == 0 {
+		return nil
+	}
+	for r, read := range l.readBy {
+		if !read {
+			continue
+		}
+		ev, err := l.peerEvent(l.openConsumed, l.peerConsumed, r)
+		if err == nil {
+			err = l.dev.StreamWaitEvent(cudart.Stream(x.sendS.Handle()), ev)
+		}
+		if err != nil {
+			return fmt.Errorf("msg: wait until rank %d has read this rank's window: %w", r, err)
+		}
+	}
+	clear(l.readBy)
+	if total <= l.winSize {
+		return nil
+	}
+	// A larger window. The old one stays allocated until Close: a peer that
+	// opened it keeps it open until it sees the new one.
+	size := max(ipcWindowMin, 2*l.winSize, (total+(2<<20)-1)&^(2<<20-1))
+	if err := x.sendS.Synchronize(); err != nil {
+		return err
+	}
+	w, err := l.dev.Malloc(size)
+	if err != nil {
+		return fmt.Errorf("msg: node-local window of %s: %w", devalloc.FormatBytes(size), err)
+	}
+	h, err := l.dev.IpcGetMemHandle(w)
+	if err != nil {
+		_ = l.dev.Free(w)
+		return fmt.Errorf("msg: node-local window: %w", err)
+	}
+	if l.win != 0 {
+		l.retired = append(l.retired, l.win)
+	}
+	l.win, l.winSize, l.winHandle = w, size, h
+	l.gen++
+	return nil
+}
+
+// peerEvent opens peer r's event from its handle, once.
+func (l *ipcLink) peerEvent(open map[int]cudart.Event, handles []cudart.IpcEventHandle, r int) (cudart.Event, error) {
+	if ev, ok := open[r]; ok {
+		return ev, nil
+	}
+	ev, err := l.dev.IpcOpenEventHandle(handles[r])
+	if err != nil {
+		return 0, err
+	}
+	open[r] = ev
+	return ev, nil
+}
+
+// prepareIPC copies m into this rank's window and makes its one piece the
+// notice: the fixed part, then the manifest.
+func (e *exchange) prepareIPC(m *outMsg) (err error) {
+	x, l, c := e.x, e.x.ipc, m.c
+	p, start, size := int64(m.man.payloadOffset()), c.Start(), c.Size()
+	off := l.offsets[m.dest]
+	h := e.header(m.dest)
+	if x.o.PayloadChecksum {
+		a, s := e.copier(c.Buffer())
+		err := readAt(a, s, c.Buffer(), start, size, func(b []byte) error {
+			h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(b)
+			return nil
+		})
+		if err != nil {
+			return e.outErr(m.dest, "payload_checksum", err)
+		}
+	}
+	notice, err := x.a.AllocPinned(ipcHead+p, x.sendS)
+	if err != nil {
+		return e.outErr(m.dest, "notice", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = notice.Free()
+		}
+	}()
+	mem, err := notice.Bytes()
+	if err != nil {
+		return e.outErr(m.dest, "notice", err)
+	}
+	le := binary.LittleEndian
+	le.PutUint64(mem[0:], ipcMagic)
+	le.PutUint64(mem[8:], l.gen)
+	le.PutUint64(mem[16:], uint64(l.winSize))
+	le.PutUint64(mem[24:], uint64(off))
+	le.PutUint64(mem[32:], uint64(m.size))
+	copy(mem[40:ipcHead], l.winHandle[:])
+	m.man.encodeInto(mem[ipcHead:], h)
+	addr, err := notice.Addr()
+	if err != nil {
+		return e.outErr(m.dest, "notice", err)
+	}
+	s := cudart.Stream(x.sendS.Handle())
+	if x.hooks.mangle != nil {
+		if err := e.mangleIPC(m, mem[ipcHead:], off); err != nil {
+			return e.outErr(m.dest, "window", err)
+		}
+	} else if size > 0 {
+		// The blocks, from the send buffer.
+		if err := e.copyToWindow(c.Buffer(), start, l.win+uintptr(off+p), size); err != nil {
+			return e.outErr(m.dest, "window", err)
+		}
+	}
+	// The manifest, from the notice.
+	if err := e.rawCopy(notice, x.sendS, func() error { return l.dev.MemcpyAsync(l.win+uintptr(off), addr+ipcHead, p, s) }); err != nil {
+		return e.outErr(m.dest, "window", err)
+	}
+	m.chunks = resize(m.chunks, 1)
+	m.chunks[0] = outChunk{n: ipcHead + p, mem: notice, buf: notice}
+	l.readBy[m.dest] = true
+	x.stats.IPCMessages++
+	x.stats.IPCBytes += m.size
+	return nil
+}
+
+// mangleIPC lets the mangle test hook alter the whole message, as it does
+// on the other paths: the manifest in man (the notice's) and the blocks,
+// which it then copies into the window through pinned memory.
+func (e *exchange) mangleIPC(m *outMsg, man []byte, off int64) error {
+	x, l, c := e.x, e.x.ipc, m.c
+	p, size := int64(len(man)), c.Size()
+	wire := make([]byte, p+size)
+	copy(wire, man)
+	if size > 0 {
+		a, s := e.copier(c.Buffer())
+		if err := readAt(a, s, c.Buffer(), c.Start(), size, func(b []byte) error { copy(wire[p:], b); return nil }); err != nil {
+			return err
+		}
+	}
+	x.hooks.mangle(m.dest, wire)
+	copy(man, wire[:p])
+	if size == 0 {
+		return nil
+	}
+	pin, err := x.a.AllocPinned(size, x.sendS)
+	if err != nil {
+		return err
+	}
+	mem, err := pin.Bytes()
+	if err == nil {
+		copy(mem, wire[p:])
+		var src uintptr
+		if src, err = pin.Addr(); err == nil {
+			s := cudart.Stream(x.sendS.Handle())
+			err = e.rawCopy(pin, x.sendS, func() error { return l.dev.MemcpyAsync(l.win+uintptr(off+p), src, size, s) })
+		}
+	}
+	return errors.Join(err, pin.Free())
+}
+
+// replaceNotice lets the pieces test hook replace the MPI messages of a
+// prepared window message: its notice.
+func (e *exchange) replaceNotice(m *outMsg) *outMsg {
+	ch := &m.chunks[0]
+	mem, err := ch.buf.Bytes()
+	if err != nil {
+		return m
+	}
+	ps := e.x.hooks.pieces(m.dest, append([]byte(nil), mem[:ch.n]...))
+	if ps == nil {
+		return m
+	}
+	m.release()
+	return e.newRaw(m.dest, m.step, ps)
+}
+
+// rawCopy runs enqueue, which puts a copy reading buf on s, inside a
+// declared read of buf, so that buf is not freed or reused before the copy
+// has run.
+func (e *exchange) rawCopy(buf *devalloc.Buffer, s *devalloc.Stream, enqueue func() error) error {
+	rd, err := buf.Read(s)
+	if err != nil {
+		return err
+	}
+	return errors.Join(enqueue(), rd.Done())
+}
+
+// copyToWindow copies n bytes of src from off into the window at dst, on
+// the send stream. A buffer of another allocator is read once its writers
+// are done, and held until the copy has run.
+func (e *exchange) copyToWindow(src *devalloc.Buffer, off int64, dst uintptr, n int64) error {
+	x, l := e.x, e.x.ipc
+	s := cudart.Stream(x.sendS.Handle())
+	addr, err := src.Addr()
+	if err != nil {
+		return err
+	}
+	if src.Allocator() == x.a {
+		return e.rawCopy(src, x.sendS, func() error { return l.dev.MemcpyAsync(dst, addr+uintptr(off), n, s) })
+	}
+	h, err := src.Hold(devalloc.Read)
+	if err != nil {
+		return err
+	}
+	if err = h.Wait(); err == nil {
+		if err = l.dev.MemcpyAsync(dst, addr+uintptr(off), n, s); err == nil {
+			err = x.sendS.Synchronize()
+		}
+	}
+	return errors.Join(err, h.Release())
+}
+
+// ipcReady records the ready event once this exchange's window copies are
+// enqueued, before any notice is sent.
+func (e *exchange) ipcReady() error {
+	l := e.x.ipc
+	return l.dev.EventRecord(l.ready, cudart.Stream(e.x.sendS.Handle()))
+}
+
+// finishIPC handles a notice once it has arrived: it checks it, opens the
+// sender's window and events as needed, accepts the manifest, and copies
+// the message from the window into the receive buffer.
+func (e *exchange) finishIPC(in *inMsg) {
+	x, l, tag := e.x, e.x.ipc, e.x.o.Tag
+	ch := &in.chunks[0]
+	in.failed = func() error {
+		if in.failed != nil {
+			return in.failed
+		}
+		if ch.discarded {
+			return e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), ErrInvalid))
+		}
+		mem, err := ch.buf.Bytes()
+		if err != nil {
+			return e.inErr(in, "notice", err)
+		}
+		mem = mem[:max(min(ch.got, int64(len(mem))), 0)]
+		switch {
+		case ch.err != nil || ch.got == AbortSize:
+			return e.sizeError(in, 0, mem) // an abort notice is reported as one
+		case ch.got < ipcHead+HeaderSize:
+			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "a node-local notice of %d bytes: at least %d expected", ch.got, ipcHead+HeaderSize)
+		}
+		if p, _ := ManifestSize(mem[ipcHead:]); p > uint64(in.size) || ipcHead+p != uint64(ch.got) {
+			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "the node-local notice has %d bytes, its manifest says %d", ch.got, ipcHead+p)
+		}
+		le := binary.LittleEndian
+		gen, winSize, off, length := le.Uint64(mem[8:]), le.Uint64(mem[16:]), le.Uint64(mem[24:]), le.Uint64(mem[32:])
+		switch {
+		case le.Uint64(mem[0:]) != ipcMagic:
+			return wireErr(ErrMalformed, in.src, tag, "ipc_magic", "%#016x is not a node-local notice", le.Uint64(mem[0:]))
+		case length != uint64(in.size):
+			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "the notice places a %d-byte message, %d were announced", length, in.size)
+		case off > winSize || length > winSize-off:
+			return wireErr(ErrMalformed, in.src, tag, "ipc_offset", "bytes [%d, +%d) lie outside the %d-byte window", off, length, winSize)
+		}
+		w, err := e.openWindow(in.src, gen, winSize, mem[40:ipcHead])
+		if err != nil {
+			return err
+		}
+		if off+length > uint64(w.size) {
+			return wireErr(ErrMalformed, in.src, tag, "ipc_window", "bytes [%d, +%d) lie outside the window of %d bytes it opened as", off, length, w.size)
+		}
+		plan, p, err := e.accept(in, mem[ipcHead:], uint64(in.size))
+		if err != nil {
+			return err
+		}
+		ready, err := l.peerEvent(l.openReady, l.peerReady, in.src)
+		if err != nil {
+			return e.inErr(in, "ipc_event", err)
+		}
+		dst, err := in.buf.Addr()
+		if err != nil {
+			return e.inErr(in, "receive buffer", err)
+		}
+		s := cudart.Stream(x.recvS.Handle())
+		wr, err := in.buf.Write(x.recvS)
+		if err != nil {
+			return e.inErr(in, "receive buffer", err)
+		}
+		err = l.dev.StreamWaitEvent(s, ready)
+		if err == nil {
+			err = l.dev.MemcpyAsync(dst+uintptr(in.base), w.ptr+uintptr(off), in.size, s)
+		}
+		if err = errors.Join(err, wr.Done()); err != nil {
+			return e.inErr(in, "copy from the window", err)
+		}
+		if h := in.hdr(); h.HasPayloadChecksum {
+			var sum uint32
+			if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
+				return e.inErr(in, "payload_checksum", err)
+			}
+			if sum != h.PayloadChecksum {
+				return wireErr(ErrChecksum, in.src, tag, "payload_checksum", "computed %#08x, header says %#08x", sum, h.PayloadChecksum)
+			}
+		}
+		in.plan, in.p = plan, p
+		return nil
+	}()
+	// The notice was received into exactly its length: no canary to check.
+	if ch.buf != nil {
+		_ = ch.buf.Free()
+		ch.buf = nil
+	}
+	if in.failed != nil {
+		e.endIn(in)
+		return
+	}
+	e.wrapResult(in, in.plan, int64(in.p))
+}
+
+// openWindow returns src's window of generation gen, opening it from the
+// handle the first time. The size is the allocation's, as this rank's
+// runtime sees it.
+func (e *exchange) openWindow(src int, gen, size uint64, handle []byte) (*peerWindow, error) {
+	x, l, tag := e.x, e.x.ipc, e.x.o.Tag
+	w := l.peerWin[src]
+	switch {
+	case w != nil && w.gen == gen:
+		return w, nil
+	case w != nil && gen < w.gen:
+		return nil, wireErr(ErrMalformed, src, tag, "ipc_generation", "window generation %d after %d", gen, w.gen)
+	case size > math.MaxInt64:
+		return nil, wireErr(ErrMalformed, src, tag, "ipc_window", "a window of %d bytes", size)
+	}
+	if w != nil {
+		// This rank's copies from the old window must be over before it
+		// lets the mapping go.
+		if err := x.recvS.Synchronize(); err != nil {
+			return nil, err
+		}
+		if err := l.dev.IpcCloseMemHandle(w.ptr); err != nil {
+			return nil, fmt.Errorf("msg: close rank %d's old window: %w", src, err)
+		}
+		delete(l.peerWin, src)
+	}
+	var h cudart.IpcMemHandle
+	copy(h[:], handle)
+	ptr, err := l.dev.IpcOpenMemHandle(h)
+	if err != nil {
+		return nil, wireErr(ErrMalformed, src, tag, "ipc_handle", "cannot open rank %d's window: %v", src, err)
+	}
+	base, real, err := l.dev.AddressRange(ptr)
+	if err == nil && base != ptr {
+		err = fmt.Errorf("the handle names memory starting %d bytes into an allocation", ptr-base)
+	}
+	if err != nil {
+		_ = l.dev.IpcCloseMemHandle(ptr)
+		return nil, wireErr(ErrMalformed, src, tag, "ipc_handle", "rank %d's window: %v", src, err)
+	}
+	w = &peerWindow{gen: gen, ptr: ptr, size: min(real, int64(size))}
+	l.peerWin[src] = w
+	return w, nil
+}
+
+// ipcConsumed records the consumed event after this exchange's copies from
+// peers' windows: before the agreement, so that it precedes the senders'
+// waits for it in the next exchange.
+func (e *exchange) ipcConsumed() error {
+	l := e.x.ipc
+	return l.dev.EventRecord(l.consumed, cudart.Stream(e.x.recvS.Handle()))
+}

@@ -1,0 +1,87 @@
+//go:build mpi
+
+package msg
+
+import (
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/stretchr/testify/require"
+)
+
+// TestNodeLocalWindows runs exchanges between node-local ranks on the GPU
+// (the fake runtime here, whose IPC works between processes): messages go
+// through the senders' windows, which grow when the messages outgrow them
+// (so that receivers open a new generation), patterns and plain exchanges
+// alternate, and every byte arrives. One rank then asks for TransportMPI:
+// its pairs fall back to MPI while the others keep their windows.
+func TestNodeLocalWindows(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	v := variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"}
+	a := v.open(t)
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	if size == 1 {
+		require.Empty(t, x.NodeLocalPeers(), "a rank alone has no node-local peer")
+		return
+	}
+	require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+	s := a.DefaultStream()
+	var pat *Pattern
+	var most int64 // the most one round put in the window
+	// The last rounds send up to 20 MiB to each peer: past the first window.
+	for it, maxBlocks := range []int{2, 2, 40, 40, 400, 400} {
+		tr := traffic{seed: 77 + uint64(maxBlocks), iter: uint64(it), density: 1, maxBlocks: maxBlocks, dims: []int{64}, dtypes: mixedTypes}
+		bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+		require.NoError(t, err)
+		tr.fill(t, s, rank, bufs)
+		before := x.Stats()
+		var r *Received
+		if it%2 == 0 {
+			pat = x.NewPattern()
+			r, err = pat.Exchange(bufs)
+		} else {
+			r, err = pat.Exchange(bufs) // the pattern learned on the sizes of this round
+		}
+		require.NoError(t, err)
+		tr.verify(t, s, rank, size, r)
+		after := x.Stats()
+		require.EqualValues(t, size-1, after.IPCMessages-before.IPCMessages, "one window message to every other rank")
+		require.EqualValues(t, size-1, after.MPISends-before.MPISends, "and one MPI notice each")
+		most = max(most, after.IPCBytes-before.IPCBytes)
+		require.NoError(t, r.Free())
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	}
+	require.GreaterOrEqual(t, x.ipc.winSize, most, "the window holds the largest round")
+	if most > ipcWindowMin {
+		require.Greater(t, x.ipc.gen, uint64(1), "the window grew as the messages did")
+	}
+
+	// Rank 0 keeps its device messages off the windows: its pairs use MPI,
+	// in both directions, and the rest still use their windows.
+	tr := traffic{seed: 5, density: 1, maxBlocks: 20, dims: []int{16}, dtypes: mixedTypes}
+	if rank == 0 {
+		t.Setenv(EnvTransport, "mpi")
+	}
+	y := newExchanger(t, Options{Comm: comm, Alloc: a})
+	want := size - 1
+	if rank == 0 {
+		want = 0
+	} else {
+		want = size - 2
+	}
+	require.Len(t, y.NodeLocalPeers(), want)
+	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+	require.NoError(t, err)
+	tr.fill(t, s, rank, bufs)
+	r, err := y.Exchange(bufs)
+	require.NoError(t, err)
+	tr.verify(t, s, rank, size, r)
+	require.EqualValues(t, want, y.Stats().IPCMessages)
+	require.NoError(t, r.Free())
+	for _, b := range bufs {
+		require.NoError(t, b.Free())
+	}
+}
