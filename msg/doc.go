@@ -37,6 +37,24 @@
 // whole payload first, so staging then finishes every copy before the first
 // send.
 //
+// Between two ranks of one node that both exchange device memory under
+// TransportAuto, a message travels through CUDA IPC instead (docs/WIRE.md,
+// rule 10): the sender copies it into a window of its own device memory,
+// which every node-local peer opens once per window (cudaIpcOpenMemHandle
+// costs about 100 ms; the window grows by doubling, so that happens a few
+// times at most), and sends an MPI notice carrying the manifest; the
+// receiver checks the notice and the manifest, then copies the message out
+// of the window into its pooled buffer. Two device-to-device copies replace
+// a transfer that MPI's shared memory, staged through host memory, moves at
+// a few GB/s. Interprocess events order it all on the streams: the
+// sender's copies wait until the readers of its last exchange are done,
+// the receiver's copy waits until the sender's copies are. New decides the
+// pairs collectively over the node (NodeLocalPeers lists them); a rank
+// with TransportMPI, host memory, or a runtime without the interprocess
+// functions keeps MPI for all its pairs. The windows are cudaMalloc
+// memory outside the allocator's pool and budget, at least 4 MiB each;
+// every window stays allocated until Close, since a peer may hold it open.
+//
 // With TransportNCCL (DISTBUF_MSG_TRANSPORT=nccl) and every rank on a GPU
 // of its own, messages go GPU to GPU through NCCL instead: the same bytes,
 // all of an exchange's sends and receives in one NCCL group on the send
