@@ -218,9 +218,13 @@ func (x *Exchanger) Transport() (string, string) {
 	return "staged", x.linkWhy
 }
 
-// Close waits for the exchanger's copies, destroys its streams and frees
-// its communicator (MPI_Comm_free, collective: every rank closes its
-// exchanger). Buffers received earlier stay valid and the caller's.
+// Close waits for the exchanger's copies, lets go of the node-local windows
+// (collective over the node: every rank first closes what it opened of its
+// peers', then frees its own), destroys its streams and frees its
+// communicator (MPI_Comm_free, collective: every rank closes its
+// exchanger). Buffers received earlier stay valid and the caller's. After a
+// failure that ends the job, abort it (cluster.Abort) rather than Close:
+// the other ranks may never reach their Close.
 func (x *Exchanger) Close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()

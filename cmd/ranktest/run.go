@@ -109,12 +109,25 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, a.Close()) }()
+	// After a failure the job ends (main aborts it): what the allocator
+	// still holds then is not a leak worth reporting beside the error.
+	defer func() {
+		if err == nil {
+			err = a.Close()
+		}
+	}()
 	sv, err := newSolver(cfg, world, a)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, sv.close()) }()
+	// Closing the exchanger is collective: after a failure, which ends the
+	// job (main aborts it), this rank must not wait in it for ranks that
+	// may be waiting for it elsewhere.
+	defer func() {
+		if err == nil {
+			err = sv.close()
+		}
+	}()
 	cfg = sv.cfg
 	root := world.Rank() == 0
 	if root {
