@@ -23,7 +23,8 @@
 #                    with the same cycles and pairs in C (vs_c), driver calls per entry point;
 #                    then retained and large-only with DISTBUF_CUDA_SETDEVICE=always; a summary
 #         bench      ranktest -bench gemm, pack on the GPU (JSON lines)
-#         mpi        cluster and msg MPI tests under mpirun -n 2 on the GPU
+#         mpi        cluster MPI tests under mpirun -n 2, msg's under -n 3, on the GPU
+#         msgcheck   msg's fault matrix and node-local windows under memcheck (-n 3)
 #         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
 #         goals      scripts/solve-goals.sh: the main job's figures against their
@@ -117,7 +118,7 @@ run() {
   export BIN LOG
   export -f gotest sanitize allocsummary
   local steps=("$@")
-  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck alloc bench mpi exchange solve goals mpibench soak)
+  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck alloc bench mpi msgcheck exchange solve goals mpibench soak)
   mkdir -p "$LOG"
   : >"$LOG/summary.txt"
   failed=()
@@ -143,7 +144,11 @@ run() {
         step bench-pack 120 "$BIN/ranktest -backend cuda -bench pack -iters 20 > $LOG/bench-pack.jsonl" ;;
       mpi)
         [ -x "$BIN/cluster-mpi.test" ] && step mpi-cluster 120 "cd cluster && mpirun --allow-run-as-root --oversubscribe -n 2 ../$BIN/cluster-mpi.test -test.count=1 -test.v"
-        [ -x "$BIN/msg-mpi.test" ] && step mpi-msg 180 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 ../$BIN/msg-mpi.test -test.count=1 -test.v" ;;
+        # Three ranks: the fault matrix needs a faulty sender, a victim and a bystander.
+        [ -x "$BIN/msg-mpi.test" ] && step mpi-msg 300 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 3 ../$BIN/msg-mpi.test -test.count=1 -test.v -test.timeout 280s" ;;
+      msgcheck)
+        # The staged and node-local paths of msg, fault matrix included, under memcheck on every rank.
+        step msg-memcheck 400 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 3 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run 'TestFaultMatrix|TestNodeLocalWindows|TestSendBuffersOfAnotherAllocator' -test.timeout 380s" ;;
       exchange) step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl" ;;
       solve)
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
@@ -171,5 +176,5 @@ run() {
 case ${1:-} in
   build) build ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,33p' "$0"; exit 2 ;;
+  *) sed -n '2,34p' "$0"; exit 2 ;;
 esac
