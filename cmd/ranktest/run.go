@@ -21,7 +21,9 @@ import (
 //   - memory (pool_reserved_*_bytes) is the sum over ranks of each rank's
 //     figure, a cluster total (the peak is the sum of the ranks' peaks);
 //   - times (*_us) are medians over solves of the slowest rank's time in
-//     that solve, to half a percent (solveStats' histograms).
+//     that solve, to half a percent (solveStats' histograms). The ranks
+//     start each solve together, at a barrier after the last solve's
+//     verification, so a solve's time is the solver's alone.
 //
 // A solve is fresh when its bond's layout was made for it (a bond's first
 // solve, or every solve with -fresh) and repeated otherwise; median_solve_us,
