@@ -2,7 +2,6 @@ package gemm
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
 	"sync"
 
@@ -294,23 +293,7 @@ func loadKernels(dev int) (*cudart.Device, []cudart.Kernel, error) {
 	v, _ := compiled.LoadOrStore(dev, &deviceKernels{})
 	dk := v.(*deviceKernels)
 	dk.once.Do(func() {
-		if !rt.Capabilities().KernelLaunch {
-			dk.err = fmt.Errorf("%s (runtime %s) cannot launch library kernels (CUDA 12.8 or later needed): %w",
-				rt.Path(), cudart.FormatVersion(rt.RuntimeVersion()), cudart.ErrNotSupported)
-			return
-		}
-		major, minor, err := d.ComputeCapability()
-		if err != nil {
-			dk.err = err
-			return
-		}
-		nv, err := nvrtc.Load()
-		if err != nil {
-			dk.err = err
-			return
-		}
-		arch := fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor)
-		image, err := nv.Compile(smallKernelSource, "distbuf_gemm.cu", []string{arch}, true)
+		image, err := nvrtc.CompileFor(d, smallKernelSource, "distbuf_gemm.cu")
 		if err != nil {
 			dk.err = err
 			return

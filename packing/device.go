@@ -84,23 +84,7 @@ func copyKernel(d *cudart.Device) (cudart.Kernel, error) {
 	v, _ := kernels.LoadOrStore(d.Ordinal(), &deviceKernel{})
 	dk := v.(*deviceKernel)
 	dk.once.Do(func() {
-		if !d.Runtime().Capabilities().KernelLaunch {
-			dk.err = fmt.Errorf("%s (runtime %s) cannot launch library kernels (CUDA 12.8 or later needed): %w",
-				d.Runtime().Path(), cudart.FormatVersion(d.Runtime().RuntimeVersion()), cudart.ErrNotSupported)
-			return
-		}
-		major, minor, err := d.ComputeCapability()
-		if err != nil {
-			dk.err = err
-			return
-		}
-		nv, err := nvrtc.Load()
-		if err != nil {
-			dk.err = err
-			return
-		}
-		arch := fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor)
-		image, err := nv.Compile(copyKernelSource, "distbuf_copy.cu", []string{arch}, true)
+		image, err := nvrtc.CompileFor(d, copyKernelSource, "distbuf_copy.cu")
 		if err != nil {
 			dk.err = err
 			return
