@@ -29,26 +29,13 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	}
 	st.fresh = fresh
 	st.phase[phAlloc] = planUS
-	var owned []*packing.Coalesced
-	var recv *msg.Received
-	freed := false
-	freeAll := func() error {
-		freed = true
-		var errs []error
-		for _, c := range owned {
-			errs = append(errs, c.Free())
-		}
-		if recv != nil {
-			errs = append(errs, recv.Free())
-		}
-		if sv.cfg.fresh {
-			errs = append(errs, l.close())
-		}
-		return errors.Join(errs...)
+	var mem solveMemory
+	if sv.cfg.fresh {
+		mem.layout = l
 	}
 	defer func() {
-		if !freed {
-			err = errors.Join(err, freeAll())
+		if !mem.freed {
+			err = errors.Join(err, mem.free())
 		}
 	}()
 	alpha := alphaFor(iter)
@@ -58,7 +45,7 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	if err != nil {
 		return err
 	}
-	owned = append(owned, Cs...)
+	mem.coalesced = append(mem.coalesced, Cs...)
 	st.phase[phAlloc] += lap(&t)
 
 	// The operands' allocations come with their upload: one allocator call
@@ -71,12 +58,12 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	if err != nil {
 		return err
 	}
-	owned = append(owned, A)
+	mem.coalesced = append(mem.coalesced, A)
 	B, err := packing.AllocCopy(sv.a, l.stageB, sv.s)
 	if err != nil {
 		return err
 	}
-	owned = append(owned, B)
+	mem.coalesced = append(mem.coalesced, B)
 	st.phase[phUpload] = lap(&t)
 	if err := sv.timer.mark(1); err != nil {
 		return err
@@ -97,7 +84,9 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 
 	t = time.Now()
 	before := sv.ex.Stats()
-	if recv, err = l.pattern.Exchange(Cs); err != nil {
+	recv, err := l.pattern.Exchange(Cs)
+	mem.recv = recv
+	if err != nil {
 		return err
 	}
 	if err := waitReceived(recv); err != nil {
@@ -118,7 +107,7 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	st.verifyUS = since(vstart)
 
 	t = time.Now()
-	err = freeAll()
+	err = mem.free()
 	st.phase[phFree] = lap(&t)
 	return err
 }

@@ -30,26 +30,13 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 	if len(specs) > maxTag {
 		return fmt.Errorf("-mode perblock tags each message with its block id: %d blocks exceed the MPI tag limit %d", len(specs), maxTag)
 	}
-	var owned []*packing.Coalesced
-	var raw []*devalloc.Buffer
-	freed := false
-	freeAll := func() error {
-		freed = true
-		var errs []error
-		for _, c := range owned {
-			errs = append(errs, c.Free())
-		}
-		for _, b := range raw {
-			errs = append(errs, b.Free())
-		}
-		if sv.cfg.fresh {
-			errs = append(errs, l.close())
-		}
-		return errors.Join(errs...)
+	var mem solveMemory
+	if sv.cfg.fresh {
+		mem.layout = l
 	}
 	defer func() {
-		if !freed {
-			err = errors.Join(err, freeAll())
+		if !mem.freed {
+			err = errors.Join(err, mem.free())
 		}
 	}()
 	t := time.Now()
@@ -62,7 +49,7 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 	alloc := func(p *packing.Plan) (*packing.Coalesced, error) {
 		c, err := packing.Alloc(sv.a, p, sv.s)
 		if err == nil {
-			owned = append(owned, c)
+			mem.coalesced = append(mem.coalesced, c)
 		}
 		return c, err
 	}
@@ -79,7 +66,7 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 		if err != nil {
 			return err
 		}
-		raw = append(raw, b)
+		mem.buffers = append(mem.buffers, b)
 		recvs[i] = b
 		st.phase[phAlloc] += lap(&t)
 		r, err := sv.post(b, devalloc.Write, func() (*cluster.Request, error) { return sv.world.Irecv(b, in.src, int(in.id)) })
@@ -133,7 +120,7 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 			if err != nil {
 				return err
 			}
-			raw = append(raw, p)
+			mem.buffers = append(mem.buffers, p)
 			if err := sv.s.Copy(p, 0, send, 0, send.Size()); err != nil {
 				return err
 			}
@@ -164,7 +151,7 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 	}
 	st.verifyUS = since(vstart)
 	t = time.Now()
-	err = freeAll()
+	err = mem.free()
 	st.phase[phFree] = lap(&t)
 	return err
 }

@@ -398,6 +398,38 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 	return st, nil
 }
 
+// solveMemory is what one solve allocates, freed once at its end (timed as
+// the free phase) or, after a failure, on the way out. With -fresh the
+// solve's layout goes with it.
+type solveMemory struct {
+	coalesced []*packing.Coalesced
+	buffers   []*devalloc.Buffer
+	recv      *msg.Received
+	layout    *layout // closed too, when set
+	freed     bool
+}
+
+func (m *solveMemory) free() error {
+	if m.freed {
+		return nil
+	}
+	m.freed = true
+	var errs []error
+	for _, c := range m.coalesced {
+		errs = append(errs, c.Free())
+	}
+	for _, b := range m.buffers {
+		errs = append(errs, b.Free())
+	}
+	if m.recv != nil {
+		errs = append(errs, m.recv.Free())
+	}
+	if m.layout != nil {
+		errs = append(errs, m.layout.close())
+	}
+	return errors.Join(errs...)
+}
+
 // corruptHook lets tests damage a received block just before it is checked.
 var corruptHook func(src int, id uint64, vals []float64)
 
