@@ -106,6 +106,36 @@ func solveSpectrum(n int, seed uint64) (a, b, c []packing.Desc) {
 	return a, b, c
 }
 
+// spectrumProblem is the solve's spectrum of n blocks allocated on a's
+// default stream, block i of C the product of blocks i of A and B, and
+// the function that frees its buffers (before a is closed).
+func spectrumProblem(b *testing.B, a *devalloc.Allocator, n int) (Problem, func()) {
+	da, db, dc := solveSpectrum(n, 1)
+	var ops [3]*packing.Coalesced
+	free := func() {
+		for _, c := range ops {
+			if c != nil {
+				_ = c.Free()
+			}
+		}
+	}
+	for i, d := range [][]packing.Desc{da, db, dc} {
+		p, err := packing.NewPlan(d, packing.Options{})
+		if err == nil {
+			ops[i], err = packing.Alloc(a, p, a.DefaultStream())
+		}
+		if err != nil {
+			free()
+			b.Fatal(err)
+		}
+	}
+	tr := make([]Triple, n)
+	for i := range tr {
+		tr[i] = Triple{i, i, i}
+	}
+	return Problem{A: ops[0], B: ops[1], C: ops[2], Alpha: 1, Triples: tr}, free
+}
+
 // BenchmarkPlan is the cost of a fresh plan (NewPlan) for the solve's
 // spectrum, per block: what a solver pays when its block structure changes.
 func BenchmarkPlan(b *testing.B) {
@@ -116,24 +146,8 @@ func BenchmarkPlan(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer a.Close()
-			s := a.DefaultStream()
-			da, db, dc := solveSpectrum(n, 1)
-			var ops [3]*packing.Coalesced
-			for i, d := range [][]packing.Desc{da, db, dc} {
-				p, err := packing.NewPlan(d, packing.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if ops[i], err = packing.Alloc(a, p, s); err != nil {
-					b.Fatal(err)
-				}
-				defer ops[i].Free()
-			}
-			tr := make([]Triple, n)
-			for i := range tr {
-				tr[i] = Triple{i, i, i}
-			}
-			pr := Problem{A: ops[0], B: ops[1], C: ops[2], Alpha: 1, Triples: tr}
+			pr, free := spectrumProblem(b, a, n)
+			defer free()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
@@ -167,28 +181,14 @@ func BenchmarkRunOn(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer eng.Close()
-				da, db, dc := solveSpectrum(2000, 1)
-				var ops [3]*packing.Coalesced
-				for i, d := range [][]packing.Desc{da, db, dc} {
-					p, err := packing.NewPlan(d, packing.Options{})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if ops[i], err = packing.Alloc(a, p, s); err != nil {
-						b.Fatal(err)
-					}
-					defer ops[i].Free()
-				}
-				tr := make([]Triple, len(da))
-				for i := range tr {
-					tr[i] = Triple{i, i, i}
-				}
-				p, err := NewPlan(Problem{A: ops[0], B: ops[1], C: ops[2], Alpha: 1, Triples: tr}, Options{Strategy: st})
+				pr, free := spectrumProblem(b, a, 2000)
+				defer free()
+				p, err := NewPlan(pr, Options{Strategy: st})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer p.Close()
-				o := Operands{A: ops[0], B: ops[1], C: ops[2], Alpha: 1}
+				o := Operands{A: pr.A, B: pr.B, C: pr.C, Alpha: 1}
 				if err := eng.RunOn(p, o); err != nil { // first run: uploads the stack, loads the kernel
 					b.Fatal(err)
 				}

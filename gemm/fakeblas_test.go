@@ -25,6 +25,21 @@ type fakeBLAS struct {
 	calls   map[string]int
 }
 
+// track makes the fake resolve addresses against the operands' buffers and
+// p's device memory; a nil fake (a real engine) ignores it.
+func (f *fakeBLAS) track(p *Plan, ops ...*operand) {
+	if f == nil {
+		return
+	}
+	f.buffers = func() []*devalloc.Buffer {
+		out := p.deviceBuffers()
+		for _, op := range ops {
+			out = append(out, op.c.Buffer())
+		}
+		return out
+	}
+}
+
 // newFakeEngine makes a CUDA engine on host memory whose cuBLAS is the fake;
 // with kernels, its small-block and pointer kernels are fakeKernels, else it
 // runs as where the kernels cannot load.
@@ -339,9 +354,7 @@ func TestFakeCUBLASCounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fake.buffers = func() []*devalloc.Buffer {
-			return append([]*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer()}, p.deviceBuffers()...)
-		}
+		fake.track(p, A, B, C)
 		ref, mag := reference(pr, A, B, C)
 		if err := eng.Run(p); err != nil {
 			t.Fatal(err)

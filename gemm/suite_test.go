@@ -300,11 +300,7 @@ func TestContractions(t *testing.T) {
 							ref, mag := reference(pr, A, B, C)
 							p, err := NewPlan(pr, Options{Strategy: st})
 							require.NoError(t, err)
-							if fake != nil {
-								fake.buffers = func() []*devalloc.Buffer {
-									return append([]*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer()}, p.deviceBuffers()...)
-								}
-							}
+							fake.track(p, A, B, C)
 							sum := p.Summary()
 							require.Equal(t, len(pr.Triples), sum.Problems)
 							require.Greater(t, sum.Waves, 1, "the random problem repeats C blocks")
@@ -368,11 +364,7 @@ func TestContractionsSizes(t *testing.T) {
 							ref, mag := reference(pr, A, B, C)
 							p, err := NewPlan(pr, Options{Strategy: st})
 							require.NoError(t, err)
-							if fake != nil {
-								fake.buffers = func() []*devalloc.Buffer {
-									return append([]*devalloc.Buffer{A.c.Buffer(), B.c.Buffer(), C.c.Buffer()}, p.deviceBuffers()...)
-								}
-							}
+							fake.track(p, A, B, C)
 							sum := p.Summary()
 							if st == Kernel {
 								require.Equal(t, sum.Problems, sum.SmallProblems)
@@ -518,23 +510,10 @@ func TestRunOnNewBuffers(t *testing.T) {
 						pr, A, B, C := sparseProblem(t, s, dt, Trans, NoTrans, 500+uint64(st))
 						rng := rand.New(rand.NewPCG(5, uint64(st)))
 						A2, B2, C2 := refill(t, s, A, rng, 512), refill(t, s, B, rng, 0), refill(t, s, C, rng, 256)
-						var live []*operand
-						if fake != nil {
-							fake.buffers = func() []*devalloc.Buffer {
-								var out []*devalloc.Buffer
-								for _, op := range live {
-									out = append(out, op.c.Buffer())
-								}
-								return out
-							}
-						}
-						live = []*operand{A, B, C, A2, B2, C2}
+						live := []*operand{A, B, C, A2, B2, C2}
 						p, err := NewPlan(pr, Options{Strategy: st})
 						require.NoError(t, err)
-						if fake != nil {
-							inner := fake.buffers
-							fake.buffers = func() []*devalloc.Buffer { return append(inner(), p.deviceBuffers()...) }
-						}
+						fake.track(p, live...)
 						check := func(o Operands, a, b, c *operand) {
 							t.Helper()
 							q := pr
