@@ -27,7 +27,7 @@ type Stats struct {
 	Agreements     int64 // Alltoalls ending an exchange, in which every rank says what it sent and whether it failed
 	Drained        int64 // MPI messages received into scratch and dropped: too long, stray, unwanted or for a buffer this rank could not have
 	Timeouts       int64 // data phases that ended because nothing moved for Options.Timeout
-	ManifestsBuilt int64 // send manifests described from a layout (a learned Pattern reuses its own)
+	ManifestsBuilt int64 // layouts described: send manifests, and received layouts of messages to self (a learned Pattern reuses its own)
 	IPCMessages    int64 // messages to node-local peers sent through this rank's CUDA IPC window
 	IPCBytes       int64 // their bytes, manifests included
 }
@@ -343,6 +343,11 @@ type learnedIn struct {
 	entriesCRC uint32
 	shift      *crcShift // advances a CRC by len(entries): built at the first reuse
 	plan       *packing.Plan
+	// A message to self copied without MPI has no entries: its plan was
+	// made from the send layout (group fromGroup of plan from), and serves
+	// again while the send buffers keep that layout.
+	from      *packing.Plan
+	fromGroup int
 }
 
 func newLearnedIn(h Header, encoded []byte, plan *packing.Plan) *learnedIn {
@@ -891,6 +896,14 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 		if c.Len() == 0 {
 			continue // nothing to send: no message
 		}
+		if d == x.rank && !x.o.SelfViaMPI {
+			// Delivered by a copy (copyToSelf): nothing to describe on the
+			// wire, so no manifest; the size is the message's all the same.
+			m := e.newOut()
+			m.dest, m.c, m.size = d, c, int64(PayloadOffset(c.Len()))+c.Size()
+			byDest[d] = m
+			continue
+		}
 		man := x.cache[d]
 		if p := e.pat; p != nil && p.learned && p.sendOut[d] != nil {
 			man = p.sendOut[d]
@@ -952,7 +965,9 @@ func (p *Pattern) departure(d int, m *outMsg, tag int) *WireError {
 		w = wireErr(ErrPatternMismatch, d, tag, "dest", "rank %d expects no message in this pattern; nothing was sent", d)
 	case m.size != want:
 		w = wireErr(ErrPatternMismatch, d, tag, "message_size", "%d bytes, the pattern expects %d", m.size, want)
-	case string(m.man.entries) != string(p.sendMan[d]):
+	case m.man != nil && string(m.man.entries) != string(p.sendMan[d]):
+		// (A message to self copied without a manifest is checked where it
+		// is copied: copyToSelf.)
 		w = wireErr(ErrPatternMismatch, d, tag, "manifest", "the blocks differ from the pattern's (same size)")
 	}
 	if w != nil {
@@ -969,8 +984,10 @@ func (e *exchange) learn(byDest []*outMsg, recvSize []int64) {
 	for d, m := range byDest {
 		if m != nil {
 			p.sendSize[d] = m.size
-			p.sendMan[d] = m.man.entries
-			p.sendOut[d] = m.man
+			if m.man != nil {
+				p.sendMan[d] = m.man.entries
+				p.sendOut[d] = m.man
+			}
 		}
 	}
 	p.recvSize = append([]int64(nil), recvSize...)

@@ -1,7 +1,9 @@
 package msg
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -223,6 +225,56 @@ func TestLayoutReuse(t *testing.T) {
 			require.NotSame(t, a1, exchange(selfTraffic(21)), "only the last layout of a source is kept")
 		})
 	}
+}
+
+// TestSelfLayout checks that the message to self, copied without a
+// manifest, is viewed as a peer's would be: the sender's blocks in offset
+// order, at the sender's offsets, with no destination; and that its layout
+// is made once per layout (ManifestsBuilt), not once per exchange.
+func TestSelfLayout(t *testing.T) {
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	s := a.DefaultStream()
+	tr := selfTraffic(31)
+	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+	require.NoError(t, err)
+	defer func() {
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	}()
+	var self *packing.Coalesced
+	for _, c := range bufs {
+		if c.Dest() == rank {
+			self = c
+		}
+	}
+	require.NotNil(t, self)
+	want, wantBytes, err := self.Plan().Manifest(self.Group())
+	require.NoError(t, err)
+	slices.SortFunc(want, func(a, b packing.Entry) int { return cmp.Compare(a.Offset, b.Offset) })
+	require.False(t, slices.IsSortedFunc(want, func(a, b packing.Entry) int { return cmp.Compare(a.ID, b.ID) }),
+		"the test needs a layout whose offset order is not its id order")
+	before := x.Stats().ManifestsBuilt
+	for it := range 3 {
+		tr.iter = uint64(it)
+		tr.fill(t, s, rank, bufs)
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		tr.verify(t, s, rank, size, r)
+		got := r.From(rank)
+		entries, gotBytes, err := got.Plan().Manifest(got.Group())
+		require.NoError(t, err)
+		require.Equal(t, want, entries, "the sender's blocks, in offset order, at its offsets")
+		require.Equal(t, wantBytes, gotBytes)
+		for _, v := range got.All() {
+			require.Zero(t, v.Desc().Dest, "a received layout has no destination")
+		}
+		require.NoError(t, r.Free())
+	}
+	require.EqualValues(t, before+1, x.Stats().ManifestsBuilt, "one layout made for three exchanges of the same buffers")
 }
 
 // TestHeaderOnlyRewrite: a buffer sent again with the same layout gets only

@@ -6,6 +6,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
 )
 
 // span is a chunk of a logical message: bytes [off, off+n).
@@ -412,52 +413,32 @@ func withHostBytes(buf *devalloc.Buffer, mode devalloc.Mode, fn func(mem []byte)
 	return errors.Join(err, h.Release())
 }
 
-// copyToSelf delivers this rank's message to itself without MPI: the
-// manifest and one stream-ordered copy of the blocks into a pooled buffer
-// laid out like a received message.
+// copyToSelf delivers this rank's message to itself without MPI: one
+// stream-ordered copy of the blocks into a pooled buffer laid out like a
+// received message. Nothing crosses a wire, so no manifest is written or
+// read: the receive layout is made from the send buffer's layout, once
+// per layout.
 func (e *exchange) copyToSelf(m *outMsg) {
 	x, c := e.x, m.c
-	p, l := int64(m.man.payloadOffset()), c.Size()
+	p := int64(PayloadOffset(c.Len()))
 	in := e.newIn()
 	in.src, in.size, in.local = x.rank, m.size, true
 	e.selfIn = in
+	known, err := e.selfLayout(c)
+	if err != nil {
+		e.fail(err)
+		return
+	}
+	in.learned = known
 	buf, err := x.a.Alloc(m.size, x.recvS)
 	if err != nil {
 		e.fail(e.outErr(x.rank, "receive buffer", err))
 		return
 	}
-	man := make([]byte, p)
-	m.man.encodeInto(man, e.header(x.rank))
-	if buf.Location().HostAccessible() {
-		var w *devalloc.Access
-		var mem []byte
-		if w, err = buf.Write(x.recvS); err == nil {
-			if mem, err = buf.Bytes(); err == nil {
-				err = x.recvS.Enqueue(func() error { copy(mem, man); return nil })
-			}
-			if derr := w.Done(); err == nil {
-				err = derr
-			}
-		}
+	if src := c.Buffer(); src.Allocator() == x.a {
+		err = x.recvS.Copy(buf, p, src, c.Start(), c.Size())
 	} else {
-		var scratch *devalloc.Buffer
-		if scratch, err = x.a.AllocPinned(p, x.recvS); err == nil {
-			var mem []byte
-			if mem, err = scratch.Bytes(); err == nil {
-				copy(mem, man)
-				err = x.recvS.Copy(buf, 0, scratch, 0, p)
-			}
-			if ferr := scratch.Free(); err == nil {
-				err = ferr
-			}
-		}
-	}
-	if err == nil {
-		if src := c.Buffer(); src.Allocator() == x.a {
-			err = x.recvS.Copy(buf, p, src, c.Start(), l)
-		} else {
-			err = e.copyAcross(buf, p, src, c.Start(), l)
-		}
+		err = e.copyAcross(buf, p, src, c.Start(), c.Size())
 	}
 	if err != nil {
 		_ = buf.Free()
@@ -466,11 +447,40 @@ func (e *exchange) copyToSelf(m *outMsg) {
 	}
 	in.buf = buf
 	x.stats.SelfCopies++
-	plan, _, err := e.accept(in, man, uint64(m.size))
-	if err != nil {
-		_ = buf.Free()
-		e.fail(err)
-		return
+	e.wrapResult(in, known.plan, p)
+}
+
+// selfLayout is the receive layout of the message to self with send buffer
+// c: the pattern's or the last one made, while c has the layout it was
+// made from, else made anew (and, for a learned pattern, checked against
+// the pattern's).
+func (e *exchange) selfLayout(c *packing.Coalesced) (*learnedIn, error) {
+	x := e.x
+	learned := e.pat != nil && e.pat.learned
+	known := x.lastIn[x.rank]
+	if learned {
+		known = e.pat.recv[x.rank]
 	}
-	e.wrapResult(in, plan, p)
+	if known != nil && known.from == c.Plan() && known.fromGroup == c.Group() {
+		return known, nil
+	}
+	plan, scratch, err := receivedLayout(c, x.scratch)
+	x.scratch = scratch
+	if err != nil {
+		return nil, e.outErr(x.rank, "manifest", err)
+	}
+	x.stats.ManifestsBuilt++
+	if known != nil && sameLayout(known.plan, plan) {
+		// The same blocks from another plan: the known layout serves (as
+		// a peer's byte-equal manifest reuses its plan), and is recognised
+		// by this plan from now on.
+		known.from, known.fromGroup = c.Plan(), c.Group()
+		return known, nil
+	}
+	if learned {
+		return nil, wireErr(ErrPatternMismatch, x.rank, x.o.Tag, "manifest", "the blocks differ from those the pattern learned")
+	}
+	l := &learnedIn{plan: plan, from: c.Plan(), fromGroup: c.Group()}
+	x.lastIn[x.rank] = l
+	return l, nil
 }

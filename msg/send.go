@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -74,32 +75,57 @@ type writtenManifest struct {
 	man *outManifest
 }
 
-// buildManifest lists c's blocks in offset order, as the wire format wants.
-// A NewPlan layout lists each shape class in one run and classes one after
-// another, so the entries go to their places without a sort; other layouts
-// are sorted. scratch holds the entries between listing and encoding; it is
-// returned, grown as needed, for the next call.
+// offsetSlots places c's blocks in offset order, the order a manifest
+// lists them in. A NewPlan layout lists each shape class in one run and
+// classes one after another, so a block's place follows from its class and
+// offset without a sort; for other layouts (regular false) the place is
+// the block's position, and the caller sorts.
+type offsetSlots struct {
+	p       *packing.Plan
+	classes []packing.Class
+	// first[ci] is the place of class ci's first block. Classes are few,
+	// and a slice indexed by class costs a load where a map costs a hash.
+	first   []int
+	regular bool
+	buf     [64]int
+}
+
+func (s *offsetSlots) init(c *packing.Coalesced) {
+	s.p = c.Plan()
+	s.classes = s.p.Classes()
+	s.first = s.buf[:]
+	if len(s.classes) > len(s.first) {
+		s.first = make([]int, len(s.classes))
+	}
+	s.regular = true
+	next := 0
+	for _, ci := range s.p.Groups()[c.Group()].Classes {
+		cl := &s.classes[ci]
+		s.regular = s.regular && cl.Regular && cl.Stride > 0
+		s.first[ci] = next
+		next += cl.Count
+	}
+}
+
+// slot is the place of view v, the k-th block of the Coalesced.
+func (s *offsetSlots) slot(k int, v packing.View) int {
+	if !s.regular {
+		return k
+	}
+	ci := s.p.Class(v.PlanIndex())
+	cl := &s.classes[ci]
+	return s.first[ci] + int((v.Offset()-cl.Offset)/cl.Stride)
+}
+
+// buildManifest lists c's blocks in offset order, as the wire format wants,
+// and encodes them. scratch holds the entries between listing and encoding;
+// it is returned, grown as needed, for the next call.
 func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry, error) {
 	p := c.Plan()
 	n := c.Len()
 	entries := slices.Grow(scratch[:0], n)[:n]
-	classes := p.Classes()
-	group := p.Groups()[c.Group()].Classes
-	// first[ci] is the index of class ci's first entry. Classes are few and
-	// a slice indexed by class costs a load where a map costs a hash.
-	var firstBuf [64]int
-	first := firstBuf[:]
-	if len(classes) > len(first) {
-		first = make([]int, len(classes))
-	}
-	regular := true
-	next := 0
-	for _, ci := range group {
-		cl := &classes[ci]
-		regular = regular && cl.Regular && cl.Stride > 0
-		first[ci] = next
-		next += cl.Count
-	}
+	var slots offsetSlots
+	slots.init(c)
 	common, mixed := DType(0), false
 	for k, v := range c.All() {
 		e := Entry{ID: v.ID(), Offset: uint64(v.Offset()), Rows: uint32(v.Rows()), Cols: uint32(v.Cols()), DType: DType(v.DType())}
@@ -108,13 +134,7 @@ func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry
 		} else if e.DType != common {
 			mixed = true
 		}
-		pos := k
-		if regular {
-			ci := p.Class(v.PlanIndex())
-			cl := &classes[ci]
-			pos = first[ci] + int((v.Offset()-cl.Offset)/cl.Stride)
-		}
-		entries[pos] = e
+		entries[slots.slot(k, v)] = e
 	}
 	if !slices.IsSortedFunc(entries, byOffset) {
 		slices.SortFunc(entries, byOffset)
@@ -130,6 +150,39 @@ func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry
 	encodeEntries(m.entries, entries)
 	m.entriesCRC = Checksum(m.entries)
 	return m, entries, nil
+}
+
+// receivedLayout is the layout a receiver rebuilds from the manifest of c
+// (one group, the blocks in offset order, no destination), made from c's
+// layout directly: what a message to self copied without MPI is viewed
+// through. scratch is working memory, returned for the next call.
+func receivedLayout(c *packing.Coalesced, scratch []packing.Entry) (*packing.Plan, []packing.Entry, error) {
+	entries := slices.Grow(scratch[:0], c.Len())[:c.Len()]
+	var slots offsetSlots
+	slots.init(c)
+	for k, v := range c.All() {
+		entries[slots.slot(k, v)] = packing.Entry{ID: v.ID(), DType: v.DType(), Rows: v.Rows(), Cols: v.Cols(), Offset: v.Offset()}
+	}
+	byOffset := func(a, b packing.Entry) int { return cmp.Compare(a.Offset, b.Offset) }
+	if !slices.IsSortedFunc(entries, byOffset) {
+		slices.SortFunc(entries, byOffset)
+	}
+	plan, err := packing.FromManifest(entries, c.Size())
+	return plan, entries[:0], err
+}
+
+// sameLayout reports whether two received layouts list the same blocks at
+// the same offsets in payloads of the same size.
+func sameLayout(a, b *packing.Plan) bool {
+	if a == b {
+		return true
+	}
+	if a.Len() != b.Len() || a.Groups()[0].Bytes != b.Groups()[0].Bytes {
+		return false
+	}
+	ea, na, erra := a.Manifest(0)
+	eb, nb, errb := b.Manifest(0)
+	return erra == nil && errb == nil && na == nb && slices.Equal(ea, eb)
 }
 
 func byOffset(a, b Entry) int {
