@@ -464,8 +464,7 @@ func (e *exchange) selfLayout(c *packing.Coalesced) (*learnedIn, error) {
 	if known != nil && known.from == c.Plan() && known.fromGroup == c.Group() {
 		return known, nil
 	}
-	plan, scratch, err := receivedLayout(c, x.scratch)
-	x.scratch = scratch
+	plan, err := c.Plan().Detached(c.Group())
 	if err != nil {
 		return nil, e.outErr(x.rank, "manifest", err)
 	}

@@ -1,7 +1,6 @@
 package msg
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -150,25 +149,6 @@ func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry
 	encodeEntries(m.entries, entries)
 	m.entriesCRC = Checksum(m.entries)
 	return m, entries, nil
-}
-
-// receivedLayout is the layout a receiver rebuilds from the manifest of c
-// (one group, the blocks in offset order, no destination), made from c's
-// layout directly: what a message to self copied without MPI is viewed
-// through. scratch is working memory, returned for the next call.
-func receivedLayout(c *packing.Coalesced, scratch []packing.Entry) (*packing.Plan, []packing.Entry, error) {
-	entries := slices.Grow(scratch[:0], c.Len())[:c.Len()]
-	var slots offsetSlots
-	slots.init(c)
-	for k, v := range c.All() {
-		entries[slots.slot(k, v)] = packing.Entry{ID: v.ID(), DType: v.DType(), Rows: v.Rows(), Cols: v.Cols(), Offset: v.Offset()}
-	}
-	byOffset := func(a, b packing.Entry) int { return cmp.Compare(a.Offset, b.Offset) }
-	if !slices.IsSortedFunc(entries, byOffset) {
-		slices.SortFunc(entries, byOffset)
-	}
-	plan, err := packing.FromManifest(entries, c.Size())
-	return plan, entries[:0], err
 }
 
 // sameLayout reports whether two received layouts list the same blocks at

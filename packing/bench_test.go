@@ -253,3 +253,23 @@ func BenchmarkPackHost(b *testing.B) {
 	_ = src.Free()
 	_ = c.Free()
 }
+
+// BenchmarkDetached is the cost of a group's layout as its receiver sees it,
+// made from the plan (what a rank pays to view a new layout it sends to
+// itself): the solve's spectrum of tiny blocks, ns per block.
+func BenchmarkDetached(b *testing.B) {
+	for _, n := range []int{2000, 20000} {
+		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
+			p, err := NewPlan(mixedDescs(n, 17), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if q, err := p.Detached(0); err != nil || q.Len() != n {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
+		})
+	}
+}

@@ -896,6 +896,98 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 	return p, nil
 }
 
+// Detached is group g of p alone, as a receiver of the group's manifest
+// sees it: the single-group plan FromManifest makes from Manifest(g) in
+// offset order (the blocks in offset order, at their offsets in the
+// group's buffer, with no destination). It is made from p directly, in one
+// pass over the group's blocks for a NewPlan layout, without the checks a
+// manifest from elsewhere needs: what a rank delivering a group to itself
+// views the copy through.
+func (p *Plan) Detached(g int) (*Plan, error) {
+	members, err := p.Members(g)
+	if err != nil {
+		return nil, err
+	}
+	n := len(members)
+	q := &Plan{ids: make([]uint64, n), meta: make([]uint32, n), offs: make([]int64, n)}
+	// Each source block's place in offset order: a NewPlan group lays its
+	// classes out one after another in Group.Classes order, each class's
+	// blocks at its stride, so a block's place follows from its class and
+	// rank; a manifest plan's blocks may interleave, and are sorted.
+	grp := &p.groups[g]
+	place := make([]int32, len(p.classes)) // a source class's first place
+	strided := !p.manifest()
+	for _, ci := range grp.Classes {
+		cl := &p.classes[ci]
+		strided = strided && cl.Regular && (cl.Count == 1 || cl.Stride > 0)
+	}
+	if !strided {
+		order := slices.Clone(members)
+		slices.SortFunc(order, func(x, y int32) int { return cmp.Compare(p.offset(int(x)), p.offset(int(y))) })
+		for k, i := range order {
+			q.ids[k], q.offs[k], q.meta[k] = p.id(int(i)), p.offset(int(i)), uint32(p.Class(int(i)))
+		}
+	} else {
+		next := int32(0)
+		for _, ci := range grp.Classes {
+			place[ci] = next
+			next += int32(p.classes[ci].Count)
+		}
+		for _, i := range members {
+			ci := p.Class(int(i))
+			cl := &p.classes[ci]
+			off, k := p.offset(int(i)), place[ci]
+			switch {
+			case p.rankBits > 0: // the rank is in meta: no division
+				k += int32(p.meta[i] & p.rankMask)
+			case cl.Stride > 0:
+				k += int32((off - cl.Offset) / cl.Stride)
+			}
+			q.ids[k], q.offs[k], q.meta[k] = p.id(int(i)), off, uint32(ci)
+		}
+	}
+	// Classes numbered in order of first appearance, with FromManifest's
+	// strides: the step between the first two blocks, kept when every step
+	// is the same and no shorter than a block.
+	for i := range place {
+		place[i] = -1
+	}
+	q.classes = make([]Class, 0, len(grp.Classes))
+	last := make([]int64, 0, len(grp.Classes))
+	for k := range q.meta {
+		src := &p.classes[q.meta[k]]
+		c := place[q.meta[k]]
+		if c < 0 {
+			c = int32(len(q.classes))
+			place[q.meta[k]] = c
+			q.classes = append(q.classes, Class{DType: src.DType, Rows: src.Rows, Cols: src.Cols, BlockBytes: src.BlockBytes,
+				Offset: q.offs[k], Stride: src.BlockBytes, Regular: true})
+			last = append(last, 0)
+		}
+		cl := &q.classes[c]
+		switch cl.Count {
+		case 0:
+		case 1:
+			cl.Stride = q.offs[k] - cl.Offset
+			cl.Regular = cl.Stride >= cl.BlockBytes
+		default:
+			cl.Regular = cl.Regular && q.offs[k]-last[c] == cl.Stride
+		}
+		last[c] = q.offs[k]
+		cl.Count++
+		q.meta[k] = uint32(c)
+	}
+	out := Group{Blocks: n, Bytes: grp.Bytes}
+	for c := range q.classes {
+		if !q.classes[c].Regular {
+			q.classes[c].Stride = 0
+		}
+		out.Classes = append(out.Classes, c)
+	}
+	q.groups = []Group{out}
+	return q, nil
+}
+
 func checkDisjoint(p *Plan) error {
 	offs := p.offs
 	// A manifest in offset order (what a sender writes when it lists blocks

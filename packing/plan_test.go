@@ -603,3 +603,71 @@ func TestClassSize(t *testing.T) {
 		require.EqualValues(t, 64, unsafe.Sizeof(Class{}))
 	}
 }
+
+// TestDetached checks that Detached(g) is the plan a receiver rebuilds from
+// group g's manifest in offset order, for NewPlan layouts (several groups,
+// block alignment, shuffled ids, dense ids) and for manifest plans whose
+// classes interleave.
+func TestDetached(t *testing.T) {
+	withDests := func(descs []Desc, ranks int, seed uint64) []Desc {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		out := slices.Clone(descs)
+		for i := range out {
+			out[i].Dest = rng.IntN(ranks)
+		}
+		rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+		return out
+	}
+	dense := make([]Desc, 500)
+	for i := range dense {
+		dense[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + i%3, Cols: 2}
+	}
+	plans := map[string]*Plan{}
+	mk := func(name string, descs []Desc, o Options) {
+		p, err := NewPlan(descs, o)
+		require.NoError(t, err)
+		plans[name] = p
+	}
+	mk("one group", mixedDescs(700, 1), Options{})
+	mk("dense ids", dense, Options{})
+	mk("five groups, shuffled", withDests(mixedDescs(900, 2), 5, 9), Options{})
+	mk("block align", withDests(mixedDescs(300, 3), 3, 4), Options{Align: 512, BlockAlign: 64})
+	// A manifest whose classes interleave: two shapes taking turns.
+	var inter []Entry
+	for k := range 40 {
+		inter = append(inter, Entry{ID: uint64(1000 - k), DType: Float64, Rows: 1 + k%2, Cols: 1, Offset: int64(16 * k)})
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	rng.Shuffle(len(inter), func(i, j int) { inter[i], inter[j] = inter[j], inter[i] })
+	q, err := FromManifest(inter, 16*40)
+	require.NoError(t, err)
+	plans["interleaved manifest"] = q
+
+	for name, p := range plans {
+		for g := range p.Groups() {
+			entries, size, err := p.Manifest(g)
+			require.NoError(t, err)
+			slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.Offset, b.Offset) })
+			want, err := FromManifest(entries, size)
+			require.NoError(t, err)
+			got, err := p.Detached(g)
+			require.NoError(t, err, "%s, group %d", name, g)
+			require.Equal(t, want.Classes(), got.Classes(), "%s, group %d: classes", name, g)
+			require.Equal(t, want.Groups(), got.Groups(), "%s, group %d: groups", name, g)
+			gotEntries, gotSize, err := got.Manifest(0)
+			require.NoError(t, err)
+			require.Equal(t, entries, gotEntries, "%s, group %d: blocks in offset order", name, g)
+			require.Equal(t, size, gotSize)
+			for _, e := range entries {
+				i, ok := got.Index(e.ID)
+				require.True(t, ok)
+				d, off, err := got.Block(i)
+				require.NoError(t, err)
+				require.Equal(t, e.Offset, off)
+				require.Zero(t, d.Dest)
+			}
+		}
+		_, err := p.Detached(len(p.Groups()))
+		require.ErrorIs(t, err, ErrOutOfRange)
+	}
+}
