@@ -37,7 +37,9 @@
 // after a header, and AllocPrefixed reserves room for a header before a
 // group's layout (Coalesced.Start says where the layout begins); FromManifest rebuilds the plan
 // of a received manifest after checking it (bounds, alignment, overlaps,
-// duplicate ids); Manifest lists what a receiver needs.
+// duplicate ids); Manifest lists what a receiver needs, and Detached is
+// the plan a receiver rebuilds, made from the sender's plan without the
+// checks (for a group a rank delivers to itself).
 //
 // # Pack and unpack
 //
