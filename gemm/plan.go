@@ -266,6 +266,11 @@ func (p *Plan) build(smallMax int32) error {
 	sc.waveOf = slices.Grow(sc.waveOf[:0], pr.C.Len())[:pr.C.Len()]
 	clear(sc.waveOf)
 	probs, waveOf := sc.probs, sc.waveOf
+	// Each operand's class table, read once: a block's shape, dtype and
+	// size come from its class, so the loop reads one class per operand
+	// instead of going through the view for every field.
+	clsA, clsB, clsC := pr.A.Plan().Classes(), pr.B.Plan().Classes(), pr.C.Plan().Classes()
+	planA, planB, planC := pr.A.Plan(), pr.B.Plan(), pr.C.Plan()
 	for i, t := range pr.Triples {
 		va, err := viewOf(pr.A, t.A, "A", i, t)
 		if err != nil {
@@ -279,32 +284,32 @@ func (p *Plan) build(smallMax int32) error {
 		if err != nil {
 			return err
 		}
-		dt := va.DType()
+		ca, cb, cc := &clsA[planA.Class(va.PlanIndex())], &clsB[planB.Class(vb.PlanIndex())], &clsC[planC.Class(vc.PlanIndex())]
 		if i == 0 {
-			p.dtype = dt
+			p.dtype = ca.DType
 		}
-		if dt != p.dtype || vb.DType() != p.dtype || vc.DType() != p.dtype {
-			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("dtypes %v, %v, %v (the problem is %v)", dt, vb.DType(), vc.DType(), p.dtype), Err: ErrDType}
+		if ca.DType != p.dtype || cb.DType != p.dtype || cc.DType != p.dtype {
+			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("dtypes %v, %v, %v (the problem is %v)", ca.DType, cb.DType, cc.DType, p.dtype), Err: ErrDType}
 		}
-		m, k := va.Rows(), va.Cols()
+		m, k := ca.Rows, ca.Cols
 		if pr.TransA == Trans {
 			m, k = k, m
 		}
-		kb, nn := vb.Rows(), vb.Cols()
+		kb, nn := cb.Rows, cb.Cols
 		if pr.TransB == Trans {
 			kb, nn = nn, kb
 		}
-		if k != kb || vc.Rows() != m || vc.Cols() != nn {
+		if k != kb || cc.Rows != m || cc.Cols != nn {
 			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("op%v(A) is %dx%d, op%v(B) %dx%d, C %dx%d",
-				pr.TransA, m, k, pr.TransB, kb, nn, vc.Rows(), vc.Cols()), Err: ErrShape}
+				pr.TransA, m, k, pr.TransB, kb, nn, cc.Rows, cc.Cols), Err: ErrShape}
 		}
-		if max(m, nn, k, va.Cols(), vb.Cols()) > 1<<31-1 {
+		if max(m, nn, k, ca.Cols, cb.Cols) > 1<<31-1 {
 			return &TripleError{Index: i, Triple: t, Reason: "a dimension exceeds 2^31-1", Err: ErrShape}
 		}
 		w := waveOf[t.C]
 		waveOf[t.C]++
 		probs[i] = problem{a: va.Offset(), b: vb.Offset(), c: vc.Offset(), m: int32(m), n: int32(nn), k: int32(k),
-			lda: int32(va.Cols()), ldb: int32(vb.Cols()), tripleIdx: int32(i), wave: w}
+			lda: int32(ca.Cols), ldb: int32(cb.Cols), tripleIdx: int32(i), wave: w}
 		p.waves = max(p.waves, int(w)+1)
 	}
 	if err := checkScalars(p.dtype, n, pr.Alpha, pr.Beta); err != nil {
@@ -468,6 +473,7 @@ type planScratch struct {
 	probs        []problem
 	waveOf       []int32
 	start, next  []int32
+	bucket       []int32 // each product's bucket, between counting and placing
 	keys         []uint64
 	shapeClasses []int32
 }
@@ -523,16 +529,19 @@ func (p *Plan) plan(probs []problem, smallMax int32, sc *planScratch) {
 	if nb := p.waves * 3 * nShapes; nb <= 6*len(probs)+64 {
 		start := slices.Grow(sc.start[:0], nb+1)[:nb+1]
 		clear(start)
+		bucket := slices.Grow(sc.bucket[:0], len(probs))[:len(probs)]
+		sc.bucket = bucket
 		for i := range probs {
-			start[bucketOf(&probs[i])+1]++
+			b := int32(bucketOf(&probs[i]))
+			bucket[i] = b
+			start[b+1]++
 		}
 		for b := range nb {
 			start[b+1] += start[b]
 		}
 		next := append(sc.next[:0], start[:nb]...)
 		sc.start, sc.next = start, next
-		for i := range probs {
-			b := bucketOf(&probs[i])
+		for i, b := range bucket {
 			sorted[next[b]] = probs[i]
 			next[b]++
 		}
