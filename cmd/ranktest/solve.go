@@ -48,6 +48,7 @@ type bondData struct {
 	index     int
 	peerSpecs [][]blockSpec // by source rank
 	specs     []blockSpec   // this rank's
+	descs     operandDescs  // this rank's blocks as descriptors
 	incoming  []incomingBlock
 	refs      map[refKey][]float64
 }
@@ -151,6 +152,7 @@ func (sv *solver) bondData(b int) *bondData {
 		}
 	}
 	bd.specs = bd.peerSpecs[sv.rank]
+	bd.descs = descsOf(bd.specs)
 	sv.bonds[b] = bd
 	return bd
 }
@@ -177,7 +179,7 @@ func (sv *solver) layoutFor(iter int) (l *layout, fresh bool, planUS float64, er
 	}
 	start := time.Now()
 	l = &layout{bond: bd, lastUse: sv.solves}
-	if l.planA, l.planB, l.planC, err = plans(bd.specs); err != nil {
+	if l.planA, l.planB, l.planC, err = bd.descs.plans(); err != nil {
 		return nil, true, 0, err
 	}
 	if sv.ex != nil {

@@ -93,24 +93,32 @@ func reference(seed uint64, bond, src int, id uint64, sp blockSpec) []float64 {
 // earlier iteration cannot pass verification.
 func alphaFor(iter int) float64 { return float64(1 + iter%7) }
 
-// plans lays out A, B (one buffer each) and C (one buffer per destination).
-func plans(specs []blockSpec) (a, b, c *packing.Plan, err error) {
-	da := make([]packing.Desc, len(specs))
-	db := make([]packing.Desc, len(specs))
-	dc := make([]packing.Desc, len(specs))
+// operandDescs are the descriptors of a rank's blocks at one bond: A
+// (m x k) and B (k x n) in one buffer each, C (m x n) bound for its
+// destination. They are the block structure a solver holds; laying them out
+// is what a solve on a fresh layout pays for.
+type operandDescs struct{ a, b, c []packing.Desc }
+
+func descsOf(specs []blockSpec) operandDescs {
+	d := operandDescs{make([]packing.Desc, len(specs)), make([]packing.Desc, len(specs)), make([]packing.Desc, len(specs))}
 	for i, sp := range specs {
 		id := uint64(i)
-		da[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.k}
-		db[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.k, Cols: sp.n}
-		dc[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.n, Dest: sp.dest}
+		d.a[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.k}
+		d.b[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.k, Cols: sp.n}
+		d.c[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.n, Dest: sp.dest}
 	}
-	if a, err = packing.NewPlan(da, packing.Options{}); err != nil {
+	return d
+}
+
+// plans lays out A, B (one buffer each) and C (one buffer per destination).
+func (d operandDescs) plans() (a, b, c *packing.Plan, err error) {
+	if a, err = packing.NewPlan(d.a, packing.Options{}); err != nil {
 		return
 	}
-	if b, err = packing.NewPlan(db, packing.Options{}); err != nil {
+	if b, err = packing.NewPlan(d.b, packing.Options{}); err != nil {
 		return
 	}
-	c, err = packing.NewPlan(dc, packing.Options{})
+	c, err = packing.NewPlan(d.c, packing.Options{})
 	return
 }
 
