@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/nvrtc"
@@ -228,6 +229,15 @@ const (
 // offsets a, b, c (uint64, bytes from the layout's start), then m, n, k, lda,
 // ldb and a zero (int32), little-endian.
 func encodeStack(dst []byte, probs []problem) {
+	if hostLittleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%8 == 0 {
+		// The entry's layout in memory is the stack's: one store per field.
+		es := unsafe.Slice((*stackEntry)(unsafe.Pointer(unsafe.SliceData(dst))), len(probs))
+		for i := range probs {
+			q := &probs[i]
+			es[i] = stackEntry{uint64(q.a), uint64(q.b), uint64(q.c), q.m, q.n, q.k, q.lda, q.ldb, 0}
+		}
+		return
+	}
 	for i := range probs {
 		q := &probs[i]
 		e := dst[i*stackEntryBytes : (i+1)*stackEntryBytes]
@@ -239,6 +249,19 @@ func encodeStack(dst []byte, probs []problem) {
 		}
 	}
 }
+
+// stackEntry is one stack entry as it lies in memory on a little-endian
+// host.
+type stackEntry struct {
+	a, b, c                 uint64
+	m, n, k, lda, ldb, zero int32
+}
+
+var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// The entry type must be exactly the stack's entry.
+var _ [stackEntryBytes - unsafe.Sizeof(stackEntry{})]struct{}
+var _ [unsafe.Sizeof(stackEntry{}) - stackEntryBytes]struct{}
 
 // kernelLauncher runs the plan's own kernels on a stream: on CUDA through
 // the runtime; in tests through a host emulation of the same contract.

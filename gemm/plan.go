@@ -526,6 +526,7 @@ func (p *Plan) plan(probs []problem, smallMax int32, sc *planScratch) {
 		return (int(q.wave)*3+category(q))*nShapes + int(q.shapeClass)
 	}
 	sorted := make([]problem, len(probs))
+	var bounds []int32 // each bucket's first product in sorted, when bucketed
 	if nb := p.waves * 3 * nShapes; nb <= 6*len(probs)+64 {
 		start := slices.Grow(sc.start[:0], nb+1)[:nb+1]
 		clear(start)
@@ -541,6 +542,7 @@ func (p *Plan) plan(probs []problem, smallMax int32, sc *planScratch) {
 		}
 		next := append(sc.next[:0], start[:nb]...)
 		sc.start, sc.next = start, next
+		bounds = start
 		for i, b := range bucket {
 			sorted[next[b]] = probs[i]
 			next[b]++
@@ -571,11 +573,21 @@ func (p *Plan) plan(probs []problem, smallMax int32, sc *planScratch) {
 			}
 			mid++
 		}
+		// A wave's runs of one shape: its buckets of categories 0 and 1
+		// (small), then 2, when the products were bucketed.
+		runs := func(lo, hi, cat0, cat1 int) []int {
+			if bounds == nil {
+				return shapeRuns(sorted, lo, hi)
+			}
+			return bucketRuns(bounds, (int(w)*3+cat0)*nShapes, (int(w)*3+cat1+1)*nShapes)
+		}
 		if mid > lo {
-			p.launches = append(p.launches, launch{kind: small, wave: int(w), lo: lo, hi: mid, tiny: tiny, groups: shapeRuns(sorted, lo, mid)})
+			p.launches = append(p.launches, launch{kind: small, wave: int(w), lo: lo, hi: mid, tiny: tiny, groups: runs(lo, mid, 0, 1)})
 			p.smallN += mid - lo
 		}
-		p.cut(sorted, mid, hi, int(w), groupable)
+		if mid < hi {
+			p.cut(mid, hi, int(w), groupable, runs(mid, hi, 2, 2))
+		}
 		lo = hi
 	}
 }
@@ -606,12 +618,27 @@ func shapeRuns(probs []problem, lo, hi int) []int {
 	return runs
 }
 
-// cut makes the cuBLAS launches of one wave's products probs[lo:hi].
-func (p *Plan) cut(probs []problem, lo, hi, wave int, groupable bool) {
-	if lo == hi {
-		return
+// bucketRuns is the sizes of the non-empty buckets b0 to b1-1, whose
+// products start at bounds[b]: the runs of one shape.
+func bucketRuns(bounds []int32, b0, b1 int) []int {
+	n := 0
+	for b := b0; b < b1; b++ {
+		if bounds[b+1] > bounds[b] {
+			n++
+		}
 	}
-	runs := shapeRuns(probs, lo, hi)
+	runs := make([]int, 0, n)
+	for b := b0; b < b1; b++ {
+		if k := bounds[b+1] - bounds[b]; k > 0 {
+			runs = append(runs, int(k))
+		}
+	}
+	return runs
+}
+
+// cut makes the cuBLAS launches of one wave's products problems[lo:hi],
+// whose runs of one shape have the given sizes.
+func (p *Plan) cut(lo, hi, wave int, groupable bool, runs []int) {
 	switch {
 	case p.strategy == Loop:
 		for i := lo; i < hi; i++ {

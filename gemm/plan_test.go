@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
@@ -228,4 +229,22 @@ func TestRunAfterFree(t *testing.T) {
 	require.NoError(t, C.Free())
 	_, err = NewPlan(Problem{A: A, B: A, C: C, Alpha: 1, Triples: []Triple{{0, 0, 0}}}, Options{})
 	require.ErrorIs(t, err, packing.ErrFreed)
+}
+
+// TestEncodeStack checks the stack's two encoders against each other: the
+// one that stores entries whole (aligned memory on a little-endian host)
+// and the byte-wise one (used otherwise, here by misaligning the buffer).
+func TestEncodeStack(t *testing.T) {
+	probs := []problem{
+		{a: 8, b: 1 << 40, c: 24, m: 1, n: 2, k: 3, lda: 3, ldb: 2},
+		{a: 1<<62 + 16, b: 0, c: 1 << 33, m: 1<<31 - 1, n: 64, k: 7, lda: 1<<31 - 1, ldb: 64},
+	}
+	whole := make([]byte, len(probs)*stackEntryBytes)
+	encodeStack(whole, probs)
+	raw := make([]byte, len(whole)+1)
+	encodeStack(raw[1:], probs)
+	require.Equal(t, whole, raw[1:])
+	require.Equal(t, uint64(1<<62+16), binary.LittleEndian.Uint64(whole[stackEntryBytes:]))
+	require.Equal(t, uint32(1<<31-1), binary.LittleEndian.Uint32(whole[stackEntryBytes+24:]))
+	require.Zero(t, binary.LittleEndian.Uint32(whole[44:48]))
 }
