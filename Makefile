@@ -29,7 +29,9 @@ lint:
 unit:
 	$(GO) test -race -count=1 $(PKGS)
 
-# MPI test binaries under mpirun -n 1, 2, 3 and 4, each under a timeout.
+# The MPI tests in four passes, each run under a timeout: Open MPI at every
+# package's rank counts, then subsets funnelled (DISTBUF_MPI_THREAD=funneled),
+# over TCP alone, and built against MPICH (scripts/test-mpi.sh says which).
 mpitest: deps
 	scripts/test-mpi.sh
 
