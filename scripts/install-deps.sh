@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Installs what the build and tests need and is not already there, then
-# checks that the default MPI is still Open MPI. Safe to run any number of
-# times.
+# Installs what the build (and, with --mpich, the MPI tests) need and is not
+# already there, then checks that the default MPI is still Open MPI. Safe to
+# run any number of times.
 #
-#   Open MPI (libopenmpi-dev, openmpi-bin): the default MPI of the build:
-#     mpicc, mpirun and pkg-config "mpi".
-#   MPICH (libmpich-dev, mpich): the MPICH pass of scripts/test-mpi.sh, which
-#     names it explicitly: pkg-config "mpich" (-tags "mpi mpich") and
-#     mpiexec.mpich.
+#   scripts/install-deps.sh          Open MPI (libopenmpi-dev, openmpi-bin):
+#                                    the default MPI of the build: mpicc,
+#                                    mpirun and pkg-config "mpi".
+#   scripts/install-deps.sh --mpich  also MPICH (libmpich-dev, mpich) for the
+#                                    MPICH pass of scripts/test-mpi.sh, which
+#                                    names it explicitly: pkg-config "mpich"
+#                                    (-tags "mpi mpich") and mpiexec.mpich.
+#                                    `make mpitest` (and so `make test`) asks
+#                                    for it; `make build` and `make run` do
+#                                    not need it.
 #
 # Each is looked for by a name that only it provides (pkg-config "ompi" and
 # mpirun.openmpi; pkg-config "mpich" and mpiexec.mpich): the generic mpicc
 # and mpirun may belong to either once both are installed.
 set -euo pipefail
+
+mpich=0
+for arg in "$@"; do
+  case $arg in
+    --mpich) mpich=1 ;;
+    *) echo "usage: $0 [--mpich]" >&2; exit 2 ;;
+  esac
+done
 
 has_pc() { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$1"; }
 
@@ -20,12 +33,14 @@ need=()
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 has_pc ompi || need+=(libopenmpi-dev)
 command -v mpirun.openmpi >/dev/null 2>&1 || need+=(openmpi-bin)
-has_pc mpich || need+=(libmpich-dev)
-command -v mpiexec.mpich >/dev/null 2>&1 || need+=(mpich)
+if [ "$mpich" = 1 ]; then
+  has_pc mpich || need+=(libmpich-dev)
+  command -v mpiexec.mpich >/dev/null 2>&1 || need+=(mpich)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-deps: missing ${need[*]} and no apt-get; install Open MPI and MPICH by hand" >&2
+    echo "install-deps: missing ${need[*]} and no apt-get; install them by hand" >&2
     exit 1
   fi
   sudo=""

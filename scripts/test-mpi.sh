@@ -2,8 +2,8 @@
 # Runs the MPI tests (the *_test.go files built only with the mpi tag) under
 # an MPI launcher, in four passes, each run under a timeout so a hung rank
 # fails the run instead of hanging it. Installs nothing: `make mpitest` runs
-# scripts/install-deps.sh first. Nothing is skipped for want of a tool: a
-# pass whose launcher or MPI library is missing fails.
+# scripts/install-deps.sh --mpich first. Nothing is skipped for want of a
+# tool: a pass whose launcher or MPI library is missing fails.
 #
 # Passes (MPI_PASSES, default "default funneled tcp mpich"):
 #
@@ -196,11 +196,11 @@ run_pass() {
   shift 2
   set_launcher "$pass"
   if [ "$pass" = mpich ] && ! pkg-config --exists mpich; then
-    failed+=("mpich (no pkg-config module mpich: run scripts/install-deps.sh)")
+    failed+=("mpich (no pkg-config module mpich: run scripts/install-deps.sh --mpich)")
     return 0
   fi
   if ! command -v "${launch[0]}" >/dev/null 2>&1; then
-    failed+=("$pass (${launch[0]} not found: run scripts/install-deps.sh)")
+    failed+=("$pass (${launch[0]} not found: run scripts/install-deps.sh --mpich)")
     return 0
   fi
   if [ "$pass" = tcp ] && [ "$openmpi" != 1 ]; then
