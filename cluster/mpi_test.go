@@ -41,7 +41,13 @@ func checkCUDAAwareOn(t *testing.T) {
 	}
 }
 
+// TestThreadLevel checks the design against DISTBUF_MPI_THREAD and logs it
+// with the rank and world size: scripts/test-mpi.sh runs it with -test.v in
+// each pass and checks the line on every rank, which shows the setting
+// reached every rank and the ranks form one world (a binary launched by
+// another MPI's launcher starts as separate one-rank worlds).
 func TestThreadLevel(t *testing.T) {
+	w := mustWorld(t)
 	mode, provided, err := cluster.Threading()
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +62,7 @@ func TestThreadLevel(t *testing.T) {
 	if mode == cluster.ThreadMultiple && provided != "MPI_THREAD_MULTIPLE" {
 		t.Fatalf("multiple design with MPI providing %s", provided)
 	}
-	t.Logf("design %v, MPI provided %s", mode, provided)
+	t.Logf("rank %d of %d: design %v, MPI provided %s", w.Rank(), w.Size(), mode, provided)
 }
 
 // TestGoPanicsStayRecoverable: MPI must leave Go's signal handlers in
