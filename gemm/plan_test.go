@@ -248,3 +248,57 @@ func TestEncodeStack(t *testing.T) {
 	require.Equal(t, uint32(1<<31-1), binary.LittleEndian.Uint32(whole[stackEntryBytes+24:]))
 	require.Zero(t, binary.LittleEndian.Uint32(whole[44:48]))
 }
+
+// TestPlanFirstError: of a long list with several bad triples, the error
+// reported is the first failing triple's, and each triple's checks keep
+// their order (A, B, C, then shapes).
+func TestPlanFirstError(t *testing.T) {
+	a := openHost(t)
+	defer func() { require.NoError(t, a.Sync()) }()
+	const n = 4096
+	A := alloc(t, a, uniform(n, packing.Float64, 4, 5))
+	B := alloc(t, a, uniform(n, packing.Float64, 5, 6))
+	C := alloc(t, a, uniform(n, packing.Float64, 4, 6))
+	diag := func() []Triple {
+		tr := make([]Triple, n)
+		for i := range tr {
+			tr[i] = Triple{i, i, i}
+		}
+		return tr
+	}
+	cases := []struct {
+		name    string
+		breakIt func(tr []Triple)
+		index   int
+		err     error
+	}{
+		{"late chunk only", func(tr []Triple) { tr[3900].C = n }, 3900, ErrOutOfRange},
+		{"early before late", func(tr []Triple) { tr[3900].A = -1; tr[700].C = n + 5 }, 700, ErrOutOfRange},
+		{"A before C in one triple", func(tr []Triple) { tr[2500].C = n; tr[2500].A = n }, 2500, ErrOutOfRange},
+		{"first triple", func(tr []Triple) { tr[0].B = n; tr[4000].A = n }, 0, ErrOutOfRange},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := diag()
+			c.breakIt(tr)
+			_, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: tr}, Options{})
+			require.ErrorIs(t, err, c.err)
+			var te *TripleError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, c.index, te.Index)
+			require.Equal(t, tr[c.index], te.Triple)
+		})
+	}
+	t.Run("shape before range", func(t *testing.T) {
+		descs := uniform(n, packing.Float64, 5, 6)
+		descs[2600].Cols = 7 // op(A)*B is then 4x7 where C is 4x6
+		mixed := alloc(t, a, descs)
+		tr := diag()
+		tr[3500].A = n
+		_, err := NewPlan(Problem{A: A, B: mixed, C: C, Alpha: 1, Triples: tr}, Options{})
+		require.ErrorIs(t, err, ErrShape)
+		var te *TripleError
+		require.ErrorAs(t, err, &te)
+		require.Equal(t, 2600, te.Index)
+	})
+}
