@@ -74,57 +74,32 @@ type writtenManifest struct {
 	man *outManifest
 }
 
-// offsetSlots places c's blocks in offset order, the order a manifest
-// lists them in. A NewPlan layout lists each shape class in one run and
-// classes one after another, so a block's place follows from its class and
-// offset without a sort; for other layouts (regular false) the place is
-// the block's position, and the caller sorts.
-type offsetSlots struct {
-	p       *packing.Plan
-	classes []packing.Class
-	// first[ci] is the place of class ci's first block. Classes are few,
-	// and a slice indexed by class costs a load where a map costs a hash.
-	first   []int
-	regular bool
-	buf     [64]int
-}
-
-func (s *offsetSlots) init(c *packing.Coalesced) {
-	s.p = c.Plan()
-	s.classes = s.p.Classes()
-	s.first = s.buf[:]
-	if len(s.classes) > len(s.first) {
-		s.first = make([]int, len(s.classes))
-	}
-	s.regular = true
-	next := 0
-	for _, ci := range s.p.Groups()[c.Group()].Classes {
-		cl := &s.classes[ci]
-		s.regular = s.regular && cl.Regular && cl.Stride > 0
-		s.first[ci] = next
-		next += cl.Count
-	}
-}
-
-// slot is the place of view v, the k-th block of the Coalesced.
-func (s *offsetSlots) slot(k int, v packing.View) int {
-	if !s.regular {
-		return k
-	}
-	ci := s.p.Class(v.PlanIndex())
-	cl := &s.classes[ci]
-	return s.first[ci] + int((v.Offset()-cl.Offset)/cl.Stride)
-}
-
-// buildManifest lists c's blocks in offset order, as the wire format wants,
-// and encodes them. scratch holds the entries between listing and encoding;
-// it is returned, grown as needed, for the next call.
+// buildManifest lists c's blocks in offset order, as the wire format wants.
+// A NewPlan layout lists each shape class in one run and classes one after
+// another, so the entries go to their places without a sort; other layouts
+// are sorted. scratch holds the entries between listing and encoding; it is
+// returned, grown as needed, for the next call.
 func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry, error) {
 	p := c.Plan()
 	n := c.Len()
 	entries := slices.Grow(scratch[:0], n)[:n]
-	var slots offsetSlots
-	slots.init(c)
+	classes := p.Classes()
+	group := p.Groups()[c.Group()].Classes
+	// first[ci] is the index of class ci's first entry. Classes are few and
+	// a slice indexed by class costs a load where a map costs a hash.
+	var firstBuf [64]int
+	first := firstBuf[:]
+	if len(classes) > len(first) {
+		first = make([]int, len(classes))
+	}
+	regular := true
+	next := 0
+	for _, ci := range group {
+		cl := &classes[ci]
+		regular = regular && cl.Regular && cl.Stride > 0
+		first[ci] = next
+		next += cl.Count
+	}
 	common, mixed := DType(0), false
 	for k, v := range c.All() {
 		e := Entry{ID: v.ID(), Offset: uint64(v.Offset()), Rows: uint32(v.Rows()), Cols: uint32(v.Cols()), DType: DType(v.DType())}
@@ -133,7 +108,13 @@ func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry
 		} else if e.DType != common {
 			mixed = true
 		}
-		entries[slots.slot(k, v)] = e
+		pos := k
+		if regular {
+			ci := p.Class(v.PlanIndex())
+			cl := &classes[ci]
+			pos = first[ci] + int((v.Offset()-cl.Offset)/cl.Stride)
+		}
+		entries[pos] = e
 	}
 	if !slices.IsSortedFunc(entries, byOffset) {
 		slices.SortFunc(entries, byOffset)
