@@ -125,16 +125,21 @@
 // data, so the windows cannot deadlock (the sched type says why). A rank
 // tests its requests and probes in turn (cluster.Await: short C slices,
 // never blocking inside MPI), and handles each message as it completes.
-// Ranks with nothing to send each other exchange no message at all. A rank's message to itself is one stream-ordered copy
-// of its blocks into a fresh pooled buffer, without MPI, made once the
-// first MPI requests are posted (it needs no peer, and the peers need those
-// requests): the sender keeps its buffer (persistent exchanges refill it
-// every sweep), so handing it over is not an option, and on device memory
-// the copy stays on the device where MPI would stage it twice. Nothing
-// crosses a wire, so no manifest is written, checksummed or decoded: the
-// received layout (the same a peer would rebuild, blocks in offset order)
-// is made from the send buffer's layout, once per layout, and kept while
-// the send buffers keep it.
+// Ranks with nothing to send each other exchange no message at all.
+//
+// A rank's message to itself is one stream-ordered copy of its blocks into
+// a fresh pooled buffer, without MPI, made once the first MPI requests are
+// posted (it needs no peer, and the peers need those requests). The sender
+// keeps its buffer (persistent exchanges refill it every sweep), so handing
+// it over is not an option, and on device memory the copy stays on the
+// device where MPI would stage it twice. The buffer is allocated and the
+// copy made on the allocator's default stream, where a solver's own work
+// usually runs: the copy then waits for the work that filled the send
+// buffer without an event between streams. Nothing crosses a wire, so no
+// manifest is written, checksummed or decoded: the received layout (the
+// same a peer would rebuild, blocks in offset order) is made from the send
+// buffer's layout, once per layout, and kept while the send buffers keep
+// it.
 // Options.SelfViaMPI sends it through MPI instead.
 //
 // # Ownership and lifetimes

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
 )
@@ -275,6 +276,43 @@ func TestSelfLayout(t *testing.T) {
 		require.NoError(t, r.Free())
 	}
 	require.EqualValues(t, before+1, x.Stats().ManifestsBuilt, "one layout made for three exchanges of the same buffers")
+}
+
+// TestSelfCopyStream: the message to self, its send buffers filled on the
+// allocator's default stream, is copied on that stream behind the fill:
+// no event is recorded and no stream waits for another one to copy it.
+// (Staged: the node-local windows' own events would be counted too.)
+func TestSelfCopyStream(t *testing.T) {
+	for _, v := range variants(t) {
+		if v.kind != devalloc.BackendCUDA || v.transport != "staged" {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			comm := world(t)
+			rank, size := comm.Rank(), comm.Size()
+			x := newExchanger(t, Options{Comm: comm, Alloc: a})
+			s := a.DefaultStream()
+			tr := selfTraffic(33)
+			bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+			require.NoError(t, err)
+			defer func() {
+				for _, b := range bufs {
+					require.NoError(t, b.Free())
+				}
+			}()
+			tr.fill(t, s, rank, bufs)
+			before := cudart.Calls()
+			r, err := x.Exchange(bufs)
+			require.NoError(t, err)
+			calls := cudart.Calls().Sub(before)
+			require.Zero(t, calls["cudaStreamWaitEvent"], "calls: %v", calls)
+			require.Zero(t, calls["cudaEventRecord"], "calls: %v", calls)
+			require.EqualValues(t, 1, calls["cudaMemcpyAsync"], "one copy of the blocks: %v", calls)
+			tr.verify(t, s, rank, size, r)
+			require.NoError(t, r.Free())
+		})
+	}
 }
 
 // TestHeaderOnlyRewrite: a buffer sent again with the same layout gets only

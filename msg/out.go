@@ -417,7 +417,9 @@ func withHostBytes(buf *devalloc.Buffer, mode devalloc.Mode, fn func(mem []byte)
 // stream-ordered copy of the blocks into a pooled buffer laid out like a
 // received message. Nothing crosses a wire, so no manifest is written or
 // read: the receive layout is made from the send buffer's layout, once
-// per layout.
+// per layout. The buffer is allocated and the copy made on the allocator's
+// default stream, where a solver's own work usually runs: behind the work
+// that filled the send buffer there, without an event between streams.
 func (e *exchange) copyToSelf(m *outMsg) {
 	x, c := e.x, m.c
 	p := int64(PayloadOffset(c.Len()))
@@ -430,13 +432,14 @@ func (e *exchange) copyToSelf(m *outMsg) {
 		return
 	}
 	in.learned = known
-	buf, err := x.a.Alloc(m.size, x.recvS)
+	s := x.a.DefaultStream()
+	buf, err := x.a.Alloc(m.size, s)
 	if err != nil {
 		e.fail(e.outErr(x.rank, "receive buffer", err))
 		return
 	}
 	if src := c.Buffer(); src.Allocator() == x.a {
-		err = x.recvS.Copy(buf, p, src, c.Start(), c.Size())
+		err = s.Copy(buf, p, src, c.Start(), c.Size())
 	} else {
 		err = e.copyAcross(buf, p, src, c.Start(), c.Size())
 	}
