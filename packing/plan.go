@@ -860,21 +860,10 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 			p.classes = append(p.classes, Class{DType: d.DType, Rows: d.Rows, Cols: d.Cols, BlockBytes: bb, Offset: e.Offset, Regular: true})
 		}
 		c := ce.word
-		cl := &p.classes[c]
-		switch cl.Count {
-		case 0:
-			cl.Stride = bb
-		case 1:
-			cl.Stride = e.Offset - cl.Offset
-			cl.Regular = cl.Stride >= bb
-		default:
-			cl.Regular = cl.Regular && e.Offset-last[c] == cl.Stride
-		}
 		if int(c) == len(last) {
 			last = append(last, 0)
 		}
-		last[c] = e.Offset
-		cl.Count++
+		p.classes[c].place(e.Offset, &last[c])
 		p.ids[i] = e.ID
 		p.meta[i] = uint32(c)
 		p.offs[i] = e.Offset
@@ -885,7 +874,32 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 	if err := checkDisjoint(p); err != nil {
 		return nil, err
 	}
-	g := Group{Blocks: n, Bytes: size}
+	p.endManifest(size)
+	return p, nil
+}
+
+// place adds a block at offset off to a class of a manifest layout, whose
+// blocks come in offset order; last is the offset of the class's previous
+// block. A class is Regular while its blocks sit at the step between its
+// first two, no shorter than a block.
+func (cl *Class) place(off int64, last *int64) {
+	switch cl.Count {
+	case 0:
+		cl.Stride = cl.BlockBytes
+	case 1:
+		cl.Stride = off - cl.Offset
+		cl.Regular = cl.Stride >= cl.BlockBytes
+	default:
+		cl.Regular = cl.Regular && off-*last == cl.Stride
+	}
+	*last = off
+	cl.Count++
+}
+
+// endManifest makes p's classes one group of size bytes, with no
+// destination, and clears the stride of the classes that are not regular.
+func (p *Plan) endManifest(size int64) {
+	g := Group{Blocks: len(p.meta), Bytes: size}
 	for c := range p.classes {
 		if !p.classes[c].Regular {
 			p.classes[c].Stride = 0
@@ -893,7 +907,6 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 		g.Classes = append(g.Classes, c)
 	}
 	p.groups = []Group{g}
-	return p, nil
 }
 
 // Detached is group g of p alone, as a receiver of the group's manifest
@@ -961,30 +974,13 @@ func (p *Plan) Detached(g int) (*Plan, error) {
 			c = int32(len(q.classes))
 			place[q.meta[k]] = c
 			q.classes = append(q.classes, Class{DType: src.DType, Rows: src.Rows, Cols: src.Cols, BlockBytes: src.BlockBytes,
-				Offset: q.offs[k], Stride: src.BlockBytes, Regular: true})
+				Offset: q.offs[k], Regular: true})
 			last = append(last, 0)
 		}
-		cl := &q.classes[c]
-		switch cl.Count {
-		case 0:
-		case 1:
-			cl.Stride = q.offs[k] - cl.Offset
-			cl.Regular = cl.Stride >= cl.BlockBytes
-		default:
-			cl.Regular = cl.Regular && q.offs[k]-last[c] == cl.Stride
-		}
-		last[c] = q.offs[k]
-		cl.Count++
+		q.classes[c].place(q.offs[k], &last[c])
 		q.meta[k] = uint32(c)
 	}
-	out := Group{Blocks: n, Bytes: grp.Bytes}
-	for c := range q.classes {
-		if !q.classes[c].Regular {
-			q.classes[c].Stride = 0
-		}
-		out.Classes = append(out.Classes, c)
-	}
-	q.groups = []Group{out}
+	q.endManifest(grp.Bytes)
 	return q, nil
 }
 
