@@ -21,21 +21,6 @@ import (
 
 var mixedTypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
 
-// sendAll allocates and fills rank's send buffers for tr.
-func sendAll(t *testing.T, a *devalloc.Allocator, tr traffic, rank, size int) []*packing.Coalesced {
-	t.Helper()
-	s := a.DefaultStream()
-	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
-	require.NoError(t, err)
-	tr.fill(t, s, rank, bufs)
-	t.Cleanup(func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
-	})
-	return bufs
-}
-
 // expectedMessages counts the peers rank sends to through MPI.
 func expectedMessages(tr traffic, rank, size int, selfViaMPI bool) int64 {
 	var n int64

@@ -239,13 +239,7 @@ func TestSelfLayout(t *testing.T) {
 	x := newExchanger(t, Options{Comm: comm, Alloc: a})
 	s := a.DefaultStream()
 	tr := selfTraffic(31)
-	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
-	require.NoError(t, err)
-	defer func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
-	}()
+	bufs := sendAll(t, a, tr, rank, size)
 	var self *packing.Coalesced
 	for _, c := range bufs {
 		if c.Dest() == rank {
@@ -294,14 +288,7 @@ func TestSelfCopyStream(t *testing.T) {
 			x := newExchanger(t, Options{Comm: comm, Alloc: a})
 			s := a.DefaultStream()
 			tr := selfTraffic(33)
-			bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
-			require.NoError(t, err)
-			defer func() {
-				for _, b := range bufs {
-					require.NoError(t, b.Free())
-				}
-			}()
-			tr.fill(t, s, rank, bufs)
+			bufs := sendAll(t, a, tr, rank, size)
 			before := cudart.Calls()
 			r, err := x.Exchange(bufs)
 			require.NoError(t, err)

@@ -309,3 +309,18 @@ func wireErrorOf(t *testing.T, err error) *WireError {
 }
 
 func worldB() (*cluster.Comm, error) { return cluster.World() }
+
+// sendAll allocates and fills rank's send buffers for tr.
+func sendAll(t *testing.T, a *devalloc.Allocator, tr traffic, rank, size int) []*packing.Coalesced {
+	t.Helper()
+	s := a.DefaultStream()
+	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+	require.NoError(t, err)
+	tr.fill(t, s, rank, bufs)
+	t.Cleanup(func() {
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	})
+	return bufs
+}
