@@ -86,7 +86,14 @@ func makeOperandAt(t *testing.T, s *devalloc.Stream, descs []packing.Desc, rng *
 	t.Helper()
 	p, err := packing.NewPlan(descs, packing.Options{})
 	require.NoError(t, err)
-	c, err := packing.AllocPrefixed(s.Allocator(), p, 0, prefix, s)
+	return packOperand(t, s, p, 0, descs, rng, prefix)
+}
+
+// packOperand allocates group g of p prefix bytes into a buffer and packs
+// random values of the blocks descs into it.
+func packOperand(t *testing.T, s *devalloc.Stream, p *packing.Plan, g int, descs []packing.Desc, rng *rand.Rand, prefix int64) *operand {
+	t.Helper()
+	c, err := packing.AllocPrefixed(s.Allocator(), p, g, prefix, s)
 	require.NoError(t, err)
 	op := &operand{c: c, desc: descs}
 	raw := make([][]byte, len(descs))
@@ -459,20 +466,7 @@ func TestPrefixedOperands(t *testing.T) {
 // in a new buffer at another offset, with new random values.
 func refill(t *testing.T, s *devalloc.Stream, op *operand, rng *rand.Rand, prefix int64) *operand {
 	t.Helper()
-	c, err := packing.AllocPrefixed(s.Allocator(), op.c.Plan(), op.c.Group(), prefix, s)
-	require.NoError(t, err)
-	out := &operand{c: c, desc: op.desc}
-	raw := make([][]byte, len(op.desc))
-	for k, d := range op.desc {
-		v := make(values, d.Rows*d.Cols)
-		for i := range v {
-			v[i] = randValue(rng, d.DType)
-		}
-		out.vals = append(out.vals, v)
-		raw[k] = encode(d.DType, v)
-	}
-	require.NoError(t, packing.PackHost(s, c, raw))
-	return out
+	return packOperand(t, s, op.c.Plan(), op.c.Group(), op.desc, rng, prefix)
 }
 
 // TestRunOnNewBuffers plans once and runs the plan on other buffers with the
