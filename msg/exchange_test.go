@@ -272,6 +272,60 @@ func TestSelfLayout(t *testing.T) {
 	require.EqualValues(t, before+1, x.Stats().ManifestsBuilt, "one layout made for three exchanges of the same buffers")
 }
 
+// TestSelfPatternLayout: a learned pattern's message to self, copied
+// without a manifest, is checked against the pattern where it is copied.
+// The same blocks from another plan reuse the learned layout; other blocks
+// of the same size are a mismatch naming this rank; the pattern then still
+// works.
+func TestSelfPatternLayout(t *testing.T) {
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	tr := selfTraffic(35)
+	bufs := sendAll(t, a, tr, rank, size)
+	pat := x.NewPattern()
+	r, err := pat.Exchange(bufs)
+	require.NoError(t, err)
+	require.NoError(t, r.Free())
+	learned := pat.recv[rank].plan
+
+	descs := tr.blocks(rank, rank)
+	exchangeWith := func(descs []packing.Desc) (*Received, error) {
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		other, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		require.Equal(t, bufs[0].Size(), other[0].Size(), "the same payload size: only the layout check can tell")
+		defer func() { require.NoError(t, other[0].Free()) }()
+		return pat.Exchange(other)
+	}
+	built := x.Stats().ManifestsBuilt
+	r, err = exchangeWith(descs)
+	require.NoError(t, err, "the same blocks from another plan")
+	require.Same(t, learned, r.From(rank).Plan(), "the learned layout serves")
+	require.NoError(t, r.Free())
+	require.EqualValues(t, built+1, x.Stats().ManifestsBuilt, "the other plan's layout was made once, to compare")
+
+	// Another order of classes: the same blocks at other offsets.
+	moved := slices.Clone(descs)
+	k := slices.IndexFunc(moved, func(d packing.Desc) bool {
+		return d.Rows != moved[0].Rows || d.Cols != moved[0].Cols || d.DType != moved[0].DType
+	})
+	require.Positive(t, k, "the test needs two shapes")
+	moved[0], moved[k] = moved[k], moved[0]
+	_, err = exchangeWith(moved)
+	require.ErrorIs(t, err, ErrPatternMismatch)
+	w := wireErrorOf(t, err)
+	require.Equal(t, rank, w.Peer)
+	require.Equal(t, "manifest", w.Field)
+
+	r, err = pat.Exchange(bufs)
+	require.NoError(t, err, "the pattern still works")
+	require.Same(t, learned, r.From(rank).Plan())
+	require.NoError(t, r.Free())
+}
+
 // TestSelfCopyStream: the message to self, its send buffers filled on the
 // allocator's default stream, is copied on that stream behind the fill:
 // no event is recorded and no stream waits for another one to copy it.
