@@ -642,6 +642,14 @@ func TestDetached(t *testing.T) {
 	q, err := FromManifest(inter, 16*40)
 	require.NoError(t, err)
 	plans["interleaved manifest"] = q
+	// A class at uneven steps, a class of one and one at an even step.
+	q, err = FromManifest([]Entry{
+		{ID: 5, DType: Float64, Rows: 1, Cols: 1, Offset: 24}, {ID: 6, DType: Float64, Rows: 1, Cols: 1, Offset: 0},
+		{ID: 7, DType: Float64, Rows: 1, Cols: 1, Offset: 8}, {ID: 8, DType: Float32, Rows: 1, Cols: 2, Offset: 40},
+		{ID: 9, DType: Float64, Rows: 2, Cols: 1, Offset: 48}, {ID: 10, DType: Float64, Rows: 2, Cols: 1, Offset: 64},
+	}, 96)
+	require.NoError(t, err)
+	plans["irregular manifest"] = q
 
 	for name, p := range plans {
 		for g := range p.Groups() {
@@ -653,6 +661,7 @@ func TestDetached(t *testing.T) {
 			got, err := p.Detached(g)
 			require.NoError(t, err, "%s, group %d", name, g)
 			require.Equal(t, want.Classes(), got.Classes(), "%s, group %d: classes", name, g)
+			checkManifestClasses(t, got)
 			require.Equal(t, want.Groups(), got.Groups(), "%s, group %d: groups", name, g)
 			gotEntries, gotSize, err := got.Manifest(0)
 			require.NoError(t, err)
@@ -669,5 +678,39 @@ func TestDetached(t *testing.T) {
 		}
 		_, err := p.Detached(len(p.Groups()))
 		require.ErrorIs(t, err, ErrOutOfRange)
+	}
+}
+
+// checkManifestClasses checks a single-group plan's classes against its
+// blocks, computed the plain way: each shape's blocks in offset order,
+// Regular when they sit at one step no shorter than a block (that step is
+// the Stride; the block size for a class of one; 0 when not Regular).
+func checkManifestClasses(t *testing.T, q *Plan) {
+	t.Helper()
+	entries, _, err := q.Manifest(0)
+	require.NoError(t, err)
+	slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.Offset, b.Offset) })
+	for ci, cl := range q.Classes() {
+		var offs []int64
+		for _, e := range entries {
+			if e.Rows == cl.Rows && e.Cols == cl.Cols && e.DType == cl.DType {
+				offs = append(offs, e.Offset)
+			}
+		}
+		require.Len(t, offs, cl.Count, "class %d", ci)
+		require.Equal(t, offs[0], cl.Offset, "class %d starts at its first block", ci)
+		step, regular := cl.BlockBytes, true
+		if len(offs) > 1 {
+			step = offs[1] - offs[0]
+			regular = step >= cl.BlockBytes
+			for k := 2; k < len(offs); k++ {
+				regular = regular && offs[k]-offs[k-1] == step
+			}
+		}
+		if !regular {
+			step = 0
+		}
+		require.Equal(t, regular, cl.Regular, "class %d", ci)
+		require.Equal(t, step, cl.Stride, "class %d", ci)
 	}
 }
