@@ -308,11 +308,11 @@ func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.
 		a: a, size: size, aligned: aligned,
 		addr: addr, hostPtr: hostPtr, loc: loc, allocStream: s,
 	}
-	// The allocation is ordered on s: its first writer is s's mark, an
-	// event only if another stream or a hold must wait for it.
-	b.writer = s.takeMark()
 	n := &a.n
 	a.mu.Lock()
+	// The allocation is ordered on s: its first writer is s's mark, an
+	// event only if another stream or a hold must wait for it.
+	b.writer = s.takeMarkLocked()
 	n.nextID++
 	b.id = n.nextID
 	b.next = a.live
@@ -345,7 +345,9 @@ func (a *Allocator) noteFree(b *Buffer) {
 }
 
 // noteReleased takes b off the list of live buffers once its free is
-// enqueued, with Free's counts when freeing.
+// enqueued, with Free's counts when freeing, and drops its writer: under
+// the same lock when the writer stands on its stream's current mark (the
+// usual case), else just before.
 func (a *Allocator) noteReleased(b *Buffer, freeing bool) {
 	pinned := b.loc == Pinned
 	if !pinned && a.limit > 0 {
@@ -353,6 +355,14 @@ func (a *Allocator) noteReleased(b *Buffer, freeing bool) {
 	}
 	n := &a.n
 	a.mu.Lock()
+	if w := b.writer; w.s != nil && w.s.dropCurrentLocked(w.epoch) {
+		b.writer = entry{}
+	} else if w.s != nil || w.c != nil {
+		a.mu.Unlock()
+		w.release()
+		b.writer = entry{}
+		a.mu.Lock()
+	}
 	if b.prev != nil {
 		b.prev.next = b.next
 	} else {

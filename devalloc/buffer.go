@@ -654,15 +654,13 @@ func (b *Buffer) enqueueFree(freeing bool) error {
 			err = a.be.freeAsync(b.addr, b.aligned, on.impl)
 		}
 	}
-	b.writer.release()
-	b.writer = entry{}
 	if b.more != nil {
 		for _, r := range b.more.readers {
 			r.release()
 		}
 		b.more.readers = nil
 	}
-	a.noteReleased(b, freeing)
+	a.noteReleased(b, freeing) // drops the writer
 	if err != nil {
 		return fmt.Errorf("devalloc: free of buffer #%d: %w", b.id, err)
 	}

@@ -317,6 +317,16 @@ func runLedgerModel(t *testing.T, ops []byte, sleepy bool) {
 		m.streams = append(m.streams, s)
 	}
 	m.run(ops)
+	if err := a.Sync(); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	// Every buffer is freed and every hold released: no entry may still
+	// stand on a mark, or an event would never be destroyed.
+	for _, s := range append([]*Stream{a.defaultS, a.reclaim}, m.streams...) {
+		if n, rec := s.markRefs(); n != 0 || rec != 0 {
+			t.Fatalf("stream %d: %d entries on the current mark and %d recorded marks left", s.id, n, rec)
+		}
+	}
 	if err := a.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}

@@ -18,9 +18,12 @@ type Stream struct {
 	id     int
 	closed atomic.Bool
 
-	// The stream's marks (see mark.go), guarded by markMu.
+	// The stream's marks (see mark.go). markMu guards recording and
+	// recorded; the allocator's mu guards base and curRefs; epoch is
+	// written under both.
 	markMu   sync.Mutex
-	epoch    atomic.Uint64  // the current mark, not yet recorded; written under markMu
+	epoch    atomic.Uint64  // the newest epoch, on the current mark
+	base     uint64         // the oldest epoch on the current mark
 	curRefs  int            // ledger entries and holds on the current mark
 	recorded []recordedMark // recorded marks that entries still stand on
 }
