@@ -598,12 +598,11 @@ func (h *Hold) Release() error {
 // released. Access still open is closed now. A second Free, like any use
 // after Free, returns ErrFreed.
 func (b *Buffer) Free() error {
-	if err := b.a.enter(); err != nil {
-		return err
-	}
-	defer b.a.exit()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.a.lockedEnter(); err != nil {
+		return err
+	}
 	if b.state != stateLive {
 		return fmt.Errorf("devalloc: double free of buffer #%d (%s): %w", b.id, FormatBytes(b.size), ErrFreed)
 	}

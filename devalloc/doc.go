@@ -21,7 +21,7 @@
 // memory is deliberately not released so stale pointers cannot crash.
 //
 // Close lets operations already in flight finish and makes later ones
-// return ErrClosed; it takes no lock that an operation holds, so an
+// return ErrClosed; it holds no lock while it waits for them, so an
 // out-of-memory callback may free (or even close) while Close runs. A
 // stream waiting for an outside agent's Hold stops waiting when Close
 // begins, so that a hold never released cannot keep Close (or a Synchronize

@@ -223,10 +223,9 @@ func (s *Stream) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int64) e
 	if dst == src && dstOff < srcOff+n && srcOff < dstOff+n {
 		return fmt.Errorf("devalloc: copy within buffer #%d: overlapping ranges: %w", dst.id, ErrInvalid)
 	}
-	if err := s.enterOwn(dst); err != nil {
+	if err := s.checkOwn(dst); err != nil {
 		return err
 	}
-	defer s.a.exit()
 	// Both ledgers are held across the enqueue, so no access can begin in
 	// between; two buffers are locked in the order of their IDs.
 	first, second := dst, src
@@ -238,6 +237,9 @@ func (s *Stream) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int64) e
 	if second != first {
 		second.mu.Lock()
 		defer second.mu.Unlock()
+	}
+	if err := s.a.lockedEnter(); err != nil {
+		return err
 	}
 	if err := dst.prepare(s, Write); err != nil {
 		return err
@@ -263,12 +265,14 @@ func (s *Stream) Memset(b *Buffer, off, n int64, val byte) error {
 	if err := checkRange("memset", b, off, n); err != nil {
 		return err
 	}
-	if err := s.enterOwn(b); err != nil {
+	if err := s.checkOwn(b); err != nil {
 		return err
 	}
-	defer s.a.exit()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := s.a.lockedEnter(); err != nil {
+		return err
+	}
 	if err := b.prepare(s, Write); err != nil {
 		return err
 	}
@@ -280,17 +284,17 @@ func (s *Stream) Memset(b *Buffer, off, n int64, val byte) error {
 	return nil
 }
 
-// enterOwn enters the allocator's guard for devalloc's own work on b.
-func (s *Stream) enterOwn(b *Buffer) error {
-	if err := s.a.enter(); err != nil {
+// checkOwn checks that devalloc's own work on b may go on s. The caller
+// then enters the close guard with b's lock held (lockedEnter).
+func (s *Stream) checkOwn(b *Buffer) error {
+	if s == nil {
+		return fmt.Errorf("devalloc: nil stream: %w", ErrInvalid)
+	}
+	if err := s.a.checkStream(s); err != nil {
 		return err
 	}
-	err := s.a.checkStream(s)
-	if err == nil && b.a != s.a {
-		err = fmt.Errorf("devalloc: buffer #%d belongs to another allocator than stream %d: %w", b.id, s.id, ErrInvalid)
+	if b.a != s.a {
+		return fmt.Errorf("devalloc: buffer #%d belongs to another allocator than stream %d: %w", b.id, s.id, ErrInvalid)
 	}
-	if err != nil {
-		s.a.exit()
-	}
-	return err
+	return nil
 }
