@@ -69,13 +69,17 @@ type Allocator struct {
 
 	mu      sync.Mutex
 	streams map[*Stream]struct{}
-	live    *Buffer // buffers not yet released, most recent first (Buffer.next)
-	n       ledgerCounts
+	// live holds the buffers not yet released, each in its slot
+	// (Buffer.slot); free lists the empty slots, the last freed on top, so
+	// that an Alloc after a Free writes where the Free did.
+	live []*Buffer
+	free []uint32
+	n    ledgerCounts
 
 	c counters
 }
 
-// ledgerCounts are the counters kept with the list of buffers, under the
+// ledgerCounts are the counters kept with the live buffers, under the
 // allocator's mu: one lock per Alloc and per Free for all of them.
 type ledgerCounts struct {
 	nextID                                      uint64
@@ -203,14 +207,14 @@ func (a *Allocator) enter() error {
 }
 
 // lockedEnter is the close guard of an operation that does all its work
-// with the lock of a buffer on the list of live buffers held (Free,
-// Stream.Memset, Stream.Copy): it checks closed under that lock instead of
-// counting itself in inflight, which spares the hot path two atomic
-// read-modify-writes. Close, once closed is set and inflight has drained,
-// locks every buffer on the list (leaks), so it waits for such an
-// operation already past its check, and one that takes the lock after
-// Close did sees closed. A buffer leaves the list only under its lock, once
-// its free is enqueued: nothing of a Free reaches the backend after that.
+// with the lock of a live buffer held (Free, Stream.Memset, Stream.Copy):
+// it checks closed under that lock instead of counting itself in inflight,
+// which spares the hot path two atomic read-modify-writes. Close, once
+// closed is set and inflight has drained, locks every buffer in a.live
+// (leaks), so it waits for such an operation already past its check, and
+// one that takes the lock after Close did sees closed. A buffer leaves
+// a.live only under its lock, once its free is enqueued: nothing of a Free
+// reaches the backend after that.
 func (a *Allocator) lockedEnter() error {
 	if a.closed.Load() {
 		return fmt.Errorf("devalloc: allocator: %w", ErrClosed)
@@ -317,8 +321,8 @@ func (a *Allocator) Alloc(size int64, s *Stream) (*Buffer, error) {
 	return b, nil
 }
 
-// newBuffer makes the Buffer of a successful allocation and puts it on the
-// list of live buffers; Alloc's counts are taken under the same lock.
+// newBuffer makes the Buffer of a successful allocation and puts it among
+// the live buffers; Alloc's counts are taken under the same lock.
 func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.Pointer, loc Location, s *Stream) *Buffer {
 	b := &Buffer{
 		a: a, size: size, aligned: aligned,
@@ -331,11 +335,14 @@ func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.
 	b.writer = s.takeMarkLocked()
 	n.nextID++
 	b.id = n.nextID
-	b.next = a.live
-	if a.live != nil {
-		a.live.prev = b
+	if k := len(a.free); k > 0 {
+		b.slot = a.free[k-1]
+		a.free = a.free[:k-1]
+		a.live[b.slot] = b
+	} else {
+		b.slot = uint32(len(a.live))
+		a.live = append(a.live, b)
 	}
-	a.live = b
 	n.liveBuffers++
 	if loc != Pinned {
 		n.allocCalls++
@@ -360,11 +367,11 @@ func (a *Allocator) noteFree(b *Buffer) {
 	a.mu.Unlock()
 }
 
-// noteReleased takes b off the list of live buffers once its free is
+// noteReleased takes b out of the live buffers once its free is
 // enqueued, with Free's counts when freeing, and drops its writer: under
 // the same lock when the writer stands on its stream's current mark (the
 // usual case), else just before: the writer's release may reach the
-// backend, which must not happen once b is off the list (lockedEnter).
+// backend, which must not happen once b is out (lockedEnter).
 func (a *Allocator) noteReleased(b *Buffer, freeing bool) {
 	pinned := b.loc == Pinned
 	if !pinned && a.limit > 0 {
@@ -380,15 +387,8 @@ func (a *Allocator) noteReleased(b *Buffer, freeing bool) {
 		b.writer = entry{}
 		a.mu.Lock()
 	}
-	if b.prev != nil {
-		b.prev.next = b.next
-	} else {
-		a.live = b.next
-	}
-	if b.next != nil {
-		b.next.prev = b.prev
-	}
-	b.prev, b.next = nil, nil
+	a.live[b.slot] = nil
+	a.free = append(a.free, b.slot)
 	n.liveBuffers--
 	if !pinned {
 		n.used -= b.aligned
@@ -675,8 +675,10 @@ func (a *Allocator) Close() error {
 func (a *Allocator) leaks() *LeakError {
 	a.mu.Lock()
 	var bufs []*Buffer
-	for b := a.live; b != nil; b = b.next {
-		bufs = append(bufs, b)
+	for _, b := range a.live {
+		if b != nil {
+			bufs = append(bufs, b)
+		}
 	}
 	a.mu.Unlock()
 	sort.Slice(bufs, func(i, j int) bool { return bufs[i].id < bufs[j].id })

@@ -106,9 +106,7 @@ type Buffer struct {
 	loc         Location
 	allocStream *Stream
 	pinnedClass int
-	// prev and next link the allocator's list of buffers not yet released,
-	// guarded by the allocator's mu.
-	prev, next *Buffer
+	slot        uint32 // in the allocator's live buffers, under its mu
 
 	mu     sync.Mutex
 	state  bufState
