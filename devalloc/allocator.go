@@ -316,17 +316,16 @@ func (a *Allocator) Alloc(size int64, s *Stream) (*Buffer, error) {
 			return nil, err
 		}
 	}
-	b := a.newBuffer(size, aligned, addr, hostPtr, a.loc, s)
+	b := a.newBuffer(size, addr, hostPtr, a.loc, 0, s)
 	a.exit()
 	return b, nil
 }
 
 // newBuffer makes the Buffer of a successful allocation and puts it among
 // the live buffers; Alloc's counts are taken under the same lock.
-func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.Pointer, loc Location, s *Stream) *Buffer {
+func (a *Allocator) newBuffer(size int64, addr uintptr, hostPtr unsafe.Pointer, loc Location, pinnedClass int, s *Stream) *Buffer {
 	b := &Buffer{
-		a: a, size: size, aligned: aligned,
-		addr: addr, hostPtr: hostPtr, loc: loc, allocStream: s,
+		allocStream: s, size: size, addr: addr, hostPtr: hostPtr, loc: uint8(loc), pinnedClass: uint8(pinnedClass),
 	}
 	n := &a.n
 	a.mu.Lock()
@@ -347,7 +346,7 @@ func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.
 	if loc != Pinned {
 		n.allocCalls++
 		n.backendCalls++
-		n.used += aligned
+		n.used += b.aligned()
 		n.requestedCur += size
 		n.requestedTotal += size
 		n.requestedPeak = max(n.requestedPeak, n.requestedCur)
@@ -358,7 +357,7 @@ func (a *Allocator) newBuffer(size, aligned int64, addr uintptr, hostPtr unsafe.
 
 // noteFree takes Free's counts for a buffer whose release waits for a hold.
 func (a *Allocator) noteFree(b *Buffer) {
-	if b.loc == Pinned {
+	if Location(b.loc) == Pinned {
 		return
 	}
 	a.mu.Lock()
@@ -373,9 +372,9 @@ func (a *Allocator) noteFree(b *Buffer) {
 // usual case), else just before: the writer's release may reach the
 // backend, which must not happen once b is out (lockedEnter).
 func (a *Allocator) noteReleased(b *Buffer, freeing bool) {
-	pinned := b.loc == Pinned
+	pinned := Location(b.loc) == Pinned
 	if !pinned && a.limit > 0 {
-		a.budget.Add(-b.aligned)
+		a.budget.Add(-b.aligned())
 	}
 	n := &a.n
 	a.mu.Lock()
@@ -391,7 +390,7 @@ func (a *Allocator) noteReleased(b *Buffer, freeing bool) {
 	a.free = append(a.free, b.slot)
 	n.liveBuffers--
 	if !pinned {
-		n.used -= b.aligned
+		n.used -= b.aligned()
 		if freeing {
 			n.frees++
 			n.requestedCur -= b.size
@@ -687,7 +686,7 @@ func (a *Allocator) leaks() *LeakError {
 		// The lock waits for a Free or a Memset in flight (lockedEnter).
 		b.mu.Lock()
 		freed := b.state == stateFreed
-		l := LeakedBuffer{ID: b.id, Bytes: b.size, Location: b.loc, Held: b.state == stateFreeing}
+		l := LeakedBuffer{ID: b.id, Bytes: b.size, Location: Location(b.loc), Held: b.state == stateFreeing}
 		if b.more != nil {
 			l.Label = b.more.label
 		}

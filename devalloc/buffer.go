@@ -24,7 +24,7 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-type bufState int
+type bufState uint8
 
 const (
 	stateLive    bufState = iota
@@ -97,16 +97,16 @@ func (c *completion) unref() {
 // last writer and every reader since, and the memory is released only after
 // all of them. Methods are safe for concurrent use.
 type Buffer struct {
-	a           *Allocator
+	allocStream *Stream // its allocator is the buffer's
 	id          uint64
 	size        int64
-	aligned     int64
 	addr        uintptr
 	hostPtr     unsafe.Pointer
-	loc         Location
-	allocStream *Stream
-	pinnedClass int
 	slot        uint32 // in the allocator's live buffers, under its mu
+	// Small fields, packed beside slot: a smaller Buffer is a cheaper
+	// allocation and less for the collector to scan.
+	loc         uint8 // a Location
+	pinnedClass uint8
 
 	mu     sync.Mutex
 	state  bufState
@@ -122,6 +122,10 @@ type bufferMore struct {
 	open    []*Access
 	holds   []*Hold
 }
+
+// aligned is the size of device or host-backend memory the buffer holds; a
+// pinned buffer holds its block instead.
+func (b *Buffer) aligned() int64 { return alignUp(b.size, allocAlign) }
 
 func (b *Buffer) ext() *bufferMore {
 	if b.more == nil {
@@ -151,10 +155,10 @@ func (b *Buffer) ID() uint64 { return b.id }
 func (b *Buffer) Size() int64 { return b.size }
 
 // Location says where the memory lives.
-func (b *Buffer) Location() Location { return b.loc }
+func (b *Buffer) Location() Location { return Location(b.loc) }
 
 // Allocator returns the allocator that owns the buffer.
-func (b *Buffer) Allocator() *Allocator { return b.a }
+func (b *Buffer) Allocator() *Allocator { return b.allocStream.a }
 
 // SetLabel names the buffer in leak reports.
 func (b *Buffer) SetLabel(label string) {
@@ -192,7 +196,7 @@ func (b *Buffer) Bytes() ([]byte, error) {
 		return nil, err
 	}
 	if b.hostPtr == nil {
-		return nil, fmt.Errorf("devalloc: buffer #%d is %s memory, not addressable from Go: %w", b.id, b.loc, ErrNotSupported)
+		return nil, fmt.Errorf("devalloc: buffer #%d is %s memory, not addressable from Go: %w", b.id, Location(b.loc), ErrNotSupported)
 	}
 	return unsafe.Slice((*byte)(b.hostPtr), b.size), nil
 }
@@ -207,7 +211,7 @@ func (b *Buffer) Region() (addr uintptr, size int64, device bool, err error) {
 	if err := b.checkLive(); err != nil {
 		return 0, 0, false, err
 	}
-	return b.addr, b.size, b.loc == OnDevice, nil
+	return b.addr, b.size, Location(b.loc) == OnDevice, nil
 }
 
 // Access is an open declaration that work enqueued on a stream touches a
@@ -230,11 +234,11 @@ func (b *Buffer) Read(s *Stream) (*Access, error) { return b.begin(s, Read) }
 func (b *Buffer) Write(s *Stream) (*Access, error) { return b.begin(s, Write) }
 
 func (b *Buffer) begin(s *Stream, mode Mode) (*Access, error) {
-	if err := b.a.enter(); err != nil {
+	if err := b.allocStream.a.enter(); err != nil {
 		return nil, err
 	}
-	defer b.a.exit()
-	if err := b.a.checkStream(s); err != nil {
+	defer b.allocStream.a.exit()
+	if err := b.allocStream.a.checkStream(s); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
@@ -370,7 +374,7 @@ func (b *Buffer) close(x *Access) error {
 	if err != nil {
 		return fmt.Errorf("devalloc: buffer #%d: record %s on stream %d: %w", b.id, x.mode, x.s.id, err)
 	}
-	b.a.c.ledgerEvents.Add(1)
+	b.allocStream.a.c.ledgerEvents.Add(1)
 	x.done = true
 	open := b.more.open
 	for i, o := range open {
@@ -464,10 +468,10 @@ func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 	if mode != Read && mode != Write {
 		return nil, fmt.Errorf("devalloc: buffer #%d: hold mode %v: %w", b.id, mode, ErrInvalid)
 	}
-	if err := b.a.enter(); err != nil {
+	if err := b.allocStream.a.enter(); err != nil {
 		return nil, err
 	}
-	defer b.a.exit()
+	defer b.allocStream.a.exit()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.checkLive(); err != nil {
@@ -565,9 +569,9 @@ func (h *Hold) Release() error {
 	h.rel = true
 	h.mu.Unlock()
 	b := h.b
-	entered := b.a.enter() == nil
+	entered := b.allocStream.a.enter() == nil
 	if entered {
-		defer b.a.exit()
+		defer b.allocStream.a.exit()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -584,7 +588,7 @@ func (h *Hold) Release() error {
 		return fmt.Errorf("devalloc: buffer #%d: hold released after Close: %w", b.id, ErrClosed)
 	}
 	if b.state == stateFreeing && len(m.holds) == 0 {
-		b.a.c.heldFrees.Add(-1)
+		b.allocStream.a.c.heldFrees.Add(-1)
 		return b.enqueueFree(false)
 	}
 	return nil
@@ -598,7 +602,7 @@ func (h *Hold) Release() error {
 func (b *Buffer) Free() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.a.lockedEnter(); err != nil {
+	if err := b.allocStream.a.lockedEnter(); err != nil {
 		return err
 	}
 	if b.state != stateLive {
@@ -613,8 +617,8 @@ func (b *Buffer) Free() error {
 	}
 	b.state = stateFreeing
 	if b.holdCount() > 0 {
-		b.a.noteFree(b)
-		b.a.c.heldFrees.Add(1)
+		b.allocStream.a.noteFree(b)
+		b.allocStream.a.c.heldFrees.Add(1)
 		return nil
 	}
 	return b.enqueueFree(true)
@@ -631,7 +635,7 @@ func (b *Buffer) Free() error {
 // the caller, whose counts are taken here too. Called with b.mu held and no
 // holds left.
 func (b *Buffer) enqueueFree(freeing bool) error {
-	a := b.a
+	a := b.allocStream.a
 	b.state = stateFreed
 	on := b.freeStream()
 	var err error
@@ -645,10 +649,10 @@ func (b *Buffer) enqueueFree(freeing bool) error {
 		}
 	}
 	if err == nil {
-		if b.loc == Pinned {
+		if Location(b.loc) == Pinned {
 			err = a.pinned.release(b, on.impl)
 		} else {
-			err = a.be.freeAsync(b.addr, b.aligned, on.impl)
+			err = a.be.freeAsync(b.addr, b.aligned(), on.impl)
 		}
 	}
 	if b.more != nil {

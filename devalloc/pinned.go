@@ -59,9 +59,7 @@ func (a *Allocator) AllocPinned(size int64, s *Stream) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devalloc: pinned alloc of %s: %w", FormatBytes(size), err)
 	}
-	b := a.newBuffer(size, blk.size, uintptr(blk.ptr), blk.ptr, Pinned, s)
-	b.pinnedClass = pinnedClass(size)
-	return b, nil
+	return a.newBuffer(size, uintptr(blk.ptr), blk.ptr, Pinned, pinnedClass(size), s), nil
 }
 
 func (p *pinnedPool) take(size int64) (*pinnedBlock, error) {
@@ -110,7 +108,8 @@ func (p *pinnedPool) release(b *Buffer, on streamImpl) error {
 		return fmt.Errorf("pinned block %p not from this pool: %w", b.hostPtr, ErrInvalid)
 	}
 	blk.guard = guard
-	p.buckets[b.pinnedClass] = append(p.buckets[b.pinnedClass], blk)
+	class := int(b.pinnedClass)
+	p.buckets[class] = append(p.buckets[class], blk)
 	p.used -= blk.size
 	return nil
 }

@@ -293,7 +293,7 @@ func (s *Stream) checkOwn(b *Buffer) error {
 	if err := s.a.checkStream(s); err != nil {
 		return err
 	}
-	if b.a != s.a {
+	if b.allocStream.a != s.a {
 		return fmt.Errorf("devalloc: buffer #%d belongs to another allocator than stream %d: %w", b.id, s.id, ErrInvalid)
 	}
 	return nil
