@@ -62,10 +62,11 @@ type Allocator struct {
 	pinned   pinnedPool
 
 	// The close guard: every operation counts itself in inflight for its
-	// duration; Close sets closed, then waits for inflight to drain.
-	inflight atomic.Int64
+	// duration; Close sets closed, then waits for the operations in flight
+	// to drain (inFlight).
+	inflight atomic.Int64 // entered less exited, but for n.exits
 	closed   atomic.Bool
-	drained  chan struct{} // a token when inflight reaches 0 after closed is set
+	drained  chan struct{} // a token when inFlight reaches 0 after closed is set
 
 	mu      sync.Mutex
 	streams map[*Stream]struct{}
@@ -83,6 +84,7 @@ type Allocator struct {
 // allocator's mu: one lock per Alloc and per Free for all of them.
 type ledgerCounts struct {
 	nextID                                      uint64
+	exits                                       int64 // of Allocs, which end under mu (exitLocked)
 	liveBuffers, allocCalls, backendCalls       int64
 	frees                                       int64
 	requestedCur, requestedPeak, requestedTotal int64
@@ -223,7 +225,35 @@ func (a *Allocator) lockedEnter() error {
 }
 
 func (a *Allocator) exit() {
-	if a.inflight.Add(-1) == 0 && a.closed.Load() {
+	a.inflight.Add(-1)
+	if a.closed.Load() {
+		a.mu.Lock()
+		a.signalDrainedLocked()
+		a.mu.Unlock()
+	}
+}
+
+// exitLocked is exit for an operation that ends with a.mu held, as Alloc
+// does when it counts the new buffer: a count under the lock in place of
+// an atomic read-modify-write.
+func (a *Allocator) exitLocked() {
+	a.n.exits++
+	if a.closed.Load() {
+		a.signalDrainedLocked()
+	}
+}
+
+// inFlight is the number of operations between enter and exit.
+func (a *Allocator) inFlight() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inflight.Load() - a.n.exits
+}
+
+// signalDrainedLocked gives Close its token when nothing is in flight; an
+// exit that races with Close's look either is seen by it or looks after.
+func (a *Allocator) signalDrainedLocked() {
+	if a.inflight.Load() == a.n.exits {
 		select {
 		case a.drained <- struct{}{}:
 		default:
@@ -316,13 +346,12 @@ func (a *Allocator) Alloc(size int64, s *Stream) (*Buffer, error) {
 			return nil, err
 		}
 	}
-	b := a.newBuffer(size, addr, hostPtr, a.loc, 0, s)
-	a.exit()
-	return b, nil
+	return a.newBuffer(size, addr, hostPtr, a.loc, 0, s), nil
 }
 
 // newBuffer makes the Buffer of a successful allocation and puts it among
-// the live buffers; Alloc's counts are taken under the same lock.
+// the live buffers; Alloc's counts are taken under the same lock, and the
+// allocation exits the close guard there.
 func (a *Allocator) newBuffer(size int64, addr uintptr, hostPtr unsafe.Pointer, loc Location, pinnedClass int, s *Stream) *Buffer {
 	b := &Buffer{
 		allocStream: s, size: size, addr: addr, hostPtr: hostPtr, loc: uint8(loc), pinnedClass: uint8(pinnedClass),
@@ -351,6 +380,7 @@ func (a *Allocator) newBuffer(size int64, addr uintptr, hostPtr unsafe.Pointer, 
 		n.requestedTotal += size
 		n.requestedPeak = max(n.requestedPeak, n.requestedCur)
 	}
+	a.exitLocked()
 	a.mu.Unlock()
 	return b
 }
@@ -642,7 +672,7 @@ func (a *Allocator) Close() error {
 	for _, s := range streams {
 		s.impl.abandonHostWaits()
 	}
-	for a.inflight.Load() != 0 {
+	for a.inFlight() != 0 {
 		<-a.drained
 	}
 

@@ -22,7 +22,7 @@ func TestCloseAbandonedWaitNamesItself(t *testing.T) {
 	require.NoError(t, s.Memset(b, 0, 4096, 1)) // waits for the hold
 	synced := make(chan error, 1)
 	go func() { synced <- s.Synchronize() }()
-	for a.inflight.Load() == 0 {
+	for a.inFlight() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	require.ErrorIs(t, a.Close(), ErrLeak)

@@ -48,7 +48,15 @@ func (a *Allocator) AllocPinned(size int64, s *Stream) (*Buffer, error) {
 	if err := a.enter(); err != nil {
 		return nil, err
 	}
-	defer a.exit()
+	blk, err := a.takePinned(size, s)
+	if err != nil {
+		a.exit()
+		return nil, err
+	}
+	return a.newBuffer(size, uintptr(blk.ptr), blk.ptr, Pinned, pinnedClass(size), s), nil // exits the guard
+}
+
+func (a *Allocator) takePinned(size int64, s *Stream) (*pinnedBlock, error) {
 	if size <= 0 || size > maxAlloc {
 		return nil, fmt.Errorf("devalloc: pinned alloc of %d bytes: size must be in [1, 2^50]: %w", size, ErrInvalid)
 	}
@@ -59,7 +67,7 @@ func (a *Allocator) AllocPinned(size int64, s *Stream) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devalloc: pinned alloc of %s: %w", FormatBytes(size), err)
 	}
-	return a.newBuffer(size, uintptr(blk.ptr), blk.ptr, Pinned, pinnedClass(size), s), nil
+	return blk, nil
 }
 
 func (p *pinnedPool) take(size int64) (*pinnedBlock, error) {
