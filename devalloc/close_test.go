@@ -4,6 +4,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -90,4 +91,46 @@ func TestCloseRacesFree(t *testing.T) {
 			require.False(t, l.Held)
 		}
 	}
+}
+
+// gatedBackend is the null backend whose allocations wait for gate.
+type gatedBackend struct {
+	nullBackend
+	gate chan struct{}
+}
+
+func (b *gatedBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer, error) {
+	<-b.gate
+	return b.nullBackend.alloc(size, s)
+}
+
+// TestCloseWaitsForAlloc: an Alloc in flight when Close begins finishes
+// with its buffer, which Close, having waited for it, reports as leaked.
+func TestCloseWaitsForAlloc(t *testing.T) {
+	be := &gatedBackend{gate: make(chan struct{})}
+	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
+	require.NoError(t, a.init("test"))
+	allocated := make(chan *Buffer, 1)
+	go func() {
+		b, err := a.Alloc(256, a.DefaultStream())
+		require.NoError(t, err)
+		allocated <- b
+	}()
+	for a.inFlight() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned while an Alloc was in flight: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(be.gate)
+	b := <-allocated
+	var leak *LeakError
+	require.ErrorAs(t, <-closed, &leak)
+	require.Equal(t, 1, leak.Count)
+	require.Equal(t, b.ID(), leak.Buffers[0].ID)
+	require.ErrorIs(t, b.Free(), ErrClosed)
 }
