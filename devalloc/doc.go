@@ -82,10 +82,11 @@
 // no driver call at all: memory freed on a stream goes to the next
 // allocation on that stream that it fits. Alloc makes one Go object,
 // the Buffer, and Free none; the live buffers sit in a table of slots
-// that a Free empties and the next Alloc fills. Alloc takes the allocator's lock once (it counts the stream's
-// current mark too), Memset the buffer's lock, Free the buffer's and the
-// allocator's. Work across streams pays for its events
-// (Stats.LedgerEvents). DriverCalls reports the calls made, by entry point.
+// that a Free empties and the next Alloc fills. Alloc takes the
+// allocator's lock once (it counts the stream's current mark too),
+// Memset the buffer's lock, Free the buffer's and the allocator's. Work
+// across streams pays for its events (Stats.LedgerEvents). DriverCalls
+// reports the calls made, by entry point.
 //
 // # Memory freed in a stream's order
 //
