@@ -88,6 +88,11 @@ func TestDiscardAndAwait(t *testing.T) {
 	if _, m, err := cluster.Await(nil, nil, probe, 0); m != nil || err != nil {
 		t.Fatalf("Await testing once: %v %v", m, err)
 	}
+	// No rank sends before every rank has seen nothing arrive: a rank that
+	// ran ahead would put its message in a slower neighbour's empty wait.
+	if err := w.Barrier(); err != nil {
+		t.Fatal(err)
+	}
 	// A large message is matched by Await while the send is pending, then
 	// discarded: the send completes and nothing else is touched.
 	const n = 3 << 20
