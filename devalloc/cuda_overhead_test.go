@@ -1,11 +1,10 @@
 //go:build cgo
 
-package devalloc_test
+package devalloc
 
 import (
 	"testing"
 
-	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
 )
@@ -18,36 +17,17 @@ import (
 // devalloc's part alone.
 func BenchmarkCUDAOverhead(b *testing.B) {
 	b.Setenv(cudart.EnvCUDART, cudarttest.Build(b, "FAKE_NO_WORK"))
-	for _, memset := range []bool{false, true} {
-		name := "op=alloc-free"
-		if memset {
-			name = "op=alloc-memset-free"
+	benchOverhead(b, func(tb testing.TB) *Allocator {
+		tb.Helper()
+		a, err := Open(Options{Backend: BackendCUDA, Warn: func(string) {}})
+		if err != nil {
+			tb.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
-			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Warn: func(string) {}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				if err := a.Close(); err != nil {
-					b.Error(err)
-				}
-			}()
-			s := a.DefaultStream()
-			for b.Loop() {
-				buf, err := a.Alloc(4096, s)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if memset {
-					if err := s.Memset(buf, 0, 4096, 1); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := buf.Free(); err != nil {
-					b.Fatal(err)
-				}
+		tb.Cleanup(func() {
+			if err := a.Close(); err != nil {
+				tb.Error(err)
 			}
 		})
-	}
+		return a
+	})
 }

@@ -69,14 +69,19 @@ func openNull(tb testing.TB) *Allocator {
 
 // BenchmarkOverhead times devalloc's Go code per operation, with a backend
 // that does nothing: what the allocator adds to each driver call.
-func BenchmarkOverhead(b *testing.B) {
+func BenchmarkOverhead(b *testing.B) { benchOverhead(b, openNull) }
+
+// benchOverhead times Alloc+Free, Alloc+Memset+Free and a 2020-buffer
+// cycle on allocators that open makes, one per sub-benchmark and closed by
+// its cleanup.
+func benchOverhead(b *testing.B, open func(testing.TB) *Allocator) {
 	for _, memset := range []bool{false, true} {
 		name := "op=alloc-free"
 		if memset {
 			name = "op=alloc-memset-free"
 		}
 		b.Run(name, func(b *testing.B) {
-			a := openNull(b)
+			a := open(b)
 			s := a.DefaultStream()
 			for b.Loop() {
 				buf, err := a.Alloc(4096, s)
@@ -95,7 +100,7 @@ func BenchmarkOverhead(b *testing.B) {
 		})
 	}
 	b.Run("op=cycle/buffers=2020", func(b *testing.B) {
-		a := openNull(b)
+		a := open(b)
 		s := a.DefaultStream()
 		bufs := make([]*Buffer, 2020)
 		for b.Loop() {
