@@ -141,15 +141,14 @@ func (k kind) String() string {
 }
 
 // problem is one product: byte offsets in the A, B and C layouts, the shape
-// (C is m x n, the inner dimension k) and the row lengths of the stored A
-// and B blocks.
+// (C is m x n, the inner dimension k), the row lengths of the stored A and
+// B blocks, and the index of its triple. Its wave and shape class live in
+// the planner's scratch: the plan keeps 48 bytes a product.
 type problem struct {
-	a, b, c    int64
-	m, n, k    int32
-	lda, ldb   int32
-	tripleIdx  int32
-	wave       int32
-	shapeClass int32
+	a, b, c   int64
+	m, n, k   int32
+	lda, ldb  int32
+	tripleIdx int32
 }
 
 func (q *problem) flops() int64 { return 2 * int64(q.m) * int64(q.n) * int64(q.k) }
@@ -262,29 +261,26 @@ func (p *Plan) build(smallMax int32) error {
 	}
 	sc := scratchPool.Get().(*planScratch)
 	defer scratchPool.Put(sc)
-	sc.probs = slices.Grow(sc.probs[:0], n)[:n]
-	sc.waveOf = slices.Grow(sc.waveOf[:0], pr.C.Len())[:pr.C.Len()]
-	clear(sc.waveOf)
-	probs, waveOf := sc.probs, sc.waveOf
+	sc.reset(n, pr.C.Len(), smallMax)
+	probs, waveOf, shapeOf, waveAt := sc.probs, sc.waveOf, sc.shapeOf, sc.waveAt
 	// Each operand's class table, read once: a block's shape, dtype and
 	// size come from its class, so the loop reads one class per operand
 	// instead of going through the view for every field.
-	clsA, clsB, clsC := pr.A.Plan().Classes(), pr.B.Plan().Classes(), pr.C.Plan().Classes()
 	planA, planB, planC := pr.A.Plan(), pr.B.Plan(), pr.C.Plan()
+	clsA, clsB, clsC := planA.Classes(), planB.Classes(), planC.Classes()
+	// A product's shape follows from the classes of its A and B blocks, so
+	// its shape class is looked up once per pair of classes (a solve has
+	// hundreds of pairs, not one per product) where the pairs are few
+	// enough to tabulate.
+	pairs := sc.pairTable(len(clsA), len(clsB), n)
 	for i, t := range pr.Triples {
-		va, err := viewOf(pr.A, t.A, "A", i, t)
-		if err != nil {
-			return err
+		ia, offA, okA := pr.A.Locate(t.A)
+		ib, offB, okB := pr.B.Locate(t.B)
+		ic, offC, okC := pr.C.Locate(t.C)
+		if !okA || !okB || !okC {
+			return locateError(pr, i, t)
 		}
-		vb, err := viewOf(pr.B, t.B, "B", i, t)
-		if err != nil {
-			return err
-		}
-		vc, err := viewOf(pr.C, t.C, "C", i, t)
-		if err != nil {
-			return err
-		}
-		ca, cb, cc := &clsA[planA.Class(va.PlanIndex())], &clsB[planB.Class(vb.PlanIndex())], &clsC[planC.Class(vc.PlanIndex())]
+		ca, cb, cc := &clsA[ia], &clsB[ib], &clsC[ic]
 		if i == 0 {
 			p.dtype = ca.DType
 		}
@@ -306,10 +302,21 @@ func (p *Plan) build(smallMax int32) error {
 		if max(m, nn, k, ca.Cols, cb.Cols) > 1<<31-1 {
 			return &TripleError{Index: i, Triple: t, Reason: "a dimension exceeds 2^31-1", Err: ErrShape}
 		}
+		var s int32
+		if pairs != nil {
+			pair := &pairs[ia*len(clsB)+ib]
+			if s = *pair - 1; s < 0 {
+				s = sc.shapeClass(int32(m), int32(nn), int32(k))
+				*pair = s + 1
+			}
+		} else {
+			s = sc.shapeClass(int32(m), int32(nn), int32(k))
+		}
 		w := waveOf[t.C]
 		waveOf[t.C]++
-		probs[i] = problem{a: va.Offset(), b: vb.Offset(), c: vc.Offset(), m: int32(m), n: int32(nn), k: int32(k),
-			lda: int32(ca.Cols), ldb: int32(cb.Cols), tripleIdx: int32(i), wave: w}
+		probs[i] = problem{a: offA, b: offB, c: offC, m: int32(m), n: int32(nn), k: int32(k),
+			lda: int32(ca.Cols), ldb: int32(cb.Cols), tripleIdx: int32(i)}
+		shapeOf[i], waveAt[i] = s, w
 		p.waves = max(p.waves, int(w)+1)
 	}
 	if err := checkScalars(p.dtype, n, pr.Alpha, pr.Beta); err != nil {
@@ -318,7 +325,7 @@ func (p *Plan) build(smallMax int32) error {
 	if err := checkAliasing(pr, probs, p.dtype.Size()); err != nil {
 		return err
 	}
-	p.plan(probs, smallMax, sc)
+	p.plan(sc)
 	return nil
 }
 
@@ -327,6 +334,21 @@ func checkScalars(dt packing.DType, n int, alpha, beta complex128) error {
 		return fmt.Errorf("gemm: complex alpha %v or beta %v for %v blocks: %w", alpha, beta, dt, ErrDType)
 	}
 	return nil
+}
+
+// locateError is the error of triple i, one of whose blocks Locate did
+// not find: the first operand's, in the order A, B, C.
+func locateError(pr *Problem, i int, t Triple) error {
+	for _, o := range []struct {
+		c    *packing.Coalesced
+		k    int
+		name string
+	}{{pr.A, t.A, "A"}, {pr.B, t.B, "B"}, {pr.C, t.C, "C"}} {
+		if _, err := viewOf(o.c, o.k, o.name, i, t); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("gemm: triple %d: a block was not found: %w", i, ErrOutOfRange)
 }
 
 func viewOf(c *packing.Coalesced, k int, name string, i int, t Triple) (packing.View, error) {
@@ -466,74 +488,120 @@ func (t *shapeTable) grow() {
 	}
 }
 
+// The categories of a product, in launch order within a wave: tiny ones
+// take a warp of the small kernel, small ones a thread block of it, the
+// others go to cuBLAS.
+const (
+	catTiny = iota
+	catSmall
+	catBLAS
+	nCats
+)
+
+func categoryOf(m, n, k, smallMax int32) uint8 {
+	switch d := max(m, n, k); {
+	case d > smallMax:
+		return catBLAS
+	case d > warpMax:
+		return catSmall
+	}
+	return catTiny
+}
+
 // planScratch is NewPlan's working memory, reused from plan to plan: a
 // fresh plan of thousands of products would otherwise spend as long
 // faulting in new pages as planning.
 type planScratch struct {
-	probs        []problem
-	waveOf       []int32
-	start, next  []int32
-	bucket       []int32 // each product's bucket, between counting and placing
-	keys         []uint64
-	shapeClasses []int32
+	probs   []problem // in triple order
+	shapeOf []int32   // each product's shape class
+	waveAt  []int32   // each product's wave
+	waveOf  []int32   // by C position: the products seen so far
+	// pairs holds 1 + the shape class of each pair of A and B classes met
+	// so far (0: not met), indexed classA*len(B classes) + classB.
+	pairs       []int32
+	start, next []int32
+	bucket      []int32 // each product's bucket, between counting and placing
+	order       []int32 // products in launch order, when comparison-sorted
+	// shapes numbers shapes in order of first appearance (huge those too
+	// large for its key); shapeCat is each shape's category.
+	shapes   shapeTable
+	huge     map[[3]int32]int32
+	shapeCat []uint8
+	smallMax int32
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(planScratch) }}
 
-// plan orders the problems by wave, then (under Auto) small products before
-// the others, then by shape in order of first appearance, then by C offset,
+func (sc *planScratch) reset(n, nC int, smallMax int32) {
+	sc.probs = slices.Grow(sc.probs[:0], n)[:n]
+	sc.shapeOf = slices.Grow(sc.shapeOf[:0], n)[:n]
+	sc.waveAt = slices.Grow(sc.waveAt[:0], n)[:n]
+	sc.waveOf = slices.Grow(sc.waveOf[:0], nC)[:nC]
+	clear(sc.waveOf)
+	sc.shapes.reset(sc.shapes.keys, sc.shapes.classes)
+	sc.huge = nil
+	sc.shapeCat = sc.shapeCat[:0]
+	sc.smallMax = smallMax
+}
+
+// pairTable returns the cleared table of shape classes by pair of A and B
+// classes, or nil when the pairs are too many to be worth a table for n
+// products.
+func (sc *planScratch) pairTable(nA, nB, n int) []int32 {
+	if nA == 0 || nB == 0 || nA > (4*n+4096)/nB {
+		return nil
+	}
+	sc.pairs = slices.Grow(sc.pairs[:0], nA*nB)[:nA*nB]
+	clear(sc.pairs)
+	return sc.pairs
+}
+
+// shapeClass numbers the shape m x n x k in order of first appearance and
+// notes the category of a new one.
+func (sc *planScratch) shapeClass(m, n, k int32) int32 {
+	s := sc.shapes.class(m, n, k)
+	if s < 0 {
+		key := [3]int32{m, n, k}
+		var ok bool
+		if s, ok = sc.huge[key]; !ok {
+			if sc.huge == nil {
+				sc.huge = map[[3]int32]int32{}
+			}
+			s = sc.shapes.n
+			sc.shapes.n++
+			sc.huge[key] = s
+		}
+	}
+	if int(s) == len(sc.shapeCat) {
+		sc.shapeCat = append(sc.shapeCat, categoryOf(m, n, k, sc.smallMax))
+	}
+	return s
+}
+
+// plan orders the problems by wave, then by category (tiny, small, then
+// cuBLAS's), then by shape in order of first appearance, then by C offset,
 // and cuts them into launches. Inside a wave the order of products is free
 // (no two write one C block): sorting a shape's products by C offset finds
 // the strides of a packing class whatever order the list gave them in.
-func (p *Plan) plan(probs []problem, smallMax int32, sc *planScratch) {
-	var shapes shapeTable
-	shapes.reset(sc.keys, sc.shapeClasses)
-	defer func() { sc.keys, sc.shapeClasses = shapes.keys, shapes.classes }()
-	var huge map[[3]int32]int32 // shapes too large for the table's key
-	for i := range probs {
-		q := &probs[i]
-		s := shapes.class(q.m, q.n, q.k)
-		if s < 0 {
-			if huge == nil {
-				huge = map[[3]int32]int32{}
-			}
-			key := [3]int32{q.m, q.n, q.k}
-			var ok bool
-			if s, ok = huge[key]; !ok {
-				s = shapes.n
-				shapes.n++
-				huge[key] = s
-			}
-		}
-		q.shapeClass = s
-	}
-	// A product's category: 0 takes a warp of the small kernel, 1 a thread
-	// block of it, 2 goes to cuBLAS.
-	category := func(q *problem) int {
-		switch d := max(q.m, q.n, q.k); {
-		case d > smallMax:
-			return 2
-		case d > warpMax:
-			return 1
-		}
-		return 0
-	}
-	isSmall := func(q *problem) bool { return category(q) < 2 }
-	// Bucket by (wave, category, shape): one counting pass, then each
-	// bucket in C order (already so when the list follows the layout).
-	nShapes := int(shapes.n)
-	bucketOf := func(q *problem) int {
-		return (int(q.wave)*3+category(q))*nShapes + int(q.shapeClass)
+func (p *Plan) plan(sc *planScratch) {
+	probs, shapeOf, waveAt, shapeCat := sc.probs, sc.shapeOf, sc.waveAt, sc.shapeCat
+	nShapes := len(shapeCat)
+	bucketOf := func(i int32) int {
+		s := shapeOf[i]
+		return (int(waveAt[i])*nCats+int(shapeCat[s]))*nShapes + int(s)
 	}
 	sorted := make([]problem, len(probs))
-	var bounds []int32 // each bucket's first product in sorted, when bucketed
-	if nb := p.waves * 3 * nShapes; nb <= 6*len(probs)+64 {
+	p.problems = sorted
+	groupable := !p.dtype.IsComplex() && (p.strategy == Auto || p.strategy == Grouped)
+	// Bucket by (wave, category, shape): one counting pass, then each
+	// bucket in C order (already so when the list follows the layout).
+	if nb := p.waves * nCats * nShapes; nb <= 6*len(probs)+64 {
 		start := slices.Grow(sc.start[:0], nb+1)[:nb+1]
 		clear(start)
 		bucket := slices.Grow(sc.bucket[:0], len(probs))[:len(probs)]
 		sc.bucket = bucket
 		for i := range probs {
-			b := int32(bucketOf(&probs[i]))
+			b := int32(bucketOf(int32(i)))
 			bucket[i] = b
 			start[b+1]++
 		}
@@ -542,7 +610,6 @@ func (p *Plan) plan(probs []problem, smallMax int32, sc *planScratch) {
 		}
 		next := append(sc.next[:0], start[:nb]...)
 		sc.start, sc.next = start, next
-		bounds = start
 		for i, b := range bucket {
 			sorted[next[b]] = probs[i]
 			next[b]++
@@ -552,43 +619,58 @@ func (p *Plan) plan(probs []problem, smallMax int32, sc *planScratch) {
 				slices.SortFunc(run, byC)
 			}
 		}
-	} else { // many waves of few products: a comparison sort is cheaper than the buckets
-		copy(sorted, probs)
-		slices.SortFunc(sorted, func(x, y problem) int {
-			return cmp.Or(cmp.Compare(bucketOf(&x), bucketOf(&y)), byC(x, y))
-		})
+		for w := range p.waves {
+			b := w * nCats * nShapes
+			at := func(cat int) int { return int(start[b+cat*nShapes]) }
+			p.addWave(w, at(catTiny), at(catSmall), at(catBLAS), at(nCats), groupable,
+				bucketRuns(start, b, b+catBLAS*nShapes), bucketRuns(start, b+catBLAS*nShapes, b+nCats*nShapes))
+		}
+		return
 	}
-	p.problems = sorted
-	groupable := !p.dtype.IsComplex() && (p.strategy == Auto || p.strategy == Grouped)
-	for lo := 0; lo < len(sorted); {
-		w := sorted[lo].wave
+	// Many waves of few products: a comparison sort is cheaper than the
+	// buckets.
+	order := slices.Grow(sc.order[:0], len(probs))[:len(probs)]
+	sc.order = order
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(x, y int32) int {
+		return cmp.Or(cmp.Compare(bucketOf(x), bucketOf(y)), byC(probs[x], probs[y]))
+	})
+	for j, i := range order {
+		sorted[j] = probs[i]
+	}
+	catAt := func(j int) uint8 { return shapeCat[shapeOf[order[j]]] }
+	for lo := 0; lo < len(order); {
+		w := waveAt[order[lo]]
 		hi := lo
-		for hi < len(sorted) && sorted[hi].wave == w {
+		for hi < len(order) && waveAt[order[hi]] == w {
 			hi++
 		}
-		mid, tiny := lo, 0 // the wave's small products are sorted[lo:mid], the tiny ones first
-		for mid < hi && isSmall(&sorted[mid]) {
-			if category(&sorted[mid]) == 0 {
-				tiny++
-			}
+		tinyEnd := lo
+		for tinyEnd < hi && catAt(tinyEnd) == catTiny {
+			tinyEnd++
+		}
+		mid := tinyEnd
+		for mid < hi && catAt(mid) == catSmall {
 			mid++
 		}
-		// A wave's runs of one shape: its buckets of categories 0 and 1
-		// (small), then 2, when the products were bucketed.
-		runs := func(lo, hi, cat0, cat1 int) []int {
-			if bounds == nil {
-				return shapeRuns(sorted, lo, hi)
-			}
-			return bucketRuns(bounds, (int(w)*3+cat0)*nShapes, (int(w)*3+cat1+1)*nShapes)
-		}
-		if mid > lo {
-			p.launches = append(p.launches, launch{kind: small, wave: int(w), lo: lo, hi: mid, tiny: tiny, groups: runs(lo, mid, 0, 1)})
-			p.smallN += mid - lo
-		}
-		if mid < hi {
-			p.cut(mid, hi, int(w), groupable, runs(mid, hi, 2, 2))
-		}
+		p.addWave(int(w), lo, tinyEnd, mid, hi, groupable, shapeRuns(order, shapeOf, lo, mid), shapeRuns(order, shapeOf, mid, hi))
 		lo = hi
+	}
+}
+
+// addWave makes the launches of one wave, whose products sorted[lo:hi] are
+// its tiny ones up to tinyEnd, then its small ones up to mid, then cuBLAS's;
+// smallRuns and blasRuns are the sizes of the runs of one shape in the two
+// parts.
+func (p *Plan) addWave(w, lo, tinyEnd, mid, hi int, groupable bool, smallRuns, blasRuns []int) {
+	if mid > lo {
+		p.launches = append(p.launches, launch{kind: small, wave: w, lo: lo, hi: mid, tiny: tinyEnd - lo, groups: smallRuns})
+		p.smallN += mid - lo
+	}
+	if mid < hi {
+		p.cut(mid, hi, w, groupable, blasRuns)
 	}
 }
 
@@ -606,11 +688,11 @@ func sortedByC(run []problem) bool {
 	return true
 }
 
-// shapeRuns is the lengths of the runs of equal shape in probs[lo:hi].
-func shapeRuns(probs []problem, lo, hi int) []int {
+// shapeRuns is the lengths of the runs of equal shape in order[lo:hi].
+func shapeRuns(order, shapeOf []int32, lo, hi int) []int {
 	var runs []int
-	for i := lo; i < hi; i++ {
-		if i == lo || probs[i].shapeClass != probs[i-1].shapeClass {
+	for j := lo; j < hi; j++ {
+		if j == lo || shapeOf[order[j]] != shapeOf[order[j-1]] {
 			runs = append(runs, 0)
 		}
 		runs[len(runs)-1]++

@@ -638,3 +638,72 @@ func TestRunOnTwoStreams(t *testing.T) {
 		})
 	}
 }
+
+// TestContractionsManyClasses runs a few products over operands of a
+// hundred shape classes each: too many pairs of classes to tabulate for so
+// few products, so NewPlan numbers every product's shape on its own; the
+// result and the launches must be those of the tabulated path.
+func TestContractionsManyClasses(t *testing.T) {
+	for _, viaCUBLAS := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fake-cublas=%v", viaCUBLAS), func(t *testing.T) { testManyClasses(t, viaCUBLAS) })
+	}
+}
+
+// testManyClasses runs TestContractionsManyClasses on the host engine, or
+// on the CUDA engine's launch code through the fake cuBLAS, where the
+// grouped calls depend on the shape classes.
+func testManyClasses(t *testing.T, viaCUBLAS bool) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	var eng *Engine
+	var fake *fakeBLAS
+	if viaCUBLAS {
+		eng, fake = newFakeEngine(s, false, false) // no kernels: a pointer-array call per shape run
+	} else {
+		var err error
+		eng, err = NewEngine(s, EngineOptions{})
+		require.NoError(t, err)
+	}
+	defer func() { require.NoError(t, eng.Close()) }()
+	rng := rand.New(rand.NewPCG(7, 7))
+	const side = 10 // A block x is (x/side+1) x (x%side+1); B block y is (y/side+1) x (y%side+1)
+	grid := func() []packing.Desc {
+		out := make([]packing.Desc, side*side)
+		for x := range out {
+			out[x] = packing.Desc{ID: uint64(x), DType: packing.Float64, Rows: x/side + 1, Cols: x%side + 1}
+		}
+		return out
+	}
+	var cD []packing.Desc
+	var triples []Triple
+	cOf := map[[2]int]int{}
+	for range 12 {
+		x := rng.IntN(side * side)
+		k := x%side + 1
+		y := (k-1)*side + rng.IntN(3) // a few column counts, so that C blocks repeat (waves)
+		m, n := x/side+1, y%side+1
+		c, ok := cOf[[2]int{m, n}]
+		if !ok {
+			c = len(cD)
+			cOf[[2]int{m, n}] = c
+			cD = append(cD, packing.Desc{ID: uint64(c), DType: packing.Float64, Rows: m, Cols: n})
+		}
+		triples = append(triples, Triple{A: x, B: y, C: c})
+	}
+	A, B, C := makeOperand(t, s, grid(), rng), makeOperand(t, s, grid(), rng), makeOperand(t, s, cD, rng)
+	require.Nil(t, new(planScratch).pairTable(len(A.c.Plan().Classes()), len(B.c.Plan().Classes()), len(triples)),
+		"the operands have too many pairs of classes for a table")
+	pr := Problem{A: A.c, B: B.c, C: C.c, Alpha: 0.5, Beta: 2, Triples: triples}
+	ref, mag := reference(pr, A, B, C)
+	p, err := NewPlan(pr, Options{})
+	require.NoError(t, err)
+	fake.track(p, A, B, C)
+	require.Equal(t, len(triples), p.Summary().Problems)
+	require.NoError(t, eng.Run(p))
+	checkResult(t, packing.Float64, C.read(t, s), ref, mag)
+	require.NoError(t, p.Close())
+	for _, op := range []*operand{A, B, C} {
+		require.NoError(t, op.c.Free())
+	}
+}

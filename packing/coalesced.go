@@ -439,6 +439,28 @@ func (c *Coalesced) View(k int) (View, error) {
 	return View{}, c.viewError(k)
 }
 
+// Locate returns the class (an index in Plan().Classes()) and the byte
+// offset of the block at group position k, as View(k) would give them
+// without making the view: for planners that walk every block of a buffer.
+// ok is false where View(k) fails, and View(k) then says why.
+func (c *Coalesced) Locate(k int) (class int, offset int64, ok bool) {
+	if c == nil || uint(k) >= uint(c.n) || c.freed.Load() {
+		return 0, 0, false
+	}
+	i := k
+	if c.members != nil {
+		i = int(c.members[k])
+	}
+	p := c.plan
+	m := p.meta[i]
+	ci := m >> (p.rankBits & 31)
+	if p.offs != nil {
+		return int(ci), p.offs[i], true
+	}
+	cl := &p.classes[ci]
+	return int(ci), cl.Offset + int64(m&p.rankMask)*cl.Stride, true
+}
+
 func (c *Coalesced) viewError(k int) error {
 	if err := c.check(); err != nil { // nil or freed
 		return err

@@ -552,3 +552,60 @@ func TestPaddingSpans(t *testing.T) {
 		require.NoError(t, c.Free())
 	}
 }
+
+// TestLocate: Locate gives View's class and offset for every block of
+// grouped, single-group and manifest layouts, and fails where View fails.
+func TestLocate(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	same := func(t *testing.T, c *Coalesced) {
+		t.Helper()
+		for k := range c.Len() {
+			v, err := c.View(k)
+			require.NoError(t, err)
+			class, off, ok := c.Locate(k)
+			require.True(t, ok)
+			require.Equal(t, c.Plan().Class(v.PlanIndex()), class, "block %d", k)
+			require.Equal(t, v.Offset(), off, "block %d", k)
+		}
+		for _, k := range []int{-1, c.Len(), 1 << 40} {
+			_, _, ok := c.Locate(k)
+			require.False(t, ok, "position %d", k)
+		}
+	}
+	descs := mixedDescs(3000, 23)
+	for i := range descs {
+		descs[i].Dest = i % 3
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	cs, err := AllocGroups(a, p, s)
+	require.NoError(t, err)
+	for _, c := range cs {
+		same(t, c)
+	}
+	single, err := NewPlan(mixedDescs(500, 24), Options{})
+	require.NoError(t, err)
+	c1, err := Alloc(a, single, s)
+	require.NoError(t, err)
+	same(t, c1)
+	q, err := FromManifest([]Entry{
+		{ID: 9, DType: Complex128, Rows: 1, Cols: 2, Offset: 64},
+		{ID: 4, DType: Float32, Rows: 3, Cols: 1, Offset: 0},
+	}, 96)
+	require.NoError(t, err)
+	buf, err := a.Alloc(96, s)
+	require.NoError(t, err)
+	cm, err := Wrap(buf, q, 0)
+	require.NoError(t, err)
+	same(t, cm)
+	for _, c := range append(cs, c1, cm) {
+		require.NoError(t, c.Free())
+		_, _, ok := c.Locate(0)
+		require.False(t, ok, "a freed buffer")
+	}
+	var none *Coalesced
+	_, _, ok := none.Locate(0)
+	require.False(t, ok)
+}

@@ -28,7 +28,8 @@
 // packed in pinned memory, moved to the device). A View is a
 // two-word handle on one block: id, offset, shape, dtype, address, and on
 // host-accessible memory typed slices (Float64s...). Views own nothing;
-// Coalesced.All walks them without allocating, View(k) checks its index.
+// Coalesced.All walks them without allocating, View(k) checks its index,
+// and Locate(k) gives a block's class and offset alone, for planners.
 // Work on views is declared on the Coalesced (Read/Write, then Access.Done,
 // the devalloc ledger), so Free, called once, releases the memory only after
 // the last completion of any view's work. After Free, the Coalesced and every
