@@ -190,10 +190,13 @@ type Plan struct {
 	dtype    packing.DType
 	strategy Strategy
 	problems []problem // in launch order
-	launches []launch
-	waves    int
-	needArr  bool // some cuBLAS launch reads pointer arrays
-	smallN   int  // products in small launches
+	// positions holds each triple's block positions (A, B, C), by triple
+	// index: what a TripleError of a later run names.
+	positions [][3]int32
+	launches  []launch
+	waves     int
+	needArr   bool // some cuBLAS launch reads pointer arrays
+	smallN    int  // products in small launches
 
 	mu     sync.Mutex // serialises runs: the device state is shared
 	dev    *deviceState
@@ -233,10 +236,10 @@ func NewPlan(pr Problem, opts Options) (*Plan, error) {
 		return nil, fmt.Errorf("gemm: strategy %v: %w", opts.Strategy, ErrInvalid)
 	}
 	p := &Plan{prob: pr, strategy: opts.Strategy, layouts: [3]layoutRef{layoutOf(pr.A), layoutOf(pr.B), layoutOf(pr.C)}}
-	p.prob.Triples = slices.Clone(pr.Triples)
 	if err := p.build(smallMaxOf(opts)); err != nil {
 		return nil, err
 	}
+	p.prob.Triples = nil // the caller's: positions keeps what errors need
 	plansBuilt.Add(1)
 	return p, nil
 }
@@ -263,6 +266,7 @@ func (p *Plan) build(smallMax int32) error {
 	defer scratchPool.Put(sc)
 	sc.reset(n, pr.C.Len(), smallMax)
 	probs, waveOf, shapeOf, waveAt := sc.probs, sc.waveOf, sc.shapeOf, sc.waveAt
+	positions := make([][3]int32, n)
 	// Each operand's class table, read once: a block's shape, dtype and
 	// size come from its class, so the loop reads one class per operand
 	// instead of going through the view for every field.
@@ -317,12 +321,14 @@ func (p *Plan) build(smallMax int32) error {
 		probs[i] = problem{a: offA, b: offB, c: offC, m: int32(m), n: int32(nn), k: int32(k),
 			lda: int32(ca.Cols), ldb: int32(cb.Cols), tripleIdx: int32(i)}
 		shapeOf[i], waveAt[i] = s, w
+		positions[i] = [3]int32{int32(t.A), int32(t.B), int32(t.C)} // below the operands' lengths, so below 2^31
 		p.waves = max(p.waves, int(w)+1)
 	}
+	p.positions = positions
 	if err := checkScalars(p.dtype, n, pr.Alpha, pr.Beta); err != nil {
 		return err
 	}
-	if err := checkAliasing(pr, probs, p.dtype.Size()); err != nil {
+	if err := checkAliasing(pr, p.triple, probs, p.dtype.Size()); err != nil {
 		return err
 	}
 	p.plan(sc)
@@ -359,9 +365,16 @@ func viewOf(c *packing.Coalesced, k int, name string, i int, t Triple) (packing.
 	return v, nil
 }
 
+// triple is triple i of the problem the plan was made for.
+func (p *Plan) triple(i int) Triple {
+	x := p.positions[i]
+	return Triple{A: int(x[0]), B: int(x[1]), C: int(x[2])}
+}
+
 // checkAliasing rejects a C block that shares bytes with any A or B block of
-// the problem. Only buffers whose memory overlaps need the sweep.
-func checkAliasing(pr *Problem, probs []problem, elem int64) error {
+// the problem, whose triple i is tripleAt(i). Only buffers whose memory
+// overlaps need the sweep.
+func checkAliasing(pr *Problem, tripleAt func(int) Triple, probs []problem, elem int64) error {
 	region := func(c *packing.Coalesced) (uintptr, uintptr) {
 		v, _ := c.Buffer().Addr()
 		v += uintptr(c.Start())
@@ -412,7 +425,7 @@ func checkAliasing(pr *Problem, probs []problem, elem int64) error {
 			if v.input {
 				ci, ii = other, v
 			}
-			t := pr.Triples[ci.triple]
+			t := tripleAt(ci.triple)
 			return &TripleError{Index: ci.triple, Triple: t, Reason: fmt.Sprintf("C block %d shares memory with an input of triple %d", t.C, ii.triple), Err: ErrAlias}
 		}
 		if v.input {
@@ -830,7 +843,7 @@ func (p *Plan) bind(o Operands) error {
 	if (shares(o.C, o.A) || shares(o.C, o.B)) && !(same(o.C, o.A, pr.C, pr.A) && same(o.C, o.B, pr.C, pr.B)) {
 		q := *pr
 		q.A, q.B, q.C = o.A, o.B, o.C
-		return checkAliasing(&q, p.problems, p.dtype.Size())
+		return checkAliasing(&q, p.triple, p.problems, p.dtype.Size())
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package gemm
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
@@ -199,6 +200,40 @@ func TestPlanBadInput(t *testing.T) {
 	// Disjoint blocks of one buffer are fine.
 	_, err = NewPlan(Problem{A: both, B: both, C: both, Alpha: 1, Triples: []Triple{{0, 1, 2}}}, Options{})
 	require.NoError(t, err)
+}
+
+// TestRunOnAliasedOperands: a plan made on separate buffers and run with C
+// on its A buffer is refused, naming the triple whose C block is read as
+// an input, as NewPlan would have named it.
+func TestRunOnAliasedOperands(t *testing.T) {
+	a := openHost(t)
+	defer func() { require.NoError(t, a.Sync()) }()
+	sq, err := packing.NewPlan(uniform(3, packing.Float64, 2, 2), packing.Options{})
+	require.NoError(t, err)
+	buffers := make([]*packing.Coalesced, 3)
+	for i := range buffers {
+		buffers[i], err = packing.Alloc(a, sq, a.DefaultStream())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = buffers[i].Free() })
+	}
+	A, B, C := buffers[0], buffers[1], buffers[2]
+	triples := []Triple{{A: 0, B: 0, C: 1}, {A: 1, B: 1, C: 2}}
+	p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: slices.Clone(triples)}, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close()) }()
+	eng, err := NewEngine(a.DefaultStream(), EngineOptions{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, eng.Close()) }()
+	err = eng.RunOn(p, Operands{A: A, B: B, C: A, Alpha: 1})
+	require.ErrorIs(t, err, ErrAlias)
+	var te *TripleError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, 0, te.Index)
+	require.Equal(t, triples[0], te.Triple)
+	require.Contains(t, te.Reason, "C block 1 shares memory with an input of triple 1")
+	_, err = NewPlan(Problem{A: A, B: B, C: A, Alpha: 1, Triples: triples}, Options{})
+	require.Equal(t, err.Error(), eng.RunOn(p, Operands{A: A, B: B, C: A, Alpha: 1}).Error(), "the error NewPlan gives")
+	require.NoError(t, eng.RunOn(p, Operands{A: A, B: B, C: C, Alpha: 1}))
 }
 
 func TestRunAfterFree(t *testing.T) {
