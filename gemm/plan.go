@@ -44,7 +44,8 @@ type Triple struct{ A, B, C int }
 // second in wave 1, and so on in list order; Beta applies in wave 0 only and
 // later waves accumulate with beta = 1. Alpha and Beta must be real for real
 // dtypes. A, B and C may be the same Coalesced, but no C block may share
-// memory with an A or B block of the problem.
+// memory with an A or B block of the problem. NewPlan does not keep
+// Triples: the caller may reuse the slice once it returns.
 type Problem struct {
 	A, B, C        *packing.Coalesced
 	TransA, TransB Op

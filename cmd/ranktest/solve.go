@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -39,7 +40,8 @@ type solver struct {
 	layouts map[int]*layout   // the plans of recently used bonds
 	solves  int               // solves started, for the layouts' recency
 
-	plansBuilt int64 // GEMM plans made by this rank
+	plansBuilt int64         // GEMM plans made by this rank
+	triples    []gemm.Triple // the triples of the plan being made (NewPlan keeps none)
 }
 
 // bondData is the workload at one bond: every rank's block list and the
@@ -333,7 +335,8 @@ func (sv *solver) gemmPlans(l *layout, A, B *packing.Coalesced, Cs []*packing.Co
 			continue
 		}
 		if err == nil {
-			triples := make([]gemm.Triple, len(members))
+			triples := slices.Grow(sv.triples[:0], len(members))[:len(members)]
+			sv.triples = triples
 			for pos, idx := range members {
 				triples[pos] = gemm.Triple{A: int(idx), B: int(idx), C: pos}
 			}
