@@ -230,11 +230,12 @@ const (
 // ldb and a zero (int32), little-endian.
 func encodeStack(dst []byte, probs []problem) {
 	if hostLittleEndian && uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%8 == 0 {
-		// The entry's layout in memory is the stack's: one store per field.
+		// A problem lies in memory as its stack entry but for the triple
+		// index in the last word: one copy, then that word cleared.
+		copy(dst, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(probs))), len(probs)*stackEntryBytes))
 		es := unsafe.Slice((*stackEntry)(unsafe.Pointer(unsafe.SliceData(dst))), len(probs))
-		for i := range probs {
-			q := &probs[i]
-			es[i] = stackEntry{uint64(q.a), uint64(q.b), uint64(q.c), q.m, q.n, q.k, q.lda, q.ldb, 0}
+		for i := range es {
+			es[i].zero = 0
 		}
 		return
 	}
@@ -259,9 +260,21 @@ type stackEntry struct {
 
 var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-// The entry type must be exactly the stack's entry.
+// The entry type must be exactly the stack's entry, and a problem laid out
+// as one, its triple index in the entry's last word.
 var _ [stackEntryBytes - unsafe.Sizeof(stackEntry{})]struct{}
 var _ [unsafe.Sizeof(stackEntry{}) - stackEntryBytes]struct{}
+var _ [unsafe.Sizeof(problem{}) - stackEntryBytes]struct{}
+var _ [stackEntryBytes - unsafe.Sizeof(problem{})]struct{}
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.a)-unsafe.Offsetof(stackEntry{}.a)]
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.b)-unsafe.Offsetof(stackEntry{}.b)]
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.c)-unsafe.Offsetof(stackEntry{}.c)]
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.m)-unsafe.Offsetof(stackEntry{}.m)]
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.n)-unsafe.Offsetof(stackEntry{}.n)]
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.k)-unsafe.Offsetof(stackEntry{}.k)]
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.lda)-unsafe.Offsetof(stackEntry{}.lda)]
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.ldb)-unsafe.Offsetof(stackEntry{}.ldb)]
+var _ = [1]struct{}{}[unsafe.Offsetof(problem{}.tripleIdx)-unsafe.Offsetof(stackEntry{}.zero)]
 
 // kernelLauncher runs the plan's own kernels on a stream: on CUDA through
 // the runtime; in tests through a host emulation of the same contract.

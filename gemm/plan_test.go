@@ -271,8 +271,8 @@ func TestRunAfterFree(t *testing.T) {
 // and the byte-wise one (used otherwise, here by misaligning the buffer).
 func TestEncodeStack(t *testing.T) {
 	probs := []problem{
-		{a: 8, b: 1 << 40, c: 24, m: 1, n: 2, k: 3, lda: 3, ldb: 2},
-		{a: 1<<62 + 16, b: 0, c: 1 << 33, m: 1<<31 - 1, n: 64, k: 7, lda: 1<<31 - 1, ldb: 64},
+		{a: 8, b: 1 << 40, c: 24, m: 1, n: 2, k: 3, lda: 3, ldb: 2, tripleIdx: 5},
+		{a: 1<<62 + 16, b: 0, c: 1 << 33, m: 1<<31 - 1, n: 64, k: 7, lda: 1<<31 - 1, ldb: 64, tripleIdx: 1<<31 - 1},
 	}
 	whole := make([]byte, len(probs)*stackEntryBytes)
 	encodeStack(whole, probs)
@@ -281,7 +281,8 @@ func TestEncodeStack(t *testing.T) {
 	require.Equal(t, whole, raw[1:])
 	require.Equal(t, uint64(1<<62+16), binary.LittleEndian.Uint64(whole[stackEntryBytes:]))
 	require.Equal(t, uint32(1<<31-1), binary.LittleEndian.Uint32(whole[stackEntryBytes+24:]))
-	require.Zero(t, binary.LittleEndian.Uint32(whole[44:48]))
+	require.Zero(t, binary.LittleEndian.Uint32(whole[44:48]), "the triple index is not part of the entry")
+	require.Zero(t, binary.LittleEndian.Uint32(whole[stackEntryBytes+44:]))
 }
 
 // TestPlanFirstError: of a long list with several bad triples, the error
