@@ -917,51 +917,85 @@ func (p *Plan) endManifest(size int64) {
 // manifest from elsewhere needs: what a rank delivering a group to itself
 // views the copy through.
 func (p *Plan) Detached(g int) (*Plan, error) {
-	members, err := p.Members(g)
-	if err != nil {
-		return nil, err
+	if g < 0 || g >= len(p.groups) {
+		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), ErrOutOfRange)
 	}
-	n := len(members)
+	p.buildMembers()
+	var members []int32 // nil: every block, in order (a single-group plan)
+	n := p.Len()
+	if p.members != nil {
+		members = p.members[g]
+		n = len(members)
+	}
+	member := func(k int) int {
+		if members == nil {
+			return k
+		}
+		return int(members[k])
+	}
 	q := &Plan{ids: make([]uint64, n), meta: make([]uint32, n), offs: make([]int64, n)}
-	// Each source block's place in offset order: a NewPlan group lays its
-	// classes out one after another in Group.Classes order, each class's
-	// blocks at its stride, so a block's place follows from its class and
-	// rank; a manifest plan's blocks may interleave, and are sorted.
 	grp := &p.groups[g]
-	place := make([]int32, len(p.classes)) // a source class's first place
 	strided := !p.manifest()
 	for _, ci := range grp.Classes {
 		cl := &p.classes[ci]
 		strided = strided && cl.Regular && (cl.Count == 1 || cl.Stride > 0)
 	}
-	if !strided {
-		order := slices.Clone(members)
-		slices.SortFunc(order, func(x, y int32) int { return cmp.Compare(p.offset(int(x)), p.offset(int(y))) })
-		for k, i := range order {
-			q.ids[k], q.offs[k], q.meta[k] = p.id(int(i)), p.offset(int(i)), uint32(p.Class(int(i)))
-		}
-	} else {
+	if strided {
+		// A NewPlan group lays its classes out one after another in
+		// Group.Classes order, each class's blocks at its stride: the
+		// detached classes are the group's, in that order, with
+		// FromManifest's strides (a lone block's is its size), and a
+		// block's place in offset order follows from its class and rank.
+		q.classes = make([]Class, len(grp.Classes))
+		first := make([]int32, len(p.classes)) // a source class's first place
+		index := make([]int32, len(p.classes)) // a source class's detached class
 		next := int32(0)
-		for _, ci := range grp.Classes {
-			place[ci] = next
-			next += int32(p.classes[ci].Count)
-		}
-		for _, i := range members {
-			ci := p.Class(int(i))
-			cl := &p.classes[ci]
-			off, k := p.offset(int(i)), place[ci]
-			switch {
-			case p.rankBits > 0: // the rank is in meta: no division
-				k += int32(p.meta[i] & p.rankMask)
-			case cl.Stride > 0:
-				k += int32((off - cl.Offset) / cl.Stride)
+		for c, ci := range grp.Classes {
+			src := &p.classes[ci]
+			stride := src.Stride
+			if src.Count == 1 {
+				stride = src.BlockBytes
 			}
-			q.ids[k], q.offs[k], q.meta[k] = p.id(int(i)), off, uint32(ci)
+			q.classes[c] = Class{DType: src.DType, Rows: src.Rows, Cols: src.Cols, Count: src.Count, BlockBytes: src.BlockBytes,
+				Offset: src.Offset, Stride: stride, Regular: true}
+			first[ci], index[ci] = next, int32(c)
+			next += int32(src.Count)
 		}
+		for k := range n {
+			i := member(k)
+			m := p.meta[i]
+			ci := m >> (p.rankBits & 31)
+			cl := &p.classes[ci]
+			var off int64
+			at := first[ci]
+			switch {
+			case p.offs == nil: // the rank is in meta: no division
+				rank := m & p.rankMask
+				off, at = cl.Offset+int64(rank)*cl.Stride, at+int32(rank)
+			case cl.Stride > 0:
+				off = p.offs[i]
+				at += int32((off - cl.Offset) / cl.Stride)
+			default:
+				off = p.offs[i]
+			}
+			q.ids[at], q.offs[at], q.meta[at] = p.id(i), off, uint32(index[ci])
+		}
+		q.endManifest(grp.Bytes)
+		return q, nil
 	}
-	// Classes numbered in order of first appearance, with FromManifest's
-	// strides: the step between the first two blocks, kept when every step
-	// is the same and no shorter than a block.
+	// A manifest plan's blocks may interleave: sorted by offset, then
+	// classes numbered in order of first appearance, with FromManifest's
+	// strides: the step between the first two blocks, kept when every
+	// step is the same and no shorter than a block.
+	order := make([]int32, n)
+	for k := range order {
+		order[k] = int32(member(k))
+	}
+	slices.SortFunc(order, func(x, y int32) int { return cmp.Compare(p.offset(int(x)), p.offset(int(y))) })
+	for k, i := range order {
+		q.ids[k], q.offs[k], q.meta[k] = p.id(int(i)), p.offset(int(i)), uint32(p.Class(int(i)))
+	}
+	place := make([]int32, len(p.classes))
 	for i := range place {
 		place[i] = -1
 	}
