@@ -212,3 +212,17 @@ func BenchmarkRunOn(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeStack is the host's part of a fresh plan's first run on
+// CUDA: the parameter stack of 2000 products written for its upload.
+func BenchmarkEncodeStack(b *testing.B) {
+	probs := make([]problem, 2000)
+	for i := range probs {
+		probs[i] = problem{a: int64(64 * i), b: int64(128 * i), c: int64(32 * i), m: 4, n: 2, k: 8, lda: 8, ldb: 2, tripleIdx: int32(i)}
+	}
+	dst := make([]byte, stackEntryBytes*len(probs))
+	for b.Loop() {
+		encodeStack(dst, probs)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(probs)), "ns/entry")
+}
