@@ -1,8 +1,10 @@
 package devalloc
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -367,6 +369,106 @@ func (x *Access) Done() error {
 	return b.close(x)
 }
 
+// DoneAll records the end of the declared work of several accesses on one
+// stream, enqueued together: what Done does for each of them, with one
+// event recorded for all (Done records one each, and each record is a
+// driver call). Every access must be open and on the stream of the first;
+// otherwise nothing is recorded, and the error names the first that is not.
+// Nil accesses are skipped.
+func DoneAll(xs ...*Access) error {
+	var s *Stream
+	n := 0
+	for _, x := range xs {
+		if x == nil {
+			continue
+		}
+		if s == nil {
+			s = x.s
+		}
+		if err := x.checkOpen(s); err != nil {
+			return err
+		}
+		n++
+	}
+	switch n {
+	case 0:
+		return nil
+	case 1:
+		for _, x := range xs {
+			if x != nil {
+				return x.Done()
+			}
+		}
+	}
+	impl, err := s.impl.record()
+	if err != nil {
+		return fmt.Errorf("devalloc: record the end of %d accesses on stream %d: %w", n, s.id, err)
+	}
+	s.a.c.ledgerEvents.Add(1)
+	ev := &sharedEvent{eventImpl: impl}
+	ev.refs.Store(int32(n))
+	var errs []error
+	for _, x := range xs {
+		if x == nil {
+			continue
+		}
+		b := x.b
+		b.mu.Lock()
+		err := x.checkOpenLocked(s)
+		if err == nil {
+			b.closeWith(x, ev)
+		}
+		b.mu.Unlock()
+		if err != nil { // ended meanwhile by another caller: drop its share
+			errs = append(errs, err)
+			_ = ev.destroy()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkOpen reports whether x may be ended as part of work on s.
+func (x *Access) checkOpen(s *Stream) error {
+	x.b.mu.Lock()
+	defer x.b.mu.Unlock()
+	return x.checkOpenLocked(s)
+}
+
+// checkOpenLocked is checkOpen with the buffer's lock held.
+func (x *Access) checkOpenLocked(s *Stream) error {
+	b := x.b
+	if x.done {
+		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, ErrInvalid)
+	}
+	if x.s != s {
+		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d ended with work on stream %d: %w", b.id, x.mode, x.s.id, s.id, ErrInvalid)
+	}
+	return b.checkLive()
+}
+
+// sharedEvent is one recorded event standing for the ends of several
+// accesses, in several buffers' ledgers: each holds a share, and the last
+// share's destroy destroys the event.
+type sharedEvent struct {
+	eventImpl
+	refs atomic.Int32
+}
+
+func (e *sharedEvent) destroy() error {
+	if e.refs.Add(-1) == 0 {
+		return e.eventImpl.destroy()
+	}
+	return nil
+}
+
+// baseEvent is the backend's event behind e.
+func baseEvent(e eventImpl) eventImpl {
+	if sh, ok := e.(*sharedEvent); ok {
+		return sh.eventImpl
+	}
+	return e
+}
+
 // close turns an open access into a ledger entry: an event recorded now on
 // its stream.
 func (b *Buffer) close(x *Access) error {
@@ -375,6 +477,13 @@ func (b *Buffer) close(x *Access) error {
 		return fmt.Errorf("devalloc: buffer #%d: record %s on stream %d: %w", b.id, x.mode, x.s.id, err)
 	}
 	b.allocStream.a.c.ledgerEvents.Add(1)
+	b.closeWith(x, ev)
+	return nil
+}
+
+// closeWith turns an open access into a ledger entry on ev, recorded on its
+// stream. Called with b.mu held.
+func (b *Buffer) closeWith(x *Access, ev eventImpl) {
 	x.done = true
 	open := b.more.open
 	for i, o := range open {
@@ -384,7 +493,6 @@ func (b *Buffer) close(x *Access) error {
 		}
 	}
 	b.record(x.s, x.mode, entry{c: &completion{stream: x.s, ev: ev, refs: 1}})
-	return nil
 }
 
 // record puts e, the end of an access of the given mode on s (nil for an

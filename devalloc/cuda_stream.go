@@ -90,7 +90,7 @@ func (s *cudaStream) record() (eventImpl, error) {
 }
 
 func (s *cudaStream) wait(e eventImpl) error {
-	ev, ok := e.(*cudaEvent)
+	ev, ok := baseEvent(e).(*cudaEvent)
 	if !ok || ev.be != s.be {
 		return fmt.Errorf("cuda stream: event of another backend: %w", ErrInvalid)
 	}

@@ -36,7 +36,8 @@
 // enqueueing work on a stream, declare it with Read or Write: the stream is
 // made to wait (cudaStreamWaitEvent, never the host) for the last writer, and
 // for a write also for every reader. After enqueueing, Access.Done records the
-// completion. devalloc's own work (the allocation, Stream.Memset and
+// completion; DoneAll ends several accesses of one stream's work (a GEMM's
+// operands) with one event for all. devalloc's own work (the allocation, Stream.Memset and
 // Stream.Copy) ends in the stream's mark instead: an event recorded only when
 // another stream or a hold must wait for it, so that allocating, filling and
 // freeing on one stream costs no event at all (Stats.LedgerEvents). A stream

@@ -97,7 +97,7 @@ func (s *hostStream) record() (eventImpl, error) {
 }
 
 func (s *hostStream) wait(e eventImpl) error {
-	ev, ok := e.(*hostEvent)
+	ev, ok := baseEvent(e).(*hostEvent)
 	if !ok {
 		return fmt.Errorf("host stream: event from another backend: %w", ErrInvalid)
 	}

@@ -168,8 +168,9 @@ func (e *Engine) Run(p *Plan) error {
 // groups; ErrLayout otherwise): a solver whose block structure repeats plans
 // once and runs the plan on each solve's new buffers. It declares the reads
 // of A and B and the write of C in the buffers' ledgers, so the products
-// follow earlier writers and readers on any stream and Free waits for them.
-// Runs of one plan are serialised: on CUDA they share its device memory.
+// follow earlier writers and readers on any stream and Free waits for them;
+// the three accesses end in one event (devalloc.DoneAll). Runs of one plan
+// are serialised: on CUDA they share its device memory.
 func (e *Engine) RunOn(p *Plan, o Operands) (err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -196,12 +197,11 @@ func (e *Engine) RunOn(p *Plan, o Operands) (err error) {
 			return fmt.Errorf("gemm: %s memory on a %s engine: %w", loc, map[bool]string{true: "CUDA", false: "host"}[e.device], ErrUnavailable)
 		}
 	}
+	// The accesses end together, after the launches, in one event.
 	var open []*devalloc.Access
 	defer func() {
-		for _, x := range open {
-			if derr := x.Done(); derr != nil && err == nil {
-				err = fmt.Errorf("gemm: %w", derr)
-			}
+		if derr := devalloc.DoneAll(open...); derr != nil && err == nil {
+			err = fmt.Errorf("gemm: %w", derr)
 		}
 	}()
 	declare := func(b *devalloc.Buffer, write bool) error {
