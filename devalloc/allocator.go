@@ -96,6 +96,7 @@ type counters struct {
 	backendCalls                 atomic.Int64 // failed attempts and priming
 	trims, oomRetries, fallbacks atomic.Int64
 	ledgerEvents                 atomic.Int64
+	waitsSkipped                 atomic.Int64
 	heldFrees                    atomic.Int64
 }
 

@@ -79,6 +79,7 @@ func (e entry) addRef() {
 type completion struct {
 	stream *Stream
 	ev     eventImpl
+	seq    uint64 // the event's number on stream (Stream.recordLedger)
 	hold   *Hold
 	refs   int // ledger entries and holds that point at it; the event is destroyed at 0
 }
@@ -298,16 +299,17 @@ func (b *Buffer) orderAfter(s *Stream, mode Mode) error {
 	return nil
 }
 
-// event is the event to wait on for e, recording a mark if needed; nil when
-// there is nothing to wait for (a closed stream's work has all run).
-func (e entry) event() (eventImpl, error) {
+// event is the event to wait on for e and its number on its stream,
+// recording a mark if needed; nil when there is nothing to wait for (a
+// closed stream's work has all run).
+func (e entry) event() (eventImpl, uint64, error) {
 	if e.s != nil {
 		if e.s.closed.Load() {
-			return nil, nil
+			return nil, 0, nil
 		}
 		return e.s.markEvent(e.epoch)
 	}
-	return e.c.ev, nil
+	return e.c.ev, e.c.seq, nil
 }
 
 func (b *Buffer) waitIn(s *Stream, e entry) error {
@@ -331,11 +333,11 @@ func (b *Buffer) waitIn(s *Stream, e entry) error {
 	case e.c != nil && e.c.stream.closed.Load():
 		return nil // a closed stream's work has all run
 	}
-	ev, err := e.event()
+	ev, seq, err := e.event()
 	if err != nil || ev == nil {
 		return err
 	}
-	if err := s.impl.wait(ev); err != nil {
+	if err := s.waitLedger(e.stream(), ev, seq); err != nil {
 		return fmt.Errorf("devalloc: buffer #%d: stream %d wait: %w", b.id, s.id, err)
 	}
 	return nil
@@ -400,7 +402,7 @@ func DoneAll(xs ...*Access) error {
 			}
 		}
 	}
-	impl, err := s.impl.record()
+	impl, seq, err := s.recordLedger()
 	if err != nil {
 		return fmt.Errorf("devalloc: record the end of %d accesses on stream %d: %w", n, s.id, err)
 	}
@@ -416,7 +418,7 @@ func DoneAll(xs ...*Access) error {
 		b.mu.Lock()
 		err := x.checkOpenLocked(s)
 		if err == nil {
-			b.closeWith(x, ev)
+			b.closeWith(x, ev, seq)
 		}
 		b.mu.Unlock()
 		if err != nil { // ended meanwhile by another caller: drop its share
@@ -472,18 +474,18 @@ func baseEvent(e eventImpl) eventImpl {
 // close turns an open access into a ledger entry: an event recorded now on
 // its stream.
 func (b *Buffer) close(x *Access) error {
-	ev, err := x.s.impl.record()
+	ev, seq, err := x.s.recordLedger()
 	if err != nil {
 		return fmt.Errorf("devalloc: buffer #%d: record %s on stream %d: %w", b.id, x.mode, x.s.id, err)
 	}
 	b.allocStream.a.c.ledgerEvents.Add(1)
-	b.closeWith(x, ev)
+	b.closeWith(x, ev, seq)
 	return nil
 }
 
 // closeWith turns an open access into a ledger entry on ev, recorded on its
-// stream. Called with b.mu held.
-func (b *Buffer) closeWith(x *Access, ev eventImpl) {
+// stream as number seq. Called with b.mu held.
+func (b *Buffer) closeWith(x *Access, ev eventImpl, seq uint64) {
 	x.done = true
 	open := b.more.open
 	for i, o := range open {
@@ -492,7 +494,7 @@ func (b *Buffer) closeWith(x *Access, ev eventImpl) {
 			break
 		}
 	}
-	b.record(x.s, x.mode, entry{c: &completion{stream: x.s, ev: ev, refs: 1}})
+	b.record(x.s, x.mode, entry{c: &completion{stream: x.s, ev: ev, seq: seq, refs: 1}})
 }
 
 // record puts e, the end of an access of the given mode on s (nil for an
@@ -622,7 +624,7 @@ func (h *Hold) addDep(e entry) error {
 	if (e.s == nil && e.c == nil) || (e.c != nil && e.c.hold != nil) {
 		return nil
 	}
-	ev, err := e.event()
+	ev, _, err := e.event()
 	if err != nil {
 		h.dropDeps()
 		return err

@@ -37,12 +37,15 @@
 // made to wait (cudaStreamWaitEvent, never the host) for the last writer, and
 // for a write also for every reader. After enqueueing, Access.Done records the
 // completion; DoneAll ends several accesses of one stream's work (a GEMM's
-// operands) with one event for all. devalloc's own work (the allocation, Stream.Memset and
-// Stream.Copy) ends in the stream's mark instead: an event recorded only when
-// another stream or a hold must wait for it, so that allocating, filling and
-// freeing on one stream costs no event at all (Stats.LedgerEvents). A stream
-// records its mark before it waits for the host and before a declared access
-// begins, so a mark never covers work that waits for an outside agent.
+// operands) with one event for all. devalloc's own work (the allocation,
+// Stream.Memset and Stream.Copy) ends in the stream's mark instead: an event
+// recorded only when another stream or a hold must wait for it, so that
+// allocating, filling and freeing on one stream costs no event at all
+// (Stats.LedgerEvents). A stream records its mark before it waits for the
+// host and before a declared access begins, so a mark never covers work that
+// waits for an outside agent. The ledger's events are numbered in each
+// stream's order, and a stream that has waited for one of another stream's
+// waits for none recorded before it (Stats.WaitsSkipped).
 // Undeclared work on the allocating stream is still ordered
 // before the free (as with cudaFreeAsync on that stream), but other streams
 // and holds see only declared work. An agent

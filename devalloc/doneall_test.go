@@ -99,12 +99,13 @@ func TestDoneAllMisuse(t *testing.T) {
 }
 
 // countingBackend is the null backend whose events count their destroys,
-// by event.
+// by event, and whose streams count their waits.
 type countingBackend struct {
 	nullBackend
 	mu        sync.Mutex
 	recorded  int
 	destroyed map[int]int
+	waits     int
 }
 
 type countingStream struct {
@@ -124,6 +125,13 @@ func (s countingStream) record() (eventImpl, error) {
 	defer s.be.mu.Unlock()
 	s.be.recorded++
 	return countingEvent{s.be, s.be.recorded}, nil
+}
+
+func (s countingStream) wait(eventImpl) error {
+	s.be.mu.Lock()
+	defer s.be.mu.Unlock()
+	s.be.waits++
+	return nil
 }
 
 func (countingEvent) query() (bool, error) { return true, nil }
@@ -168,4 +176,90 @@ func TestDoneAllEventLifetime(t *testing.T) {
 	}
 	require.NoError(t, a.Close())
 	require.Equal(t, 1, be.destroys(shared), "destroyed once, after the last buffer")
+}
+
+// TestWaitsSkipped: a stream that has waited for one of another stream's
+// ledger events does not wait again for an earlier one, and waits for a
+// later one.
+func TestWaitsSkipped(t *testing.T) {
+	be := &countingBackend{destroyed: map[int]int{}}
+	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
+	require.NoError(t, a.init("test"))
+	s1 := a.DefaultStream()
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	s3, err := a.NewStream()
+	require.NoError(t, err)
+	x, err := a.Alloc(64, s1)
+	require.NoError(t, err)
+	y, err := a.Alloc(64, s1)
+	require.NoError(t, err)
+	for _, b := range []*Buffer{x, y} { // x's write, then y's: events 1 and 2 of s1's ledger
+		w, err := b.Write(s1)
+		require.NoError(t, err)
+		require.NoError(t, w.Done())
+	}
+	read := func(b *Buffer, s *Stream) {
+		t.Helper()
+		r, err := b.Read(s)
+		require.NoError(t, err)
+		require.NoError(t, r.Done())
+	}
+	waits := func() int {
+		be.mu.Lock()
+		defer be.mu.Unlock()
+		return be.waits
+	}
+	read(y, s2) // waits for y's write
+	require.Equal(t, 1, waits())
+	read(x, s2) // x's write came before y's: covered
+	require.Equal(t, 1, waits())
+	require.EqualValues(t, 1, a.Stats().WaitsSkipped)
+	read(x, s3) // the other order: both waits needed
+	read(y, s3)
+	require.Equal(t, 3, waits())
+	require.EqualValues(t, 1, a.Stats().WaitsSkipped)
+	require.NoError(t, x.Free())
+	require.NoError(t, y.Free())
+	require.NoError(t, a.Close())
+}
+
+// TestSkippedWaitStillOrders: the work of a stream whose wait for an
+// earlier event was left out still runs after that event's work.
+func TestSkippedWaitStillOrders(t *testing.T) {
+	a, err := Open(Options{Backend: BackendHost, Warn: func(string) {}})
+	require.NoError(t, err)
+	s1 := a.DefaultStream()
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	x, err := a.Alloc(64, s1)
+	require.NoError(t, err)
+	y, err := a.Alloc(64, s1)
+	require.NoError(t, err)
+	require.NoError(t, s1.Synchronize())
+	release := make(chan struct{})
+	var xWritten atomic.Bool
+	w, err := x.Write(s1)
+	require.NoError(t, err)
+	require.NoError(t, s1.Enqueue(func() error { <-release; xWritten.Store(true); return nil }))
+	require.NoError(t, w.Done())
+	w, err = y.Write(s1)
+	require.NoError(t, err)
+	require.NoError(t, w.Done())
+
+	skipped := a.Stats().WaitsSkipped
+	var sawX bool
+	ry, err := y.Read(s2)
+	require.NoError(t, err)
+	rx, err := x.Read(s2)
+	require.NoError(t, err)
+	require.Equal(t, skipped+1, a.Stats().WaitsSkipped, "x's wait is covered by y's")
+	require.NoError(t, s2.Enqueue(func() error { sawX = xWritten.Load(); return nil }))
+	require.NoError(t, DoneAll(ry, rx))
+	close(release)
+	require.NoError(t, s2.Synchronize())
+	require.True(t, sawX, "s2 read x after s1 wrote it")
+	require.NoError(t, x.Free())
+	require.NoError(t, y.Free())
+	require.NoError(t, a.Close())
 }

@@ -37,7 +37,8 @@ import "fmt"
 type recordedMark struct {
 	lo, hi uint64
 	ev     eventImpl
-	refs   int // entries on it; the event is destroyed at 0
+	seq    uint64 // the event's number on the stream (recordLedger)
+	refs   int    // entries on it; the event is destroyed at 0
 }
 
 // takeMark returns an entry on the stream's current mark.
@@ -133,21 +134,21 @@ func (s *Stream) refMarkRecordedLocked(epoch uint64, delta int) {
 // the current one. The caller holds an entry on it, which keeps the event
 // alive. A nil event with a nil error means the stream was closed first:
 // its work has all run, so there is nothing to wait for.
-func (s *Stream) markEvent(epoch uint64) (eventImpl, error) {
+func (s *Stream) markEvent(epoch uint64) (eventImpl, uint64, error) {
 	s.markMu.Lock()
 	defer s.markMu.Unlock()
 	if err := s.recordMarkLocked(epoch, false); err != nil {
 		if s.closed.Load() {
-			return nil, nil
+			return nil, 0, nil
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	for i := range s.recorded {
 		if m := &s.recorded[i]; m.lo <= epoch && epoch <= m.hi {
-			return m.ev, nil
+			return m.ev, m.seq, nil
 		}
 	}
-	return nil, fmt.Errorf("devalloc: stream %d: mark %d has no entry left: %w", s.id, epoch, ErrInvalid)
+	return nil, 0, fmt.Errorf("devalloc: stream %d: mark %d has no entry left: %w", s.id, epoch, ErrInvalid)
 }
 
 // recordMarkLocked records the current mark and starts the next, if the
@@ -169,7 +170,7 @@ func (s *Stream) recordMarkLocked(epoch uint64, sealing bool) error {
 	s.epoch.Store(hi + 1)
 	s.base, s.curRefs = hi+1, 0
 	a.mu.Unlock()
-	ev, err := s.impl.record()
+	ev, seq, err := s.recordLedger()
 	if err != nil {
 		// The mark stays current, under its epochs and the next one's.
 		a.mu.Lock()
@@ -179,7 +180,7 @@ func (s *Stream) recordMarkLocked(epoch uint64, sealing bool) error {
 		return fmt.Errorf("devalloc: record event on stream %d: %w", s.id, err)
 	}
 	a.c.ledgerEvents.Add(1)
-	s.recorded = append(s.recorded, recordedMark{lo: lo, hi: hi, ev: ev, refs: refs})
+	s.recorded = append(s.recorded, recordedMark{lo: lo, hi: hi, ev: ev, seq: seq, refs: refs})
 	return nil
 }
 

@@ -30,8 +30,12 @@ type Stats struct {
 	// LedgerEvents counts the events the ledger recorded: one per access
 	// the caller declared, and one per stream mark that another stream or a
 	// hold had to wait for. Allocating, filling and freeing on one stream
-	// records none.
+	// records none. (DoneAll records one for all of its accesses.)
 	LedgerEvents int64
+	// WaitsSkipped counts the cross-stream waits the ledger left out: a
+	// stream that has waited for one of another stream's ledger events
+	// waits for no earlier one.
+	WaitsSkipped int64
 
 	PinnedReserved, PinnedUsed int64
 	PinnedAllocCalls           int64 // page-locked allocations from the driver or OS
@@ -65,6 +69,7 @@ func (a *Allocator) Stats() Stats {
 		OOMRetries:       a.c.oomRetries.Load(),
 		Fallbacks:        a.c.fallbacks.Load(),
 		LedgerEvents:     a.c.ledgerEvents.Load(),
+		WaitsSkipped:     a.c.waitsSkipped.Load(),
 		PinnedReserved:   pr,
 		PinnedUsed:       pu,
 		PinnedAllocCalls: pc,

@@ -26,6 +26,47 @@ type Stream struct {
 	base     uint64         // the oldest epoch on the current mark
 	curRefs  int            // ledger entries and holds on the current mark
 	recorded []recordedMark // recorded marks that entries still stand on
+
+	// Ledger events recorded on the stream are numbered in stream order
+	// (recMu makes the record and its number one step), so that a stream
+	// that has waited for one of them needs no wait for an earlier one:
+	// waited holds, by stream, the newest number this stream has waited
+	// for, under waitMu, taken around the check, the wait and the update.
+	recMu  sync.Mutex
+	recSeq uint64
+	waitMu sync.Mutex
+	waited map[*Stream]uint64
+}
+
+// recordLedger records an event for the ledger and numbers it.
+func (s *Stream) recordLedger() (eventImpl, uint64, error) {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	ev, err := s.impl.record()
+	if err != nil {
+		return nil, 0, err
+	}
+	s.recSeq++
+	return ev, s.recSeq, nil
+}
+
+// waitLedger makes s wait for ev, number seq of stream other, unless s has
+// already waited for that one or a later one of other's.
+func (s *Stream) waitLedger(other *Stream, ev eventImpl, seq uint64) error {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waited[other] >= seq {
+		s.a.c.waitsSkipped.Add(1)
+		return nil
+	}
+	if err := s.impl.wait(ev); err != nil {
+		return err
+	}
+	if s.waited == nil {
+		s.waited = map[*Stream]uint64{}
+	}
+	s.waited[other] = seq
+	return nil
 }
 
 // ID is a small number naming the stream in errors (the reclamation stream is -1).

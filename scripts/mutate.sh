@@ -25,6 +25,7 @@ mutations=(
 			return err
 		}
 		if err := s.impl.waitHost(h.done)|if err := s.impl.waitHost(h.done)|^TestHostConformance\$/^MarkSealedBeforeHostWait\$"
+  "skip-only-covered-waits|devalloc/stream.go|if s.waited[other] >= seq {|if true {|^TestSkippedWaitStillOrders\$"
   "seal-before-enqueue|devalloc/stream.go|	if err := s.seal(); err != nil {
 		return err
 	}
