@@ -359,9 +359,13 @@ func (a *Allocator) newBuffer(size int64, addr uintptr, hostPtr unsafe.Pointer, 
 	}
 	n := &a.n
 	a.mu.Lock()
-	// The allocation is ordered on s: its first writer is s's mark, an
-	// event only if another stream or a hold must wait for it.
-	b.writer = s.takeMarkLocked()
+	// A device allocation is ordered on s: its first writer is s's mark,
+	// an event only if another stream or a hold must wait for it. Pinned
+	// memory is handed out only once its last use has completed (the
+	// pool's guard), so it has no first writer to wait for.
+	if loc != Pinned {
+		b.writer = s.takeMarkLocked()
+	}
 	n.nextID++
 	b.id = n.nextID
 	if k := len(a.free); k > 0 {

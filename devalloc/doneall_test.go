@@ -263,3 +263,36 @@ func TestSkippedWaitStillOrders(t *testing.T) {
 	require.NoError(t, y.Free())
 	require.NoError(t, a.Close())
 }
+
+// TestPinnedUsableAtOnce: a pinned buffer has no first writer to wait for
+// (the pool hands out only blocks whose last use has completed), so a hold
+// on it waits for nothing and records no event, even on a stream whose
+// work has not run; a device allocation there must wait for that work.
+func TestPinnedUsableAtOnce(t *testing.T) {
+	a, err := Open(Options{Backend: BackendHost, Warn: func(string) {}})
+	require.NoError(t, err)
+	s := a.DefaultStream()
+	release := make(chan struct{})
+	require.NoError(t, s.Enqueue(func() error { <-release; return nil }))
+	p, err := a.AllocPinned(256, s)
+	require.NoError(t, err)
+	events := a.Stats().LedgerEvents
+	h, err := p.Hold(Write)
+	require.NoError(t, err)
+	require.Empty(t, h.deps, "nothing to wait for")
+	require.Equal(t, events, a.Stats().LedgerEvents, "no mark recorded")
+	require.NoError(t, h.Wait())
+	require.NoError(t, h.Release())
+
+	b, err := a.Alloc(256, s)
+	require.NoError(t, err)
+	hb, err := b.Hold(Write)
+	require.NoError(t, err)
+	require.Len(t, hb.deps, 1, "a device allocation waits for its stream")
+	close(release)
+	require.NoError(t, hb.Wait())
+	require.NoError(t, hb.Release())
+	require.NoError(t, p.Free())
+	require.NoError(t, b.Free())
+	require.NoError(t, a.Close())
+}

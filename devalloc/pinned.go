@@ -42,8 +42,10 @@ func pinnedClass(size int64) int {
 }
 
 // AllocPinned returns page-locked host memory (Location Pinned) that C, MPI
-// and DMA engines may hold pointers into, usable in the order of s. It has
-// the same ledger as device buffers and is not counted against the budget.
+// and DMA engines may hold pointers into. It is usable at once, on any
+// stream or by a hold (the pool hands a block out only after its last use
+// has completed), s being the stream its free is ordered on. It has the
+// same ledger as device buffers and is not counted against the budget.
 func (a *Allocator) AllocPinned(size int64, s *Stream) (*Buffer, error) {
 	if err := a.enter(); err != nil {
 		return nil, err
