@@ -738,9 +738,10 @@ func (b *Buffer) Free() error {
 // and after the work enqueued so far on the allocating stream (undeclared
 // work there is ordered before the free, as with cudaFreeAsync on that
 // stream). When they all lie on one stream (the common case: one solve
-// stream), the free goes on that stream, like cudaFreeAsync on it: no
-// events, no cross-stream waits, and the pool can hand the memory straight
-// back to the next allocation on that stream. Otherwise the reclamation
+// stream), or those on other streams have already run, the free goes on
+// that stream, like cudaFreeAsync on it: no events, no cross-stream waits,
+// and the pool can hand the memory straight back to the next allocation on
+// that stream. Otherwise the reclamation
 // stream waits for each completion and frees. freeing says that Free is
 // the caller, whose counts are taken here too. Called with b.mu held and no
 // holds left.
@@ -779,7 +780,7 @@ func (b *Buffer) enqueueFree(freeing bool) error {
 }
 
 // freeStream returns the allocating stream when every pending completion
-// lies on it and it is open, else nil.
+// lies on it or has already run, and it is open, else nil.
 func (b *Buffer) freeStream() *Stream {
 	on := b.allocStream
 	if on.closed.Load() {
@@ -791,8 +792,15 @@ func (b *Buffer) freeStream() *Stream {
 			return true
 		case e.c != nil && e.c.hold != nil:
 			return e.c.hold.released()
+		case e.stream() == on:
+			return true
+		case e.s != nil:
+			return e.s.markRan(e.epoch)
 		}
-		return e.stream() == on
+		// Another stream's work that has run needs no wait: asking is one
+		// query, where the reclamation stream would wait for it, and for
+		// a new mark of the allocating stream.
+		return e.isDone()
 	}
 	if !onOne(b.writer) {
 		return nil

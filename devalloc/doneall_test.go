@@ -106,6 +106,7 @@ type countingBackend struct {
 	recorded  int
 	destroyed map[int]int
 	waits     int
+	pending   atomic.Bool // events report their work not run yet
 }
 
 type countingStream struct {
@@ -134,8 +135,8 @@ func (s countingStream) wait(eventImpl) error {
 	return nil
 }
 
-func (countingEvent) query() (bool, error) { return true, nil }
-func (countingEvent) synchronize() error   { return nil }
+func (e countingEvent) query() (bool, error) { return !e.be.pending.Load(), nil }
+func (countingEvent) synchronize() error     { return nil }
 
 func (e countingEvent) destroy() error {
 	e.be.mu.Lock()
@@ -294,5 +295,40 @@ func TestPinnedUsableAtOnce(t *testing.T) {
 	require.NoError(t, hb.Release())
 	require.NoError(t, p.Free())
 	require.NoError(t, b.Free())
+	require.NoError(t, a.Close())
+}
+
+// TestFreeAfterOtherStreamRan: a buffer last read on another stream is
+// freed on its allocating stream, with no wait and no event, once that
+// read has run; before, the reclamation stream waits for it.
+func TestFreeAfterOtherStreamRan(t *testing.T) {
+	be := &countingBackend{destroyed: map[int]int{}}
+	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
+	require.NoError(t, a.init("test"))
+	s1 := a.DefaultStream()
+	s2, err := a.NewStream()
+	require.NoError(t, err)
+	waits := func() int {
+		be.mu.Lock()
+		defer be.mu.Unlock()
+		return be.waits
+	}
+	for _, ran := range []bool{true, false} {
+		be.pending.Store(!ran)
+		x, err := a.Alloc(64, s1)
+		require.NoError(t, err)
+		r, err := x.Read(s2)
+		require.NoError(t, err)
+		require.NoError(t, r.Done())
+		w0, ev0 := waits(), a.Stats().LedgerEvents
+		require.NoError(t, x.Free())
+		if ran {
+			require.Equal(t, w0, waits(), "no wait for work that has run")
+			require.Equal(t, ev0, a.Stats().LedgerEvents, "no mark recorded")
+		} else {
+			require.Greater(t, waits(), w0, "the reclamation stream waits for the read")
+		}
+	}
+	be.pending.Store(false)
 	require.NoError(t, a.Close())
 }

@@ -151,6 +151,26 @@ func (s *Stream) markEvent(epoch uint64) (eventImpl, uint64, error) {
 	return nil, 0, fmt.Errorf("devalloc: stream %d: mark %d has no entry left: %w", s.id, epoch, ErrInvalid)
 }
 
+// markRan reports whether mark epoch has been recorded and its event has
+// completed: all the work it stands for has run. It records nothing.
+func (s *Stream) markRan(epoch uint64) bool {
+	s.markMu.Lock()
+	defer s.markMu.Unlock()
+	s.a.mu.Lock()
+	current := epoch >= s.base
+	s.a.mu.Unlock()
+	if current {
+		return false
+	}
+	for i := range s.recorded {
+		if m := &s.recorded[i]; m.lo <= epoch && epoch <= m.hi {
+			done, err := m.ev.query()
+			return err == nil && done
+		}
+	}
+	return false
+}
+
 // recordMarkLocked records the current mark and starts the next, if the
 // mark holding epoch is still the current one, and only if entries stand
 // on it when sealing. Called with markMu held.
