@@ -390,19 +390,41 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 	if err != nil {
 		return e.outErr(m.dest, "notice", err)
 	}
-	s := cudart.Stream(x.sendS.Handle())
-	if x.hooks.mangle != nil {
-		if err := e.mangleIPC(m, mem[ipcHead:], off); err != nil {
-			return e.outErr(m.dest, "window", err)
-		}
-	} else if size > 0 {
-		// The blocks, from the send buffer.
-		if err := e.copyToWindow(c.Buffer(), start, l.win+uintptr(off+p), size); err != nil {
-			return e.outErr(m.dest, "window", err)
-		}
+	srcAddr, err := c.Buffer().Addr()
+	if err != nil {
+		return e.outErr(m.dest, "window", err)
 	}
-	// The manifest, from the notice.
-	if err := e.rawCopy(notice, x.sendS, func() error { return l.dev.MemcpyAsync(l.win+uintptr(off), addr+ipcHead, p, s) }); err != nil {
+	s := cudart.Stream(x.sendS.Handle())
+	// The blocks, from the send buffer, and the manifest, from the notice:
+	// copies on the send stream, declared reads of both, ended together.
+	var reads []*devalloc.Access
+	copies := func() error {
+		if x.hooks.mangle != nil {
+			if err := e.mangleIPC(m, mem[ipcHead:], off); err != nil {
+				return err
+			}
+		} else if size > 0 {
+			if src := c.Buffer(); src.Allocator() == x.a {
+				rd, err := src.Read(x.sendS)
+				if err != nil {
+					return err
+				}
+				reads = append(reads, rd)
+				if err := l.dev.MemcpyAsync(l.win+uintptr(off+p), srcAddr+uintptr(start), size, s); err != nil {
+					return err
+				}
+			} else if err := e.copyToWindow(src, start, l.win+uintptr(off+p), size); err != nil {
+				return err
+			}
+		}
+		rd, err := notice.Read(x.sendS)
+		if err != nil {
+			return err
+		}
+		reads = append(reads, rd)
+		return l.dev.MemcpyAsync(l.win+uintptr(off), addr+ipcHead, p, s)
+	}
+	if err := errors.Join(copies(), devalloc.DoneAll(reads...)); err != nil {
 		return e.outErr(m.dest, "window", err)
 	}
 	m.chunks = resize(m.chunks, 1)
@@ -475,18 +497,15 @@ func (e *exchange) rawCopy(buf *devalloc.Buffer, s *devalloc.Stream, enqueue fun
 	return errors.Join(enqueue(), rd.Done())
 }
 
-// copyToWindow copies n bytes of src from off into the window at dst, on
-// the send stream. A buffer of another allocator is read once its writers
-// are done, and held until the copy has run.
+// copyToWindow copies n bytes of src, a buffer of another allocator, from
+// off into the window at dst, on the send stream: src is read once its
+// writers are done, and held until the copy has run.
 func (e *exchange) copyToWindow(src *devalloc.Buffer, off int64, dst uintptr, n int64) error {
 	x, l := e.x, e.x.ipc
 	s := cudart.Stream(x.sendS.Handle())
 	addr, err := src.Addr()
 	if err != nil {
 		return err
-	}
-	if src.Allocator() == x.a {
-		return e.rawCopy(src, x.sendS, func() error { return l.dev.MemcpyAsync(dst, addr+uintptr(off), n, s) })
 	}
 	h, err := src.Hold(devalloc.Read)
 	if err != nil {
