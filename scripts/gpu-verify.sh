@@ -5,6 +5,10 @@
 #       Here (Go, no GPU): builds every GPU test binary and ranktest (with and
 #       without MPI) into gpubin/ (stripped, to fit the transfer).
 #
+#   scripts/gpu-verify.sh build-base COMMIT
+#       Here: ranktest and ranktest-mpi of an older commit, built in a
+#       temporary worktree, into gpubin/base/, for the turns step.
+#
 #   scripts/gpu-verify.sh run OUTDIR [STEP...]
 #       On the GPU machine (repository root, no Go, gpubin/ carried along):
 #       runs each step under its own timeout and writes to OUTDIR:
@@ -30,6 +34,7 @@
 #         goals      scripts/solve-goals.sh: the main job's figures against their
 #                    goals (1, 2 and 8 ranks, host, perblock, MPS, the GEMM kernel)
 #         sweep      the solve, packed and perblock, over 250 to 4000 blocks per rank (for the plot)
+#         turns      scripts/solve-turns.sh: gpubin/base/ against gpubin/ in turns (not in the default)
 #         mpibench   MPI ping-pong from Go against the same loop in C, 64 KiB to 4 MiB
 #         soak       a short ranktest soak under compute-sanitizer
 set -uo pipefail
@@ -153,6 +158,7 @@ run() {
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
         step solve-perblock 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode perblock -iters 10 -json" ;;
       goals) step goals 900 "scripts/solve-goals.sh $BIN $LOG/goals && cp $LOG/goals/goals.txt $LOG/goals.txt" ;;
+      turns) step turns 1500 "scripts/solve-turns.sh $BIN/base $BIN $LOG/turns 3 && cp $LOG/turns/turns.txt $LOG/turns.txt" ;;
       sweep) step solve-sweep 300 "for mode in packed perblock; do for b in 250 500 1000 2000 4000; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode \$mode -blocks \$b -iters 5 -json | tail -n 1 >> $LOG/solve-sweep.jsonl || exit 1; done; done" ;;
       mpibench) step mpibench 240 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/mpibench.test -test.run '^\$' -test.bench 'PingPong/bytes=(65536|262144|1048576|4194304)/' -test.benchtime 1000x -test.count 3" ;;
       soak) step soak 300 "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 20 -blocks 1000 -json" ;;
@@ -168,12 +174,29 @@ run() {
   (cd "$LOG" && tar czf "$out/logs.tgz" ./*)
   cp "$LOG/summary.txt" "$LOG/machine.txt" "$out/"
   [ -f "$LOG/goals.txt" ] && cp "$LOG/goals.txt" "$out/"
+  [ -f "$LOG/turns.txt" ] && cp "$LOG/turns.txt" "$out/"
   cp "$LOG"/*.jsonl "$out/" 2>/dev/null
   [ ${#failed[@]} -eq 0 ]
 }
 
+# build_base COMMIT: ranktest of COMMIT into gpubin/base/ (after build).
+build_base() {
+  set -e
+  local commit=${1:?usage: gpu-verify.sh build-base COMMIT}
+  local wt ld=(-ldflags "-s -w")
+  wt=$(mktemp -d)
+  git worktree add -q --detach "$wt" "$commit"
+  mkdir -p "$BIN/base"
+  (cd "$wt" && go build "${ld[@]}" -o "$OLDPWD/$BIN/base/ranktest" ./cmd/ranktest &&
+    go build -tags mpi "${ld[@]}" -o "$OLDPWD/$BIN/base/ranktest-mpi" ./cmd/ranktest)
+  git worktree remove --force "$wt"
+  git rev-parse "$commit" >"$BIN/base/COMMIT"
+  du -sh "$BIN/base"
+}
+
 case ${1:-} in
   build) build ;;
+  build-base) shift; build_base "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,34p' "$0"; exit 2 ;;
+  *) sed -n '2,39p' "$0"; exit 2 ;;
 esac
