@@ -741,10 +741,9 @@ func (b *Buffer) Free() error {
 // stream), or those on other streams have already run, the free goes on
 // that stream, like cudaFreeAsync on it: no events, no cross-stream waits,
 // and the pool can hand the memory straight back to the next allocation on
-// that stream. Otherwise the reclamation
-// stream waits for each completion and frees. freeing says that Free is
-// the caller, whose counts are taken here too. Called with b.mu held and no
-// holds left.
+// that stream. Otherwise the reclamation stream waits for each completion
+// and frees. freeing says that Free is the caller, whose counts are taken
+// here too. Called with b.mu held and no holds left.
 func (b *Buffer) enqueueFree(freeing bool) error {
 	a := b.allocStream.a
 	b.state = stateFreed
