@@ -231,7 +231,7 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 	var rel cluster.Releaser
 	if in.ipc {
 		// The notice: as long as MPI says, at least one byte.
-		cb, err := x.a.AllocPinned(max(m.Status().Bytes, 1), x.recvS)
+		cb, err := x.ipc.takeNotice(x, in.src, max(m.Status().Bytes, 1))
 		if err == nil {
 			if ch.hold, err = cb.Hold(devalloc.Write); err != nil {
 				_ = cb.Free()

@@ -67,6 +67,41 @@ type ipcLink struct {
 	peerWin                 map[int]*peerWindow
 	readBy                  []bool  // ranks this rank's window holds messages for since its last wait for them
 	offsets                 []int64 // this exchange's messages in the window, by destination (-1: none)
+	// notices keeps, by source, the pinned buffer its last notice arrived
+	// in, for the next one: a notice is read on the host only, so reusing
+	// its buffer waits for nothing, where a new one costs a pool query and
+	// its free an event.
+	notices map[int]*devalloc.Buffer
+}
+
+// takeNotice returns a pinned buffer of at least n bytes for a notice from
+// src: the one its last notice arrived in when large enough, else a new one.
+func (l *ipcLink) takeNotice(x *Exchanger, src int, n int64) (*devalloc.Buffer, error) {
+	if b := l.notices[src]; b != nil {
+		delete(l.notices, src)
+		if b.Size() >= n {
+			return b, nil
+		}
+		if err := b.Free(); err != nil {
+			return nil, err
+		}
+	}
+	return x.a.AllocPinned(n, x.recvS)
+}
+
+// keepNotice keeps b, whose notice from src has been read and whose
+// receive has completed, for src's next notice.
+func (l *ipcLink) keepNotice(src int, b *devalloc.Buffer) error {
+	if old := l.notices[src]; old != nil {
+		if err := old.Free(); err != nil {
+			return err
+		}
+	}
+	if l.notices == nil {
+		l.notices = map[int]*devalloc.Buffer{}
+	}
+	l.notices[src] = b
+	return nil
 }
 
 // peerWindow is a peer's window as this rank opened it.
@@ -215,6 +250,9 @@ func (x *Exchanger) closeIPC() error {
 	}
 	if l != nil {
 		errs = append(errs, l.freeOwn())
+		for _, b := range l.notices {
+			errs = append(errs, b.Free())
+		}
 		x.ipc = nil
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -607,8 +645,16 @@ func (e *exchange) finishIPC(in *inMsg) {
 		return nil
 	}()
 	// The notice was received into exactly its length: no canary to check.
+	// Read and its receive done, its buffer serves the source's next one;
+	// after a failure it is freed (devalloc defers that while held).
 	if ch.buf != nil {
-		_ = ch.buf.Free()
+		if in.failed == nil && ch.done {
+			if err := l.keepNotice(in.src, ch.buf); err != nil {
+				in.failed = e.inErr(in, "notice", err)
+			}
+		} else {
+			_ = ch.buf.Free()
+		}
 		ch.buf = nil
 	}
 	if in.failed != nil {

@@ -3,6 +3,7 @@
 package msg
 
 import (
+	"maps"
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
@@ -83,5 +84,41 @@ func TestNodeLocalWindows(t *testing.T) {
 	require.NoError(t, r.Free())
 	for _, b := range bufs {
 		require.NoError(t, b.Free())
+	}
+}
+
+// TestNoticeBuffersKept: the pinned buffer a peer's notice arrived in is
+// kept for its next notice, which arrives in the same buffer when it fits,
+// and the exchanger's Close frees them (the allocator's leak check).
+func TestNoticeBuffersKept(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	if size == 1 {
+		t.Skip("a rank alone has no node-local peer")
+	}
+	v := variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"}
+	a := v.open(t)
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+	s := a.DefaultStream()
+	tr := traffic{seed: 91, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
+	var kept map[int]*devalloc.Buffer
+	for round := range 2 {
+		bufs, err := AllocSend(a, tr.plan(t, rank, size), s) // the same traffic both rounds
+		require.NoError(t, err)
+		tr.fill(t, s, rank, bufs)
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		tr.verify(t, s, rank, size, r)
+		require.Len(t, x.ipc.notices, size-1, "one notice buffer kept per peer")
+		if round == 0 {
+			kept = maps.Clone(x.ipc.notices)
+		} else {
+			require.Equal(t, kept, x.ipc.notices, "the same notices arrived in the same buffers")
+		}
+		require.NoError(t, r.Free())
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
 	}
 }
