@@ -118,11 +118,19 @@ func (s *cudaStream) enqueue(fn func() error) error {
 }
 
 // run calls an Enqueue function, keeping its error or panic for synchronize.
+// It ends under hostMu, which synchronize takes once the stream has run:
+// the device orders the function before the stream's end (through the
+// driver, which Go's memory model does not see), and the lock shows that
+// order to Go, so that the caller reads what the function wrote after
+// Synchronize without a race.
 func (s *cudaStream) run(fn func() error) {
 	defer func() {
-		if r := recover(); r != nil {
-			s.fail(fmt.Errorf("stream function panicked: %v", r))
+		r := recover()
+		s.hostMu.Lock()
+		if r != nil && s.err == nil {
+			s.err = fmt.Errorf("stream function panicked: %v", r)
 		}
+		s.hostMu.Unlock()
 	}()
 	if err := fn(); err != nil {
 		s.fail(err)
