@@ -117,6 +117,11 @@ type streamImpl interface {
 	abandonHostWaits()
 	enqueue(fn func() error) error
 	synchronize() error
+	// hostFunctionsSeen makes what the stream's Enqueue functions wrote
+	// visible to Go's memory model in the caller, once an event recorded
+	// after them has completed: the driver orders the two, Go cannot see
+	// that order by itself.
+	hostFunctionsSeen()
 	destroy() error
 }
 

@@ -661,6 +661,9 @@ func (h *Hold) Wait() error {
 		if err := d.ev.synchronize(); err != nil {
 			return fmt.Errorf("devalloc: buffer #%d: hold wait: %w", h.b.id, err)
 		}
+		if st := d.e.stream(); st != nil {
+			st.impl.hostFunctionsSeen()
+		}
 	}
 	return nil
 }

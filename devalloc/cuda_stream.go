@@ -118,11 +118,11 @@ func (s *cudaStream) enqueue(fn func() error) error {
 }
 
 // run calls an Enqueue function, keeping its error or panic for synchronize.
-// It ends under hostMu, which synchronize takes once the stream has run:
-// the device orders the function before the stream's end (through the
-// driver, which Go's memory model does not see), and the lock shows that
-// order to Go, so that the caller reads what the function wrote after
-// Synchronize without a race.
+// It ends under hostMu, which synchronize and hostFunctionsSeen take once
+// the stream has run past it: the device orders the function before the
+// stream's end (through the driver, which Go's memory model does not see),
+// and the lock shows that order to Go, so that the caller reads what the
+// function wrote without a race.
 func (s *cudaStream) run(fn func() error) {
 	defer func() {
 		r := recover()
@@ -201,6 +201,13 @@ func (s *cudaStream) work() {
 		}
 		atomic.StoreUint32(s.word.ptr, op.seq)
 	}
+}
+
+// hostFunctionsSeen takes the lock every Enqueue function ends under (run):
+// the empty critical section is the point, it orders the caller after them.
+func (s *cudaStream) hostFunctionsSeen() {
+	s.hostMu.Lock()
+	s.hostMu.Unlock()
 }
 
 func (s *cudaStream) synchronize() error {

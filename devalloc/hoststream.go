@@ -123,6 +123,10 @@ func (s *hostStream) enqueue(fn func() error) error {
 	})
 }
 
+// hostFunctionsSeen needs nothing: the host stream's functions and events
+// are goroutines and channels, whose order Go sees.
+func (s *hostStream) hostFunctionsSeen() {}
+
 func (s *hostStream) synchronize() error {
 	e, err := s.record()
 	if err != nil {

@@ -48,6 +48,7 @@ func (nullStream) waitHost(<-chan struct{}) error                      { return 
 func (nullStream) abandonHostWaits()                                   {}
 func (nullStream) enqueue(func() error) error                          { return nil }
 func (nullStream) synchronize() error                                  { return nil }
+func (nullStream) hostFunctionsSeen()                                  {}
 func (nullStream) destroy() error                                      { return nil }
 func (nullEvent) query() (bool, error)                                 { return true, nil }
 func (nullEvent) synchronize() error                                   { return nil }

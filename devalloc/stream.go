@@ -205,7 +205,11 @@ func (e *Event) Done() (bool, error) {
 		return false, err
 	}
 	defer e.stream.a.exit()
-	return e.impl.query()
+	done, err := e.impl.query()
+	if done && err == nil {
+		e.stream.impl.hostFunctionsSeen()
+	}
+	return done, err
 }
 
 // Wait blocks the calling goroutine until the event completes.
@@ -218,6 +222,9 @@ func (e *Event) Wait() error {
 	}
 	defer e.stream.a.exit()
 	err := e.impl.synchronize()
+	if err == nil {
+		e.stream.impl.hostFunctionsSeen()
+	}
 	e.stream.a.be.syncPoint()
 	return err
 }
