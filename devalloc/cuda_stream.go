@@ -43,6 +43,12 @@ type cudaStream struct {
 	stopped  chan struct{}
 	abort    chan struct{} // closed by abandonHostWaits: waits for outside agents give up
 	aborted  sync.Once
+	// seenMu is taken, empty, at the end of every Enqueue function and by
+	// the waits after which the caller may read what they wrote (see
+	// run). It is never held across anything else: hostMu is, across
+	// driver calls that may wait for the device, and the device may be
+	// waiting for the function's end.
+	seenMu sync.Mutex
 }
 
 // hostOp is an Enqueue function (fn, started by ready) or a wait for an
@@ -118,19 +124,18 @@ func (s *cudaStream) enqueue(fn func() error) error {
 }
 
 // run calls an Enqueue function, keeping its error or panic for synchronize.
-// It ends under hostMu, which synchronize and hostFunctionsSeen take once
+// It ends under seenMu, which synchronize and hostFunctionsSeen take once
 // the stream has run past it: the device orders the function before the
 // stream's end (through the driver, which Go's memory model does not see),
 // and the lock shows that order to Go, so that the caller reads what the
 // function wrote without a race.
 func (s *cudaStream) run(fn func() error) {
 	defer func() {
-		r := recover()
-		s.hostMu.Lock()
-		if r != nil && s.err == nil {
-			s.err = fmt.Errorf("stream function panicked: %v", r)
+		if r := recover(); r != nil {
+			s.fail(fmt.Errorf("stream function panicked: %v", r))
 		}
-		s.hostMu.Unlock()
+		s.seenMu.Lock()
+		s.seenMu.Unlock()
 	}()
 	if err := fn(); err != nil {
 		s.fail(err)
@@ -206,8 +211,8 @@ func (s *cudaStream) work() {
 // hostFunctionsSeen takes the lock every Enqueue function ends under (run):
 // the empty critical section is the point, it orders the caller after them.
 func (s *cudaStream) hostFunctionsSeen() {
-	s.hostMu.Lock()
-	s.hostMu.Unlock()
+	s.seenMu.Lock()
+	s.seenMu.Unlock()
 }
 
 func (s *cudaStream) synchronize() error {
@@ -223,6 +228,7 @@ func (s *cudaStream) synchronize() error {
 	if err != nil {
 		return err
 	}
+	s.hostFunctionsSeen()
 	s.hostMu.Lock()
 	defer s.hostMu.Unlock()
 	err, s.err = s.err, nil
