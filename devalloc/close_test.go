@@ -108,8 +108,7 @@ func (b *gatedBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer,
 // with its buffer, which Close, having waited for it, reports as leaked.
 func TestCloseWaitsForAlloc(t *testing.T) {
 	be := &gatedBackend{gate: make(chan struct{})}
-	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
-	require.NoError(t, a.init("test"))
+	a := openOn(t, be)
 	allocated := make(chan *Buffer, 1)
 	go func() {
 		b, err := a.Alloc(256, a.DefaultStream())

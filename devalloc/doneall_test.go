@@ -8,21 +8,30 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDoneAllOneEvent: accesses of three buffers ended together by DoneAll
-// cost one ledger event, and later work on another stream still follows
-// each of them as it would have followed three.
-func TestDoneAllOneEvent(t *testing.T) {
+// hostWithTwoStreams opens a host allocator and returns it with its
+// default stream, one more stream and n buffers allocated on the first,
+// their allocations run.
+func hostWithTwoStreams(t *testing.T, n int) (*Allocator, *Stream, *Stream, []*Buffer) {
+	t.Helper()
 	a, err := Open(Options{Backend: BackendHost, Warn: func(string) {}})
 	require.NoError(t, err)
 	s1 := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)
-	bufs := make([]*Buffer, 3)
+	bufs := make([]*Buffer, n)
 	for i := range bufs {
 		bufs[i], err = a.Alloc(64, s1)
 		require.NoError(t, err)
 	}
 	require.NoError(t, s1.Synchronize())
+	return a, s1, s2, bufs
+}
+
+// TestDoneAllOneEvent: accesses of three buffers ended together by DoneAll
+// cost one ledger event, and later work on another stream still follows
+// each of them as it would have followed three.
+func TestDoneAllOneEvent(t *testing.T) {
+	a, s1, s2, bufs := hostWithTwoStreams(t, 3)
 
 	var xs []*Access
 	for i, b := range bufs {
@@ -65,15 +74,8 @@ func TestDoneAllOneEvent(t *testing.T) {
 // TestDoneAllMisuse: accesses on two streams, or one already done, are
 // refused before anything is recorded, and stay open for Done.
 func TestDoneAllMisuse(t *testing.T) {
-	a, err := Open(Options{Backend: BackendHost, Warn: func(string) {}})
-	require.NoError(t, err)
-	s1 := a.DefaultStream()
-	s2, err := a.NewStream()
-	require.NoError(t, err)
-	b1, err := a.Alloc(64, s1)
-	require.NoError(t, err)
-	b2, err := a.Alloc(64, s1)
-	require.NoError(t, err)
+	a, s1, s2, bufs := hostWithTwoStreams(t, 2)
+	b1, b2 := bufs[0], bufs[1]
 	require.NoError(t, DoneAll())
 	require.NoError(t, DoneAll(nil, nil))
 
@@ -145,6 +147,12 @@ func (e countingEvent) destroy() error {
 	return nil
 }
 
+func (b *countingBackend) waitCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waits
+}
+
 func (b *countingBackend) destroys(id int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -155,8 +163,7 @@ func (b *countingBackend) destroys(id int) int {
 // ledger holds it and is destroyed once, with the last.
 func TestDoneAllEventLifetime(t *testing.T) {
 	be := &countingBackend{destroyed: map[int]int{}}
-	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
-	require.NoError(t, a.init("test"))
+	a := openOn(t, be)
 	s := a.DefaultStream()
 	var bufs []*Buffer
 	var xs []*Access
@@ -184,8 +191,7 @@ func TestDoneAllEventLifetime(t *testing.T) {
 // later one.
 func TestWaitsSkipped(t *testing.T) {
 	be := &countingBackend{destroyed: map[int]int{}}
-	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
-	require.NoError(t, a.init("test"))
+	a := openOn(t, be)
 	s1 := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)
@@ -206,19 +212,14 @@ func TestWaitsSkipped(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, r.Done())
 	}
-	waits := func() int {
-		be.mu.Lock()
-		defer be.mu.Unlock()
-		return be.waits
-	}
 	read(y, s2) // waits for y's write
-	require.Equal(t, 1, waits())
+	require.Equal(t, 1, be.waitCount())
 	read(x, s2) // x's write came before y's: covered
-	require.Equal(t, 1, waits())
+	require.Equal(t, 1, be.waitCount())
 	require.EqualValues(t, 1, a.Stats().WaitsSkipped)
 	read(x, s3) // the other order: both waits needed
 	read(y, s3)
-	require.Equal(t, 3, waits())
+	require.Equal(t, 3, be.waitCount())
 	require.EqualValues(t, 1, a.Stats().WaitsSkipped)
 	require.NoError(t, x.Free())
 	require.NoError(t, y.Free())
@@ -228,16 +229,8 @@ func TestWaitsSkipped(t *testing.T) {
 // TestSkippedWaitStillOrders: the work of a stream whose wait for an
 // earlier event was left out still runs after that event's work.
 func TestSkippedWaitStillOrders(t *testing.T) {
-	a, err := Open(Options{Backend: BackendHost, Warn: func(string) {}})
-	require.NoError(t, err)
-	s1 := a.DefaultStream()
-	s2, err := a.NewStream()
-	require.NoError(t, err)
-	x, err := a.Alloc(64, s1)
-	require.NoError(t, err)
-	y, err := a.Alloc(64, s1)
-	require.NoError(t, err)
-	require.NoError(t, s1.Synchronize())
+	a, s1, s2, bufs := hostWithTwoStreams(t, 2)
+	x, y := bufs[0], bufs[1]
 	release := make(chan struct{})
 	var xWritten atomic.Bool
 	w, err := x.Write(s1)
@@ -303,16 +296,10 @@ func TestPinnedUsableAtOnce(t *testing.T) {
 // read has run; before, the reclamation stream waits for it.
 func TestFreeAfterOtherStreamRan(t *testing.T) {
 	be := &countingBackend{destroyed: map[int]int{}}
-	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
-	require.NoError(t, a.init("test"))
+	a := openOn(t, be)
 	s1 := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)
-	waits := func() int {
-		be.mu.Lock()
-		defer be.mu.Unlock()
-		return be.waits
-	}
 	for _, ran := range []bool{true, false} {
 		be.pending.Store(!ran)
 		x, err := a.Alloc(64, s1)
@@ -320,13 +307,13 @@ func TestFreeAfterOtherStreamRan(t *testing.T) {
 		r, err := x.Read(s2)
 		require.NoError(t, err)
 		require.NoError(t, r.Done())
-		w0, ev0 := waits(), a.Stats().LedgerEvents
+		w0, ev0 := be.waitCount(), a.Stats().LedgerEvents
 		require.NoError(t, x.Free())
 		if ran {
-			require.Equal(t, w0, waits(), "no wait for work that has run")
+			require.Equal(t, w0, be.waitCount(), "no wait for work that has run")
 			require.Equal(t, ev0, a.Stats().LedgerEvents, "no mark recorded")
 		} else {
-			require.Greater(t, waits(), w0, "the reclamation stream waits for the read")
+			require.Greater(t, be.waitCount(), w0, "the reclamation stream waits for the read")
 		}
 	}
 	be.pending.Store(false)

@@ -46,8 +46,7 @@ func (s flakyStream) record() (eventImpl, error) {
 // covers them all, and the event goes once the last of them is dropped.
 func TestMarkRecordFailure(t *testing.T) {
 	be := &flakyBackend{}
-	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
-	require.NoError(t, a.init("test"))
+	a := openOn(t, be)
 	s1 := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)

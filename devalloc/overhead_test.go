@@ -54,12 +54,20 @@ func (nullEvent) query() (bool, error)                                 { return 
 func (nullEvent) synchronize() error                                   { return nil }
 func (nullEvent) destroy() error                                       { return nil }
 
-func openNull(tb testing.TB) *Allocator {
+// openOn makes an allocator on a test backend, such as the null one; the
+// caller closes it.
+func openOn(tb testing.TB, be backend) *Allocator {
 	tb.Helper()
-	a := &Allocator{be: &nullBackend{}, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
+	a := &Allocator{be: be, warn: func(string) {}, streams: map[*Stream]struct{}{}, drained: make(chan struct{}, 1)}
 	if err := a.init("test"); err != nil {
 		tb.Fatal(err)
 	}
+	return a
+}
+
+func openNull(tb testing.TB) *Allocator {
+	tb.Helper()
+	a := openOn(tb, &nullBackend{})
 	tb.Cleanup(func() {
 		if err := a.Close(); err != nil {
 			tb.Error(err)
