@@ -16,11 +16,8 @@ set -uo pipefail
 bin=${1:?usage: solve-goals.sh BINDIR OUTDIR}
 out=${2:?usage: solve-goals.sh BINDIR OUTDIR}
 mkdir -p "$out"
-mpirun=(mpirun)
-if mpirun --version 2>&1 | grep -q "Open MPI"; then
-  [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
-  mpirun+=(--oversubscribe)
-fi
+# shellcheck source=scripts/mpirun-args.sh
+. "$(dirname "$0")/mpirun-args.sh"
 failed=0
 runit() { # runit NAME CMD...: one run, its output in OUTDIR/NAME.txt
   local name=$1

@@ -19,11 +19,8 @@ new=${2:?usage: solve-turns.sh OLDBIN NEWBIN OUTDIR [ROUNDS]}
 out=${3:?usage: solve-turns.sh OLDBIN NEWBIN OUTDIR [ROUNDS]}
 rounds=${4:-3}
 mkdir -p "$out"
-mpirun=(mpirun)
-if mpirun --version 2>&1 | grep -q "Open MPI"; then
-  [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
-  mpirun+=(--oversubscribe)
-fi
+# shellcheck source=scripts/mpirun-args.sh
+. "$(dirname "$0")/mpirun-args.sh"
 mps=0
 if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
   export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-$(mktemp -d)} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-$(mktemp -d)}
