@@ -128,3 +128,17 @@ func TestBenchAllocFakeCUDA(t *testing.T) {
 	require.EqualValues(t, 0, fb.Extra["driver_calls_per_free"], "%v", fb.Extra)
 	require.Equal(t, "cuda-malloc", fb.Extra["kind"])
 }
+
+// TestSolveRuntimeCallsFakeCUDA: on the CUDA backend (the fake runtime) the
+// summary counts the solves' runtime calls; each solve makes at least its
+// allocations, copies and GEMM launch.
+func TestSolveRuntimeCallsFakeCUDA(t *testing.T) {
+	t.Setenv(cudart.EnvCUDART, cudarttest.Build(t))
+	t.Setenv(cudarttest.EnvNVRTC, cudarttest.BuildNVRTC(t))
+	t.Setenv(cudarttest.EnvCUBLAS, cudarttest.BuildCUBLAS(t))
+	sum, raw := rawSummary(t, config{backend: "cuda", policy: "retain", mode: "packed", iters: 4, seed: 3, blocks: 100, bonds: 1, json: true})
+	require.Zero(t, sum.VerifyFailures)
+	require.Contains(t, raw, "runtime_calls")
+	require.NotNil(t, sum.RuntimeCalls)
+	require.GreaterOrEqual(t, *sum.RuntimeCalls, sum.AllocCalls+sum.GemmLaunches, "at least the allocations and the launches")
+}

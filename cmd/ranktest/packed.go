@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/msg"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -100,11 +101,12 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 		return err
 	}
 
-	vstart := time.Now()
+	vstart, vcalls := time.Now(), cudart.Calls()
 	if err := sv.verifyAll(st, l.bond, recv, iter); err != nil {
 		return err
 	}
 	st.verifyUS = since(vstart)
+	st.verifyCalls = cudart.Calls().Sub(vcalls).Total()
 
 	t = time.Now()
 	err = mem.free()

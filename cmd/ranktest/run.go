@@ -17,7 +17,8 @@ import (
 // summary is the -json line, printed last by rank 0. Every field is one of
 // three kinds, and says which in its name or comment:
 //   - counts (alloc_calls, gemm_launches, messages, bytes_moved,
-//     verify_failures, gemm_plans_built) are totals over every rank and solve;
+//     verify_failures, gemm_plans_built, runtime_calls) are totals over
+//     every rank and solve;
 //   - memory (pool_reserved_*_bytes) is the sum over ranks of each rank's
 //     figure, a cluster total (the peak is the sum of the ranks' peaks);
 //   - times (*_us) are medians over solves of the slowest rank's time in
@@ -30,18 +31,23 @@ import (
 // phase_us and device_us cover every solve, and "repeated" and "fresh" each
 // kind alone (null when the run had none).
 type summary struct {
-	OK             bool    `json:"ok"`
-	Ranks          int     `json:"ranks"`
-	Backend        string  `json:"backend"`
-	Policy         string  `json:"policy"`
-	Mode           string  `json:"mode"`
-	Iters          int     `json:"iters"`
-	Blocks         int     `json:"blocks"`
-	Bonds          int     `json:"bonds"`
-	Fresh          bool    `json:"fresh"`
-	AllocCalls     int64   `json:"alloc_calls"`
-	GemmLaunches   int64   `json:"gemm_launches"`
-	GemmPlansBuilt int64   `json:"gemm_plans_built"`
+	OK             bool   `json:"ok"`
+	Ranks          int    `json:"ranks"`
+	Backend        string `json:"backend"`
+	Policy         string `json:"policy"`
+	Mode           string `json:"mode"`
+	Iters          int    `json:"iters"`
+	Blocks         int    `json:"blocks"`
+	Bonds          int    `json:"bonds"`
+	Fresh          bool   `json:"fresh"`
+	AllocCalls     int64  `json:"alloc_calls"`
+	GemmLaunches   int64  `json:"gemm_launches"`
+	GemmPlansBuilt int64  `json:"gemm_plans_built"`
+	// RuntimeCalls counts the CUDA runtime and driver calls of the solves
+	// (the loader's counters, every entry point): the harness's device
+	// timer included (six a solve), the verification left out. Absent on
+	// the host backend.
+	RuntimeCalls   *int64  `json:"runtime_calls,omitempty"`
 	Messages       int64   `json:"messages"`
 	BytesMoved     int64   `json:"bytes_moved"`
 	VerifyFailures int64   `json:"verify_failures"`
@@ -191,6 +197,7 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		{"verify per solve", "us", total.verifyUS / n},
 		{"allocator calls per solve", "", float64(total.allocCalls) / n},
 		{"GEMM launches per solve", "", float64(total.gemmLaunches) / n},
+		{"runtime calls per solve", "", float64(total.runtimeCalls) / n},
 		{"messages per solve", "", float64(total.messages) / n},
 		{"bytes moved per solve", "B", float64(total.bytesMoved) / n},
 		{"pool reserved", "B", float64(st.ReservedCurrent)},
@@ -202,7 +209,7 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	}
 	lo, hi, sum := slices.Clone(vals), slices.Clone(vals), slices.Clone(vals)
 	counts := []int64{total.allocCalls, total.gemmLaunches, total.messages, total.bytesMoved, total.verifyFailures,
-		st.ReservedPeak, reservedWarm, st.ReservedCurrent, sv.plansBuilt}
+		st.ReservedPeak, reservedWarm, st.ReservedCurrent, sv.plansBuilt, total.runtimeCalls}
 	err := errors.Join(world.AllreduceFloat64(lo, lo, cluster.Min), world.AllreduceFloat64(hi, hi, cluster.Max),
 		world.AllreduceFloat64(sum, sum, cluster.Sum), world.AllreduceInt64(counts, counts, cluster.Sum))
 	if err != nil {
@@ -241,11 +248,15 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		printPhases(out, stats)
 		fmt.Fprintf(out, "median solve (slowest rank) %s; verification: %d block(s) wrong\n", human(stats.median(2, tSolve), "us"), failures)
 		if cfg.json {
+			var runtimeCalls *int64
+			if a.Kind().IsDevice() {
+				runtimeCalls = &counts[9]
+			}
 			line, _ := json.Marshal(summary{
 				OK: failures == 0, Ranks: world.Size(), Backend: a.Kind().String(), Policy: a.Policy().String(), Mode: cfg.mode,
 				Iters: cfg.iters, Blocks: sv.shape.blocks, Bonds: cfg.bonds, Fresh: cfg.fresh,
 				AllocCalls: counts[0], GemmLaunches: counts[1], Messages: counts[2], BytesMoved: counts[3], VerifyFailures: failures,
-				GemmPlansBuilt: counts[8], MedianSolveUS: round3(stats.median(2, tSolve)), PhaseUS: phasesOf(stats, 2),
+				GemmPlansBuilt: counts[8], RuntimeCalls: runtimeCalls, MedianSolveUS: round3(stats.median(2, tSolve)), PhaseUS: phasesOf(stats, 2),
 				DeviceUS: optional(stats.median(2, tDevice)), DeviceGemmUS: optional(stats.median(2, tDeviceGemm)),
 				Repeated: layoutOf(stats, 0), FreshSolves: layoutOf(stats, 1),
 				PoolReservedPeakBytes: counts[5], PoolReservedAfterWarmupBytes: counts[6], PoolReservedFinalBytes: counts[7], Devices: devices,

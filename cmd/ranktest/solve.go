@@ -10,6 +10,7 @@ import (
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/gemm"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/msg"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -383,7 +384,7 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 			return st, err
 		}
 	}
-	before := sv.a.Stats()
+	before, calls := sv.a.Stats(), cudart.Calls()
 	var err error
 	if sv.cfg.mode == "perblock" {
 		err = sv.perBlock(iter, &st)
@@ -397,6 +398,7 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 		return st, err
 	}
 	st.allocCalls = sv.a.Stats().AllocCalls - before.AllocCalls
+	st.runtimeCalls = int64(cudart.Calls().Sub(calls).Total() - st.verifyCalls)
 	for _, v := range st.phase {
 		st.solveUS += v
 	}

@@ -32,7 +32,12 @@ type iterStats struct {
 	messages       int64
 	bytesMoved     int64
 	verifyFailures int64
-	firstFailure   string
+	// runtimeCalls counts the CUDA runtime and driver calls of the solve
+	// (the loader's counters), verifyCalls those of its verification, which
+	// runtimeCalls leaves out.
+	runtimeCalls int64
+	verifyCalls  uint64
+	firstFailure string
 }
 
 // Per-solve times kept for the medians, each the slowest rank's.
@@ -127,6 +132,7 @@ func (s *solveStats) add(st iterStats) error {
 	s.total.messages += st.messages
 	s.total.bytesMoved += st.bytesMoved
 	s.total.verifyFailures += st.verifyFailures
+	s.total.runtimeCalls += st.runtimeCalls
 	s.total.verifyUS += st.verifyUS
 	s.total.solveUS += st.solveUS
 	s.batch = append(s.batch, st.times())
