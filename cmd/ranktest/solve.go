@@ -384,7 +384,7 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 			return st, err
 		}
 	}
-	before, calls := sv.a.Stats(), cudart.Calls()
+	before, calls := sv.a.Stats(), cudart.CallsTotal()
 	var err error
 	if sv.cfg.mode == "perblock" {
 		err = sv.perBlock(iter, &st)
@@ -398,7 +398,7 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 		return st, err
 	}
 	st.allocCalls = sv.a.Stats().AllocCalls - before.AllocCalls
-	st.runtimeCalls = int64(cudart.Calls().Sub(calls).Total() - st.verifyCalls)
+	st.runtimeCalls = int64(cudart.CallsTotal() - calls - st.verifyCalls)
 	for _, v := range st.phase {
 		st.solveUS += v
 	}

@@ -20,7 +20,8 @@ type Device struct{}
 func Load() (*Runtime, error) { return nil, errNoCgo }
 
 // Calls is empty without cgo: no runtime is ever called.
-func Calls() Counts { return Counts{} }
+func Calls() Counts      { return Counts{} }
+func CallsTotal() uint64 { return 0 }
 
 func (rt *Runtime) Device(int) *Device                      { return &Device{} }
 func (rt *Runtime) DeviceCount() (int, error)               { return 0, errNoCgo }
