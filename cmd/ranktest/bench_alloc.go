@@ -502,7 +502,8 @@ type cycleRun struct {
 	// The driver calls of the measured cycles, by entry point: counted
 	// around the clocked part of each step, so nothing of the benchmark's
 	// own (such as reading Stats) is in them. Nil on the host backend.
-	driverCalls cudart.Counts
+	driverCalls              *cudart.Tally
+	callsAtStart, callsAtEnd cudart.Tally // read around each step, reused
 }
 
 func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, tiny int, touch cycleTouch, minCycles int) *cycleRun {
@@ -515,7 +516,7 @@ func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 		r.plans = make([]bondPlan, p.bonds)
 	}
 	if a.Kind().IsDevice() {
-		r.driverCalls = cudart.Counts{}
+		r.driverCalls = &cudart.Tally{}
 	}
 	a.ResetPeak()
 	r.callsBefore = a.Stats().BackendCalls
@@ -548,9 +549,8 @@ func (r *cycleRun) step() error {
 		}
 	}
 	phaseEnd := (i+1)%p.phaseCycles == 0
-	var callsBefore cudart.Counts
 	if r.driverCalls != nil {
-		callsBefore = cudart.Calls()
+		r.callsAtStart.Read()
 	}
 	start := time.Now()
 	bufs := r.bufs[:0]
@@ -637,9 +637,8 @@ func (r *cycleRun) step() error {
 	}
 	elapsed := us(synced.Sub(start)) + us(time.Since(phaseStart))
 	if r.driverCalls != nil && i >= p.warmup {
-		for name, n := range cudart.Calls().Sub(callsBefore) {
-			r.driverCalls[name] += n
-		}
+		r.callsAtEnd.Read()
+		r.driverCalls.AddSince(&r.callsAtEnd, &r.callsAtStart)
 	}
 	if i < p.warmup {
 		if i == p.warmup-1 {
@@ -698,7 +697,7 @@ func (r *cycleRun) result() cycleResult {
 	res.bytes = r.totalBytes / int64(res.cycles)
 	summarize(&res, r.times)
 	if r.driverCalls != nil {
-		res.driverCalls = perCycle(r.driverCalls, res.cycles)
+		res.driverCalls = perCycle(r.driverCalls.Counts(), res.cycles)
 	}
 	measured := func(xs []float64) []float64 { return xs[min(p.warmup, len(xs)):] }
 	res.syncMedian = round3(median(measured(r.syncTimes)))

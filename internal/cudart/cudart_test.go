@@ -285,18 +285,24 @@ func TestCallCounts(t *testing.T) {
 	pool, err := d.MemPoolCreate()
 	require.NoError(t, err)
 
-	before := cudart.Calls()
+	before, total := cudart.Calls(), cudart.CallsTotal()
+	var tally, start, end cudart.Tally
 	const n = 10
 	for range n {
+		start.Read()
 		p, err := d.MallocFromPoolAsync(4096, pool, s)
 		require.NoError(t, err)
 		require.NoError(t, d.MemsetAsync(p, 1, 4096, s))
 		require.NoError(t, d.FreeAsync(p, s))
+		end.Read()
+		tally.AddSince(&end, &start)
 	}
 	got := cudart.Calls().Sub(before)
 	require.Equal(t, cudart.Counts{"cudaMallocFromPoolAsync": n, "cudaMemsetAsync": n, "cudaFreeAsync": n, "cuCtxGetCurrent": 3 * n}, got,
 		"each call checks the thread's context and sets no device")
 	require.EqualValues(t, 6*n, got.Total())
+	require.EqualValues(t, 6*n, cudart.CallsTotal()-total)
+	require.Equal(t, got, tally.Counts(), "a tally of the steps counts what Calls counts over them")
 	require.Equal(t, []string{"cuCtxGetCurrent", "cudaFreeAsync", "cudaMallocFromPoolAsync", "cudaMemsetAsync"}, got.Names())
 
 	// A failed call also clears the thread's last error.

@@ -23,6 +23,9 @@ func Load() (*Runtime, error) { return nil, errNoCgo }
 func Calls() Counts      { return Counts{} }
 func CallsTotal() uint64 { return 0 }
 
+func readCalls(dst []uint64) []uint64 { return dst[:0] }
+func symbolNamesFor(int) []string     { return nil }
+
 func (rt *Runtime) Device(int) *Device                      { return &Device{} }
 func (rt *Runtime) DeviceCount() (int, error)               { return 0, errNoCgo }
 func (rt *Runtime) Path() string                            { return "" }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/cgo"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -181,24 +182,13 @@ var (
 // call; reading sums them. Calls made with a runtime's function table by
 // other code (other loaders, the benchmark's C baselines) are not counted.
 func Calls() Counts {
-	symbolNamesOnce.Do(func() {
-		for i := range int(C.dbc_num_symbols()) {
-			symbolNames = append(symbolNames, C.GoString(C.dbc_symbol_at(C.size_t(i)).name))
-		}
-	})
-	var raw [C.DBC_I_COUNT]C.uint64_t
-	C.dbc_calls_snapshot(&raw[0])
-	out := Counts{}
-	for i, n := range raw {
-		if n != 0 {
-			out[symbolNames[i]] = uint64(n)
-		}
-	}
-	return out
+	var t Tally
+	t.Read()
+	return t.Counts()
 }
 
-// CallsTotal is the sum of Calls, read without building the map: cheap
-// enough to take around every solve without changing what it measures.
+// CallsTotal is the sum of Calls, read without allocating: cheap enough to
+// take around every solve without changing what it measures.
 func CallsTotal() uint64 {
 	var raw [C.DBC_I_COUNT]C.uint64_t
 	C.dbc_calls_snapshot(&raw[0])
@@ -207,6 +197,28 @@ func CallsTotal() uint64 {
 		n += uint64(k)
 	}
 	return n
+}
+
+// readCalls reads the counters into dst, grown to the number of entry
+// points, indexed as dbc_symbols.
+func readCalls(dst []uint64) []uint64 {
+	var raw [C.DBC_I_COUNT]C.uint64_t
+	C.dbc_calls_snapshot(&raw[0])
+	dst = slices.Grow(dst[:0], len(raw))[:len(raw)]
+	for i, k := range raw {
+		dst[i] = uint64(k)
+	}
+	return dst
+}
+
+// symbolNamesFor returns the entry points' names by index (n of them).
+func symbolNamesFor(n int) []string {
+	symbolNamesOnce.Do(func() {
+		for i := range int(C.dbc_num_symbols()) {
+			symbolNames = append(symbolNames, C.GoString(C.dbc_symbol_at(C.size_t(i)).name))
+		}
+	})
+	return symbolNames[:n]
 }
 
 // Table is the address of the runtime's function table, a struct dbc_api of
