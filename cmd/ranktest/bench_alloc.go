@@ -91,7 +91,12 @@ type allocBenchParams struct {
 	// turns: their cycles are cheap there, a ratio of two medians of the
 	// host's noisiest steps needs the samples, and the first sweep, which
 	// builds every bond's plan, must stay a small part of them.
-	pairedCycles       int
+	pairedCycles int
+	// deviceCycles is the least number of cycles, on a device, of the
+	// cycles of every buffer allocated alone (milliseconds each there),
+	// compared with C's in turns: twenty gave ratios from 1.0 to 1.6 in
+	// one session for the same build.
+	deviceCycles       int
 	bonds              int // bonds of a sweep: cycles i and i+bonds have the same sizes
 	large, tiny        int
 	largeMin, largeMax int64
@@ -107,7 +112,7 @@ type allocBenchParams struct {
 
 var allocParams = allocBenchParams{
 	pairs: 1000, pairWarmup: 20, pairSizes: []int64{256, 64 << 10, 16 << 20}, nosyncBatch: 100,
-	minCycles: 20, warmup: 2, pairedCycles: 500, bonds: 50,
+	minCycles: 20, warmup: 2, pairedCycles: 500, deviceCycles: 100, bonds: 50,
 	large: 20, tiny: 2000, largeMin: 16 << 20, largeMax: 64 << 20, tinyMin: 64, tinyMax: 16 << 10,
 	phaseCycles: 5, touchBytes: 4096, goalVsThreshold0: 10, goalVsCudaMalloc: 5,
 	goalVsC: 1.25, goalPairVsC: 1.3, fallbackCache: 4 << 30,
@@ -273,7 +278,7 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 	}
 
 	for _, t := range cycleTouches() {
-		res, cres, err := measureCycles(run.base, newCycleRun(c, a, v, p.large, p.tiny, t, p.minCycles))
+		res, cres, err := measureCycles(run.base, newCycleRun(c, a, v, p.large, p.tiny, t, cyclesOn(a, p.deviceCycles)))
 		if err != nil {
 			return err
 		}
@@ -323,7 +328,7 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 			continue
 		}
 		for _, t := range cycleTouches() {
-			res, cres, err := measureCycles(run.base, newCycleRun(c, a, v, p.large, 0, t, p.minCycles))
+			res, cres, err := measureCycles(run.base, newCycleRun(c, a, v, p.large, 0, t, cyclesOn(a, p.pairedCycles)))
 			if err != nil {
 				return errors.Join(err, a.Close())
 			}
@@ -445,15 +450,27 @@ func cycleSizes(seed uint64, i, large, tiny int) []int64 {
 	return sizes
 }
 
+// cyclesOn is the least number of cycles of a measurement on a's
+// backend: onDevice on a device, where cycles are cheap and their ratios
+// to C's need the samples, allocParams.minCycles on the host.
+func cyclesOn(a *devalloc.Allocator, onDevice int) int {
+	if a.Kind().IsDevice() {
+		return onDevice
+	}
+	return allocParams.minCycles
+}
+
 // solveCyclesInTurns runs cycle measurements taking turns, a batch of
 // cycles each, so that all see the same machine: run to run, the GPU
 // machine's host moves by up to 40%, which a ratio of two measurements made
-// one after the other would carry.
+// one after the other would carry. A batch is up to ten cycles and ends
+// after turnTime, so that long cycles alternate one by one.
 func solveCyclesInTurns(runs ...cycleMeasure) ([]cycleResult, error) {
-	const batch = 10
+	const batch, turnTime = 10, 2 * time.Millisecond
 	for slices.ContainsFunc(runs, func(r cycleMeasure) bool { return !r.done() }) {
 		for _, r := range runs {
-			for k := 0; k < batch && !r.done(); k++ {
+			start := time.Now()
+			for k := 0; k < batch && !r.done() && (k == 0 || time.Since(start) < turnTime); k++ {
 				if err := r.step(); err != nil {
 					return nil, err
 				}

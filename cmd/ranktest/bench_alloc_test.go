@@ -15,7 +15,7 @@ func smallAllocParams(t *testing.T) {
 	t.Cleanup(func() { allocParams = old })
 	allocParams.pairs, allocParams.pairWarmup, allocParams.nosyncBatch = 20, 2, 10
 	allocParams.pairSizes = []int64{256, 4096}
-	allocParams.minCycles, allocParams.warmup, allocParams.phaseCycles, allocParams.pairedCycles = 3, 1, 2, 3
+	allocParams.minCycles, allocParams.warmup, allocParams.phaseCycles, allocParams.pairedCycles, allocParams.deviceCycles = 3, 1, 2, 3, 3
 	allocParams.bonds = 2
 	allocParams.large, allocParams.tiny = 2, 20
 	allocParams.largeMin, allocParams.largeMax = 1<<20, 2<<20
