@@ -198,6 +198,7 @@ type Plan struct {
 	waves     int
 	needArr   bool // some cuBLAS launch reads pointer arrays
 	smallN    int  // products in small launches
+	count     int  // products (len(problems) until Close)
 
 	mu     sync.Mutex // serialises runs: the device state is shared
 	dev    *deviceState
@@ -267,7 +268,8 @@ func (p *Plan) build(smallMax int32) error {
 	defer scratchPool.Put(sc)
 	sc.reset(n, pr.C.Len(), smallMax)
 	probs, waveOf, shapeOf, waveAt := sc.probs, sc.waveOf, sc.shapeOf, sc.waveAt
-	positions := make([][3]int32, n)
+	mem := takePlanMemory(n)
+	positions := mem.positions
 	// Each operand's class table, read once: a block's shape, dtype and
 	// size come from its class, so the loop reads one class per operand
 	// instead of going through the view for every field.
@@ -325,7 +327,7 @@ func (p *Plan) build(smallMax int32) error {
 		positions[i] = [3]int32{int32(t.A), int32(t.B), int32(t.C)} // below the operands' lengths, so below 2^31
 		p.waves = max(p.waves, int(w)+1)
 	}
-	p.positions = positions
+	p.positions, p.problems, p.count = positions, mem.problems, n
 	if err := checkScalars(p.dtype, n, pr.Alpha, pr.Beta); err != nil {
 		return err
 	}
@@ -546,6 +548,26 @@ type planScratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(planScratch) }}
 
+// planMemory is a plan's own memory for n products, handed from a closed
+// plan to the next: a fresh plan otherwise writes its products into memory
+// no cache holds.
+type planMemory struct {
+	problems  []problem
+	positions [][3]int32
+}
+
+var planMemoryPool sync.Pool
+
+func takePlanMemory(n int) *planMemory {
+	m, _ := planMemoryPool.Get().(*planMemory)
+	if m == nil {
+		m = &planMemory{}
+	}
+	m.problems = slices.Grow(m.problems[:0], n)[:n]
+	m.positions = slices.Grow(m.positions[:0], n)[:n]
+	return m
+}
+
 func (sc *planScratch) reset(n, nC int, smallMax int32) {
 	sc.probs = slices.Grow(sc.probs[:0], n)[:n]
 	sc.shapeOf = slices.Grow(sc.shapeOf[:0], n)[:n]
@@ -604,8 +626,7 @@ func (p *Plan) plan(sc *planScratch) {
 		s := shapeOf[i]
 		return (int(waveAt[i])*nCats+int(shapeCat[s]))*nShapes + int(s)
 	}
-	sorted := make([]problem, len(probs))
-	p.problems = sorted
+	sorted := p.problems[:len(probs)]
 	groupable := !p.dtype.IsComplex() && (p.strategy == Auto || p.strategy == Grouped)
 	// Bucket by (wave, category, shape): one counting pass, then each
 	// bucket in C order (already so when the list follows the layout).
@@ -796,7 +817,7 @@ func (p *Plan) DType() packing.DType { return p.dtype }
 
 // Summary counts the launches by kind.
 func (p *Plan) Summary() Summary {
-	s := Summary{Problems: len(p.problems), Waves: p.waves, Launches: len(p.launches), SmallProblems: p.smallN}
+	s := Summary{Problems: p.count, Waves: p.waves, Launches: len(p.launches), SmallProblems: p.smallN}
 	for _, l := range p.launches {
 		switch l.kind {
 		case single:
@@ -857,6 +878,10 @@ func (p *Plan) Close() error {
 		return fmt.Errorf("gemm: plan closed twice: %w", ErrInvalid)
 	}
 	p.closed = true
+	// Nothing reads the products after Close (a run checks closed first):
+	// the next plan reuses their memory while it is still in cache.
+	planMemoryPool.Put(&planMemory{problems: p.problems[:0], positions: p.positions[:0]})
+	p.problems, p.positions = nil, nil
 	if p.dev != nil {
 		err := p.dev.free()
 		p.dev = nil

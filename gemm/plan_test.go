@@ -338,3 +338,38 @@ func TestPlanFirstError(t *testing.T) {
 		require.Equal(t, 2600, te.Index)
 	})
 }
+
+// TestPlanAfterClose: a closed plan's products go to the next plan made, so
+// a closed plan keeps only its summary, and the next plan, of another
+// size, multiplies right in memory that held the first one's products.
+func TestPlanAfterClose(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	eng, err := NewEngine(s, EngineOptions{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, eng.Close()) }()
+	free := func(ops ...*operand) {
+		for _, op := range ops {
+			require.NoError(t, op.c.Free())
+		}
+	}
+	big, A1, B1, C1 := sparseProblem(t, s, packing.Float64, NoTrans, NoTrans, 7)
+	defer free(A1, B1, C1)
+	p1, err := NewPlan(big, Options{})
+	require.NoError(t, err)
+	sum := p1.Summary()
+	require.NoError(t, p1.Close())
+	require.Equal(t, sum, p1.Summary(), "the summary outlives Close")
+	require.ErrorIs(t, eng.Run(p1), ErrInvalid)
+	for seed := uint64(8); seed < 12; seed++ {
+		pr, A, B, C := sparseProblem(t, s, packing.Float64, NoTrans, Trans, seed)
+		ref, mag := reference(pr, A, B, C)
+		p, err := NewPlan(pr, Options{})
+		require.NoError(t, err)
+		require.NoError(t, eng.Run(p))
+		checkResult(t, packing.Float64, C.read(t, s), ref, mag)
+		require.NoError(t, p.Close())
+		free(A, B, C)
+	}
+}
