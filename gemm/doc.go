@@ -71,6 +71,8 @@
 // device memory (the parameter stack and pointer arrays) belongs to the
 // allocator of the first engine that runs it, is read in stream order by
 // that engine's stream and through the ledger by others, and is released by
-// Plan.Close, which must come before the allocator closes. Runs of one plan
-// are serialised.
+// Plan.Close, which must come before the allocator closes. Close also gives
+// the plan's host memory (its products) to the next plan made, which then
+// writes into memory still in cache; a closed plan keeps its Summary. Runs
+// of one plan are serialised.
 package gemm

@@ -870,7 +870,8 @@ func (p *Plan) bind(o Operands) error {
 	return nil
 }
 
-// Close releases the plan's device memory. The plan cannot run afterwards.
+// Close releases the plan's device memory and gives its host memory to the
+// next plan made. The plan cannot run afterwards; Summary still answers.
 func (p *Plan) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
