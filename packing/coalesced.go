@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -240,7 +241,14 @@ func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 	if c.size == 0 {
 		return nil
 	}
-	gaps, whole := c.paddingSpans()
+	// Device padding needs the spans only up to maxPaddingMemsets of
+	// them, kept on the stack; host padding is cleared span by span.
+	var few [maxPaddingMemsets + 1]byteSpan
+	limit := len(few)
+	if c.host != nil {
+		limit = -1
+	}
+	gaps, whole := c.appendPaddingSpans(few[:0], limit)
 	switch {
 	case whole && c.host == nil:
 		return s.Memset(c.buf, c.start, c.size, 0)
@@ -259,9 +267,9 @@ func (c *Coalesced) zeroPadding(s *devalloc.Stream) error {
 		}
 		return nil
 	}
-	host := c.host
+	host, spans := c.host, slices.Clone(gaps)
 	return c.enqueueWrite(s, func() {
-		for _, g := range gaps {
+		for _, g := range spans {
 			clear(unsafe.Slice((*byte)(unsafe.Add(host, g.off)), g.n))
 		}
 	})
@@ -274,23 +282,31 @@ const maxPaddingMemsets = 4
 // byteSpan is a byte range of a layout.
 type byteSpan struct{ off, n int64 }
 
-// paddingSpans lists the ranges of the layout that hold padding: between
-// classes, after the last one, and whole classes whose blocks are padded.
-// whole is true when the padding cannot be listed by classes (a manifest
-// layout, whose classes may interleave): then everything is to be cleared.
-func (c *Coalesced) paddingSpans() (gaps []byteSpan, whole bool) {
+// appendPaddingSpans appends to gaps the ranges of the layout that hold
+// padding: between classes, after the last one, and whole classes whose
+// blocks are padded; it stops once gaps holds limit spans (limit > 0;
+// limit < 0: all of them). whole is true when the padding cannot be listed by classes (a
+// manifest layout, whose classes may interleave): then everything is to
+// be cleared.
+func (c *Coalesced) appendPaddingSpans(gaps []byteSpan, limit int) (_ []byteSpan, whole bool) {
 	if c.plan.manifest() {
-		return nil, true
+		return gaps, true
 	}
+	full := func() bool { return limit >= 0 && len(gaps) >= limit }
 	var cursor int64
 	for _, ci := range c.plan.groups[c.group].Classes {
 		cl := &c.plan.classes[ci]
 		if cl.Offset > cursor {
-			gaps = append(gaps, byteSpan{cursor, cl.Offset - cursor})
+			if gaps = append(gaps, byteSpan{cursor, cl.Offset - cursor}); full() {
+				return gaps, false
+			}
 		}
 		end := cl.Offset + cl.Stride*int64(cl.Count)
 		if cl.Stride > cl.BlockBytes {
-			gaps = append(gaps, byteSpan{cl.Offset, end - cl.Offset}) // padded blocks: clear the class
+			// padded blocks: clear the class
+			if gaps = append(gaps, byteSpan{cl.Offset, end - cl.Offset}); full() {
+				return gaps, false
+			}
 		}
 		cursor = end
 	}

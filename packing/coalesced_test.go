@@ -546,9 +546,13 @@ func TestPaddingSpans(t *testing.T) {
 		require.NoError(t, err)
 		c, err := Alloc(a, p, s)
 		require.NoError(t, err)
-		gaps, whole := c.paddingSpans()
+		gaps, whole := c.appendPaddingSpans(nil, -1)
 		require.False(t, whole, tc.name)
 		require.Len(t, gaps, tc.gaps, tc.name)
+		for limit := 1; limit <= tc.gaps; limit++ {
+			some, _ := c.appendPaddingSpans(nil, limit)
+			require.Equal(t, gaps[:limit], some, "%s: the first %d spans", tc.name, limit)
+		}
 		require.NoError(t, c.Free())
 	}
 }
