@@ -3,6 +3,7 @@ package msg
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -608,12 +609,30 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 			e.fail(err)
 			m = e.newAbort(d, k, m.size)
 		} else if x.hooks.pieces != nil {
-			m = replace(m)
+			if x.ipcPeer(d) {
+				// The hook takes the notice's bytes: its copies go first.
+				if failed, err := e.flushToWindow(); err != nil {
+					e.fail(err)
+					for _, f := range failed {
+						m = e.abortWindowed(f) // f is m: each earlier one was flushed alone
+					}
+				}
+			}
+			if !m.abort {
+				m = replace(m)
+			}
 		}
 		e.outs = append(e.outs, m)
 	}
 	if windowed {
 		// Before any notice goes out: a receiver's copy waits for this.
+		if failed, err := e.flushToWindow(); err != nil {
+			e.fail(err)
+			for _, m := range failed {
+				k := slices.Index(e.outs, m)
+				e.outs[k] = e.abortWindowed(m)
+			}
+		}
 		if err := e.ipcReady(); err != nil {
 			e.fail(e.outErr(x.rank, "node-local window", err))
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -30,7 +31,10 @@ import (
 // exchange (so that the record precedes the sender's wait for it, which
 // comes in the next exchange). An event wait takes the last record made
 // before it, so one ready and one consumed event per rank serve every
-// exchange.
+// exchange. Each side's copies go in one runtime call, one
+// cudaMemcpyBatchAsync where the runtime has it, with one event ending
+// the buffers' declared accesses: a rank with many node-local peers makes
+// as many calls for its copies as a rank with one.
 
 const (
 	// ipcMagic opens every notice: "distipc1", little-endian.
@@ -72,6 +76,54 @@ type ipcLink struct {
 	// its buffer waits for nothing, where a new one costs a pool query and
 	// its free an event.
 	notices map[int]*devalloc.Buffer
+	// toWindow and fromWindows gather an exchange's window copies, made
+	// in one call each (flushToWindow, ipcConsumed) instead of one or two
+	// runtime calls and an event per peer.
+	toWindow, fromWindows copyBatch
+}
+
+// copyBatch is device copies enqueued together on one stream, and the
+// ledger accesses that end with them.
+type copyBatch struct {
+	dsts, srcs, sizes []uintptr
+	accesses          []*devalloc.Access
+	outs              []*outMsg // toWindow: the messages the copies carry
+	ins               []*inMsg  // fromWindows: the messages they deliver
+}
+
+func (b *copyBatch) add(dst, src uintptr, n int64) {
+	b.dsts, b.srcs, b.sizes = append(b.dsts, dst), append(b.srcs, src), append(b.sizes, uintptr(n))
+}
+
+// mark and undo drop what one message added after a failure of its own.
+func (b *copyBatch) mark() [2]int { return [2]int{len(b.dsts), len(b.accesses)} }
+
+func (b *copyBatch) undo(at [2]int) error {
+	err := devalloc.DoneAll(b.accesses[at[1]:]...)
+	clear(b.accesses[at[1]:])
+	b.dsts, b.srcs, b.sizes, b.accesses = b.dsts[:at[0]], b.srcs[:at[0]], b.sizes[:at[0]], b.accesses[:at[1]]
+	return err
+}
+
+// flush enqueues the copies on s, one cudaMemcpyBatchAsync where the
+// runtime has it, and ends the accesses after them; the batch is empty
+// afterwards.
+func (b *copyBatch) flush(dev *cudart.Device, s cudart.Stream) error {
+	var err error
+	switch {
+	case len(b.dsts) == 1:
+		err = dev.MemcpyAsync(b.dsts[0], b.srcs[0], int64(b.sizes[0]), s)
+	case len(b.dsts) > 1 && dev.Runtime().Capabilities().MemcpyBatch:
+		err = dev.MemcpyBatch(s, b.dsts, b.srcs, b.sizes)
+	case len(b.dsts) > 1:
+		err = dev.MemcpyEach(s, b.dsts, b.srcs, b.sizes)
+	}
+	err = errors.Join(err, devalloc.DoneAll(b.accesses...))
+	clear(b.accesses)
+	clear(b.outs)
+	clear(b.ins)
+	b.dsts, b.srcs, b.sizes, b.accesses, b.outs, b.ins = b.dsts[:0], b.srcs[:0], b.sizes[:0], b.accesses[:0], b.outs[:0], b.ins[:0]
+	return err
 }
 
 // takeNotice returns a pinned buffer of at least n bytes for a notice from
@@ -432,10 +484,11 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 	if err != nil {
 		return e.outErr(m.dest, "window", err)
 	}
-	s := cudart.Stream(x.sendS.Handle())
 	// The blocks, from the send buffer, and the manifest, from the notice:
-	// copies on the send stream, declared reads of both, ended together.
-	var reads []*devalloc.Access
+	// copies on the send stream, declared reads of both, gathered for
+	// flushToWindow.
+	b := &l.toWindow
+	at := b.mark()
 	copies := func() error {
 		if x.hooks.mangle != nil {
 			if err := e.mangleIPC(m, mem[ipcHead:], off); err != nil {
@@ -447,10 +500,8 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 				if err != nil {
 					return err
 				}
-				reads = append(reads, rd)
-				if err := l.dev.MemcpyAsync(l.win+uintptr(off+p), srcAddr+uintptr(start), size, s); err != nil {
-					return err
-				}
+				b.accesses = append(b.accesses, rd)
+				b.add(l.win+uintptr(off+p), srcAddr+uintptr(start), size)
 			} else if err := e.copyToWindow(src, start, l.win+uintptr(off+p), size); err != nil {
 				return err
 			}
@@ -459,18 +510,44 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 		if err != nil {
 			return err
 		}
-		reads = append(reads, rd)
-		return l.dev.MemcpyAsync(l.win+uintptr(off), addr+ipcHead, p, s)
+		b.accesses = append(b.accesses, rd)
+		b.add(l.win+uintptr(off), addr+ipcHead, p)
+		return nil
 	}
-	if err := errors.Join(copies(), devalloc.DoneAll(reads...)); err != nil {
-		return e.outErr(m.dest, "window", err)
+	if err := copies(); err != nil {
+		return e.outErr(m.dest, "window", errors.Join(err, b.undo(at)))
 	}
+	b.outs = append(b.outs, m)
 	m.chunks = resize(m.chunks, 1)
 	m.chunks[0] = outChunk{n: ipcHead + p, mem: notice, buf: notice}
-	l.readBy[m.dest] = true
-	x.stats.IPCMessages++
-	x.stats.IPCBytes += m.size
 	return nil
+}
+
+// flushToWindow enqueues the exchange's copies into this rank's window, all
+// on the send stream, before the ready event is recorded. When that fails,
+// none of their messages is in the window: it returns them, for an abort
+// notice to replace each (abortWindowed).
+func (e *exchange) flushToWindow() (failed []*outMsg, err error) {
+	x, l := e.x, e.x.ipc
+	b := &l.toWindow
+	msgs := slices.Clone(b.outs)
+	if err := b.flush(l.dev, cudart.Stream(x.sendS.Handle())); err != nil {
+		return msgs, e.outErr(x.rank, "node-local window", err)
+	}
+	for _, m := range msgs {
+		l.readBy[m.dest] = true
+		x.stats.IPCMessages++
+		x.stats.IPCBytes += m.size
+	}
+	return nil, nil
+}
+
+// abortWindowed is the abort notice that replaces m, whose copies into the
+// window failed; m's notice is freed (nothing enqueued reads it).
+func (e *exchange) abortWindowed(m *outMsg) *outMsg {
+	_ = m.chunks[0].buf.Free()
+	m.chunks[0] = outChunk{}
+	return e.newAbort(m.dest, m.step, m.size)
 }
 
 // mangleIPC lets the mangle test hook alter the whole message, as it does
@@ -625,21 +702,29 @@ func (e *exchange) finishIPC(in *inMsg) {
 		if err != nil {
 			return e.inErr(in, "receive buffer", err)
 		}
-		err = l.dev.StreamWaitEvent(s, ready)
-		if err == nil {
-			err = l.dev.MemcpyAsync(dst+uintptr(in.base), w.ptr+uintptr(off), in.size, s)
+		if err := l.dev.StreamWaitEvent(s, ready); err != nil {
+			return e.inErr(in, "copy from the window", errors.Join(err, wr.Done()))
 		}
+		h := in.hdr()
+		if !h.HasPayloadChecksum {
+			// The copy goes with the others (ipcConsumed).
+			b := &l.fromWindows
+			b.add(dst+uintptr(in.base), w.ptr+uintptr(off), in.size)
+			b.accesses, b.ins = append(b.accesses, wr), append(b.ins, in)
+			in.plan, in.p = plan, p
+			return nil
+		}
+		err = l.dev.MemcpyAsync(dst+uintptr(in.base), w.ptr+uintptr(off), in.size, s)
 		if err = errors.Join(err, wr.Done()); err != nil {
 			return e.inErr(in, "copy from the window", err)
 		}
-		if h := in.hdr(); h.HasPayloadChecksum {
-			var sum uint32
-			if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
-				return e.inErr(in, "payload_checksum", err)
-			}
-			if sum != h.PayloadChecksum {
-				return wireErr(ErrChecksum, in.src, tag, "payload_checksum", "computed %#08x, header says %#08x", sum, h.PayloadChecksum)
-			}
+		// The checksum needs the copy now.
+		var sum uint32
+		if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
+			return e.inErr(in, "payload_checksum", err)
+		}
+		if sum != h.PayloadChecksum {
+			return wireErr(ErrChecksum, in.src, tag, "payload_checksum", "computed %#08x, header says %#08x", sum, h.PayloadChecksum)
 		}
 		in.plan, in.p = plan, p
 		return nil
@@ -708,10 +793,24 @@ func (e *exchange) openWindow(src int, gen, size uint64, handle []byte) (*peerWi
 	return w, nil
 }
 
-// ipcConsumed records the consumed event after this exchange's copies from
-// peers' windows: before the agreement, so that it precedes the senders'
-// waits for it in the next exchange.
+// ipcConsumed enqueues this exchange's copies from peers' windows and
+// records the consumed event after them: before the agreement, so that it
+// precedes the senders' waits for it in the next exchange. When the copies
+// cannot be enqueued, every message they carry fails.
 func (e *exchange) ipcConsumed() error {
 	l := e.x.ipc
-	return l.dev.EventRecord(l.consumed, cudart.Stream(e.x.recvS.Handle()))
+	s := cudart.Stream(e.x.recvS.Handle())
+	ins := slices.Clone(l.fromWindows.ins)
+	if err := l.fromWindows.flush(l.dev, s); err != nil {
+		for _, in := range ins {
+			e.fail(e.inErr(in, "copy from the window", err))
+		}
+	}
+	if e.x.hooks.canary > 0 {
+		// The copies have now been enqueued: check around them again.
+		for _, in := range ins {
+			e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
+		}
+	}
+	return l.dev.EventRecord(l.consumed, s)
 }

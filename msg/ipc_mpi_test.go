@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/stretchr/testify/require"
 )
 
@@ -116,6 +117,48 @@ func TestNoticeBuffersKept(t *testing.T) {
 		} else {
 			require.Equal(t, kept, x.ipc.notices, "the same notices arrived in the same buffers")
 		}
+		require.NoError(t, r.Free())
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	}
+}
+
+// TestWindowCopiesBatched: an exchange's copies into this rank's window
+// (blocks and manifest for every peer) are one runtime call, and its copies
+// from the peers' windows another, however many peers there are; each side
+// ends its buffers' declared accesses with one event.
+func TestWindowCopiesBatched(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	if size == 1 {
+		t.Skip("a rank alone has no node-local peer")
+	}
+	v := variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"}
+	a := v.open(t)
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+	s := a.DefaultStream()
+	tr := traffic{seed: 17, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
+	for round := range 2 {
+		bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+		require.NoError(t, err)
+		tr.fill(t, s, rank, bufs)
+		require.NoError(t, s.Synchronize())
+		before := cudart.Calls()
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		calls := cudart.Calls().Sub(before)
+		tr.verify(t, s, rank, size, r)
+		peers := size - 1
+		batches, copies := 1, 1 // to the window; the copy to self
+		if peers == 1 {
+			copies++ // one copy from one window needs no batch
+		} else {
+			batches++
+		}
+		require.EqualValues(t, batches, calls["cudaMemcpyBatchAsync"], "round %d: %v", round, calls)
+		require.EqualValues(t, copies, calls["cudaMemcpyAsync"], "round %d: %v", round, calls)
 		require.NoError(t, r.Free())
 		for _, b := range bufs {
 			require.NoError(t, b.Free())
