@@ -31,10 +31,10 @@ import (
 // exchange (so that the record precedes the sender's wait for it, which
 // comes in the next exchange). An event wait takes the last record made
 // before it, so one ready and one consumed event per rank serve every
-// exchange. Each side's copies go in one runtime call, one
-// cudaMemcpyBatchAsync where the runtime has it, with one event ending
-// the buffers' declared accesses: a rank with many node-local peers makes
-// as many calls for its copies as a rank with one.
+// exchange. The copies into the window go in one runtime call, one
+// cudaMemcpyBatchAsync where the runtime has it, with one event ending the
+// buffers' declared accesses; so do the copies from the windows of the
+// notices that one wait of the data phase delivered.
 
 const (
 	// ipcMagic opens every notice: "distipc1", little-endian.
@@ -77,8 +77,9 @@ type ipcLink struct {
 	// its free an event.
 	notices map[int]*devalloc.Buffer
 	// toWindow and fromWindows gather an exchange's window copies, made
-	// in one call each (flushToWindow, ipcConsumed) instead of one or two
-	// runtime calls and an event per peer.
+	// in one call (flushToWindow) and one per wait that delivered notices
+	// (flushFromWindows) instead of one or two runtime calls and an event
+	// per peer.
 	toWindow, fromWindows copyBatch
 }
 
@@ -707,7 +708,7 @@ func (e *exchange) finishIPC(in *inMsg) {
 		}
 		h := in.hdr()
 		if !h.HasPayloadChecksum {
-			// The copy goes with the others (ipcConsumed).
+			// The copy goes with the others (flushFromWindows).
 			b := &l.fromWindows
 			b.add(dst+uintptr(in.base), w.ptr+uintptr(off), in.size)
 			b.accesses, b.ins = append(b.accesses, wr), append(b.ins, in)
@@ -793,15 +794,19 @@ func (e *exchange) openWindow(src int, gen, size uint64, handle []byte) (*peerWi
 	return w, nil
 }
 
-// ipcConsumed enqueues this exchange's copies from peers' windows and
-// records the consumed event after them: before the agreement, so that it
-// precedes the senders' waits for it in the next exchange. When the copies
-// cannot be enqueued, every message they carry fails.
-func (e *exchange) ipcConsumed() error {
+// flushFromWindows enqueues the copies from peers' windows gathered since
+// the last flush, on the receive stream: the data phase flushes after each
+// wait that delivered notices, so that the copies of notices that arrive
+// together go in one call while later ones are still awaited. When the
+// copies cannot be enqueued, every message they carry fails.
+func (e *exchange) flushFromWindows() {
 	l := e.x.ipc
-	s := cudart.Stream(e.x.recvS.Handle())
-	ins := slices.Clone(l.fromWindows.ins)
-	if err := l.fromWindows.flush(l.dev, s); err != nil {
+	b := &l.fromWindows
+	if len(b.ins) == 0 {
+		return
+	}
+	ins := slices.Clone(b.ins)
+	if err := b.flush(l.dev, cudart.Stream(e.x.recvS.Handle())); err != nil {
 		for _, in := range ins {
 			e.fail(e.inErr(in, "copy from the window", err))
 		}
@@ -812,5 +817,13 @@ func (e *exchange) ipcConsumed() error {
 			e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
 		}
 	}
-	return l.dev.EventRecord(l.consumed, s)
+}
+
+// ipcConsumed records the consumed event after this exchange's copies from
+// peers' windows: before the agreement, so that it precedes the senders'
+// waits for it in the next exchange.
+func (e *exchange) ipcConsumed() error {
+	l := e.x.ipc
+	e.flushFromWindows()
+	return l.dev.EventRecord(l.consumed, cudart.Stream(e.x.recvS.Handle()))
 }

@@ -125,9 +125,10 @@ func TestNoticeBuffersKept(t *testing.T) {
 }
 
 // TestWindowCopiesBatched: an exchange's copies into this rank's window
-// (blocks and manifest for every peer) are one runtime call, and its copies
-// from the peers' windows another, however many peers there are; each side
-// ends its buffers' declared accesses with one event.
+// (blocks and manifest for every peer) are one runtime call however many
+// peers there are, and its copies from the peers' windows one call per
+// wait that delivered notices: at most one per peer, where they were three
+// per peer, one at a time.
 func TestWindowCopiesBatched(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
@@ -151,14 +152,14 @@ func TestWindowCopiesBatched(t *testing.T) {
 		calls := cudart.Calls().Sub(before)
 		tr.verify(t, s, rank, size, r)
 		peers := size - 1
-		batches, copies := 1, 1 // to the window; the copy to self
+		require.GreaterOrEqual(t, calls["cudaMemcpyBatchAsync"], uint64(1), "round %d: the copies into the window: %v", round, calls)
+		// The copy to self is one more cudaMemcpyAsync.
+		fromWindows := calls["cudaMemcpyBatchAsync"] + calls["cudaMemcpyAsync"] - 2
+		require.GreaterOrEqual(t, fromWindows, uint64(1), "round %d: %v", round, calls)
+		require.LessOrEqual(t, fromWindows, uint64(peers), "round %d: %v", round, calls)
 		if peers == 1 {
-			copies++ // one copy from one window needs no batch
-		} else {
-			batches++
+			require.EqualValues(t, 1, calls["cudaMemcpyBatchAsync"], "round %d: a lone copy from a window is no batch: %v", round, calls)
 		}
-		require.EqualValues(t, batches, calls["cudaMemcpyBatchAsync"], "round %d: %v", round, calls)
-		require.EqualValues(t, copies, calls["cudaMemcpyAsync"], "round %d: %v", round, calls)
 		require.NoError(t, r.Free())
 		for _, b := range bufs {
 			require.NoError(t, b.Free())

@@ -201,6 +201,9 @@ func (e *exchange) run(self *outMsg) {
 			wait = 0
 		}
 		moved, ok := e.await(probe, wait)
+		if x.ipc != nil {
+			e.flushFromWindows() // before the next wait: the copies need not wait for later notices
+		}
 		if !ok {
 			e.abandonSends()
 			return
