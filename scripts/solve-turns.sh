@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Two builds of the main job against each other on one GPU machine, in
 # turns: each round runs every case with the first build, then with the
-# second, so that both see the same machine. The table gives each case's
+# second, and the next round the other way round, so that both see the
+# same machine (in a fixed order, the build run second read 12-27%
+# slower on one machine, where alternating showed no difference between
+# the builds). The table gives each case's
 # median solve (slowest rank) per build, as the median of its rounds, with
 # the range, and the phases' medians.
 #
@@ -26,6 +29,9 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
   export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-$(mktemp -d)} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-$(mktemp -d)}
 fi
 failed=0
+order() { # order ROUND: the builds' order in that round
+  if [ $(($1 % 2)) -eq 1 ]; then echo old new; else echo new old; fi
+}
 case_cmd() { # case_cmd CASE BINDIR: the command line of one case
   local b=$2
   case $1 in
@@ -38,7 +44,7 @@ case_cmd() { # case_cmd CASE BINDIR: the command line of one case
 cases=(cuda-1 cuda-1-fresh cuda-2)
 for r in $(seq 1 "$rounds"); do
   for c in "${cases[@]}"; do
-    for which in old new; do
+    for which in $(order "$r"); do
       dir=$old
       [ "$which" = new ] && dir=$new
       f="$out/$c.$which.$r.txt"
@@ -52,7 +58,7 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control
   mps=1
   sleep 1
   for r in $(seq 1 "$rounds"); do
-    for which in old new; do
+    for which in $(order "$r"); do
       dir=$old
       [ "$which" = new ] && dir=$new
       f="$out/cuda-8-mps.$which.$r.txt"
