@@ -29,7 +29,9 @@
 #         bench      ranktest -bench gemm, pack on the GPU (JSON lines)
 #         mpi        cluster MPI tests under mpirun -n 2, msg's under -n 3, on the GPU
 #         msgcheck   msg's fault matrix and node-local windows under memcheck (-n 3)
-#         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU
+#         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU; then the host
+#                    packed / raw goal as docs/PERFORMANCE.md measures it (2000
+#                    exchanges of packed, persistent and raw in turns), three times
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
 #         goals      scripts/solve-goals.sh: the main job's figures against their
 #                    goals (1, 2 and 8 ranks, host, perblock, MPS, the GEMM kernel)
@@ -153,7 +155,9 @@ run() {
       msgcheck)
         # The staged and node-local paths of msg, fault matrix included, under memcheck on every rank.
         step msg-memcheck 400 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 3 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run 'TestFaultMatrix|TestNodeLocalWindows|TestSendBuffersOfAnotherAllocator' -test.timeout 380s" ;;
-      exchange) step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl" ;;
+      exchange)
+        step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl"
+        step bench-exchange-host 120 "for r in 1 2 3; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -bench exchange -mode packed,persistent,raw -iters 2000 > $LOG/exchange-host-\$r.jsonl || exit 1; done" ;;
       solve)
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
         step solve-perblock 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode perblock -iters 10 -json" ;;
@@ -198,5 +202,5 @@ case ${1:-} in
   build) build ;;
   build-base) shift; build_base "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,39p' "$0"; exit 2 ;;
+  *) sed -n '2,41p' "$0"; exit 2 ;;
 esac
