@@ -103,6 +103,16 @@ type testHooks struct {
 	// canaryHit hears of every one overwritten.
 	canary    int64
 	canaryHit func(what string)
+	// windowCopies, when it returns an error, fails this rank's copies
+	// into its window (into) or from its peers' windows with it.
+	windowCopies func(into bool) error
+}
+
+func (h *testHooks) windowCopyError(into bool) error {
+	if h.windowCopies == nil {
+		return nil
+	}
+	return h.windowCopies(into)
 }
 
 // New makes an Exchanger. It is collective over o.Comm: every rank

@@ -108,10 +108,11 @@ func (b *copyBatch) undo(at [2]int) error {
 
 // flush enqueues the copies on s, one cudaMemcpyBatchAsync where the
 // runtime has it, and ends the accesses after them; the batch is empty
-// afterwards.
-func (b *copyBatch) flush(dev *cudart.Device, s cudart.Stream) error {
-	var err error
+// afterwards. A non-nil fail (a test's) stands for the copies' error.
+func (b *copyBatch) flush(dev *cudart.Device, s cudart.Stream, fail error) error {
+	err := fail
 	switch {
+	case fail != nil:
 	case len(b.dsts) == 1:
 		err = dev.MemcpyAsync(b.dsts[0], b.srcs[0], int64(b.sizes[0]), s)
 	case len(b.dsts) > 1 && dev.Runtime().Capabilities().MemcpyBatch:
@@ -532,7 +533,7 @@ func (e *exchange) flushToWindow() (failed []*outMsg, err error) {
 	x, l := e.x, e.x.ipc
 	b := &l.toWindow
 	msgs := slices.Clone(b.outs)
-	if err := b.flush(l.dev, cudart.Stream(x.sendS.Handle())); err != nil {
+	if err := b.flush(l.dev, cudart.Stream(x.sendS.Handle()), x.hooks.windowCopyError(true)); err != nil {
 		return msgs, e.outErr(x.rank, "node-local window", err)
 	}
 	for _, m := range msgs {
@@ -806,7 +807,7 @@ func (e *exchange) flushFromWindows() {
 		return
 	}
 	ins := slices.Clone(b.ins)
-	if err := b.flush(l.dev, cudart.Stream(e.x.recvS.Handle())); err != nil {
+	if err := b.flush(l.dev, cudart.Stream(e.x.recvS.Handle()), e.x.hooks.windowCopyError(false)); err != nil {
 		for _, in := range ins {
 			e.fail(e.inErr(in, "copy from the window", err))
 		}

@@ -3,6 +3,7 @@
 package msg
 
 import (
+	"errors"
 	"maps"
 	"testing"
 
@@ -164,5 +165,70 @@ func TestWindowCopiesBatched(t *testing.T) {
 		for _, b := range bufs {
 			require.NoError(t, b.Free())
 		}
+	}
+}
+
+// TestWindowCopyFailure: when rank 0's copies into its window fail, an
+// abort notice replaces each of its window messages, and when its copies
+// from its peers' windows fail, its receives fail: either way rank 0
+// returns the copies' error, every other rank ErrPeerAborted naming rank 0,
+// no rank returns buffers, and the next exchange works everywhere.
+func TestWindowCopyFailure(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	if size == 1 {
+		t.Skip("a rank alone has no node-local peer")
+	}
+	for _, into := range []bool{true, false} {
+		// Its peers learn of it from the abort notices that replace its
+		// window messages, or from the agreement that ends the exchange.
+		name, field := "from-windows", "agreement"
+		if into {
+			name, field = "into-window", "flags"
+		}
+		t.Run(name, func(t *testing.T) {
+			v := variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"}
+			a := v.open(t)
+			x := newExchanger(t, Options{Comm: comm, Alloc: a})
+			require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+			injected := errors.New("injected window copy failure")
+			if rank == 0 {
+				x.hooks.windowCopies = func(side bool) error {
+					if side == into {
+						return injected
+					}
+					return nil
+				}
+			}
+			s := a.DefaultStream()
+			for round := range 2 {
+				tr := traffic{seed: 23, iter: uint64(round), density: 1, maxBlocks: 20, dims: []int{8}, dtypes: mixedTypes}
+				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+				require.NoError(t, err)
+				tr.fill(t, s, rank, bufs)
+				r, err := x.Exchange(bufs)
+				if round == 0 {
+					require.Nil(t, r, "a failed exchange returns no buffers")
+					if rank == 0 {
+						require.ErrorIs(t, err, injected)
+					} else {
+						require.ErrorIs(t, err, ErrPeerAborted)
+						named := false
+						for _, w := range wireErrors(err) {
+							named = named || (errors.Is(w, ErrPeerAborted) && w.Peer == 0 && w.Field == field)
+						}
+						require.True(t, named, "the error names rank 0 and %s: %v", field, err)
+					}
+					x.hooks.windowCopies = nil
+				} else {
+					require.NoError(t, err, "the exchange after the failure")
+					tr.verify(t, s, rank, size, r)
+					require.NoError(t, r.Free())
+				}
+				for _, b := range bufs {
+					require.NoError(t, b.Free())
+				}
+			}
+		})
 	}
 }
