@@ -933,13 +933,44 @@ func (p *Plan) Detached(g int) (*Plan, error) {
 		}
 		return int(members[k])
 	}
-	q := &Plan{ids: make([]uint64, n), meta: make([]uint32, n), offs: make([]int64, n)}
+	q := &Plan{ids: make([]uint64, n), meta: make([]uint32, n)}
 	grp := &p.groups[g]
 	strided := !p.manifest()
 	for _, ci := range grp.Classes {
 		cl := &p.classes[ci]
 		strided = strided && cl.Regular && (cl.Count == 1 || cl.Stride > 0)
 	}
+	if strided && p.offs == nil {
+		// Every block lies at its class's offset plus its rank times the
+		// stride, in p as in q: q keeps the ranks, as p does, and no offsets.
+		q.rankBits, q.rankMask = p.rankBits, p.rankMask
+		q.classes = make([]Class, len(grp.Classes))
+		first := make([]int32, len(p.classes))  // a source class's first place
+		index := make([]uint32, len(p.classes)) // a source class's detached class, shifted into place
+		next := int32(0)
+		for c, ci := range grp.Classes {
+			src := &p.classes[ci]
+			stride := src.Stride
+			if src.Count == 1 {
+				stride = src.BlockBytes
+			}
+			q.classes[c] = Class{DType: src.DType, Rows: src.Rows, Cols: src.Cols, Count: src.Count, BlockBytes: src.BlockBytes,
+				Offset: src.Offset, Stride: stride, Regular: true}
+			first[ci], index[ci] = next, uint32(c)<<(p.rankBits&31)
+			next += int32(src.Count)
+		}
+		for k := range n {
+			i := member(k)
+			m := p.meta[i]
+			ci := m >> (p.rankBits & 31)
+			rank := m & p.rankMask
+			at := first[ci] + int32(rank)
+			q.ids[at], q.meta[at] = p.id(i), index[ci]|rank
+		}
+		q.endManifest(grp.Bytes)
+		return q, nil
+	}
+	q.offs = make([]int64, n)
 	if strided {
 		// A NewPlan group lays its classes out one after another in
 		// Group.Classes order, each class's blocks at its stride: the

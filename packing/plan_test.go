@@ -652,6 +652,11 @@ func TestDetached(t *testing.T) {
 	plans["irregular manifest"] = q
 
 	for name, p := range plans {
+		if p.manifest() {
+			require.NotNil(t, p.offs, name)
+		} else {
+			require.Nil(t, p.offs, "%s: a plan of a few classes keeps ranks, not offsets", name)
+		}
 		for g := range p.Groups() {
 			entries, size, err := p.Manifest(g)
 			require.NoError(t, err)
@@ -678,6 +683,34 @@ func TestDetached(t *testing.T) {
 		}
 		_, err := p.Detached(len(p.Groups()))
 		require.ErrorIs(t, err, ErrOutOfRange)
+	}
+}
+
+// TestDetachedWidePlaces: a plan with more classes than 32-bit places hold
+// beside its ranks keeps every block's offset, and Detached makes its
+// groups' layouts from those (the other plans keep ranks instead).
+func TestDetachedWidePlaces(t *testing.T) {
+	wide := make([]Desc, 1<<16)
+	for i := range wide {
+		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + i%256, Cols: 1 + i/256, Dest: i % 2}
+	}
+	p, err := NewPlan(wide, Options{})
+	require.NoError(t, err)
+	require.NotNil(t, p.offs, "a plan of 2^16 classes keeps its offsets")
+	for g := range p.Groups() {
+		entries, size, err := p.Manifest(g)
+		require.NoError(t, err)
+		slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.Offset, b.Offset) })
+		want, err := FromManifest(entries, size)
+		require.NoError(t, err)
+		got, err := p.Detached(g)
+		require.NoError(t, err)
+		require.Equal(t, want.Classes(), got.Classes(), "group %d: classes", g)
+		require.Equal(t, want.Groups(), got.Groups(), "group %d: groups", g)
+		gotEntries, gotSize, err := got.Manifest(0)
+		require.NoError(t, err)
+		require.Equal(t, entries, gotEntries, "group %d: blocks in offset order", g)
+		require.Equal(t, size, gotSize)
 	}
 }
 
