@@ -940,37 +940,6 @@ func (p *Plan) Detached(g int) (*Plan, error) {
 		cl := &p.classes[ci]
 		strided = strided && cl.Regular && (cl.Count == 1 || cl.Stride > 0)
 	}
-	if strided && p.offs == nil {
-		// Every block lies at its class's offset plus its rank times the
-		// stride, in p as in q: q keeps the ranks, as p does, and no offsets.
-		q.rankBits, q.rankMask = p.rankBits, p.rankMask
-		q.classes = make([]Class, len(grp.Classes))
-		first := make([]int32, len(p.classes))  // a source class's first place
-		index := make([]uint32, len(p.classes)) // a source class's detached class, shifted into place
-		next := int32(0)
-		for c, ci := range grp.Classes {
-			src := &p.classes[ci]
-			stride := src.Stride
-			if src.Count == 1 {
-				stride = src.BlockBytes
-			}
-			q.classes[c] = Class{DType: src.DType, Rows: src.Rows, Cols: src.Cols, Count: src.Count, BlockBytes: src.BlockBytes,
-				Offset: src.Offset, Stride: stride, Regular: true}
-			first[ci], index[ci] = next, uint32(c)<<(p.rankBits&31)
-			next += int32(src.Count)
-		}
-		for k := range n {
-			i := member(k)
-			m := p.meta[i]
-			ci := m >> (p.rankBits & 31)
-			rank := m & p.rankMask
-			at := first[ci] + int32(rank)
-			q.ids[at], q.meta[at] = p.id(i), index[ci]|rank
-		}
-		q.endManifest(grp.Bytes)
-		return q, nil
-	}
-	q.offs = make([]int64, n)
 	if strided {
 		// A NewPlan group lays its classes out one after another in
 		// Group.Classes order, each class's blocks at its stride: the
@@ -978,8 +947,9 @@ func (p *Plan) Detached(g int) (*Plan, error) {
 		// FromManifest's strides (a lone block's is its size), and a
 		// block's place in offset order follows from its class and rank.
 		q.classes = make([]Class, len(grp.Classes))
-		first := make([]int32, len(p.classes)) // a source class's first place
-		index := make([]int32, len(p.classes)) // a source class's detached class
+		first := make([]int32, len(p.classes))  // a source class's first place
+		index := make([]uint32, len(p.classes)) // a source class's detached class, in place in meta
+		shift := p.rankBits & 31                // 0 when p keeps offsets
 		next := int32(0)
 		for c, ci := range grp.Classes {
 			src := &p.classes[ci]
@@ -989,31 +959,38 @@ func (p *Plan) Detached(g int) (*Plan, error) {
 			}
 			q.classes[c] = Class{DType: src.DType, Rows: src.Rows, Cols: src.Cols, Count: src.Count, BlockBytes: src.BlockBytes,
 				Offset: src.Offset, Stride: stride, Regular: true}
-			first[ci], index[ci] = next, int32(c)
+			first[ci], index[ci] = next, uint32(c)<<shift
 			next += int32(src.Count)
 		}
-		for k := range n {
-			i := member(k)
-			m := p.meta[i]
-			ci := m >> (p.rankBits & 31)
-			cl := &p.classes[ci]
-			var off int64
-			at := first[ci]
-			switch {
-			case p.offs == nil: // the rank is in meta: no division
-				rank := m & p.rankMask
-				off, at = cl.Offset+int64(rank)*cl.Stride, at+int32(rank)
-			case cl.Stride > 0:
-				off = p.offs[i]
-				at += int32((off - cl.Offset) / cl.Stride)
-			default:
-				off = p.offs[i]
+		if p.offs == nil {
+			// The rank is in meta: a block lies at its class's offset plus
+			// its rank times the stride, in p as in q, so q keeps the ranks
+			// as p does, and no offsets.
+			q.rankBits, q.rankMask = p.rankBits, p.rankMask
+			for k := range n {
+				i := member(k)
+				m := p.meta[i]
+				ci, rank := m>>shift, m&p.rankMask
+				at := first[ci] + int32(rank)
+				q.ids[at], q.meta[at] = p.id(i), index[ci]|rank
 			}
-			q.ids[at], q.offs[at], q.meta[at] = p.id(i), off, uint32(index[ci])
+		} else {
+			q.offs = make([]int64, n)
+			for k := range n {
+				i := member(k)
+				ci := p.meta[i] // the class alone: shift is 0
+				cl := &p.classes[ci]
+				off, at := p.offs[i], first[ci]
+				if cl.Stride > 0 {
+					at += int32((off - cl.Offset) / cl.Stride)
+				}
+				q.ids[at], q.offs[at], q.meta[at] = p.id(i), off, index[ci]
+			}
 		}
 		q.endManifest(grp.Bytes)
 		return q, nil
 	}
+	q.offs = make([]int64, n)
 	// A manifest plan's blocks may interleave: sorted by offset, then
 	// classes numbered in order of first appearance, with FromManifest's
 	// strides: the step between the first two blocks, kept when every

@@ -690,13 +690,20 @@ func TestDetached(t *testing.T) {
 // beside its ranks keeps every block's offset, and Detached makes its
 // groups' layouts from those (the other plans keep ranks instead).
 func TestDetachedWidePlaces(t *testing.T) {
-	wide := make([]Desc, 1<<16)
+	// 70000 blocks leave 32768 classes to 32-bit places; 40000 shapes, of
+	// which the first 1000 have 31 blocks each (their ranks matter).
+	wide := make([]Desc, 70000)
 	for i := range wide {
-		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + i%256, Cols: 1 + i/256, Dest: i % 2}
+		s := i
+		if i >= 40000 {
+			s = i % 1000
+		}
+		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + s%256, Cols: 1 + s/256, Dest: s % 2}
 	}
 	p, err := NewPlan(wide, Options{})
 	require.NoError(t, err)
-	require.NotNil(t, p.offs, "a plan of 2^16 classes keeps its offsets")
+	require.NotNil(t, p.offs, "a plan of 40000 classes keeps its offsets")
+	require.Greater(t, p.Classes()[0].Count, 1)
 	for g := range p.Groups() {
 		entries, size, err := p.Manifest(g)
 		require.NoError(t, err)
