@@ -89,19 +89,28 @@ func TestNodeLocalWindows(t *testing.T) {
 	}
 }
 
-// TestNoticeBuffersKept: the pinned buffer a peer's notice arrived in is
-// kept for its next notice, which arrives in the same buffer when it fits,
-// and the exchanger's Close frees them (the allocator's leak check).
-func TestNoticeBuffersKept(t *testing.T) {
+// nodeLocalExchanger opens this rank's allocator on the CUDA backend (the
+// fake runtime without a GPU) and an exchanger whose every peer is
+// node-local; a rank alone skips the test.
+func nodeLocalExchanger(t *testing.T) (x *Exchanger, a *devalloc.Allocator, rank, size int) {
+	t.Helper()
 	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
+	rank, size = comm.Rank(), comm.Size()
 	if size == 1 {
 		t.Skip("a rank alone has no node-local peer")
 	}
 	v := variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"}
-	a := v.open(t)
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	a = v.open(t)
+	x = newExchanger(t, Options{Comm: comm, Alloc: a})
 	require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+	return x, a, rank, size
+}
+
+// TestNoticeBuffersKept: the pinned buffer a peer's notice arrived in is
+// kept for its next notice, which arrives in the same buffer when it fits,
+// and the exchanger's Close frees them (the allocator's leak check).
+func TestNoticeBuffersKept(t *testing.T) {
+	x, a, rank, size := nodeLocalExchanger(t)
 	s := a.DefaultStream()
 	tr := traffic{seed: 91, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
 	var kept map[int]*devalloc.Buffer
@@ -131,15 +140,7 @@ func TestNoticeBuffersKept(t *testing.T) {
 // wait that delivered notices: at most one per peer, where they were three
 // per peer, one at a time.
 func TestWindowCopiesBatched(t *testing.T) {
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	if size == 1 {
-		t.Skip("a rank alone has no node-local peer")
-	}
-	v := variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"}
-	a := v.open(t)
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
-	require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+	x, a, rank, size := nodeLocalExchanger(t)
 	s := a.DefaultStream()
 	tr := traffic{seed: 17, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
 	for round := range 2 {
@@ -174,11 +175,6 @@ func TestWindowCopiesBatched(t *testing.T) {
 // returns the copies' error, every other rank ErrPeerAborted naming rank 0,
 // no rank returns buffers, and the next exchange works everywhere.
 func TestWindowCopyFailure(t *testing.T) {
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	if size == 1 {
-		t.Skip("a rank alone has no node-local peer")
-	}
 	for _, into := range []bool{true, false} {
 		// Its peers learn of it from the abort notices that replace its
 		// window messages, or from the agreement that ends the exchange.
@@ -187,10 +183,7 @@ func TestWindowCopyFailure(t *testing.T) {
 			name, field = "into-window", "flags"
 		}
 		t.Run(name, func(t *testing.T) {
-			v := variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"}
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a})
-			require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+			x, a, rank, size := nodeLocalExchanger(t)
 			injected := errors.New("injected window copy failure")
 			if rank == 0 {
 				x.hooks.windowCopies = func(side bool) error {
