@@ -107,8 +107,9 @@ func (b *copyBatch) undo(at [2]int) error {
 }
 
 // flush enqueues the copies on s, one cudaMemcpyBatchAsync where the
-// runtime has it, and ends the accesses after them; the batch is empty
-// afterwards. A non-nil fail (a test's) stands for the copies' error.
+// runtime has it, and ends the accesses after them; only outs and ins stay,
+// for the caller, who then empties the batch (reset). A non-nil fail (a
+// test's) stands for the copies' error.
 func (b *copyBatch) flush(dev *cudart.Device, s cudart.Stream, fail error) error {
 	err := fail
 	switch {
@@ -122,10 +123,14 @@ func (b *copyBatch) flush(dev *cudart.Device, s cudart.Stream, fail error) error
 	}
 	err = errors.Join(err, devalloc.DoneAll(b.accesses...))
 	clear(b.accesses)
+	b.dsts, b.srcs, b.sizes, b.accesses = b.dsts[:0], b.srcs[:0], b.sizes[:0], b.accesses[:0]
+	return err
+}
+
+func (b *copyBatch) reset() {
 	clear(b.outs)
 	clear(b.ins)
-	b.dsts, b.srcs, b.sizes, b.accesses, b.outs, b.ins = b.dsts[:0], b.srcs[:0], b.sizes[:0], b.accesses[:0], b.outs[:0], b.ins[:0]
-	return err
+	b.outs, b.ins = b.outs[:0], b.ins[:0]
 }
 
 // takeNotice returns a pinned buffer of at least n bytes for a notice from
@@ -532,11 +537,11 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 func (e *exchange) flushToWindow() (failed []*outMsg, err error) {
 	x, l := e.x, e.x.ipc
 	b := &l.toWindow
-	msgs := slices.Clone(b.outs)
+	defer b.reset()
 	if err := b.flush(l.dev, cudart.Stream(x.sendS.Handle()), x.hooks.windowCopyError(true)); err != nil {
-		return msgs, e.outErr(x.rank, "node-local window", err)
+		return slices.Clone(b.outs), e.outErr(x.rank, "node-local window", err)
 	}
-	for _, m := range msgs {
+	for _, m := range b.outs {
 		l.readBy[m.dest] = true
 		x.stats.IPCMessages++
 		x.stats.IPCBytes += m.size
@@ -806,15 +811,15 @@ func (e *exchange) flushFromWindows() {
 	if len(b.ins) == 0 {
 		return
 	}
-	ins := slices.Clone(b.ins)
+	defer b.reset()
 	if err := b.flush(l.dev, cudart.Stream(e.x.recvS.Handle()), e.x.hooks.windowCopyError(false)); err != nil {
-		for _, in := range ins {
+		for _, in := range b.ins {
 			e.fail(e.inErr(in, "copy from the window", err))
 		}
 	}
 	if e.x.hooks.canary > 0 {
 		// The copies have now been enqueued: check around them again.
-		for _, in := range ins {
+		for _, in := range b.ins {
 			e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
 		}
 	}
