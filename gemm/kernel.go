@@ -316,7 +316,14 @@ type deviceKernels struct {
 	err  error
 }
 
-var compiled sync.Map // device ordinal -> *deviceKernels
+// kernelsKey names a device of one loaded runtime: kernels loaded through
+// one libcudart are not handles another knows.
+type kernelsKey struct {
+	rt  *cudart.Runtime
+	dev int
+}
+
+var compiled sync.Map // kernelsKey -> *deviceKernels
 
 // loadKernels compiles and loads the kernels for a device once; a failure is
 // remembered, and the engine runs small launches through cuBLAS instead.
@@ -326,7 +333,7 @@ func loadKernels(dev int) (*cudart.Device, []cudart.Kernel, error) {
 		return nil, nil, err
 	}
 	d := rt.Device(dev)
-	v, _ := compiled.LoadOrStore(dev, &deviceKernels{})
+	v, _ := compiled.LoadOrStore(kernelsKey{rt, dev}, &deviceKernels{})
 	dk := v.(*deviceKernels)
 	dk.once.Do(func() {
 		image, err := nvrtc.CompileFor(d, smallKernelSource, "distbuf_gemm.cu")

@@ -76,12 +76,19 @@ type deviceKernel struct {
 	err  error
 }
 
-var kernels sync.Map // device ordinal -> *deviceKernel
+// kernelKey names a device of one loaded runtime: a kernel loaded through
+// one libcudart is not a handle another knows.
+type kernelKey struct {
+	rt  *cudart.Runtime
+	dev int
+}
+
+var kernels sync.Map // kernelKey -> *deviceKernel
 
 // copyKernel compiles and loads the kernel for a device once; a failure is
 // remembered, so CopyAuto falls back without retrying.
 func copyKernel(d *cudart.Device) (cudart.Kernel, error) {
-	v, _ := kernels.LoadOrStore(d.Ordinal(), &deviceKernel{})
+	v, _ := kernels.LoadOrStore(kernelKey{d.Runtime(), d.Ordinal()}, &deviceKernel{})
 	dk := v.(*deviceKernel)
 	dk.once.Do(func() {
 		image, err := nvrtc.CompileFor(d, copyKernelSource, "distbuf_copy.cu")
