@@ -142,3 +142,31 @@ func TestSolveRuntimeCallsFakeCUDA(t *testing.T) {
 	require.NotNil(t, sum.RuntimeCalls)
 	require.GreaterOrEqual(t, *sum.RuntimeCalls, sum.AllocCalls+sum.GemmLaunches, "at least the allocations and the launches")
 }
+
+// TestSolveCallTimesFakeCUDA: with -calls the summary splits the same calls
+// as runtime_calls by entry point, each with the time spent in it, and the
+// table lists them.
+func TestSolveCallTimesFakeCUDA(t *testing.T) {
+	t.Setenv(cudart.EnvCUDART, cudarttest.Build(t))
+	t.Setenv(cudarttest.EnvNVRTC, cudarttest.BuildNVRTC(t))
+	t.Setenv(cudarttest.EnvCUBLAS, cudarttest.BuildCUBLAS(t))
+	const iters = 4
+	sum, raw := rawSummary(t, config{backend: "cuda", policy: "retain", mode: "packed", iters: iters, seed: 3, blocks: 100, bonds: 1, json: true, calls: true})
+	require.Zero(t, sum.VerifyFailures)
+	require.Contains(t, raw, "runtime_calls_by_entry")
+	var calls, us float64
+	for name, e := range sum.RuntimeCallsByEntry {
+		require.Positive(t, e.Calls, name)
+		require.GreaterOrEqual(t, e.US, 0.0, name)
+		calls += e.Calls
+		us += e.US
+	}
+	require.InDelta(t, float64(*sum.RuntimeCalls)/iters, calls, 0.01, "the entry points share exactly the solves' calls")
+	require.Positive(t, us)
+	for _, name := range []string{"cudaMallocFromPoolAsync", "cudaFreeAsync", "cudaMemcpyAsync"} {
+		require.Contains(t, sum.RuntimeCallsByEntry, name)
+	}
+
+	_, raw = rawSummary(t, config{backend: "cuda", policy: "retain", mode: "packed", iters: 2, seed: 3, blocks: 100, bonds: 1, json: true})
+	require.NotContains(t, raw, "runtime_calls_by_entry", "only with -calls")
+}

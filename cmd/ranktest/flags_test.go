@@ -22,6 +22,7 @@ func TestFlagsRejectBadInput(t *testing.T) {
 		{[]string{"-block-bytes", "-8"}, "-block-bytes -8"},
 		{[]string{"-block-bytes", "9223372036854775807"}, "-block-bytes 9223372036854775807"},
 		{[]string{"-iters", "lots"}, "invalid value"},
+		{[]string{"-calls", "-bench", "alloc"}, "-calls times the solve's runtime calls: it does not apply to -bench alloc"},
 	} {
 		_, err := parseFlags(tc.args, io.Discard)
 		require.ErrorContains(t, err, tc.want, strings.Join(tc.args, " "))

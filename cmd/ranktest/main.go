@@ -30,6 +30,7 @@ type config struct {
 	blockBytes int64  // bytes per block for benchmarks that use one size
 	device     int    // CUDA device, set from the rank's placement
 	cpuProfile string // per-rank CPU profile path prefix; "" for none
+	calls      bool   // time the runtime calls of the solves by entry point
 }
 
 // Bounds on the sizes the flags give, far above any run this harness is
@@ -85,6 +86,7 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 	fs.BoolVar(&cfg.fresh, "fresh", false, "plan every solve afresh (layout, GEMM plans, exchange pattern), as for a block structure that never repeats")
 	fs.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
+	fs.BoolVar(&cfg.calls, "calls", false, "time every CUDA runtime call of the solves and report calls and time per solve by entry point (two clock reads a call, tens of nanoseconds each)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -107,6 +109,8 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-bonds %d: want 1 to %d bonds", cfg.bonds, maxBonds)
 	case cfg.blockBytes < 0 || cfg.blockBytes > maxBlockBytes:
 		return cfg, fmt.Errorf("-block-bytes %d: want 0 to %d bytes", cfg.blockBytes, int64(maxBlockBytes))
+	case cfg.calls && cfg.bench != "":
+		return cfg, fmt.Errorf("-calls times the solve's runtime calls: it does not apply to -bench %s", cfg.bench)
 	}
 	return cfg, nil
 }
@@ -189,6 +193,7 @@ func agreedSettings(cfg config) []setting {
 		number("-seed", int64(cfg.seed)),
 		number("-bonds", int64(cfg.bonds)),
 		number("-fresh", map[bool]int64{false: 0, true: 1}[cfg.fresh]),
+		number("-calls", map[bool]int64{false: 0, true: 1}[cfg.calls]),
 		text("-bench", cfg.bench),
 		text("-policy", policy),
 		text("-backend", backend),

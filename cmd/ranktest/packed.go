@@ -101,12 +101,14 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 		return err
 	}
 
+	sv.calls.beginVerify()
 	vstart, vcalls := time.Now(), cudart.CallsTotal()
 	if err := sv.verifyAll(st, l.bond, recv, iter); err != nil {
 		return err
 	}
 	st.verifyUS = since(vstart)
 	st.verifyCalls = cudart.CallsTotal() - vcalls
+	sv.calls.endVerify()
 
 	t = time.Now()
 	err = mem.free()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
 )
 
 // summary is the -json line, printed last by rank 0. Every field is one of
@@ -47,11 +48,15 @@ type summary struct {
 	// (the loader's counters, every entry point): the harness's device
 	// timer included (six a solve), the verification left out. Absent on
 	// the host backend.
-	RuntimeCalls   *int64  `json:"runtime_calls,omitempty"`
-	Messages       int64   `json:"messages"`
-	BytesMoved     int64   `json:"bytes_moved"`
-	VerifyFailures int64   `json:"verify_failures"`
-	MedianSolveUS  float64 `json:"median_solve_us"`
+	RuntimeCalls *int64 `json:"runtime_calls,omitempty"`
+	// RuntimeCallsByEntry is, with -calls, each entry point's calls and
+	// microseconds spent inside it per solve, the mean over ranks, over
+	// the same calls as RuntimeCalls. Absent without -calls.
+	RuntimeCallsByEntry map[string]entryCalls `json:"runtime_calls_by_entry,omitempty"`
+	Messages            int64                 `json:"messages"`
+	BytesMoved          int64                 `json:"bytes_moved"`
+	VerifyFailures      int64                 `json:"verify_failures"`
+	MedianSolveUS       float64               `json:"median_solve_us"`
 	// PhaseUS splits the solve (see cmd/ranktest's packed): alloc, upload,
 	// gemm_plan, gemm, exchange, free.
 	PhaseUS phaseTimes `json:"phase_us"`
@@ -127,6 +132,13 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 	sv, err := newSolver(cfg, world, a)
 	if err != nil {
 		return err
+	}
+	if cfg.calls {
+		// After the setup: its calls (the kernels' compilation, the IPC
+		// windows) are not the solve's.
+		sv.calls = &callTimes{}
+		cudart.SetTiming(true)
+		defer cudart.SetTiming(false)
 	}
 	// Closing the exchanger is collective: after a failure, which ends the
 	// job (main aborts it), this rank must not wait in it for ranks that
@@ -227,6 +239,12 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	if err := errors.Join(world.AllreduceInt64(lo64, lo64, cluster.Min), world.AllreduceInt64(hi64, hi64, cluster.Max)); err != nil {
 		return err
 	}
+	var byEntry map[string]entryCalls
+	if sv.calls != nil {
+		if byEntry, err = sv.calls.collect(world); err != nil {
+			return err
+		}
+	}
 	if world.Rank() == 0 {
 		if a.Kind().IsDevice() {
 			fmt.Fprintf(out, "placement (device of each rank): %v\n", devices)
@@ -246,6 +264,13 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		}
 		_ = tw.Flush()
 		printPhases(out, stats)
+		if sv.calls != nil {
+			if len(byEntry) > 0 {
+				printCalls(out, byEntry)
+			} else {
+				fmt.Fprintln(out, "ranktest: -calls: the solves made no CUDA runtime call")
+			}
+		}
 		fmt.Fprintf(out, "median solve (slowest rank) %s; verification: %d block(s) wrong\n", human(stats.median(2, tSolve), "us"), failures)
 		if cfg.json {
 			var runtimeCalls *int64
@@ -260,6 +285,7 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 				DeviceUS: optional(stats.median(2, tDevice)), DeviceGemmUS: optional(stats.median(2, tDeviceGemm)),
 				Repeated: layoutOf(stats, 0), FreshSolves: layoutOf(stats, 1),
 				PoolReservedPeakBytes: counts[5], PoolReservedAfterWarmupBytes: counts[6], PoolReservedFinalBytes: counts[7], Devices: devices,
+				RuntimeCallsByEntry: byEntry,
 			})
 			fmt.Fprintln(out, string(line))
 		}

@@ -124,6 +124,7 @@ func TestSolvePlansOncePerLayout(t *testing.T) {
 	}
 	require.NotContains(t, raw, "device_us", "no device time on the host backend")
 	require.NotContains(t, raw, "runtime_calls", "no runtime on the host backend")
+	require.NotContains(t, raw, "runtime_calls_by_entry", "no runtime on the host backend")
 	require.Equal(t, sum.PoolReservedAfterWarmupBytes, sum.PoolReservedFinalBytes, "the pool grew after the first sweep")
 	require.GreaterOrEqual(t, sum.PoolReservedPeakBytes, sum.PoolReservedFinalBytes)
 

@@ -41,6 +41,7 @@ type solver struct {
 	layouts map[int]*layout   // the plans of recently used bonds
 	solves  int               // solves started, for the layouts' recency
 
+	calls      *callTimes    // -calls; nil otherwise
 	plansBuilt int64         // GEMM plans made by this rank
 	triples    []gemm.Triple // the triples of the plan being made (NewPlan keeps none)
 }
@@ -385,6 +386,7 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 		}
 	}
 	before, calls := sv.a.Stats(), cudart.CallsTotal()
+	sv.calls.begin()
 	var err error
 	if sv.cfg.mode == "perblock" {
 		err = sv.perBlock(iter, &st)
@@ -399,6 +401,7 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 	}
 	st.allocCalls = sv.a.Stats().AllocCalls - before.AllocCalls
 	st.runtimeCalls = int64(cudart.CallsTotal() - calls - st.verifyCalls)
+	sv.calls.finish()
 	for _, v := range st.phase {
 		st.solveUS += v
 	}

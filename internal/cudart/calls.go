@@ -35,23 +35,44 @@ func (c Counts) Names() []string { return slices.Sorted(maps.Keys(c)) }
 
 // Tally holds the loader's counters by entry point in memory its owner
 // keeps, so that reading them around a measured region allocates nothing
-// and leaves the region as it would run uncounted. The zero Tally is empty.
-type Tally struct{ n []uint64 }
+// and leaves the region as it would run uncounted. It also holds the time
+// spent in each entry point, which grows only while SetTiming is on. The
+// zero Tally is empty.
+type Tally struct{ n, ns []uint64 }
 
 // Read replaces t's counters with the loader's current ones (as Calls).
-func (t *Tally) Read() { t.n = readCalls(t.n) }
+func (t *Tally) Read() { t.n, t.ns = readCalls(t.n, t.ns) }
 
 // AddSince adds to t the calls counted between the readings earlier and now.
 func (t *Tally) AddSince(now, earlier *Tally) {
-	if len(t.n) < len(now.n) {
-		t.n = append(t.n, make([]uint64, len(now.n)-len(t.n))...)
+	t.n = addSince(t.n, now.n, earlier.n)
+	t.ns = addSince(t.ns, now.ns, earlier.ns)
+}
+
+func addSince(acc, now, earlier []uint64) []uint64 {
+	if len(acc) < len(now) {
+		acc = append(acc, make([]uint64, len(now)-len(acc))...)
 	}
-	for i, k := range now.n {
-		if i < len(earlier.n) {
-			k -= earlier.n[i]
+	for i, k := range now {
+		if i < len(earlier) {
+			k -= earlier[i]
 		}
-		t.n[i] += k
+		acc[i] += k
 	}
+	return acc
+}
+
+// Durations names t's non-zero times by entry point, in nanoseconds: the
+// time spent inside the runtime's entry points while SetTiming was on.
+func (t *Tally) Durations() Counts {
+	out := Counts{}
+	names := symbolNamesFor(len(t.ns))
+	for i, k := range t.ns {
+		if k != 0 {
+			out[names[i]] = k
+		}
+	}
+	return out
 }
 
 // Counts names t's non-zero counters by entry point.

@@ -10,16 +10,31 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "cudart_calls.h"
 
 // Call counters, one block per OS thread so that counting costs a plain
 // increment (no locked instruction, no shared cache line); a snapshot sums
 // the blocks. Blocks are never freed: a thread's calls stay counted after
-// it exits.
+// it exits. With timing on, each block also sums the nanoseconds spent in
+// each entry point.
 typedef struct dbc_thread_calls {
 	uint64_t n[DBC_I_COUNT];
+	uint64_t ns[DBC_I_COUNT];
 	struct dbc_thread_calls *next;
 } dbc_thread_calls;
+
+// dbc_timing turns the clock reads around each call on. It costs two
+// clock_gettime calls per entry point called, so it is off unless asked for.
+static int dbc_timing;
+
+void dbc_set_timing(int on) { __atomic_store_n(&dbc_timing, on, __ATOMIC_RELAXED); }
+
+static inline uint64_t dbc_now(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static __thread dbc_thread_calls *dbc_my_calls;
 static dbc_thread_calls *dbc_all_calls;
@@ -37,22 +52,42 @@ static dbc_thread_calls *dbc_register_thread(void) {
 	return c;
 }
 
-static inline void dbc_count(int i) {
+static inline dbc_thread_calls *dbc_count(int i) {
 	dbc_thread_calls *c = dbc_my_calls;
 	if (c == NULL) c = dbc_register_thread();
 	__atomic_store_n(&c->n[i], __atomic_load_n(&c->n[i], __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+	return c;
 }
 
-void dbc_calls_snapshot(uint64_t *out) {
-	memset(out, 0, sizeof(uint64_t) * DBC_I_COUNT);
+static inline uint64_t dbc_clock_start(void) { return __atomic_load_n(&dbc_timing, __ATOMIC_RELAXED) ? dbc_now() : 0; }
+
+static inline void dbc_clock_stop(dbc_thread_calls *c, int i, uint64_t start) {
+	if (start != 0) __atomic_store_n(&c->ns[i], __atomic_load_n(&c->ns[i], __ATOMIC_RELAXED) + (dbc_now() - start), __ATOMIC_RELAXED);
+}
+
+// dbc_calls_snapshot sums the counters into n and, when ns is not NULL, the
+// nanoseconds into ns (each DBC_I_COUNT long).
+void dbc_calls_snapshot(uint64_t *n, uint64_t *ns) {
+	memset(n, 0, sizeof(uint64_t) * DBC_I_COUNT);
+	if (ns != NULL) memset(ns, 0, sizeof(uint64_t) * DBC_I_COUNT);
 	pthread_mutex_lock(&dbc_calls_mu);
 	for (dbc_thread_calls *c = dbc_all_calls; c != NULL; c = c->next)
-		for (int i = 0; i < DBC_I_COUNT; i++) out[i] += __atomic_load_n(&c->n[i], __ATOMIC_RELAXED);
+		for (int i = 0; i < DBC_I_COUNT; i++) {
+			n[i] += __atomic_load_n(&c->n[i], __ATOMIC_RELAXED);
+			if (ns != NULL) ns[i] += __atomic_load_n(&c->ns[i], __ATOMIC_RELAXED);
+		}
 	pthread_mutex_unlock(&dbc_calls_mu);
 }
 
-// DBC_CALL counts a call to an entry point and makes it.
-#define DBC_CALL(a, name, args) (dbc_count(DBC_I_##name), (a)->name args)
+// DBC_CALL counts a call to an entry point, makes it and, with timing on,
+// adds its duration.
+#define DBC_CALL(a, name, args) __extension__({ \
+	dbc_thread_calls *c_ = dbc_count(DBC_I_##name); \
+	uint64_t t_ = dbc_clock_start(); \
+	__typeof__((a)->name args) r_ = (a)->name args; \
+	dbc_clock_stop(c_, DBC_I_##name, t_); \
+	r_; \
+})
 
 // A failure clears the thread's last error so later, unrelated checks of
 // cudaGetLastError (cuBLAS, kernel launches) do not report it again.
@@ -299,11 +334,13 @@ int dbc_memcpy_batch(dbc_api *a, int dev, int v13, uintptr_t stream, const uintp
 	if (e == DBC_SUCCESS && v13)
 		e = DBC_CALL(a, cudaMemcpyBatchAsync, ((void *const *)dsts, (const void *const *)srcs, (const size_t *)sizes, n,
 		                                       &attrs, &idx, 1, (void *)stream));
-	else if (e == DBC_SUCCESS)
-		e = (dbc_count(DBC_I_cudaMemcpyBatchAsync),
-		     ((dbc_memcpy_batch_async12_fn)(void *)a->cudaMemcpyBatchAsync)((void **)dsts, (void **)srcs, (size_t *)sizes, n,
-		                                                                    &attrs, &idx, 1, &fail,
-		                                                                    (void *)stream));
+	else if (e == DBC_SUCCESS) {
+		dbc_thread_calls *c = dbc_count(DBC_I_cudaMemcpyBatchAsync);
+		uint64_t t = dbc_clock_start();
+		e = ((dbc_memcpy_batch_async12_fn)(void *)a->cudaMemcpyBatchAsync)((void **)dsts, (void **)srcs, (size_t *)sizes, n,
+		                                                                  &attrs, &idx, 1, &fail, (void *)stream);
+		dbc_clock_stop(c, DBC_I_cudaMemcpyBatchAsync, t);
+	}
 	return dbc_done(a, e);
 }
 

@@ -13,7 +13,8 @@
 /* The most parameters dbc_launch passes to a kernel. */
 #define DBC_MAX_LAUNCH_ARGS 16
 
-void dbc_calls_snapshot(uint64_t *out);
+void dbc_calls_snapshot(uint64_t *n, uint64_t *ns);
+void dbc_set_timing(int on);
 const char *dbc_error_name(dbc_api *a, int e);
 const char *dbc_error_string(dbc_api *a, int e);
 int dbc_runtime_version(dbc_api *a, int *v);

@@ -304,6 +304,31 @@ func TestCallCounts(t *testing.T) {
 	require.EqualValues(t, 6*n, cudart.CallsTotal()-total)
 	require.Equal(t, got, tally.Counts(), "a tally of the steps counts what Calls counts over them")
 	require.Equal(t, []string{"cuCtxGetCurrent", "cudaFreeAsync", "cudaMallocFromPoolAsync", "cudaMemsetAsync"}, got.Names())
+	require.Empty(t, tally.Durations(), "no time is kept while timing is off")
+
+	// With timing on, each entry point called adds the time spent in it.
+	cudart.SetTiming(true)
+	var timed cudart.Tally
+	start.Read()
+	for range n {
+		p, err := d.MallocFromPoolAsync(4096, pool, s)
+		require.NoError(t, err)
+		require.NoError(t, d.FreeAsync(p, s))
+	}
+	require.NoError(t, d.StreamSynchronize(s))
+	end.Read()
+	cudart.SetTiming(false)
+	timed.AddSince(&end, &start)
+	spent := timed.Durations()
+	require.ElementsMatch(t, []string{"cuCtxGetCurrent", "cudaFreeAsync", "cudaMallocFromPoolAsync", "cudaStreamSynchronize"}, spent.Names(),
+		"every entry point called, and only those, has a time")
+	start.Read()
+	require.NoError(t, d.StreamSynchronize(s))
+	end.Read()
+	var untimed cudart.Tally
+	untimed.AddSince(&end, &start)
+	require.Empty(t, untimed.Durations(), "timing off again")
+	require.EqualValues(t, 1, untimed.Counts()["cudaStreamSynchronize"])
 
 	// A failed call also clears the thread's last error.
 	before = cudart.Calls()

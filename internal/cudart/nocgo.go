@@ -23,8 +23,14 @@ func Load() (*Runtime, error) { return nil, errNoCgo }
 func Calls() Counts      { return Counts{} }
 func CallsTotal() uint64 { return 0 }
 
-func readCalls(dst []uint64) []uint64 { return dst[:0] }
-func symbolNamesFor(int) []string     { return nil }
+func readCalls(n, ns []uint64) ([]uint64, []uint64) { return n[:0], ns[:0] }
+
+// EntryPoints is empty without cgo.
+func EntryPoints() []string { return nil }
+
+// SetTiming does nothing without cgo: no runtime is ever called.
+func SetTiming(bool)              {}
+func symbolNamesFor(int) []string { return nil }
 
 func (rt *Runtime) Device(int) *Device                      { return &Device{} }
 func (rt *Runtime) DeviceCount() (int, error)               { return 0, errNoCgo }

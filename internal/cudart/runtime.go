@@ -191,7 +191,7 @@ func Calls() Counts {
 // take around every solve without changing what it measures.
 func CallsTotal() uint64 {
 	var raw [C.DBC_I_COUNT]C.uint64_t
-	C.dbc_calls_snapshot(&raw[0])
+	C.dbc_calls_snapshot(&raw[0], nil)
 	var n uint64
 	for _, k := range raw {
 		n += uint64(k)
@@ -199,17 +199,35 @@ func CallsTotal() uint64 {
 	return n
 }
 
-// readCalls reads the counters into dst, grown to the number of entry
-// points, indexed as dbc_symbols.
-func readCalls(dst []uint64) []uint64 {
-	var raw [C.DBC_I_COUNT]C.uint64_t
-	C.dbc_calls_snapshot(&raw[0])
-	dst = slices.Grow(dst[:0], len(raw))[:len(raw)]
-	for i, k := range raw {
-		dst[i] = uint64(k)
+// readCalls reads the counters into n and the nanoseconds into ns, each
+// grown to the number of entry points, indexed as dbc_symbols.
+func readCalls(n, ns []uint64) ([]uint64, []uint64) {
+	var raw, rawNS [C.DBC_I_COUNT]C.uint64_t
+	C.dbc_calls_snapshot(&raw[0], &rawNS[0])
+	n = slices.Grow(n[:0], len(raw))[:len(raw)]
+	ns = slices.Grow(ns[:0], len(raw))[:len(raw)]
+	for i := range raw {
+		n[i], ns[i] = uint64(raw[i]), uint64(rawNS[i])
 	}
-	return dst
+	return n, ns
 }
+
+// SetTiming turns the timing of runtime calls on or off for the whole
+// process (it starts off). While on, every counted call also adds its
+// duration, read by Tally.Durations: two reads of the monotonic clock per
+// call, tens of nanoseconds, so leave it off where per-call overhead is
+// what is measured.
+func SetTiming(on bool) {
+	v := C.int(0)
+	if on {
+		v = 1
+	}
+	C.dbc_set_timing(v)
+}
+
+// EntryPoints names every entry point the loader counts, in a fixed order
+// (the same in every process of one build).
+func EntryPoints() []string { return slices.Clone(symbolNamesFor(int(C.DBC_I_COUNT))) }
 
 // symbolNamesFor returns the entry points' names by index (n of them).
 func symbolNamesFor(n int) []string {
