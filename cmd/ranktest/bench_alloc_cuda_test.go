@@ -169,4 +169,16 @@ func TestSolveCallTimesFakeCUDA(t *testing.T) {
 
 	_, raw = rawSummary(t, config{backend: "cuda", policy: "retain", mode: "packed", iters: 2, seed: 3, blocks: 100, bonds: 1, json: true})
 	require.NotContains(t, raw, "runtime_calls_by_entry", "only with -calls")
+
+	// A fresh layout's operands are staged by the harness (filled on the
+	// stream, then synchronised): neither count nor time goes to the solve.
+	sum, _ = rawSummary(t, config{backend: "cuda", policy: "retain", mode: "packed", iters: iters, seed: 3, blocks: 100, bonds: 1, fresh: true, json: true, calls: true})
+	require.Zero(t, sum.VerifyFailures)
+	require.NotContains(t, sum.RuntimeCallsByEntry, "cudaStreamSynchronize", "%v", sum.RuntimeCallsByEntry)
+	require.NotContains(t, sum.RuntimeCallsByEntry, "cudaLaunchHostFunc", "%v", sum.RuntimeCallsByEntry)
+	calls = 0
+	for _, e := range sum.RuntimeCallsByEntry {
+		calls += e.Calls
+	}
+	require.InDelta(t, float64(*sum.RuntimeCalls)/iters, calls, 0.01)
 }

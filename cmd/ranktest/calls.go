@@ -12,47 +12,34 @@ import (
 )
 
 // callTimes accumulates, with -calls, the runtime calls of the solves and
-// the time spent inside them, by entry point, leaving each solve's
-// verification out as runtime_calls does. Its methods do nothing on a nil
-// receiver, so that the solve calls them unconditionally.
+// the time spent inside them, by entry point, leaving the harness's own
+// work out (pause to resume) as runtime_calls does. Its methods do nothing
+// on a nil receiver, so that the solve calls them unconditionally.
 type callTimes struct {
-	start, verifyStart, verifyEnd, end cudart.Tally // read around each solve, reused
-	verified                           bool
-	solves                             cudart.Tally
-	n                                  int
+	start, now cudart.Tally // read around each counted stretch, reused
+	solves     cudart.Tally
+	n          int
 }
 
 func (c *callTimes) begin() {
 	if c != nil {
 		c.start.Read()
-		c.verified = false
 	}
 }
 
-func (c *callTimes) beginVerify() {
+func (c *callTimes) pause() {
 	if c != nil {
-		c.verifyStart.Read()
+		c.now.Read()
+		c.solves.AddSince(&c.now, &c.start)
 	}
 }
 
-func (c *callTimes) endVerify() {
-	if c != nil {
-		c.verifyEnd.Read()
-		c.verified = true
-	}
-}
+func (c *callTimes) resume() { c.begin() }
 
 func (c *callTimes) finish() {
-	if c == nil {
-		return
-	}
-	c.end.Read()
-	c.n++
-	if c.verified {
-		c.solves.AddSince(&c.verifyStart, &c.start)
-		c.solves.AddSince(&c.end, &c.verifyEnd)
-	} else {
-		c.solves.AddSince(&c.end, &c.start)
+	if c != nil {
+		c.pause()
+		c.n++
 	}
 }
 

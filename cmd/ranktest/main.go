@@ -86,7 +86,7 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 	fs.BoolVar(&cfg.fresh, "fresh", false, "plan every solve afresh (layout, GEMM plans, exchange pattern), as for a block structure that never repeats")
 	fs.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
-	fs.BoolVar(&cfg.calls, "calls", false, "time every CUDA runtime call of the solves and report calls and time per solve by entry point (two clock reads a call, tens of nanoseconds each)")
+	fs.BoolVar(&cfg.calls, "calls", false, "time every CUDA runtime call of the solves and report calls and time per solve by entry point (two clock reads a call: tens of nanoseconds each, up to half a microsecond on virtual machines with a slow clock)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/msg"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -101,14 +100,11 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 		return err
 	}
 
-	sv.calls.beginVerify()
-	vstart, vcalls := time.Now(), cudart.CallsTotal()
-	if err := sv.verifyAll(st, l.bond, recv, iter); err != nil {
+	vstart := time.Now()
+	if err := sv.harness(func() error { return sv.verifyAll(st, l.bond, recv, iter) }); err != nil {
 		return err
 	}
 	st.verifyUS = since(vstart)
-	st.verifyCalls = cudart.CallsTotal() - vcalls
-	sv.calls.endVerify()
 
 	t = time.Now()
 	err = mem.free()

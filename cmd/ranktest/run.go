@@ -46,8 +46,8 @@ type summary struct {
 	GemmPlansBuilt int64  `json:"gemm_plans_built"`
 	// RuntimeCalls counts the CUDA runtime and driver calls of the solves
 	// (the loader's counters, every entry point): the harness's device
-	// timer included (six a solve), the verification left out. Absent on
-	// the host backend.
+	// timer included (six a solve), its staging of a new layout's operands
+	// and its verification left out. Absent on the host backend.
 	RuntimeCalls *int64 `json:"runtime_calls,omitempty"`
 	// RuntimeCallsByEntry is, with -calls, each entry point's calls and
 	// microseconds spent inside it per solve, the mean over ranks, over

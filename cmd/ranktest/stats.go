@@ -33,10 +33,9 @@ type iterStats struct {
 	bytesMoved     int64
 	verifyFailures int64
 	// runtimeCalls counts the CUDA runtime and driver calls of the solve
-	// (the loader's counters), verifyCalls those of its verification, which
-	// runtimeCalls leaves out.
+	// (the loader's counters), leaving out the harness's own: the staging
+	// of a new layout's operands and the verification.
 	runtimeCalls int64
-	verifyCalls  uint64
 	firstFailure string
 }
 
