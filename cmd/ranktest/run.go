@@ -22,6 +22,8 @@ import (
 //     every rank and solve;
 //   - memory (pool_reserved_*_bytes) is the sum over ranks of each rank's
 //     figure, a cluster total (the peak is the sum of the ranks' peaks);
+//   - runtime_calls_by_entry (with -calls) is per solve and rank: each
+//     entry point's calls and microseconds, the mean over ranks;
 //   - times (*_us) are medians over solves of the slowest rank's time in
 //     that solve, to half a percent (solveStats' histograms). The ranks
 //     start each solve together, at a barrier after the last solve's
