@@ -97,6 +97,7 @@ type counters struct {
 	trims, oomRetries, fallbacks atomic.Int64
 	ledgerEvents                 atomic.Int64
 	waitsSkipped                 atomic.Int64
+	hostWaitsSkipped             atomic.Int64
 	heldFrees                    atomic.Int64
 }
 

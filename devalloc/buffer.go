@@ -351,7 +351,14 @@ func (e entry) isDone() bool {
 	case e.c.hold != nil:
 		return e.c.hold.released()
 	case e.c.ev != nil:
+		st := e.c.stream
+		if st != nil && st.ranThrough(e.c.seq) {
+			return true
+		}
 		done, err := e.c.ev.query()
+		if err == nil && done && st != nil {
+			st.sawRan(e.c.seq)
+		}
 		return err == nil && done
 	}
 	return false
@@ -556,11 +563,12 @@ type Hold struct {
 	rel     bool
 }
 
-// holdDep is a completion a hold waits for, with the event to wait on; the
-// hold keeps a reference on it until Release.
+// holdDep is a completion a hold waits for, with the event to wait on and
+// its number on its stream; the hold keeps a reference on it until Release.
 type holdDep struct {
-	e  entry
-	ev eventImpl
+	e   entry
+	ev  eventImpl
+	seq uint64
 }
 
 func (h *Hold) released() bool {
@@ -624,7 +632,7 @@ func (h *Hold) addDep(e entry) error {
 	if (e.s == nil && e.c == nil) || (e.c != nil && e.c.hold != nil) {
 		return nil
 	}
-	ev, _, err := e.event()
+	ev, seq, err := e.event()
 	if err != nil {
 		h.dropDeps()
 		return err
@@ -633,7 +641,7 @@ func (h *Hold) addDep(e entry) error {
 		return nil // on a stream closed since: its work has run
 	}
 	e.addRef()
-	h.deps = append(h.deps, holdDep{e: e, ev: ev})
+	h.deps = append(h.deps, holdDep{e: e, ev: ev, seq: seq})
 	return nil
 }
 
@@ -658,10 +666,16 @@ func (h *Hold) Wait() error {
 	deps := h.deps
 	h.mu.Unlock()
 	for _, d := range deps {
-		if err := d.ev.synchronize(); err != nil {
-			return fmt.Errorf("devalloc: buffer #%d: hold wait: %w", h.b.id, err)
+		st := d.e.stream()
+		if st == nil || !st.ranThrough(d.seq) {
+			if err := d.ev.synchronize(); err != nil {
+				return fmt.Errorf("devalloc: buffer #%d: hold wait: %w", h.b.id, err)
+			}
+			if st != nil {
+				st.sawRan(d.seq)
+			}
 		}
-		if st := d.e.stream(); st != nil {
+		if st != nil {
 			st.impl.hostFunctionsSeen()
 		}
 	}

@@ -45,10 +45,12 @@
 // host and before a declared access begins, so a mark never covers work that
 // waits for an outside agent. The ledger's events are numbered in each
 // stream's order, and a stream that has waited for one of another stream's
-// waits for none recorded before it (Stats.WaitsSkipped).
-// Undeclared work on the allocating stream is still ordered
-// before the free (as with cudaFreeAsync on that stream), but other streams
-// and holds see only declared work. An agent
+// waits for none recorded before it (Stats.WaitsSkipped); likewise the host,
+// once it has seen one of a stream's ledger events complete (a hold's Wait, a
+// query before a free, Stream.Synchronize), neither waits for nor queries an
+// earlier one (Stats.HostWaitsSkipped). Undeclared work on the allocating
+// stream is still ordered before the free (as with cudaFreeAsync on that
+// stream), but other streams and holds see only declared work. An agent
 // outside the streams, such as an MPI request, takes a Hold: a send is a
 // reader and a receive a writer until Release. Free never blocks the host:
 // a reclamation stream waits for every recorded completion and then releases

@@ -1,6 +1,7 @@
 package devalloc
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -108,6 +109,8 @@ type countingBackend struct {
 	recorded  int
 	destroyed map[int]int
 	waits     int
+	syncs     atomic.Int64 // host waits for an event
+	queries   atomic.Int64
 	pending   atomic.Bool // events report their work not run yet
 }
 
@@ -137,8 +140,15 @@ func (s countingStream) wait(eventImpl) error {
 	return nil
 }
 
-func (e countingEvent) query() (bool, error) { return !e.be.pending.Load(), nil }
-func (countingEvent) synchronize() error     { return nil }
+func (e countingEvent) query() (bool, error) {
+	e.be.queries.Add(1)
+	return !e.be.pending.Load(), nil
+}
+
+func (e countingEvent) synchronize() error {
+	e.be.syncs.Add(1)
+	return nil
+}
 
 func (e countingEvent) destroy() error {
 	e.be.mu.Lock()
@@ -224,6 +234,85 @@ func TestWaitsSkipped(t *testing.T) {
 	require.NoError(t, x.Free())
 	require.NoError(t, y.Free())
 	require.NoError(t, a.Close())
+}
+
+// TestHostWaitsSkipped: once the host has seen one of a stream's ledger
+// events complete, it neither waits for nor queries an earlier one; a later
+// one it still waits for. A stream's Synchronize covers every event
+// recorded before it.
+func TestHostWaitsSkipped(t *testing.T) {
+	be := &countingBackend{destroyed: map[int]int{}}
+	a := openOn(t, be)
+	s := a.DefaultStream()
+	bufs := make([]*Buffer, 4)
+	for i := range bufs {
+		var err error
+		bufs[i], err = a.Alloc(64, s)
+		require.NoError(t, err)
+	}
+	write := func(b *Buffer) {
+		t.Helper()
+		w, err := b.Write(s)
+		require.NoError(t, err)
+		require.NoError(t, w.Done())
+	}
+	wait := func(b *Buffer) {
+		t.Helper()
+		h, err := b.Hold(Read)
+		require.NoError(t, err)
+		require.NoError(t, h.Wait())
+		require.NoError(t, h.Release())
+	}
+	x, y, z, w := bufs[0], bufs[1], bufs[2], bufs[3]
+	write(x) // the stream's ledger events in this order: x, y
+	write(y)
+	wait(y)
+	require.EqualValues(t, 1, be.syncs.Load())
+	wait(x) // recorded before y's: complete
+	require.EqualValues(t, 1, be.syncs.Load())
+	require.EqualValues(t, 1, a.Stats().HostWaitsSkipped)
+	write(z) // after y's: waited for
+	wait(z)
+	require.EqualValues(t, 2, be.syncs.Load())
+	require.EqualValues(t, 1, a.Stats().HostWaitsSkipped)
+
+	write(w)
+	require.NoError(t, s.Synchronize())
+	wait(w)
+	require.EqualValues(t, 2, be.syncs.Load(), "the stream's synchronisation covers w's write")
+	require.EqualValues(t, 2, a.Stats().HostWaitsSkipped)
+	for _, b := range bufs {
+		require.NoError(t, b.Free())
+	}
+	require.NoError(t, a.Close())
+}
+
+// TestSkippedHostWaitStillOrders: on the host backend, a hold whose wait is
+// left out because a later event of the stream was seen complete finds
+// the work it follows done.
+func TestSkippedHostWaitStillOrders(t *testing.T) {
+	a, s1, _, bufs := hostWithTwoStreams(t, 2)
+	x, y := bufs[0], bufs[1]
+	release := make(chan struct{})
+	var xWritten atomic.Bool
+	w, err := x.Write(s1)
+	require.NoError(t, err)
+	require.NoError(t, s1.Enqueue(func() error { <-release; xWritten.Store(true); return nil }))
+	require.NoError(t, w.Done())
+	w, err = y.Write(s1)
+	require.NoError(t, err)
+	require.NoError(t, w.Done())
+	hy, err := y.Hold(Read)
+	require.NoError(t, err)
+	hx, err := x.Hold(Read)
+	require.NoError(t, err)
+	close(release)
+	require.NoError(t, hy.Wait())
+	skipped := a.Stats().HostWaitsSkipped
+	require.NoError(t, hx.Wait())
+	require.Equal(t, skipped+1, a.Stats().HostWaitsSkipped, "x's wait is covered by y's")
+	require.True(t, xWritten.Load(), "x's write ran before y's")
+	require.NoError(t, errors.Join(hx.Release(), hy.Release(), x.Free(), y.Free(), a.Close()))
 }
 
 // TestSkippedWaitStillOrders: the work of a stream whose wait for an

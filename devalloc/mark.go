@@ -164,7 +164,13 @@ func (s *Stream) markRan(epoch uint64) bool {
 	}
 	for i := range s.recorded {
 		if m := &s.recorded[i]; m.lo <= epoch && epoch <= m.hi {
+			if s.ranThrough(m.seq) {
+				return true
+			}
 			done, err := m.ev.query()
+			if err == nil && done {
+				s.sawRan(m.seq)
+			}
 			return err == nil && done
 		}
 	}

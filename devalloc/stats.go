@@ -36,6 +36,11 @@ type Stats struct {
 	// stream that has waited for one of another stream's ledger events
 	// waits for no earlier one.
 	WaitsSkipped int64
+	// HostWaitsSkipped counts the host's waits for and queries of ledger
+	// events left out: once the host has seen one of a stream's ledger
+	// events complete (a hold's Wait, a query, Synchronize), every earlier
+	// one has too.
+	HostWaitsSkipped int64
 
 	PinnedReserved, PinnedUsed int64
 	PinnedAllocCalls           int64 // page-locked allocations from the driver or OS
@@ -70,6 +75,7 @@ func (a *Allocator) Stats() Stats {
 		Fallbacks:        a.c.fallbacks.Load(),
 		LedgerEvents:     a.c.ledgerEvents.Load(),
 		WaitsSkipped:     a.c.waitsSkipped.Load(),
+		HostWaitsSkipped: a.c.hostWaitsSkipped.Load(),
 		PinnedReserved:   pr,
 		PinnedUsed:       pu,
 		PinnedAllocCalls: pc,

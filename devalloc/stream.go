@@ -36,6 +36,31 @@ type Stream struct {
 	recSeq uint64
 	waitMu sync.Mutex
 	waited map[*Stream]uint64
+	// ran is the newest of those numbers the host has seen complete: the
+	// host need not wait for or query any earlier one.
+	ran atomic.Uint64
+}
+
+// ranThrough reports whether the host has seen ledger event seq of s
+// complete, or a later one (seq 0 names no event). It counts the wait or
+// query this spares.
+func (s *Stream) ranThrough(seq uint64) bool {
+	if seq != 0 && s.ran.Load() >= seq {
+		s.a.c.hostWaitsSkipped.Add(1)
+		return true
+	}
+	return false
+}
+
+// sawRan notes that ledger event seq of s has completed, and with it every
+// one recorded before it.
+func (s *Stream) sawRan(seq uint64) {
+	for {
+		cur := s.ran.Load()
+		if seq <= cur || s.ran.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 // recordLedger records an event for the ledger and numbers it.
@@ -151,11 +176,15 @@ func (s *Stream) Synchronize() error {
 		return err
 	}
 	defer s.a.exit()
+	s.recMu.Lock()
+	recorded := s.recSeq
+	s.recMu.Unlock()
 	err := s.impl.synchronize()
 	s.a.be.syncPoint()
 	if err != nil {
 		return fmt.Errorf("devalloc: stream %d: %w", s.id, err)
 	}
+	s.sawRan(recorded)
 	return nil
 }
 
