@@ -272,3 +272,85 @@ func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
 	}
 	return nil
 }
+
+// CopySpans enqueues on s the copy of sizes[i] bytes from srcs[i] to
+// dsts[i] for every i, as one launch of the copy kernel: one runtime call
+// and one operation on the device however many spans, where
+// cudaMemcpyBatchAsync makes a copy operation of each. Addresses are device
+// pointers, or host pointers of pinned memory (AllocPinned), which the
+// device reads through unified addressing. No destination may overlap
+// another span. The kernel reads its list from pinned memory taken from
+// s's allocator and freed in the order of s; the caller declares the
+// accesses to the spans' buffers. It returns an error matching
+// ErrUnavailable when the kernel cannot load (KernelStatus says why), and
+// then enqueues nothing.
+func CopySpans(s *devalloc.Stream, dsts, srcs, sizes []uintptr) error {
+	if s == nil || len(dsts) != len(srcs) || len(dsts) != len(sizes) {
+		return fmt.Errorf("packing: copy spans: nil stream or lists of different lengths: %w", ErrInvalid)
+	}
+	a := s.Allocator()
+	if !a.Kind().IsDevice() {
+		return fmt.Errorf("packing: copy spans: the %s backend has no kernel: %w", a.Kind(), ErrUnavailable)
+	}
+	d, err := device(a.Device())
+	if err != nil {
+		return fmt.Errorf("packing: copy spans: %w: %w", ErrUnavailable, err)
+	}
+	k, err := copyKernel(d)
+	if err != nil {
+		return fmt.Errorf("packing: copy spans: %w: %w", ErrUnavailable, err)
+	}
+	entries := kernelTable(srcs, dsts, sizes)
+	n := len(entries)
+	if n == 0 {
+		return nil
+	}
+	if n > math.MaxInt32 {
+		return fmt.Errorf("packing: copy spans: %d table entries: %w", n, ErrOverflow)
+	}
+	table, err := a.AllocPinned(int64(n)*tableEntryBytes, s)
+	if err != nil {
+		return fmt.Errorf("packing: copy spans: %w", err)
+	}
+	// Written from here: pinned memory comes with no earlier use left to
+	// wait for (a hold on it waits for nothing), and the kernel, on the
+	// allocating stream, is ordered before the free.
+	err = writeTable(table, entries)
+	var addr uintptr
+	if err == nil {
+		addr, err = table.Addr()
+	}
+	if err == nil {
+		// distbuf_copy_table(table, int n, int reverse): entries copy their first address to their second.
+		err = d.Launch(k, min(n, maxGrid), 1, copyKernelThreads, 0, cudart.Stream(s.Handle()), uint64(addr), uint64(n), 0)
+	}
+	if ferr := table.Free(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return fmt.Errorf("packing: copy spans: %w", err)
+	}
+	return nil
+}
+
+// writeTable fills a pinned table with entries, under a write hold.
+func writeTable(table *devalloc.Buffer, entries []tableEntry) error {
+	h, err := table.Hold(devalloc.Write)
+	if err != nil {
+		return err
+	}
+	err = h.Wait()
+	var mem []byte
+	if err == nil {
+		mem, err = table.Bytes()
+	}
+	if err == nil {
+		for k, e := range entries {
+			row := mem[k*tableEntryBytes : (k+1)*tableEntryBytes]
+			binary.LittleEndian.PutUint64(row[0:], uint64(e.ref))
+			binary.LittleEndian.PutUint64(row[8:], uint64(e.blk))
+			binary.LittleEndian.PutUint64(row[16:], uint64(e.n))
+		}
+	}
+	return errors.Join(err, h.Release())
+}

@@ -3,8 +3,10 @@ package packing
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"testing"
 
+	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
@@ -83,4 +85,71 @@ func TestKernelTableChunks(t *testing.T) {
 	for _, e := range got[1:] {
 		require.Zero(t, (e.ref|e.blk)%16, "pieces of an aligned block stay aligned")
 	}
+}
+
+// TestCopySpans: spans between two device buffers and from pinned memory,
+// at every alignment, go in one kernel launch and land exactly, leaving
+// the bytes between them alone; on the host backend CopySpans is
+// unavailable and enqueues nothing.
+func TestCopySpans(t *testing.T) {
+	a := openCUDA(t)
+	s := a.DefaultStream()
+	const size = 1 << 15
+	src, err := a.Alloc(size, s)
+	require.NoError(t, err)
+	dst, err := a.Alloc(size, s)
+	require.NoError(t, err)
+	pin, err := a.AllocPinned(64, s)
+	require.NoError(t, err)
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*7 + 3)
+	}
+	writeAll(t, s, src, data)
+	writeAll(t, s, dst, make([]byte, size))
+	pinned, err := pin.Bytes()
+	require.NoError(t, err)
+	for i := range pinned {
+		pinned[i] = byte(200 + i)
+	}
+	srcAddr, err := src.Addr()
+	require.NoError(t, err)
+	dstAddr, err := dst.Addr()
+	require.NoError(t, err)
+	pinAddr, err := pin.Addr()
+	require.NoError(t, err)
+	// {source offset, destination offset, bytes}: 16-, 8-, 4- and 1-aligned,
+	// and one above the kernel's piece size.
+	spans := [][3]uintptr{{0, 16, 4096}, {8008, 8200, 1000}, {9004, 9300, 44}, {10001, 10003, 333}, {11000, 12000, maxChunk/4 + 77}}
+	var dsts, srcs, sizes []uintptr
+	want := make([]byte, size)
+	for _, sp := range spans {
+		if sp[1]+sp[2] > size {
+			sp[2] = size - sp[1]
+		}
+		srcs, dsts, sizes = append(srcs, srcAddr+sp[0]), append(dsts, dstAddr+sp[1]), append(sizes, sp[2])
+		copy(want[sp[1]:sp[1]+sp[2]], data[sp[0]:sp[0]+sp[2]])
+	}
+	srcs, dsts, sizes = append(srcs, pinAddr), append(dsts, dstAddr+5000), append(sizes, 64)
+	copy(want[5000:5064], pinned)
+
+	before := cudart.Calls()
+	r, err := src.Read(s)
+	require.NoError(t, err)
+	w, err := dst.Write(s)
+	require.NoError(t, err)
+	require.NoError(t, CopySpans(s, dsts, srcs, sizes))
+	calls := cudart.Calls().Sub(before)
+	require.EqualValues(t, 1, calls["cudaLaunchKernel"], "%v", calls)
+	require.Zero(t, calls["cudaMemcpyAsync"]+calls["cudaMemcpyBatchAsync"], "%v", calls)
+	require.NoError(t, devalloc.DoneAll(r, w))
+	require.True(t, bytes.Equal(want, readAll(t, s, dst)), "the spans, and nothing else")
+
+	require.ErrorIs(t, CopySpans(s, dsts[:1], srcs, sizes), ErrInvalid)
+	require.NoError(t, errors.Join(src.Free(), dst.Free(), pin.Free()))
+	closeClean(t, a)
+
+	h := openHost(t)
+	require.ErrorIs(t, CopySpans(h.DefaultStream(), nil, nil, nil), ErrUnavailable)
+	closeClean(t, h)
 }
