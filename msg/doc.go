@@ -49,12 +49,13 @@
 // a few GB/s. Interprocess events order it all on the streams: the
 // sender's copies wait until the readers of its last exchange are done,
 // the receiver's copy waits until the sender's copies are. A rank's copies
-// into its window, for every peer, are one runtime call; its copies from
-// its peers' windows one per wait of the data phase that delivered
-// notices. New decides the
-// pairs collectively over the node (NodeLocalPeers lists them); a rank
-// with TransportMPI, host memory, or a runtime without the interprocess
-// functions keeps MPI for all its pairs. The windows are cudaMalloc
+// into its window, for every peer, are one launch of packing's copy kernel
+// (packing.CopySpans; one cudaMemcpyBatchAsync where the kernel cannot
+// load); its copies from its peers' windows one per wait of the data phase
+// that delivered notices. New decides the pairs collectively over the
+// node (NodeLocalPeers lists them); a rank with TransportMPI, host memory,
+// or a runtime without the interprocess functions keeps MPI for all its
+// pairs. The windows are cudaMalloc
 // memory outside the allocator's pool and budget, at least 4 MiB each;
 // every window stays allocated until Close, since a peer may hold it open.
 //

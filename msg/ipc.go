@@ -9,6 +9,7 @@ import (
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
+	"github.com/distbuf/distbuf/packing"
 )
 
 // Node-local device messages (docs/WIRE.md, "Node-local device messages").
@@ -81,6 +82,9 @@ type ipcLink struct {
 	// (flushFromWindows) instead of one or two runtime calls and an event
 	// per peer.
 	toWindow, fromWindows copyBatch
+	// noKernel is set once packing's copy kernel turned out unavailable:
+	// batches then go to cudaMemcpyBatchAsync.
+	noKernel bool
 }
 
 // copyBatch is device copies enqueued together on one stream, and the
@@ -106,20 +110,30 @@ func (b *copyBatch) undo(at [2]int) error {
 	return err
 }
 
-// flush enqueues the copies on s, one cudaMemcpyBatchAsync where the
-// runtime has it, and ends the accesses after them; only outs and ins stay,
-// for the caller, who then empties the batch (reset). A non-nil fail (a
-// test's) stands for the copies' error.
-func (b *copyBatch) flush(dev *cudart.Device, s cudart.Stream, fail error) error {
+// flush enqueues the copies on s and ends the accesses after them; only
+// outs and ins stay, for the caller, who then empties the batch (reset).
+// Several copies go in one launch of packing's copy kernel, one operation
+// on the device where cudaMemcpyBatchAsync (the fallback when the kernel
+// cannot load) makes one per copy; a lone copy is one cudaMemcpyAsync. A
+// non-nil fail (a test's) stands for the copies' error.
+func (b *copyBatch) flush(l *ipcLink, s *devalloc.Stream, fail error) error {
+	dev, cs := l.dev, cudart.Stream(s.Handle())
 	err := fail
+	if err == nil && len(b.dsts) > 1 && !l.noKernel {
+		if err = packing.CopySpans(s, b.dsts, b.srcs, b.sizes); errors.Is(err, packing.ErrUnavailable) {
+			l.noKernel, err = true, nil // nothing was enqueued: the runtime's copies instead
+		} else {
+			b.dsts = b.dsts[:0] // enqueued, or failed
+		}
+	}
 	switch {
-	case fail != nil:
+	case err != nil || len(b.dsts) == 0:
 	case len(b.dsts) == 1:
-		err = dev.MemcpyAsync(b.dsts[0], b.srcs[0], int64(b.sizes[0]), s)
-	case len(b.dsts) > 1 && dev.Runtime().Capabilities().MemcpyBatch:
-		err = dev.MemcpyBatch(s, b.dsts, b.srcs, b.sizes)
-	case len(b.dsts) > 1:
-		err = dev.MemcpyEach(s, b.dsts, b.srcs, b.sizes)
+		err = dev.MemcpyAsync(b.dsts[0], b.srcs[0], int64(b.sizes[0]), cs)
+	case dev.Runtime().Capabilities().MemcpyBatch:
+		err = dev.MemcpyBatch(cs, b.dsts, b.srcs, b.sizes)
+	default:
+		err = dev.MemcpyEach(cs, b.dsts, b.srcs, b.sizes)
 	}
 	err = errors.Join(err, devalloc.DoneAll(b.accesses...))
 	clear(b.accesses)
@@ -538,7 +552,7 @@ func (e *exchange) flushToWindow() (failed []*outMsg, err error) {
 	x, l := e.x, e.x.ipc
 	b := &l.toWindow
 	defer b.reset()
-	if err := b.flush(l.dev, cudart.Stream(x.sendS.Handle()), x.hooks.windowCopyError(true)); err != nil {
+	if err := b.flush(l, x.sendS, x.hooks.windowCopyError(true)); err != nil {
 		return slices.Clone(b.outs), e.outErr(x.rank, "node-local window", err)
 	}
 	for _, m := range b.outs {
@@ -812,7 +826,7 @@ func (e *exchange) flushFromWindows() {
 		return
 	}
 	defer b.reset()
-	if err := b.flush(l.dev, cudart.Stream(e.x.recvS.Handle()), e.x.hooks.windowCopyError(false)); err != nil {
+	if err := b.flush(l, e.x.recvS, e.x.hooks.windowCopyError(false)); err != nil {
 		for _, in := range b.ins {
 			e.fail(e.inErr(in, "copy from the window", err))
 		}
