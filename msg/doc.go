@@ -49,10 +49,11 @@
 // a few GB/s. Interprocess events order it all on the streams: the
 // sender's copies wait until the readers of its last exchange are done,
 // the receiver's copy waits until the sender's copies are. A rank's copies
-// into its window, for every peer, are one launch of packing's copy kernel
-// (packing.CopySpans; one cudaMemcpyBatchAsync where the kernel cannot
-// load); its copies from its peers' windows one per wait of the data phase
-// that delivered notices. New decides the pairs collectively over the
+// into its window, for every peer, are one cudaMemcpyBatchAsync, or where
+// the GPU is shared through MPS one launch of packing's copy kernel
+// (packing.CopySpans), which is one operation on the device where the
+// batch is one per copy; its copies from its peers' windows are one such
+// call per wait of the data phase that delivered notices. New decides the pairs collectively over the
 // node (NodeLocalPeers lists them); a rank with TransportMPI, host memory,
 // or a runtime without the interprocess functions keeps MPI for all its
 // pairs. The windows are cudaMalloc

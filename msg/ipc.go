@@ -82,9 +82,14 @@ type ipcLink struct {
 	// (flushFromWindows) instead of one or two runtime calls and an event
 	// per peer.
 	toWindow, fromWindows copyBatch
-	// noKernel is set once packing's copy kernel turned out unavailable:
-	// batches then go to cudaMemcpyBatchAsync.
-	noKernel bool
+	// kernelCopies sends batches to packing's copy kernel. Where the device
+	// is shared through MPS the ranks' device operations queue behind one
+	// another, and one launch per batch beats a copy per message (8 ranks
+	// on an H200: 900-930 -> 740-780 us a solve); without MPS the
+	// processes take the GPU in turns and cudaMemcpyBatchAsync measured
+	// faster (2 ranks: 600-630 against 675-695 us; docs/PERFORMANCE.md).
+	// Cleared when the kernel turns out unavailable.
+	kernelCopies bool
 }
 
 // copyBatch is device copies enqueued together on one stream, and the
@@ -112,16 +117,15 @@ func (b *copyBatch) undo(at [2]int) error {
 
 // flush enqueues the copies on s and ends the accesses after them; only
 // outs and ins stay, for the caller, who then empties the batch (reset).
-// Several copies go in one launch of packing's copy kernel, one operation
-// on the device where cudaMemcpyBatchAsync (the fallback when the kernel
-// cannot load) makes one per copy; a lone copy is one cudaMemcpyAsync. A
-// non-nil fail (a test's) stands for the copies' error.
+// Several copies go in one cudaMemcpyBatchAsync, or under MPS in one
+// launch of packing's copy kernel (see kernelCopies); a lone copy is one
+// cudaMemcpyAsync. A non-nil fail (a test's) stands for the copies' error.
 func (b *copyBatch) flush(l *ipcLink, s *devalloc.Stream, fail error) error {
 	dev, cs := l.dev, cudart.Stream(s.Handle())
 	err := fail
-	if err == nil && len(b.dsts) > 1 && !l.noKernel {
+	if err == nil && len(b.dsts) > 1 && l.kernelCopies {
 		if err = packing.CopySpans(s, b.dsts, b.srcs, b.sizes); errors.Is(err, packing.ErrUnavailable) {
-			l.noKernel, err = true, nil // nothing was enqueued: the runtime's copies instead
+			l.kernelCopies, err = false, nil // nothing was enqueued: the runtime's copies instead
 		} else {
 			b.dsts = b.dsts[:0] // enqueued, or failed
 		}
@@ -214,6 +218,7 @@ func setupIPC(x *Exchanger, wantNCCL bool) (*ipcLink, string, error) {
 				return false
 			}
 			l.dev = rt.Device(x.a.Device())
+			l.kernelCopies = l.dev.MPSEnabled()
 			if err := l.makeEvents(); err != nil {
 				why = err.Error()
 				return false

@@ -139,39 +139,48 @@ func TestNoticeBuffersKept(t *testing.T) {
 // (blocks and manifest for every peer) are one runtime call however many
 // peers there are, and its copies from the peers' windows one call per
 // wait that delivered notices: at most one per peer, where they were three
-// per peer, one at a time.
+// per peer, one at a time. That call is a cudaMemcpyBatchAsync, or, as
+// under MPS, one launch of packing's copy kernel.
 func TestWindowCopiesBatched(t *testing.T) {
 	x, a, rank, size := nodeLocalExchanger(t)
 	s := a.DefaultStream()
 	tr := traffic{seed: 17, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
-	for round := range 2 {
-		bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
-		require.NoError(t, err)
-		tr.fill(t, s, rank, bufs)
-		require.NoError(t, s.Synchronize())
-		before := cudart.Calls()
-		r, err := x.Exchange(bufs)
-		require.NoError(t, err)
-		calls := cudart.Calls().Sub(before)
-		tr.verify(t, s, rank, size, r)
-		peers := size - 1
-		// Several copies are one launch of packing's copy kernel (one
-		// cudaMemcpyBatchAsync where it cannot load), a lone one a
-		// cudaMemcpyAsync; the copy to self is one more cudaMemcpyAsync.
-		batches := calls["cudaLaunchKernel"] + calls["cudaMemcpyBatchAsync"]
-		if packing.KernelStatus(a.Device()) == nil {
-			require.Zero(t, calls["cudaMemcpyBatchAsync"], "round %d: the kernel takes every batch: %v", round, calls)
-		}
-		require.GreaterOrEqual(t, batches, uint64(1), "round %d: the copies into the window: %v", round, calls)
-		fromWindows := batches + calls["cudaMemcpyAsync"] - 2
-		require.GreaterOrEqual(t, fromWindows, uint64(1), "round %d: %v", round, calls)
-		require.LessOrEqual(t, fromWindows, uint64(peers), "round %d: %v", round, calls)
-		if peers == 1 {
-			require.EqualValues(t, 1, batches, "round %d: a lone copy from a window is no batch: %v", round, calls)
-		}
-		require.NoError(t, r.Free())
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
+	require.Equal(t, x.ipc.dev.MPSEnabled(), x.ipc.kernelCopies, "the kernel takes the batches where the GPU is shared through MPS")
+	kernelLoads := packing.KernelStatus(a.Device()) == nil
+	for _, kernel := range []bool{false, true} {
+		for round := range 2 {
+			x.ipc.kernelCopies = kernel // as under MPS, or not
+			bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+			require.NoError(t, err)
+			tr.fill(t, s, rank, bufs)
+			require.NoError(t, s.Synchronize())
+			before := cudart.Calls()
+			r, err := x.Exchange(bufs)
+			require.NoError(t, err)
+			calls := cudart.Calls().Sub(before)
+			tr.verify(t, s, rank, size, r)
+			peers := size - 1
+			// Several copies are one cudaMemcpyBatchAsync or one launch of
+			// packing's copy kernel, a lone one a cudaMemcpyAsync; the copy
+			// to self is one more cudaMemcpyAsync.
+			batches := calls["cudaLaunchKernel"] + calls["cudaMemcpyBatchAsync"]
+			switch {
+			case !kernel:
+				require.Zero(t, calls["cudaLaunchKernel"], "kernel %v round %d: %v", kernel, round, calls)
+			case kernelLoads:
+				require.Zero(t, calls["cudaMemcpyBatchAsync"], "kernel %v round %d: the kernel takes every batch: %v", kernel, round, calls)
+			}
+			require.GreaterOrEqual(t, batches, uint64(1), "kernel %v round %d: the copies into the window: %v", kernel, round, calls)
+			fromWindows := batches + calls["cudaMemcpyAsync"] - 2
+			require.GreaterOrEqual(t, fromWindows, uint64(1), "kernel %v round %d: %v", kernel, round, calls)
+			require.LessOrEqual(t, fromWindows, uint64(peers), "kernel %v round %d: %v", kernel, round, calls)
+			if peers == 1 {
+				require.EqualValues(t, 1, batches, "kernel %v round %d: a lone copy from a window is no batch: %v", kernel, round, calls)
+			}
+			require.NoError(t, r.Free())
+			for _, b := range bufs {
+				require.NoError(t, b.Free())
+			}
 		}
 	}
 }

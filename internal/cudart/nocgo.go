@@ -39,6 +39,7 @@ func (rt *Runtime) RuntimeVersion() int                     { return 0 }
 func (rt *Runtime) DriverVersion() int                      { return 0 }
 func (rt *Runtime) Capabilities() Capabilities              { return Capabilities{} }
 func (d *Device) Ordinal() int                              { return 0 }
+func (d *Device) MPSEnabled() bool                          { return false }
 func (d *Device) Runtime() *Runtime                         { return &Runtime{} }
 func (d *Device) ComputeCapability() (int, int, error)      { return 0, 0, errNoCgo }
 func (d *Device) LoadKernel([]byte, string) (Kernel, error) { return 0, errNoCgo }

@@ -335,6 +335,9 @@ const (
 	AttrComputeCapabilityMajor DeviceAttr = C.DBC_DEV_ATTR_COMPUTE_CAPABILITY_MAJOR
 	AttrComputeCapabilityMinor DeviceAttr = C.DBC_DEV_ATTR_COMPUTE_CAPABILITY_MINOR
 	AttrMemoryPoolsSupported   DeviceAttr = C.DBC_DEV_ATTR_MEMORY_POOLS_SUPPORTED
+	// AttrMPSEnabled is 1 when the device's contexts are shared through MPS
+	// (CUDA 12.3+; older runtimes refuse the attribute).
+	AttrMPSEnabled DeviceAttr = C.DBC_DEV_ATTR_MPS_ENABLED
 )
 
 // PoolAttr is an enum cudaMemPoolAttr value.
@@ -383,6 +386,15 @@ func (d *Device) Attribute(attr DeviceAttr) (int, error) {
 		return 0, err
 	}
 	return int(v), nil
+}
+
+// MPSEnabled reports whether the device's contexts are shared through
+// NVIDIA's Multi-Process Service: whether processes on it run their work
+// side by side rather than in turns. False where the runtime cannot say
+// (before CUDA 12.3).
+func (d *Device) MPSEnabled() bool {
+	v, err := d.Attribute(AttrMPSEnabled)
+	return err == nil && v == 1
 }
 
 // Name is the device's product name (cuDeviceGetName).

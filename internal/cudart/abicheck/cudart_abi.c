@@ -146,6 +146,7 @@ int main(void) {
 	EQ(DBC_DEV_ATTR_COMPUTE_CAPABILITY_MAJOR, cudaDevAttrComputeCapabilityMajor);
 	EQ(DBC_DEV_ATTR_COMPUTE_CAPABILITY_MINOR, cudaDevAttrComputeCapabilityMinor);
 	EQ(DBC_DEV_ATTR_MEMORY_POOLS_SUPPORTED, cudaDevAttrMemoryPoolsSupported);
+	EQ(DBC_DEV_ATTR_MPS_ENABLED, cudaDevAttrMpsEnabled);
 
 	/* enum cudaMemPoolAttr */
 	EQ(DBC_MEMPOOL_REUSE_FOLLOW_EVENT_DEPENDENCIES, cudaMemPoolReuseFollowEventDependencies);

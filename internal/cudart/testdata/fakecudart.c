@@ -207,6 +207,7 @@ API int cudaDeviceGetAttribute(int *v, int attr, int d) {
 	case 75: *v = 9; break;                    /* compute capability major */
 	case 76: *v = 0; break;                    /* minor */
 	case 115: *v = FAKE_POOLS_SUPPORTED; break; /* memory pools supported */
+	case 133: *v = 0; break;                   /* MPS enabled */
 	default: return ret(E_INVALID_VALUE);
 	}
 	return OK;
