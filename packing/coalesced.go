@@ -119,6 +119,85 @@ func AllocPrefixed(a *devalloc.Allocator, p *Plan, g int, prefix int64, s *deval
 	return allocGroupAt(a, p, g, prefix, s, false)
 }
 
+// AllocPrefixedAll allocates the buffers of every group of p, in the order
+// of Plan.Groups, with prefixes[g] bytes reserved before group g's layout
+// as AllocPrefixed does for one group: one allocator call per group. The
+// padding of all of them is cleared in the order of s: on device memory of
+// a GPU shared through MPS, by one launch of the copy kernel for every
+// group (CopySpans with a zero source), where a memset per buffer would be
+// a device operation each, queued behind the other processes' work;
+// otherwise buffer by buffer, as AllocPrefixed does. On failure nothing
+// stays allocated.
+func AllocPrefixedAll(a *devalloc.Allocator, p *Plan, prefixes []int64, s *devalloc.Stream) ([]*Coalesced, error) {
+	if p == nil {
+		return nil, fmt.Errorf("packing: alloc prefixed: nil plan: %w", ErrInvalid)
+	}
+	if len(prefixes) != len(p.groups) {
+		return nil, fmt.Errorf("packing: alloc prefixed: %d prefixes for %d groups: %w", len(prefixes), len(p.groups), ErrInvalid)
+	}
+	for _, pre := range prefixes {
+		if err := p.checkStart("alloc prefixed", pre); err != nil {
+			return nil, err
+		}
+	}
+	together := len(p.groups) > 1 && a != nil && a.Kind().IsDevice() && sharedGPU(a)
+	out := make([]*Coalesced, 0, len(p.groups))
+	fail := func(err error) ([]*Coalesced, error) {
+		for _, c := range out {
+			_ = c.Free()
+		}
+		return nil, err
+	}
+	for g := range p.groups {
+		c, err := allocLayout(a, p, g, prefixes[g], s, false, !together)
+		if err != nil {
+			return fail(err)
+		}
+		out = append(out, c)
+	}
+	if together {
+		if err := zeroPaddingTogether(s, out); err != nil {
+			return fail(err)
+		}
+	}
+	return out, nil
+}
+
+// maxSpansTogether is the most padding spans of one buffer that
+// zeroPaddingTogether lists; beyond it the buffer's whole layout is
+// cleared, as zeroPadding does beyond maxPaddingMemsets.
+const maxSpansTogether = 64
+
+// zeroPaddingTogether clears the padding of device buffers in one launch
+// of the copy kernel, or buffer by buffer where the kernel cannot load.
+func zeroPaddingTogether(s *devalloc.Stream, cs []*Coalesced) error {
+	var dsts, sizes []uintptr
+	var gaps []byteSpan
+	for _, c := range cs {
+		if c.size == 0 {
+			continue
+		}
+		var whole bool
+		gaps, whole = c.appendPaddingSpans(gaps[:0], maxSpansTogether+1)
+		if whole || len(gaps) > maxSpansTogether {
+			gaps = append(gaps[:0], byteSpan{0, c.size})
+		}
+		for _, g := range gaps {
+			dsts, sizes = append(dsts, c.base+uintptr(g.off)), append(sizes, uintptr(g.n))
+		}
+	}
+	err := CopySpans(s, dsts, make([]uintptr, len(dsts)), sizes)
+	if errors.Is(err, ErrUnavailable) {
+		for _, c := range cs {
+			if err := c.zeroPadding(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return err
+}
+
 // checkStart validates where a layout may begin in a buffer: a multiple of
 // the plan's alignment (of the largest element for a manifest plan, whose
 // Align is 0) and small enough to add to a layout size.
