@@ -28,25 +28,28 @@ func SendPrefix(p *packing.Plan, g int) (int64, error) {
 
 // AllocSend allocates the send buffers of plan p, one per destination
 // group in the order of p.Groups, each with room for its manifest before
-// the blocks (packing.AllocPrefixedAll): the buffer holding the blocks is
-// then the whole message, and sending it copies nothing. Fill the views in
-// the order of s (or declare the work with Read/Write), then pass the
-// buffers to Exchange. They stay the caller's: free them, or refill them
-// for the next exchange.
+// the blocks (packing.AllocPrefixed): the buffer holding the blocks is then
+// the whole message, and sending it copies nothing. Fill the views in the
+// order of s (or declare the work with Read/Write), then pass the buffers
+// to Exchange. They stay the caller's: free them, or refill them for the
+// next exchange.
 func AllocSend(a *devalloc.Allocator, p *packing.Plan, s *devalloc.Stream) ([]*packing.Coalesced, error) {
 	if a == nil || p == nil {
 		return nil, fmt.Errorf("msg: alloc send: nil allocator or plan: %w", ErrInvalid)
 	}
-	prefixes := make([]int64, len(p.Groups()))
-	for g := range prefixes {
+	out := make([]*packing.Coalesced, 0, len(p.Groups()))
+	for g := range p.Groups() {
 		pre, err := SendPrefix(p, g)
-		if err != nil {
-			return nil, fmt.Errorf("msg: alloc send: %w", err)
+		if err == nil {
+			var c *packing.Coalesced
+			if c, err = packing.AllocPrefixed(a, p, g, pre, s); err == nil {
+				out = append(out, c)
+				continue
+			}
 		}
-		prefixes[g] = pre
-	}
-	out, err := packing.AllocPrefixedAll(a, p, prefixes, s)
-	if err != nil {
+		for _, c := range out {
+			_ = c.Free()
+		}
 		return nil, fmt.Errorf("msg: alloc send: %w", err)
 	}
 	return out, nil
