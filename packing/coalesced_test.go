@@ -3,7 +3,6 @@ package packing
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/distbuf/distbuf/internal/cudart"
 	"math"
 	"testing"
 
@@ -613,70 +612,4 @@ func TestLocate(t *testing.T) {
 	var none *Coalesced
 	_, _, ok := none.Locate(0)
 	require.False(t, ok)
-}
-
-// TestAllocPrefixedAll: every group gets its own buffer with its prefix
-// before the layout, and every byte of padding is zero even in memory a
-// buffer of the same size left dirty; on a GPU shared through MPS the
-// padding of all of them is one kernel launch and no memset. Bad prefixes
-// are refused.
-func TestAllocPrefixedAll(t *testing.T) {
-	descs := []Desc{}
-	for i := range 90 {
-		// 12- and 20-byte blocks in four destinations: padding after each class
-		descs = append(descs, Desc{ID: uint64(i + 1), DType: Float32, Rows: 1, Cols: 3 + 2*(i%2), Dest: i % 4})
-	}
-	p, err := NewPlan(descs, Options{})
-	require.NoError(t, err)
-	prefixes := []int64{256, 0, 512, 256}
-	check := func(t *testing.T, a *devalloc.Allocator, shared bool) {
-		s := a.DefaultStream()
-		// Dirty memory of the sizes to come, freed for the pool to hand back.
-		for g, gr := range p.Groups() {
-			b, err := a.Alloc(prefixes[g]+gr.Bytes, s)
-			require.NoError(t, err)
-			writeAll(t, s, b, bytes.Repeat([]byte{0xEE}, int(b.Size())))
-			require.NoError(t, b.Free())
-		}
-		old := sharedGPU
-		sharedGPU = func(*devalloc.Allocator) bool { return shared }
-		defer func() { sharedGPU = old }()
-		before := cudart.Calls()
-		cs, err := AllocPrefixedAll(a, p, prefixes, s)
-		require.NoError(t, err)
-		calls := cudart.Calls().Sub(before)
-		require.Len(t, cs, len(p.Groups()))
-		if a.Kind().IsDevice() && shared {
-			require.EqualValues(t, 1, calls["cudaLaunchKernel"], "%v", calls)
-			require.Zero(t, calls["cudaMemsetAsync"], "%v", calls)
-		} else if a.Kind().IsDevice() {
-			require.Zero(t, calls["cudaLaunchKernel"], "%v", calls)
-			require.Positive(t, calls["cudaMemsetAsync"], "%v", calls)
-		}
-		for g, c := range cs {
-			require.Equal(t, g, c.Group())
-			require.Equal(t, prefixes[g], c.Start())
-			require.Equal(t, prefixes[g]+c.Size(), c.Buffer().Size())
-			mem := readAll(t, s, c.Buffer())[c.Start():]
-			gaps, whole := c.appendPaddingSpans(nil, -1)
-			require.False(t, whole)
-			require.NotEmpty(t, gaps)
-			for _, gap := range gaps {
-				require.Equal(t, make([]byte, gap.n), mem[gap.off:gap.off+gap.n], "group %d: padding [%d, +%d)", g, gap.off, gap.n)
-			}
-			require.NoError(t, c.Free())
-		}
-	}
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			check(t, a, false)
-			check(t, a, true)
-			_, err := AllocPrefixedAll(a, p, prefixes[:2], a.DefaultStream())
-			require.ErrorIs(t, err, ErrInvalid)
-			_, err = AllocPrefixedAll(a, p, []int64{3, 0, 0, 0}, a.DefaultStream())
-			require.ErrorIs(t, err, ErrInvalid, "a prefix off the alignment")
-		})
-	}
 }

@@ -17,8 +17,7 @@ import (
 // table is three 64-bit words: the scattered address, the block address and
 // the byte count (blocks over maxChunk bytes are split into several
 // entries, so that big blocks spread over many thread blocks); reverse
-// copies block to scattered, and a source address of 0 fills the
-// destination with zeros. One thread block per entry in a grid-stride
+// copies block to scattered. One thread block per entry in a grid-stride
 // loop; with 16-byte alignment each thread keeps two 16-byte loads in
 // flight before storing, which is what a 4 KiB block of 128 threads needs.
 const copyKernelSource = `
@@ -32,16 +31,7 @@ extern "C" __global__ void distbuf_copy_table(const unsigned long long *__restri
 		char *dst = (char *)(reverse ? a : b);
 		unsigned long long m = a | b | bytes;
 		unsigned long long i = threadIdx.x, step = blockDim.x;
-		if (src == 0) {
-			if ((((unsigned long long)dst | bytes) & 15) == 0) {
-				uint4 *__restrict__ d = (uint4 *)dst;
-				for (; i < (bytes >> 4); i += step)
-					d[i] = make_uint4(0, 0, 0, 0);
-			} else {
-				for (; i < bytes; i += step)
-					dst[i] = 0;
-			}
-		} else if ((m & 15) == 0) {
+		if ((m & 15) == 0) {
 			const uint4 *__restrict__ s = (const uint4 *)src;
 			uint4 *__restrict__ d = (uint4 *)dst;
 			unsigned long long n16 = bytes >> 4;
@@ -110,19 +100,6 @@ func copyKernel(d *cudart.Device) (cudart.Kernel, error) {
 	})
 	return dk.k, dk.err
 }
-
-// sharedGPU reports whether a's device is shared through MPS, asked of the
-// runtime once per device (a variable, so that tests can take either way).
-var sharedGPU = func(a *devalloc.Allocator) bool {
-	d, err := device(a.Device())
-	if err != nil {
-		return false
-	}
-	v, _ := mpsOf.LoadOrStore(kernelKey{d.Runtime(), d.Ordinal()}, sync.OnceValue(d.MPSEnabled))
-	return v.(func() bool)()
-}
-
-var mpsOf sync.Map // kernelKey -> func() bool, the device's MPS attribute read once
 
 // device is the runtime's handle for device dev.
 func device(dev int) (*cudart.Device, error) {
@@ -193,17 +170,12 @@ func (m *Mover) prepareDevice(s *devalloc.Stream, refs []Ref, sizes []int64, met
 // tableEntry is one row of the kernel's table.
 type tableEntry struct{ ref, blk, n uintptr }
 
-// kernelTable cuts every block into pieces of at most maxChunk bytes. A
-// ref of 0 (CopySpans' zero source) stays 0 in every piece.
+// kernelTable cuts every block into pieces of at most maxChunk bytes.
 func kernelTable(refAddr, blkAddr, sizes []uintptr) []tableEntry {
 	entries := make([]tableEntry, 0, len(sizes))
 	for k, sz := range sizes {
 		for off := uintptr(0); off < sz; off += maxChunk {
-			ref := refAddr[k]
-			if ref != 0 {
-				ref += off
-			}
-			entries = append(entries, tableEntry{ref, blkAddr[k] + off, min(maxChunk, sz-off)})
+			entries = append(entries, tableEntry{refAddr[k] + off, blkAddr[k] + off, min(maxChunk, sz-off)})
 		}
 	}
 	return entries
@@ -306,8 +278,8 @@ func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
 // and one operation on the device however many spans, where
 // cudaMemcpyBatchAsync makes a copy operation of each. Addresses are device
 // pointers, or host pointers of pinned memory (AllocPinned), which the
-// device reads through unified addressing; a source of 0 fills the span
-// with zeros. No destination may overlap another span. The kernel reads its list from pinned memory taken from
+// device reads through unified addressing. No destination may overlap
+// another span. The kernel reads its list from pinned memory taken from
 // s's allocator and freed in the order of s; the caller declares the
 // accesses to the spans' buffers. It returns an error matching
 // ErrUnavailable when the kernel cannot load (KernelStatus says why), and

@@ -36,11 +36,7 @@
 // view report ErrFreed. Wrap turns an existing buffer, such as a received
 // message, into a Coalesced without copying, WrapAt one whose layout starts
 // after a header, and AllocPrefixed reserves room for a header before a
-// group's layout (Coalesced.Start says where the layout begins),
-// AllocPrefixedAll before every group's, clearing the padding of all of
-// them in one kernel launch where the GPU is shared through MPS (a memset
-// each would be a device operation queued behind the other processes'
-// work); FromManifest rebuilds the plan
+// group's layout (Coalesced.Start says where the layout begins); FromManifest rebuilds the plan
 // of a received manifest after checking it (bounds, alignment, overlaps,
 // duplicate ids); Manifest lists what a receiver needs, and Detached is
 // the plan a receiver rebuilds, made from the sender's plan without the
@@ -62,10 +58,7 @@
 // When NVRTC or the launch API is missing, CopyAuto falls back to one
 // cudaMemcpyBatchAsync (CUDA 12.8+, 13 signature chosen by the runtime
 // version), else to one cudaMemcpyAsync per block, and says why in
-// Mover.FallbackReason. CopySpans runs the same kernel over any list of
-// spans (a zero source fills with zeros), its list read from pinned memory:
-// one launch where cudaMemcpyBatchAsync is a device operation per span.
-// PackHost and UnpackHost take Go slices; on a device
+// Mover.FallbackReason. PackHost and UnpackHost take Go slices; on a device
 // they pack into pinned memory and move it with one copy, as Transfer does
 // for a buffer packed on the host with AllocPinned.
 package packing

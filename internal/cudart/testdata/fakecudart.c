@@ -534,11 +534,7 @@ static void run_kernel(const launch *l) {
 		const uint64_t *t = (const uint64_t *)(uintptr_t)l->p[0];
 		for (int e = 0; e < l->i[0]; e++) {
 			char *a = (char *)(uintptr_t)t[3 * e], *b = (char *)(uintptr_t)t[3 * e + 1];
-			char *src = l->i[1] ? b : a, *dst = l->i[1] ? a : b;
-			if (src == NULL)
-				memset(dst, 0, t[3 * e + 2]); /* a source of 0 fills with zeros */
-			else
-				memmove(dst, src, t[3 * e + 2]);
+			memmove(l->i[1] ? a : b, l->i[1] ? b : a, t[3 * e + 2]);
 		}
 		break;
 	}
