@@ -85,9 +85,9 @@ type ipcLink struct {
 	// kernelCopies sends batches to packing's copy kernel. Where the device
 	// is shared through MPS the ranks' device operations queue behind one
 	// another, and one launch per batch beats a copy per message (8 ranks
-	// on an H200: 900-930 -> 740-780 us a solve); without MPS the
+	// on an H200: 909-985 -> 738-823 us a solve); without MPS the
 	// processes take the GPU in turns and cudaMemcpyBatchAsync measured
-	// faster (2 ranks: 600-630 against 675-695 us; docs/PERFORMANCE.md).
+	// faster (2 ranks: 599-629 against 675-695 us; docs/PERFORMANCE.md).
 	// Cleared when the kernel turns out unavailable.
 	kernelCopies bool
 }
