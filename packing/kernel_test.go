@@ -8,6 +8,7 @@ import (
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
+	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
 	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
 )
@@ -152,4 +153,30 @@ func TestCopySpans(t *testing.T) {
 	h := openHost(t)
 	require.ErrorIs(t, CopySpans(h.DefaultStream(), nil, nil, nil), ErrUnavailable)
 	closeClean(t, h)
+}
+
+// TestKernelsPerRuntime: a process that loads a second libcudart (here a
+// second build of the fake) gets the copy kernel loaded through that one:
+// a kernel handle of one runtime means nothing to another.
+func TestKernelsPerRuntime(t *testing.T) {
+	for i := range 2 {
+		t.Setenv(cudart.EnvCUDART, cudarttest.Build(t))
+		t.Setenv(cudarttest.EnvNVRTC, cudarttest.BuildNVRTC(t))
+		a := openCUDA(t)
+		s := a.DefaultStream()
+		src, err := a.Alloc(256, s)
+		require.NoError(t, err)
+		dst, err := a.Alloc(256, s)
+		require.NoError(t, err)
+		data := bytes.Repeat([]byte{byte(i + 1), 7}, 128)
+		writeAll(t, s, src, data)
+		srcAddr, err := src.Addr()
+		require.NoError(t, err)
+		dstAddr, err := dst.Addr()
+		require.NoError(t, err)
+		require.NoError(t, CopySpans(s, []uintptr{dstAddr, dstAddr + 128}, []uintptr{srcAddr, srcAddr + 128}, []uintptr{128, 128}), "runtime %d", i)
+		require.Equal(t, data, readAll(t, s, dst), "runtime %d", i)
+		require.NoError(t, errors.Join(src.Free(), dst.Free()))
+		closeClean(t, a)
+	}
 }
