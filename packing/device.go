@@ -203,15 +203,7 @@ func (m *Mover) uploadTable(s *devalloc.Stream) error {
 		return fmt.Errorf("packing: mover table: %w", err)
 	}
 	// Work on the allocating stream needs no ledger declaration.
-	if err := s.Enqueue(func() error {
-		for k, e := range entries {
-			row := mem[k*tableEntryBytes : (k+1)*tableEntryBytes]
-			binary.LittleEndian.PutUint64(row[0:], uint64(e.ref))
-			binary.LittleEndian.PutUint64(row[8:], uint64(e.blk))
-			binary.LittleEndian.PutUint64(row[16:], uint64(e.n))
-		}
-		return nil
-	}); err != nil {
+	if err := s.Enqueue(func() error { putTable(mem, entries); return nil }); err != nil {
 		return fmt.Errorf("packing: mover table: %w", err)
 	}
 	tab, err := a.Alloc(bytes, s)
@@ -275,8 +267,9 @@ func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
 
 // CopySpans enqueues on s the copy of sizes[i] bytes from srcs[i] to
 // dsts[i] for every i, as one launch of the copy kernel: one runtime call
-// and one operation on the device however many spans, where
-// cudaMemcpyBatchAsync makes a copy operation of each. Addresses are device
+// and one kernel on the device however many spans, where the time of a
+// cudaMemcpyBatchAsync grows with its copies (docs/PERFORMANCE.md, "Ranks
+// sharing a GPU"). Addresses are device
 // pointers, or host pointers of pinned memory (AllocPinned), which the
 // device reads through unified addressing. No destination may overlap
 // another span. The kernel reads its list from pinned memory taken from
@@ -345,12 +338,17 @@ func writeTable(table *devalloc.Buffer, entries []tableEntry) error {
 		mem, err = table.Bytes()
 	}
 	if err == nil {
-		for k, e := range entries {
-			row := mem[k*tableEntryBytes : (k+1)*tableEntryBytes]
-			binary.LittleEndian.PutUint64(row[0:], uint64(e.ref))
-			binary.LittleEndian.PutUint64(row[8:], uint64(e.blk))
-			binary.LittleEndian.PutUint64(row[16:], uint64(e.n))
-		}
+		putTable(mem, entries)
 	}
 	return errors.Join(err, h.Release())
+}
+
+// putTable writes entries as the kernel's table rows into mem.
+func putTable(mem []byte, entries []tableEntry) {
+	for k, e := range entries {
+		row := mem[k*tableEntryBytes : (k+1)*tableEntryBytes]
+		binary.LittleEndian.PutUint64(row[0:], uint64(e.ref))
+		binary.LittleEndian.PutUint64(row[8:], uint64(e.blk))
+		binary.LittleEndian.PutUint64(row[16:], uint64(e.n))
+	}
 }

@@ -64,22 +64,16 @@ func addSince(acc, now, earlier []uint64) []uint64 {
 
 // Durations names t's non-zero times by entry point, in nanoseconds: the
 // time spent inside the runtime's entry points while SetTiming was on.
-func (t *Tally) Durations() Counts {
-	out := Counts{}
-	names := symbolNamesFor(len(t.ns))
-	for i, k := range t.ns {
-		if k != 0 {
-			out[names[i]] = k
-		}
-	}
-	return out
-}
+func (t *Tally) Durations() Counts { return byEntryPoint(t.ns) }
 
 // Counts names t's non-zero counters by entry point.
-func (t *Tally) Counts() Counts {
+func (t *Tally) Counts() Counts { return byEntryPoint(t.n) }
+
+// byEntryPoint names the non-zero values of a per-entry-point array.
+func byEntryPoint(vals []uint64) Counts {
 	out := Counts{}
-	names := symbolNamesFor(len(t.n))
-	for i, k := range t.n {
+	names := symbolNamesFor(len(vals))
+	for i, k := range vals {
 		if k != 0 {
 			out[names[i]] = k
 		}
