@@ -658,20 +658,8 @@ func TestDetached(t *testing.T) {
 			require.Nil(t, p.offs, "%s: a plan of a few classes keeps ranks, not offsets", name)
 		}
 		for g := range p.Groups() {
-			entries, size, err := p.Manifest(g)
-			require.NoError(t, err)
-			slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.Offset, b.Offset) })
-			want, err := FromManifest(entries, size)
-			require.NoError(t, err)
-			got, err := p.Detached(g)
-			require.NoError(t, err, "%s, group %d", name, g)
-			require.Equal(t, want.Classes(), got.Classes(), "%s, group %d: classes", name, g)
+			got, entries := checkDetached(t, p, g, name)
 			checkManifestClasses(t, got)
-			require.Equal(t, want.Groups(), got.Groups(), "%s, group %d: groups", name, g)
-			gotEntries, gotSize, err := got.Manifest(0)
-			require.NoError(t, err)
-			require.Equal(t, entries, gotEntries, "%s, group %d: blocks in offset order", name, g)
-			require.Equal(t, size, gotSize)
 			for _, e := range entries {
 				i, ok := got.Index(e.ID)
 				require.True(t, ok)
@@ -705,20 +693,29 @@ func TestDetachedWidePlaces(t *testing.T) {
 	require.NotNil(t, p.offs, "a plan of 40000 classes keeps its offsets")
 	require.Greater(t, p.Classes()[0].Count, 1)
 	for g := range p.Groups() {
-		entries, size, err := p.Manifest(g)
-		require.NoError(t, err)
-		slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.Offset, b.Offset) })
-		want, err := FromManifest(entries, size)
-		require.NoError(t, err)
-		got, err := p.Detached(g)
-		require.NoError(t, err)
-		require.Equal(t, want.Classes(), got.Classes(), "group %d: classes", g)
-		require.Equal(t, want.Groups(), got.Groups(), "group %d: groups", g)
-		gotEntries, gotSize, err := got.Manifest(0)
-		require.NoError(t, err)
-		require.Equal(t, entries, gotEntries, "group %d: blocks in offset order", g)
-		require.Equal(t, size, gotSize)
+		checkDetached(t, p, g, "wide places")
 	}
+}
+
+// checkDetached checks p.Detached(g) against the plan FromManifest makes of
+// group g's manifest: the same classes and groups, and the same blocks in
+// offset order. It returns the detached plan and those blocks.
+func checkDetached(t *testing.T, p *Plan, g int, name string) (*Plan, []Entry) {
+	t.Helper()
+	entries, size, err := p.Manifest(g)
+	require.NoError(t, err)
+	slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.Offset, b.Offset) })
+	want, err := FromManifest(entries, size)
+	require.NoError(t, err)
+	got, err := p.Detached(g)
+	require.NoError(t, err, "%s, group %d", name, g)
+	require.Equal(t, want.Classes(), got.Classes(), "%s, group %d: classes", name, g)
+	require.Equal(t, want.Groups(), got.Groups(), "%s, group %d: groups", name, g)
+	gotEntries, gotSize, err := got.Manifest(0)
+	require.NoError(t, err)
+	require.Equal(t, entries, gotEntries, "%s, group %d: blocks in offset order", name, g)
+	require.Equal(t, size, gotSize)
+	return got, entries
 }
 
 // checkManifestClasses checks a single-group plan's classes against its
