@@ -51,13 +51,13 @@
 // the receiver's copy waits until the sender's copies are. A rank's copies
 // into its window, for every peer, are one cudaMemcpyBatchAsync, or where
 // the GPU is shared through MPS one launch of packing's copy kernel
-// (packing.CopySpans), which is one operation on the device where the
-// batch is one per copy; its copies from its peers' windows are one such
-// call per wait of the data phase that delivered notices. New decides the pairs collectively over the
-// node (NodeLocalPeers lists them); a rank with TransportMPI, host memory,
-// or a runtime without the interprocess functions keeps MPI for all its
-// pairs. The windows are cudaMalloc
-// memory outside the allocator's pool and budget, at least 4 MiB each;
+// (packing.CopySpans), one kernel on the device where the batch call's
+// time grows with its copies; its copies from its peers' windows are one
+// such call per wait of the data phase that delivered notices. New decides
+// the pairs collectively over the node (NodeLocalPeers lists them); a rank
+// with TransportMPI, host memory, or a runtime without the interprocess
+// functions keeps MPI for all its pairs. The windows are cudaMalloc memory
+// outside the allocator's pool and budget, at least 4 MiB each;
 // every window stays allocated until Close, since a peer may hold it open.
 //
 // With TransportNCCL (DISTBUF_MSG_TRANSPORT=nccl) and every rank on a GPU

@@ -59,9 +59,9 @@
 // cudaMemcpyBatchAsync (CUDA 12.8+, 13 signature chosen by the runtime
 // version), else to one cudaMemcpyAsync per block, and says why in
 // Mover.FallbackReason. CopySpans runs the same kernel over any list of
-// spans, its list read from pinned memory: one launch where
-// cudaMemcpyBatchAsync is a device operation per span (msg's window copies
-// under MPS). PackHost and UnpackHost take Go slices; on a device
+// spans, its list read from pinned memory: one launch, where the time of a
+// cudaMemcpyBatchAsync grows with its copies (msg's window copies under
+// MPS). PackHost and UnpackHost take Go slices; on a device
 // they pack into pinned memory and move it with one copy, as Transfer does
 // for a buffer packed on the host with AllocPinned.
 package packing
