@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
-	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
 	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
 )
@@ -156,12 +158,17 @@ func TestCopySpans(t *testing.T) {
 }
 
 // TestKernelsPerRuntime: a process that loads a second libcudart (here a
-// second build of the fake) gets the copy kernel loaded through that one:
-// a kernel handle of one runtime means nothing to another.
+// copy of the file of the one in use, the real runtime on the GPU machine,
+// the fake elsewhere) gets the copy kernel loaded through that one: a
+// kernel handle of one runtime means nothing to another.
 func TestKernelsPerRuntime(t *testing.T) {
-	for i := range 2 {
-		t.Setenv(cudart.EnvCUDART, cudarttest.Build(t))
-		t.Setenv(cudarttest.EnvNVRTC, cudarttest.BuildNVRTC(t))
+	first := runtimeFile(t)
+	second := filepath.Join(t.TempDir(), "libcudart-second.so")
+	data, err := os.ReadFile(first)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(second, data, 0o755))
+	for i, lib := range []string{first, second} {
+		t.Setenv(cudart.EnvCUDART, lib)
 		a := openCUDA(t)
 		s := a.DefaultStream()
 		src, err := a.Alloc(256, s)
@@ -179,4 +186,25 @@ func TestKernelsPerRuntime(t *testing.T) {
 		require.NoError(t, errors.Join(src.Free(), dst.Free()))
 		closeClean(t, a)
 	}
+}
+
+// runtimeFile is the file of the CUDA runtime the tests use: the path it
+// was loaded by, or, loaded by its soname, the file /proc/self/maps shows.
+func runtimeFile(t *testing.T) string {
+	rt, err := cudart.Load()
+	if err != nil {
+		gputest.Unavailable(t, "the CUDA runtime", err)
+	}
+	if strings.Contains(rt.Path(), "/") {
+		return rt.Path()
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(maps)) {
+		if f := strings.Fields(line); len(f) >= 6 && strings.HasPrefix(filepath.Base(f[5]), "libcudart.so") {
+			return f[5]
+		}
+	}
+	t.Fatalf("no file of %s in /proc/self/maps", rt.Path())
+	return ""
 }
