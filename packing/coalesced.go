@@ -27,6 +27,15 @@ type Coalesced struct {
 	// (a single-group plan).
 	members []int32
 	freed   atomic.Bool
+	// owner is the joined buffer a part belongs to (Parts); nil for a
+	// Coalesced that owns its buffer.
+	owner *Coalesced
+}
+
+// isFreed reports whether the buffer is gone: freed, or, for a part, its
+// owner freed.
+func (c *Coalesced) isFreed() bool {
+	return c.freed.Load() || (c.owner != nil && c.owner.freed.Load())
 }
 
 // Alloc allocates the buffer of a single-group plan with one allocator call,
@@ -331,7 +340,7 @@ func (c *Coalesced) check() error {
 	if c == nil {
 		return fmt.Errorf("packing: nil coalesced buffer: %w", ErrInvalid)
 	}
-	if c.freed.Load() {
+	if c.isFreed() {
 		return fmt.Errorf("packing: coalesced buffer #%d: %w", c.buf.ID(), ErrFreed)
 	}
 	return nil
@@ -386,6 +395,9 @@ func (c *Coalesced) Write(s *devalloc.Stream) (*devalloc.Access, error) {
 func (c *Coalesced) Free() error {
 	if c == nil {
 		return fmt.Errorf("packing: free of nil coalesced buffer: %w", ErrInvalid)
+	}
+	if c.owner != nil {
+		return fmt.Errorf("packing: free of a part of joined buffer #%d: free the joined buffer: %w", c.buf.ID(), ErrInvalid)
 	}
 	if c.freed.Swap(true) {
 		return fmt.Errorf("packing: double free of coalesced buffer #%d: %w", c.buf.ID(), ErrFreed)
@@ -449,7 +461,7 @@ func (v View) Desc() Desc {
 
 // View returns the block at group position k.
 func (c *Coalesced) View(k int) (View, error) {
-	if c != nil && uint(k) < uint(c.n) && !c.freed.Load() {
+	if c != nil && uint(k) < uint(c.n) && !c.isFreed() {
 		return c.viewAt(k), nil
 	}
 	return View{}, c.viewError(k)
@@ -460,7 +472,7 @@ func (c *Coalesced) View(k int) (View, error) {
 // without making the view: for planners that walk every block of a buffer.
 // ok is false where View(k) fails, and View(k) then says why.
 func (c *Coalesced) Locate(k int) (class int, offset int64, ok bool) {
-	if c == nil || uint(k) >= uint(c.n) || c.freed.Load() {
+	if c == nil || uint(k) >= uint(c.n) || c.isFreed() {
 		return 0, 0, false
 	}
 	i := k
@@ -501,7 +513,7 @@ func (c *Coalesced) Lookup(id uint64) (View, error) {
 // yields nothing: check Len or use View for an error.
 func (c *Coalesced) All() iter.Seq2[int, View] {
 	return func(yield func(int, View) bool) {
-		if c == nil || c.freed.Load() {
+		if c == nil || c.isFreed() {
 			return
 		}
 		// One call of yield rather than a loop for each case: the compiler

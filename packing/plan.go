@@ -126,6 +126,8 @@ type Plan struct {
 
 	indexOnce sync.Once
 	index     map[uint64]int32
+
+	join *joinInfo // set on a plan made by Joined
 }
 
 // manifest reports whether the plan came from FromManifest, whose classes
