@@ -156,7 +156,10 @@
 // declared on a stream waits. Exchange returns only once every request has
 // completed; the buffers are then the caller's again, to refill or free.
 // Staged sends read the device buffer by stream copies declared in its
-// ledger instead.
+// ledger instead. Send buffers may be the parts of one joined buffer
+// (JoinSend, packing.Coalesced.Parts), which share its ledger: Exchange
+// writes every manifest before any send holds the buffer, and the caller
+// frees the joined buffer, not its parts.
 //
 // A receive buffer is a writer, through a write hold attached to its
 // requests, until they complete; work declared on it waits. Exchange

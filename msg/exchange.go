@@ -75,7 +75,7 @@ type Exchanger struct {
 	// buffer and layout rewrites only the header. writtenNext is the map
 	// the next exchange fills in its place (then they swap), kept so that
 	// neither is built anew each exchange.
-	written, writtenNext map[*devalloc.Buffer]writtenManifest
+	written, writtenNext map[writtenAt]*outManifest
 	// spare is the state of the last exchange, reused by the next one: an
 	// exchange in a loop then allocates little of its own. Only an
 	// exchange that ended without error leaves its state here, since only
@@ -134,7 +134,7 @@ func New(o Options) (*Exchanger, error) {
 	}
 	x := &Exchanger{comm: comm, a: o.Alloc, o: o, chunk: chunk, timeout: timeout, rank: comm.Rank(), size: comm.Size(),
 		cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{},
-		written: map[*devalloc.Buffer]writtenManifest{}, writtenNext: map[*devalloc.Buffer]writtenManifest{}}
+		written: map[writtenAt]*outManifest{}, writtenNext: map[writtenAt]*outManifest{}}
 	if localErr == nil {
 		localErr = x.openStreams()
 	}
@@ -427,7 +427,7 @@ type exchange struct {
 	q      sched
 	errs   []error
 	// written is what x.written becomes after this exchange.
-	written map[*devalloc.Buffer]writtenManifest
+	written map[writtenAt]*outManifest
 	probe   cluster.Probe // what the data phase matches: anything on the exchanger's communicator
 
 	// Per-rank scratch and the message records, kept for the next exchange.
@@ -596,6 +596,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	if x.hooks.beforePost != nil {
 		x.hooks.beforePost(e)
 	}
+	e.writeManifests(byDest)
 	// Sends, in schedule order; an abort notice replaces what cannot be sent.
 	windowed := false
 	for k := range n {

@@ -854,3 +854,60 @@ func TestNewFailsEverywhere(t *testing.T) {
 	// And the communicator still serves a working exchanger.
 	newExchanger(t, Options{Comm: comm, Alloc: a})
 }
+
+// TestJoinedSendBuffers: send buffers that are the parts of one joined
+// buffer (JoinSend) go out as separate buffers do, on every path: in
+// place, where each message's manifest is written before any send holds
+// the shared buffer, staged and through the windows; with and without a
+// learned pattern. One allocation holds every destination.
+func TestJoinedSendBuffers(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	for _, v := range variants(t) {
+		for _, o := range []struct {
+			name    string
+			opts    Options
+			pattern bool
+		}{
+			{"defaults", Options{}, false},
+			{"window=1,chunk=64KiB,self=mpi", Options{Window: 1, ChunkBytes: MinChunkBytes, SelfViaMPI: true}, false},
+			{"pattern,self=mpi", Options{SelfViaMPI: true}, true},
+		} {
+			t.Run(v.name+"/"+o.name, func(t *testing.T) {
+				a := v.open(t)
+				s := a.DefaultStream()
+				opts := o.opts
+				opts.Comm, opts.Alloc, opts.PayloadChecksum = comm, a, true
+				x := newExchanger(t, opts)
+				tr := traffic{seed: 300, density: 1, maxBlocks: 120, dims: []int{1, 2, 3, 5, 8}, dtypes: mixedTypes}
+				p := tr.plan(t, rank, size)
+				j, err := JoinSend(p)
+				require.NoError(t, err)
+				pat := x.NewPattern()
+				for it := range 3 {
+					before := a.Stats()
+					joined, err := packing.Alloc(a, j, s)
+					require.NoError(t, err)
+					require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "one allocation for every destination")
+					parts, err := joined.Parts()
+					require.NoError(t, err)
+					tr.fill(t, s, rank, parts)
+					var r *Received
+					if o.pattern {
+						r, err = pat.Exchange(parts)
+					} else {
+						r, err = x.Exchange(parts)
+					}
+					require.NoError(t, err, "iteration %d", it)
+					tr.verify(t, s, rank, size, r)
+					require.NoError(t, r.Free())
+					require.ErrorIs(t, parts[0].Free(), packing.ErrInvalid, "the parts are the joined buffer's")
+					require.NoError(t, joined.Free())
+				}
+				if o.pattern {
+					require.True(t, pat.Learned())
+				}
+			})
+		}
+	}
+}

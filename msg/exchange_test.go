@@ -482,3 +482,43 @@ func TestTimeoutSetting(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	require.ErrorContains(t, err, EnvTimeout)
 }
+
+// TestJoinSend: the joined send layout reserves each group's manifest room
+// before it, and a message to self from its part arrives, by copy and
+// through MPI.
+func TestJoinSend(t *testing.T) {
+	_, err := JoinSend(nil)
+	require.ErrorIs(t, err, ErrInvalid)
+	for _, v := range variants(t) {
+		for _, viaMPI := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/viaMPI=%v", v.name, viaMPI), func(t *testing.T) {
+				a := v.open(t)
+				comm := world(t)
+				rank, size := comm.Rank(), comm.Size()
+				x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+				s := a.DefaultStream()
+				tr := selfTraffic(11)
+				p := tr.plan(t, rank, size)
+				j, err := JoinSend(p)
+				require.NoError(t, err)
+				_, starts, ok := j.JoinedFrom()
+				require.True(t, ok)
+				for g := range p.Groups() {
+					pre, err := SendPrefix(p, g)
+					require.NoError(t, err)
+					require.GreaterOrEqual(t, starts[g], pre, "group %d has its manifest's room", g)
+				}
+				joined, err := packing.Alloc(a, j, s)
+				require.NoError(t, err)
+				parts, err := joined.Parts()
+				require.NoError(t, err)
+				tr.fill(t, s, rank, parts)
+				r, err := x.Exchange(parts)
+				require.NoError(t, err)
+				tr.verify(t, s, rank, size, r)
+				require.NoError(t, r.Free())
+				require.NoError(t, joined.Free())
+			})
+		}
+	}
+}

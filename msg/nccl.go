@@ -148,6 +148,13 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 	}
 	var sends []transfer
 	if localErr == nil {
+		// Every manifest before any read hold: send buffers may be parts
+		// of one joined buffer (see writeManifests).
+		for d, m := range byDest {
+			if m != nil && (d != x.rank || x.o.SelfViaMPI) {
+				m.manifestErr, m.manifestDone = e.writeManifest(m), true
+			}
+		}
 		for d, m := range byDest {
 			if m == nil || (d == x.rank && !x.o.SelfViaMPI) {
 				continue
@@ -295,7 +302,7 @@ func (e *exchange) departures(byDest []*outMsg) error {
 func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp *devalloc.Buffer, err error) {
 	x, c := e.x, m.c
 	device := !c.Location().HostAccessible()
-	if err := e.prepareInPlace(m, device); err != nil {
+	if err := e.prepareInPlace(m); err != nil {
 		return 0, nil, nil, err
 	}
 	// prepareInPlace left one read hold for the message's chunks: the

@@ -56,19 +56,37 @@ func (e *exchange) outErr(dest int, field string, err error) error {
 // in place before the blocks for host memory and for device memory handed
 // to a CUDA-aware MPI, or into pinned staging chunks otherwise.
 func (e *exchange) prepareOut(m *outMsg) error {
-	loc := m.c.Location()
-	switch {
-	case loc.HostAccessible():
-		return e.prepareInPlace(m, false)
-	case e.aware:
-		return e.prepareInPlace(m, true)
+	if e.inPlace(m) {
+		return e.prepareInPlace(m)
 	}
 	return e.prepareStaged(m)
 }
 
-// prepareInPlace writes the manifest into the room before the blocks and
-// takes the read hold the requests keep until they complete.
-func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
+// inPlace reports whether m is sent from its send buffer itself.
+func (e *exchange) inPlace(m *outMsg) bool { return m.c.Location().HostAccessible() || e.aware }
+
+// writeManifests writes, in schedule order, the manifest of every message
+// sent in place, before prepareInPlace takes any read hold for a send:
+// send buffers that are parts of one joined buffer (packing.Plan.Joined)
+// share its ledger, where a manifest's write would conflict with the read
+// hold of a message prepared before it. A failure is kept for the
+// message's prepareInPlace to report.
+func (e *exchange) writeManifests(byDest []*outMsg) {
+	x, n := e.x, e.x.size
+	for k := range n {
+		d := (x.rank + k) % n
+		m := byDest[d]
+		if m == nil || (d == x.rank && !x.o.SelfViaMPI) || e.abortTo[d] || x.ipcPeer(d) || !e.inPlace(m) {
+			continue
+		}
+		m.manifestErr, m.manifestDone = e.writeManifest(m), true
+	}
+}
+
+// writeManifest writes m's manifest into the room before its blocks: from
+// this goroutine under a write hold for host memory, by a stream copy from
+// pinned memory for device memory.
+func (e *exchange) writeManifest(m *outMsg) error {
 	x, c := e.x, m.c
 	buf := c.Buffer()
 	p, start, l := int64(m.man.payloadOffset()), c.Start(), c.Size()
@@ -76,7 +94,7 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend): %w", start, p, ErrInvalid))
 	}
 	h := e.header(m.dest)
-	if device {
+	if !c.Location().HostAccessible() {
 		a, s := e.copier(buf)
 		if x.o.PayloadChecksum {
 			err := readDevice(a, s, buf, start, l, func(b []byte) error {
@@ -102,40 +120,56 @@ func (e *exchange) prepareInPlace(m *outMsg, device bool) error {
 		if err != nil {
 			return e.outErr(m.dest, "manifest", err)
 		}
-	} else {
-		// The manifest is written from this goroutine, after the work
-		// the buffer's ledger says must come first.
-		wh, err := buf.Hold(devalloc.Write)
-		if err != nil {
-			return e.outErr(m.dest, "manifest", err)
+		return nil
+	}
+	// The manifest is written from this goroutine, after the work the
+	// buffer's ledger says must come first.
+	wh, err := buf.Hold(devalloc.Write)
+	if err != nil {
+		return e.outErr(m.dest, "manifest", err)
+	}
+	err = wh.Wait()
+	var mem []byte
+	if err == nil {
+		mem, err = buf.Bytes()
+	}
+	if err == nil {
+		wire := mem[start-p : start+l]
+		if x.o.PayloadChecksum {
+			h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(wire[p:])
 		}
-		err = wh.Wait()
-		var mem []byte
-		if err == nil {
-			mem, err = buf.Bytes()
+		at := writtenAt{buf, start - p}
+		if w, ok := x.written[at]; ok && w == m.man && x.hooks.mangle == nil {
+			m.man.sealInto(wire, h) // same buffer, same layout: the header changes, the entries do not
+		} else {
+			m.man.encodeInto(wire, h)
 		}
-		if err == nil {
-			wire := mem[start-p : start+l]
-			if x.o.PayloadChecksum {
-				h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(wire[p:])
-			}
-			if w, ok := x.written[buf]; ok && w.off == start-p && w.man == m.man && x.hooks.mangle == nil {
-				m.man.sealInto(wire, h) // same buffer, same layout: the header changes, the entries do not
-			} else {
-				m.man.encodeInto(wire, h)
-			}
-			e.written[buf] = writtenManifest{off: start - p, man: m.man}
-			if x.hooks.mangle != nil {
-				x.hooks.mangle(m.dest, wire)
-			}
-		}
-		if rerr := wh.Release(); err == nil {
-			err = rerr
-		}
-		if err != nil {
-			return e.outErr(m.dest, "manifest", err)
+		e.written[at] = m.man
+		if x.hooks.mangle != nil {
+			x.hooks.mangle(m.dest, wire)
 		}
 	}
+	if rerr := wh.Release(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return e.outErr(m.dest, "manifest", err)
+	}
+	return nil
+}
+
+// prepareInPlace takes the read hold the requests keep until they complete,
+// once the manifest is in the room before the blocks (writeManifests).
+func (e *exchange) prepareInPlace(m *outMsg) error {
+	x, c := e.x, m.c
+	if !m.manifestDone {
+		m.manifestErr, m.manifestDone = e.writeManifest(m), true
+	}
+	if m.manifestErr != nil {
+		return m.manifestErr
+	}
+	buf := c.Buffer()
+	p, start := int64(m.man.payloadOffset()), c.Start()
 	rh, err := buf.Hold(devalloc.Read)
 	if err != nil {
 		return e.outErr(m.dest, "payload", err)

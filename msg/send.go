@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -55,6 +56,33 @@ func AllocSend(a *devalloc.Allocator, p *packing.Plan, s *devalloc.Stream) ([]*p
 	return out, nil
 }
 
+// JoinSend lays every send buffer of plan p out in one buffer
+// (packing.Plan.Joined), each group after the room AllocSend reserves for
+// its manifest (SendPrefix). Make it once per layout; then for each
+// exchange allocate it (packing.Alloc: one allocator call and one padding
+// clear for every destination), fill it, for instance by one GEMM plan
+// whose C is the joined buffer and whose C indices are p's plan indices,
+// and pass its Parts (the send buffers, in the order of p.Groups) to
+// Exchange. The joined buffer stays the caller's: free it, not its parts,
+// once Exchange has returned.
+func JoinSend(p *packing.Plan) (*packing.Plan, error) {
+	if p == nil {
+		return nil, fmt.Errorf("msg: join send: nil plan: %w", ErrInvalid)
+	}
+	var err error
+	j, jerr := p.Joined(func(g int) int64 {
+		pre, perr := SendPrefix(p, g)
+		if perr != nil {
+			err = perr
+		}
+		return pre
+	})
+	if err = errors.Join(err, jerr); err != nil {
+		return nil, fmt.Errorf("msg: join send: %w", err)
+	}
+	return j, nil
+}
+
 // outManifest is a send buffer's manifest, encoded once per layout: the
 // entries in offset order, and what the header needs.
 type outManifest struct {
@@ -68,10 +96,11 @@ type outManifest struct {
 	shift      *crcShift // advances a CRC by len(entries): built at the first header-only seal
 }
 
-// writtenManifest is the manifest a send buffer's prefix holds, at off.
-type writtenManifest struct {
+// writtenAt is where a manifest was written: a send buffer and the offset
+// of the message in it (parts of one joined buffer each have their own).
+type writtenAt struct {
+	buf *devalloc.Buffer
 	off int64
-	man *outManifest
 }
 
 // buildManifest lists c's blocks in offset order, as the wire format wants.
@@ -189,6 +218,10 @@ type outMsg struct {
 	man   *outManifest
 	size  int64 // bytes on the wire
 	abort bool
+	// manifestDone: the manifest of a message sent in place is written
+	// (writeManifests), with manifestErr its failure.
+	manifestDone bool
+	manifestErr  error
 
 	chunks []outChunk
 	share  *sharedRelease // direct: the buffer's read hold, shared by the chunks
