@@ -11,9 +11,10 @@ import (
 )
 
 // packed is the solve distbuf is for: one allocation per operand (A, B) and
-// per destination (C), one host-to-device copy per operand, the GEMM plans
-// of the bond run on this solve's buffers, and one message per peer whose
-// received buffer is the blocks.
+// one for every destination's C (the joined send layout, whose parts are
+// the messages), one host-to-device copy per operand, the bond's GEMM plan
+// run on this solve's buffers, and one message per peer whose received
+// buffer is the blocks.
 //
 // Its phases, each timed on the host: alloc (on a fresh layout, laying the
 // blocks out; then the send buffers), upload (the operands' allocations and
@@ -41,11 +42,15 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	alpha := alphaFor(iter)
 
 	t := time.Now()
-	Cs, err := msg.AllocSend(sv.a, l.planC, sv.s)
+	C, err := packing.Alloc(sv.a, l.joinC, sv.s)
 	if err != nil {
 		return err
 	}
-	mem.coalesced = append(mem.coalesced, Cs...)
+	mem.coalesced = append(mem.coalesced, C)
+	sends, err := C.Parts()
+	if err != nil {
+		return err
+	}
 	st.phase[phAlloc] += lap(&t)
 
 	// The operands' allocations come with their upload: one allocator call
@@ -70,11 +75,11 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	}
 
 	t = time.Now()
-	if err := sv.gemmPlans(l, A, B, Cs); err != nil {
+	if err := sv.gemmPlan(l, A, B, C); err != nil {
 		return err
 	}
 	st.phase[phPlan] = lap(&t)
-	if st.gemmLaunches, err = sv.multiply(l, A, B, Cs, alpha); err != nil {
+	if st.gemmLaunches, err = sv.multiply(l, A, B, C, alpha); err != nil {
 		return err
 	}
 	st.phase[phGemm] = lap(&t)
@@ -84,7 +89,7 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 
 	t = time.Now()
 	before := sv.ex.Stats()
-	recv, err := l.pattern.Exchange(Cs)
+	recv, err := l.pattern.Exchange(sends)
 	mem.recv = recv
 	if err != nil {
 		return err

@@ -59,15 +59,20 @@ type bondData struct {
 }
 
 // layout is what a solve at a bond plans once: the packing plans, the
-// operands staged in pinned memory, the GEMM plans (one per destination
-// group, made at the bond's first solve) and the exchange pattern.
+// operands staged in pinned memory, the GEMM plan (made at the bond's first
+// solve) and the exchange pattern.
 type layout struct {
 	bond                *bondData
 	planA, planB, planC *packing.Plan
+	// joinC lays every destination group of planC out in one buffer, each
+	// after its manifest's room (msg.JoinSend): one allocation, one padding
+	// clear and one GEMM plan for all destinations; its parts are the send
+	// buffers.
+	joinC *packing.Plan
 	// stageA and stageB hold the operands in pinned host memory, filled
 	// once: each solve moves them to the device with one copy each.
 	stageA, stageB *packing.Coalesced
-	gemmPlans      []*gemm.Plan
+	gemmPlan       *gemm.Plan
 	pattern        *msg.Pattern
 	blockPlans     [][3]*packing.Plan // -mode perblock: one plan per operand and block
 	lastUse        int
@@ -128,8 +133,8 @@ func (sv *solver) close() error {
 
 func (l *layout) close() error {
 	var errs []error
-	for _, p := range l.gemmPlans {
-		errs = append(errs, p.Close())
+	if l.gemmPlan != nil {
+		errs = append(errs, l.gemmPlan.Close())
 	}
 	for _, c := range []*packing.Coalesced{l.stageA, l.stageB} {
 		if c != nil {
@@ -186,6 +191,11 @@ func (sv *solver) layoutFor(iter int) (l *layout, fresh bool, planUS float64, er
 	l = &layout{bond: bd, lastUse: sv.solves}
 	if l.planA, l.planB, l.planC, err = bd.descs.plans(); err != nil {
 		return nil, true, 0, err
+	}
+	if sv.cfg.mode == "packed" {
+		if l.joinC, err = msg.JoinSend(l.planC); err != nil {
+			return nil, true, 0, err
+		}
 	}
 	if sv.ex != nil {
 		l.pattern = sv.ex.NewPattern()
@@ -330,51 +340,33 @@ func float64s(b []byte) []float64 {
 // gemmPlans plans C[g] = alpha*A*B for every destination group of l, on the
 // first solve at its bond: the plans depend on the layouts only, and later
 // solves run them on their own buffers.
-func (sv *solver) gemmPlans(l *layout, A, B *packing.Coalesced, Cs []*packing.Coalesced) error {
-	if l.gemmPlans != nil {
+func (sv *solver) gemmPlan(l *layout, A, B, C *packing.Coalesced) error {
+	if l.gemmPlan != nil {
 		return nil
 	}
-	plans := make([]*gemm.Plan, len(Cs))
-	for g, C := range Cs {
-		members, err := l.planC.Members(g)
-		if err == nil && len(members) == 0 {
-			continue
-		}
-		if err == nil {
-			triples := slices.Grow(sv.triples[:0], len(members))[:len(members)]
-			sv.triples = triples
-			for pos, idx := range members {
-				triples[pos] = gemm.Triple{A: int(idx), B: int(idx), C: pos}
-			}
-			plans[g], err = gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: 1, Triples: triples}, gemm.Options{})
-		}
-		if err != nil {
-			for _, p := range plans[:g] {
-				if p != nil {
-					err = errors.Join(err, p.Close())
-				}
-			}
-			return err
-		}
-		sv.plansBuilt++
+	// Block i of every operand is the i-th contraction, and the joined C
+	// keeps planC's indices whatever the destination.
+	n := C.Len()
+	triples := slices.Grow(sv.triples[:0], n)[:n]
+	sv.triples = triples
+	for i := range triples {
+		triples[i] = gemm.Triple{A: i, B: i, C: i}
 	}
-	l.gemmPlans = plans
+	p, err := gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: 1, Triples: triples}, gemm.Options{})
+	if err != nil {
+		return err
+	}
+	sv.plansBuilt++
+	l.gemmPlan = p
 	return nil
 }
 
-// multiply runs C[g] = alpha*A*B for every destination group.
-func (sv *solver) multiply(l *layout, A, B *packing.Coalesced, Cs []*packing.Coalesced, alpha float64) (launches int64, err error) {
-	for g, C := range Cs {
-		p := l.gemmPlans[g]
-		if p == nil {
-			continue
-		}
-		if err := sv.eng.RunOn(p, gemm.Operands{A: A, B: B, C: C, Alpha: complex(alpha, 0)}); err != nil {
-			return launches, err
-		}
-		launches += int64(p.Launches())
+// multiply runs C = alpha*A*B, every destination's blocks in one plan.
+func (sv *solver) multiply(l *layout, A, B, C *packing.Coalesced, alpha float64) (launches int64, err error) {
+	if err := sv.eng.RunOn(l.gemmPlan, gemm.Operands{A: A, B: B, C: C, Alpha: complex(alpha, 0)}); err != nil {
+		return 0, err
 	}
-	return launches, nil
+	return int64(l.gemmPlan.Launches()), nil
 }
 
 // harness runs f, the harness's own work within a solve (the operands'
