@@ -78,9 +78,10 @@ type ipcLink struct {
 	// its free an event.
 	notices map[int]*devalloc.Buffer
 	// toWindow and fromWindows gather an exchange's window copies, made
-	// in one call (flushToWindow) and one per wait that delivered notices
-	// (flushFromWindows) instead of one or two runtime calls and an event
-	// per peer.
+	// in one call (flushToWindow) and, from the peers' windows, one per
+	// wait that delivered notices, or under MPS (kernelCopies) one for
+	// every peer at the end of the data phase (flushFromWindows), instead
+	// of one or two runtime calls and an event per peer.
 	toWindow, fromWindows copyBatch
 	// kernelCopies sends batches to packing's copy kernel. Where the device
 	// is shared through MPS the ranks' device operations queue behind one
@@ -822,8 +823,9 @@ func (e *exchange) openWindow(src int, gen, size uint64, handle []byte) (*peerWi
 // flushFromWindows enqueues the copies from peers' windows gathered since
 // the last flush, on the receive stream: the data phase flushes after each
 // wait that delivered notices, so that the copies of notices that arrive
-// together go in one call while later ones are still awaited. When the
-// copies cannot be enqueued, every message they carry fails.
+// together go in one call while later ones are still awaited; under MPS
+// only ipcConsumed flushes, so that every peer's copy goes in one launch.
+// When the copies cannot be enqueued, every message they carry fails.
 func (e *exchange) flushFromWindows() {
 	l := e.x.ipc
 	b := &l.fromWindows

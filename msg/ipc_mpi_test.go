@@ -177,6 +177,9 @@ func TestWindowCopiesBatched(t *testing.T) {
 			if peers == 1 {
 				require.EqualValues(t, 1, batches, "kernel %v round %d: a lone copy from a window is no batch: %v", kernel, round, calls)
 			}
+			if kernel && kernelLoads {
+				require.EqualValues(t, 1, fromWindows, "round %d: under MPS the copies from every window wait for the last notice and go together: %v", round, calls)
+			}
 			require.NoError(t, r.Free())
 			for _, b := range bufs {
 				require.NoError(t, b.Free())

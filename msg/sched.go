@@ -201,8 +201,12 @@ func (e *exchange) run(self *outMsg) {
 			wait = 0
 		}
 		moved, ok := e.await(probe, wait)
-		if x.ipc != nil {
-			e.flushFromWindows() // before the next wait: the copies need not wait for later notices
+		if x.ipc != nil && !x.ipc.kernelCopies {
+			// Before the next wait: the copies need not wait for later
+			// notices. Under MPS they do, and go in one launch at the end
+			// of the phase (ipcConsumed): one device operation for every
+			// peer instead of one each, queued behind the other ranks'.
+			e.flushFromWindows()
 		}
 		if !ok {
 			e.abandonSends()

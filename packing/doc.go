@@ -36,7 +36,12 @@
 // view report ErrFreed. Wrap turns an existing buffer, such as a received
 // message, into a Coalesced without copying, WrapAt one whose layout starts
 // after a header, and AllocPrefixed reserves room for a header before a
-// group's layout (Coalesced.Start says where the layout begins); FromManifest rebuilds the plan
+// group's layout (Coalesced.Start says where the layout begins). Plan.Joined
+// lays every group out in one buffer, each after a prefix, as one
+// single-group plan with the same plan indices: one allocation, one padding
+// clear and one operand for work that fills every destination at once;
+// Coalesced.Parts gives the groups over it, owning nothing, valid while the
+// joined buffer is, whose Free ends them. FromManifest rebuilds the plan
 // of a received manifest after checking it (bounds, alignment, overlaps,
 // duplicate ids); Manifest lists what a receiver needs, and Detached is
 // the plan a receiver rebuilds, made from the sender's plan without the
