@@ -468,6 +468,20 @@ func TestPlanManyClasses(t *testing.T) {
 	require.NotNil(t, p.offs, "explicit offsets")
 	require.Greater(t, len(p.Classes()), 1<<14)
 	checkLayout(t, p, descs)
+	// Joined, the explicit offsets move with their groups.
+	j, err := p.Joined(func(g int) int64 { return int64(g) * p.Options().Align })
+	require.NoError(t, err)
+	require.NotNil(t, j.offs)
+	_, starts, _ := j.JoinedFrom()
+	for i := range descs {
+		_, off, err := p.Block(i)
+		require.NoError(t, err)
+		_, joff, err := j.Block(i)
+		require.NoError(t, err)
+		if joff != starts[descs[i].Dest]+off {
+			t.Fatalf("block %d: joined offset %d, want %d", i, joff, starts[descs[i].Dest]+off)
+		}
+	}
 	// The same with ids in no order, which the plan stores.
 	rand.New(rand.NewPCG(5, 5)).Shuffle(len(descs), func(i, j int) { descs[i].ID, descs[j].ID = descs[j].ID, descs[i].ID })
 	p = requireModelLayout(t, descs, Options{})
