@@ -165,7 +165,11 @@
 // requests, until they complete; work declared on it waits. Exchange
 // returns the received buffers as a Received: they belong to the caller,
 // who frees them (Received.Free, or each Coalesced's Free) after the last
-// use of their views, declared on the Coalesced as for any other. A staged
+// use of their views, declared on the Coalesced as for any other. The
+// messages that arrive through node-local windows, when there are several,
+// share one receive buffer (one allocation an exchange), which each of
+// their Coalesced owns with the others (packing.WrapShared): it is freed
+// with the last of them. A staged
 // receive buffer's last writer is the copy into it on the exchanger's
 // receive stream, ordered before any access declared on the buffer. Pinned
 // staging chunks belong to the exchange and go back to devalloc's pinned

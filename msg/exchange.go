@@ -446,6 +446,11 @@ type exchange struct {
 	outRecs             []*outMsg
 	inRecs              []*inMsg
 	nOut, nIn           int // records handed out in this exchange
+	// joint is the one receive buffer of the messages that come through
+	// node-local windows (allocJoint), jointOff each source's place in it
+	// (-1: none); the exchange holds a reference until it ends.
+	joint    *packing.Share
+	jointOff []int64
 }
 
 // begin returns the state of a new exchange: the spare one of the last
@@ -457,7 +462,7 @@ func (x *Exchanger) begin(pat *Pattern) *exchange {
 		n := x.size
 		e = &exchange{x: x, byDest: make([]*outMsg, n), sendSize: make([]int64, n), recvSize: make([]int64, n), abortTo: make([]bool, n),
 			bySrc: make([]*inMsg, n), silent: make([]bool, n), strayed: make([]bool, n), refuse: make([]bool, n), sentTo: make([]int64, n), matchedFrom: make([]int64, n),
-			agreeOut: make([]int64, n), agreeIn: make([]int64, n)}
+			agreeOut: make([]int64, n), agreeIn: make([]int64, n), jointOff: make([]int64, n)}
 	}
 	e.epoch, e.pat = x.epoch, pat
 	e.probe = cluster.Probe{Comm: x.comm, Source: cluster.AnySource, Tag: cluster.AnyTag}
@@ -489,7 +494,7 @@ func (x *Exchanger) end(e *exchange) {
 	clear(e.byDest)
 	clear(e.bySrc)
 	e.nOut, e.nIn = 0, 0
-	e.outs, e.ins, e.selfIn, e.pat, e.written = e.outs[:0], e.ins[:0], nil, nil, nil
+	e.outs, e.ins, e.selfIn, e.pat, e.written, e.joint = e.outs[:0], e.ins[:0], nil, nil, nil, nil
 	e.q.reset()
 	x.spare = e
 }
@@ -583,9 +588,11 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		}
 	}
 
-	// Receives: one pooled buffer per source, allocated before anything is
-	// enqueued on the receive stream so that waiting for the allocation
-	// waits for nothing else.
+	// Receives: one pooled buffer per source (one for all that come
+	// through windows), allocated before anything is enqueued on the
+	// receive stream so that waiting for the allocation waits for nothing
+	// else.
+	e.allocJoint(recvSize)
 	for k := range n {
 		s := (x.rank - k + n) % n
 		if recvSize[s] <= 0 || (s == x.rank && !x.o.SelfViaMPI) {
@@ -876,6 +883,13 @@ func (e *exchange) settle() {
 // pattern learns from its first successful exchange.
 func (e *exchange) deliver(byDest []*outMsg, recvSize []int64) (*Received, error) {
 	x := e.x
+	if e.joint != nil {
+		// The results hold their own references: the buffer goes with
+		// the last of them, or now when there is none.
+		if err := e.joint.Release(); err != nil {
+			e.fail(fmt.Errorf("msg: the receive buffer of the window messages: %w", err))
+		}
+	}
 	res := make([]*packing.Coalesced, x.size)
 	for _, in := range e.ins {
 		if in.result != nil {

@@ -38,7 +38,8 @@ type inMsg struct {
 	ended bool
 
 	buf      *devalloc.Buffer
-	base     int64          // where the message starts in buf: 0 but in canary tests
+	base     int64          // where the message starts in buf: 0 but in canary tests and in joint
+	joint    *packing.Share // buf is the exchange's joint buffer (allocJoint), not the message's own
 	share    *sharedRelease // direct: the buffer's write hold, one share per piece
 	shared   sharedRelease  // what share points to
 	chunks   []inChunk      // by piece; none while draining
@@ -92,19 +93,82 @@ func (e *exchange) newRecv(src, step int, size int64) *inMsg {
 	return in
 }
 
+// jointAlign places each message of a joint receive buffer (canaries
+// included), so that the next begins on an aligned boundary.
+const jointAlign = 256
+
+// allocJoint takes one receive buffer for every message that comes through
+// a node-local window, when there are several: one allocation and, once
+// every result is freed, one free for all those peers instead of one each.
+// Each message's result shares the buffer (packing.WrapShared). When the
+// buffer cannot be had, each message gets its own. Canary tests' guards
+// surround each message in it, as they surround a buffer of its own.
+func (e *exchange) allocJoint(recvSize []int64) {
+	x := e.x
+	e.joint = nil
+	for s := range e.jointOff {
+		e.jointOff[s] = -1
+	}
+	if x.ipc == nil {
+		return
+	}
+	c := x.hooks.canary // test guards around each message
+	var total int64
+	count := 0
+	for s := range x.size {
+		if s == x.rank || recvSize[s] <= 0 || e.refuse[s] || !x.ipcPeer(s) {
+			continue
+		}
+		room := (recvSize[s] + 2*c + jointAlign - 1) / jointAlign * jointAlign
+		if recvSize[s] > packing.MaxBytes || total > packing.MaxBytes-room {
+			return
+		}
+		e.jointOff[s] = total + c
+		total += room
+		count++
+	}
+	if count < 2 {
+		return
+	}
+	buf, err := x.a.Alloc(total, x.recvS)
+	if err != nil {
+		return // each message its own, and its own error
+	}
+	if c > 0 {
+		for s, off := range e.jointOff {
+			if off >= 0 {
+				if err := e.fillGuard(buf, off, recvSize[s]); err != nil {
+					_ = buf.Free()
+					return
+				}
+			}
+		}
+	}
+	e.joint, _ = packing.NewShare(buf)
+}
+
 // allocIn takes the message's buffer (and, unless it is staged, a write
 // hold on it for MPI) and sizes its piece records, in that order: the
 // records are sized from the announced length only once that much memory
 // was really had.
 func (e *exchange) allocIn(in *inMsg) error {
 	x := e.x
+	if in.ipc && e.joint != nil && e.jointOff[in.src] >= 0 {
+		// Its place in the joint buffer; the copy from the window writes
+		// it in the buffer's ledger order, as for a buffer of its own.
+		in.buf, in.base, in.joint = e.joint.Buffer(), e.jointOff[in.src], e.joint
+		in.staged, in.device = false, true
+		in.chunks = resize(in.chunks, 1)
+		in.chunks[0] = inChunk{n: ipcHead + in.size}
+		return nil
+	}
 	c := x.hooks.canary
 	buf, err := x.a.Alloc(in.size+2*c, x.recvS)
 	if err != nil {
 		return err
 	}
 	if c > 0 {
-		if err := e.fillGuard(buf, in.size); err != nil {
+		if err := e.fillGuard(buf, c, in.size); err != nil {
 			return errors.Join(err, buf.Free())
 		}
 	}
@@ -247,7 +311,7 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 		c := x.hooks.canary
 		cb, err := x.a.AllocPinned(ch.n+2*c, x.recvS)
 		if err == nil && c > 0 {
-			if err = e.fillGuard(cb, ch.n); err != nil {
+			if err = e.fillGuard(cb, x.hooks.canary, ch.n); err != nil {
 				_ = cb.Free()
 			}
 		}
@@ -374,7 +438,7 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 		}
 	}()
 	if ch.buf != nil && x.hooks.canary > 0 {
-		e.checkGuard(ch.buf, ch.n, fmt.Sprintf("pinned chunk %d of the message from rank %d", i, in.src))
+		e.checkGuard(ch.buf, e.x.hooks.canary, ch.n, fmt.Sprintf("pinned chunk %d of the message from rank %d", i, in.src))
 	}
 	if in.failed != nil {
 		return
@@ -518,7 +582,7 @@ func (e *exchange) endIn(in *inMsg) {
 	for i := range in.chunks {
 		ch := &in.chunks[i]
 		if canary && ch.buf != nil && ch.done {
-			e.checkGuard(ch.buf, ch.n, fmt.Sprintf("pinned chunk %d of the message from rank %d", i, in.src))
+			e.checkGuard(ch.buf, e.x.hooks.canary, ch.n, fmt.Sprintf("pinned chunk %d of the message from rank %d", i, in.src))
 		}
 		if !ch.posted {
 			ch.posted = true
@@ -536,9 +600,11 @@ func (e *exchange) endIn(in *inMsg) {
 	}
 	if in.buf != nil {
 		if canary && in.receivesDone() {
-			e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
+			e.checkGuard(in.buf, in.base, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
 		}
-		_ = in.buf.Free()
+		if in.joint == nil {
+			_ = in.buf.Free() // a joint buffer goes with the exchange's reference
+		}
 	}
 }
 
@@ -643,9 +709,15 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 // blocks, in place.
 func (e *exchange) wrapResult(in *inMsg, plan *packing.Plan, p int64) {
 	if e.x.hooks.canary > 0 && !in.local {
-		e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
+		e.checkGuard(in.buf, in.base, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
 	}
-	c, err := packing.WrapAt(in.buf, in.base+p, plan, 0)
+	var c *packing.Coalesced
+	var err error
+	if in.joint != nil {
+		c, err = packing.WrapShared(in.joint, in.base+p, plan, 0)
+	} else {
+		c, err = packing.WrapAt(in.buf, in.base+p, plan, 0)
+	}
 	if err != nil {
 		in.failed = e.inErr(in, "payload", err)
 		e.endIn(in)
@@ -659,19 +731,19 @@ func (e *exchange) wrapResult(in *inMsg, plan *packing.Plan, p int64) {
 const canaryByte = 0xCA
 
 // fillGuard fills the canary bytes on both sides of the n bytes that start
-// canary bytes into buf.
-func (e *exchange) fillGuard(buf *devalloc.Buffer, n int64) error {
+// at byte base of buf (base is at least the canary size).
+func (e *exchange) fillGuard(buf *devalloc.Buffer, base, n int64) error {
 	c := e.x.hooks.canary
 	guard := make([]byte, c)
 	for i := range guard {
 		guard[i] = canaryByte
 	}
-	return errors.Join(e.writeAt(buf, 0, guard), e.writeAt(buf, c+n, guard))
+	return errors.Join(e.writeAt(buf, base-c, guard), e.writeAt(buf, base+n, guard))
 }
 
 // checkGuard reports, to the canaryHit hook, canary bytes of buf (see
 // fillGuard) that are no longer what was written there.
-func (e *exchange) checkGuard(buf *devalloc.Buffer, n int64, what string) {
+func (e *exchange) checkGuard(buf *devalloc.Buffer, base, n int64, what string) {
 	x := e.x
 	c := x.hooks.canary
 	check := func(side string) func(b []byte) error {
@@ -685,7 +757,7 @@ func (e *exchange) checkGuard(buf *devalloc.Buffer, n int64, what string) {
 			return nil
 		}
 	}
-	err := errors.Join(readAt(x.a, x.recvS, buf, 0, c, check("before")), readAt(x.a, x.recvS, buf, c+n, c, check("after")))
+	err := errors.Join(readAt(x.a, x.recvS, buf, base-c, c, check("before")), readAt(x.a, x.recvS, buf, base+n, c, check("after")))
 	if err != nil {
 		x.hooks.canaryHit(fmt.Sprintf("%s: canaries unreadable: %v", what, err))
 	}

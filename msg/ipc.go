@@ -841,7 +841,7 @@ func (e *exchange) flushFromWindows() {
 	if e.x.hooks.canary > 0 {
 		// The copies have now been enqueued: check around them again.
 		for _, in := range b.ins {
-			e.checkGuard(in.buf, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
+			e.checkGuard(in.buf, in.base, in.size, fmt.Sprintf("the receive buffer of the message from rank %d", in.src))
 		}
 	}
 }

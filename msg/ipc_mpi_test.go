@@ -135,6 +135,52 @@ func TestNoticeBuffersKept(t *testing.T) {
 	}
 }
 
+// TestJointReceiveBuffer: the messages that come through windows share one
+// receive buffer, allocated once an exchange, and each received Coalesced
+// owns it with the others: it lives until the last of them is freed.
+func TestJointReceiveBuffer(t *testing.T) {
+	x, a, rank, size := nodeLocalExchanger(t)
+	s := a.DefaultStream()
+	tr := traffic{seed: 57, density: 1, maxBlocks: 40, dims: []int{3, 8}, dtypes: mixedTypes}
+	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
+	require.NoError(t, err)
+	defer func() {
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+	}()
+	tr.fill(t, s, rank, bufs)
+	require.NoError(t, s.Synchronize())
+	before := a.Stats()
+	r, err := x.Exchange(bufs)
+	require.NoError(t, err)
+	tr.verify(t, s, rank, size, r)
+	peers := make([]int, 0, size-1)
+	for _, src := range r.Sources() {
+		if src != rank {
+			peers = append(peers, src)
+		}
+	}
+	require.Len(t, peers, size-1)
+	joint := r.From(peers[0]).Buffer()
+	for _, src := range peers[1:] {
+		require.Same(t, joint, r.From(src).Buffer(), "from rank %d: one buffer for every window message when there are several", src)
+	}
+	// The message to self is a buffer of its own; the window messages
+	// take one allocation between them when they are several.
+	require.EqualValues(t, 2, a.Stats().AllocCalls-before.AllocCalls, "one receive buffer for the window messages (its own for a lone one), one for the copy to self")
+	require.NoError(t, r.From(rank).Free())
+	live := a.Stats().LiveBuffers
+	for i, src := range peers {
+		require.NoError(t, r.From(src).Free())
+		if size > 2 && i < len(peers)-1 {
+			require.Equal(t, live, a.Stats().LiveBuffers, "the joint buffer lives while a result holds it")
+		}
+	}
+	require.Equal(t, live-1, a.Stats().LiveBuffers, "the last result frees it")
+	require.ErrorIs(t, r.From(peers[0]).Free(), packing.ErrFreed)
+}
+
 // TestWindowCopiesBatched: an exchange's copies into this rank's window
 // (blocks and manifest for every peer) are one runtime call however many
 // peers there are, and its copies from the peers' windows one call per

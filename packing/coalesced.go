@@ -30,6 +30,9 @@ type Coalesced struct {
 	// owner is the joined buffer a part belongs to (Parts); nil for a
 	// Coalesced that owns its buffer.
 	owner *Coalesced
+	// share is the buffer's shared ownership (WrapShared); nil when the
+	// Coalesced owns its buffer alone.
+	share *Share
 }
 
 // isFreed reports whether the buffer is gone: freed, or, for a part, its
@@ -401,6 +404,9 @@ func (c *Coalesced) Free() error {
 	}
 	if c.freed.Swap(true) {
 		return fmt.Errorf("packing: double free of coalesced buffer #%d: %w", c.buf.ID(), ErrFreed)
+	}
+	if c.share != nil {
+		return c.share.drop()
 	}
 	if err := c.buf.Free(); err != nil {
 		return fmt.Errorf("packing: free: %w", err)

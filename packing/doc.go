@@ -41,7 +41,9 @@
 // single-group plan with the same plan indices: one allocation, one padding
 // clear and one operand for work that fills every destination at once;
 // Coalesced.Parts gives the groups over it, owning nothing, valid while the
-// joined buffer is, whose Free ends them. FromManifest rebuilds the plan
+// joined buffer is, whose Free ends them. WrapShared makes Coalesced that
+// own one buffer together (a Share), freed with the last of them: the
+// receive buffer of several messages. FromManifest rebuilds the plan
 // of a received manifest after checking it (bounds, alignment, overlaps,
 // duplicate ids); Manifest lists what a receiver needs, and Detached is
 // the plan a receiver rebuilds, made from the sender's plan without the

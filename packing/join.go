@@ -3,6 +3,9 @@ package packing
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
+
+	"github.com/distbuf/distbuf/devalloc"
 )
 
 // joinInfo is what a joined plan keeps of the plan it was made from.
@@ -101,4 +104,68 @@ func (c *Coalesced) Parts() ([]*Coalesced, error) {
 		parts[g] = part
 	}
 	return parts, nil
+}
+
+// Share is one buffer that several Coalesced own together, such as the
+// receive buffer of several messages: each made by WrapShared holds a
+// reference, and the buffer is freed with the last one freed.
+type Share struct {
+	buf  *devalloc.Buffer
+	refs atomic.Int64
+}
+
+// NewShare starts a Share of buf holding the caller's reference: release it
+// with Release once every Coalesced the caller wants is made.
+func NewShare(buf *devalloc.Buffer) (*Share, error) {
+	if buf == nil {
+		return nil, fmt.Errorf("packing: share: nil buffer: %w", ErrInvalid)
+	}
+	sh := &Share{buf: buf}
+	sh.refs.Store(1)
+	return sh, nil
+}
+
+// Buffer is the shared buffer.
+func (sh *Share) Buffer() *devalloc.Buffer { return sh.buf }
+
+// Release drops the caller's reference; the last reference frees the
+// buffer. Call it once.
+func (sh *Share) Release() error { return sh.drop() }
+
+func (sh *Share) drop() error {
+	switch n := sh.refs.Add(-1); {
+	case n == 0:
+		if err := sh.buf.Free(); err != nil {
+			return fmt.Errorf("packing: free of shared buffer: %w", err)
+		}
+	case n < 0:
+		return fmt.Errorf("packing: shared buffer #%d released once too often: %w", sh.buf.ID(), ErrFreed)
+	}
+	return nil
+}
+
+// WrapShared is WrapAt over a shared buffer: the views of group g of p from
+// byte off of sh's buffer, holding a reference to it. Its Free drops the
+// reference, and the buffer goes with the last. Call it while holding a
+// reference (before Release, or from a Coalesced not yet freed).
+func WrapShared(sh *Share, off int64, p *Plan, g int) (*Coalesced, error) {
+	if sh == nil || p == nil {
+		return nil, fmt.Errorf("packing: wrap shared: nil share or plan: %w", ErrInvalid)
+	}
+	if g < 0 || g >= len(p.groups) {
+		return nil, fmt.Errorf("packing: wrap shared: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
+	}
+	if err := p.checkStart("wrap shared", off); err != nil {
+		return nil, err
+	}
+	if sh.refs.Load() <= 0 {
+		return nil, fmt.Errorf("packing: wrap shared: buffer #%d: %w", sh.buf.ID(), ErrFreed)
+	}
+	c, err := wrap(sh.buf, off, p, g)
+	if err != nil {
+		return nil, err
+	}
+	sh.refs.Add(1)
+	c.share = sh
+	return c, nil
 }

@@ -155,3 +155,44 @@ func TestJoinedRefused(t *testing.T) {
 	require.True(t, errors.Is(err, ErrInvalid), "parts of a plan not joined: %v", err)
 	require.NoError(t, c.Free())
 }
+
+// TestShare: Coalesced made by WrapShared own their buffer together; it is
+// freed with the last of them and the creator's reference.
+func TestShare(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	p, err := NewPlan(mixedDescs(30, 9), Options{})
+	require.NoError(t, err)
+	size := p.Groups()[0].Bytes
+	buf, err := a.Alloc(2*size, s)
+	require.NoError(t, err)
+	sh, err := NewShare(buf)
+	require.NoError(t, err)
+	c0, err := WrapShared(sh, 0, p, 0)
+	require.NoError(t, err)
+	c1, err := WrapShared(sh, size, p, 0)
+	require.NoError(t, err)
+	_, err = WrapShared(sh, 8, p, 0)
+	require.ErrorIs(t, err, ErrBadAlign)
+	_, err = WrapShared(sh, size+8*p.Options().Align, p, 0)
+	require.ErrorIs(t, err, ErrOutOfRange, "past the buffer")
+	live := func() int64 { return a.Stats().LiveBuffers }
+	require.NoError(t, sh.Release())
+	require.EqualValues(t, 1, live())
+	require.NoError(t, c0.Free())
+	require.ErrorIs(t, c0.Free(), ErrFreed)
+	require.EqualValues(t, 1, live(), "c1 still holds the buffer")
+	v, err := c1.View(0)
+	require.NoError(t, err)
+	base, err := buf.Addr()
+	require.NoError(t, err)
+	require.Equal(t, base+uintptr(size+v.Offset()), v.Addr())
+	require.NoError(t, c1.Free())
+	require.Zero(t, live(), "the last reference frees the buffer")
+	_, err = WrapShared(sh, 0, p, 0)
+	require.ErrorIs(t, err, ErrFreed)
+	require.ErrorIs(t, sh.Release(), ErrFreed)
+	_, err = NewShare(nil)
+	require.ErrorIs(t, err, ErrInvalid)
+}
