@@ -77,6 +77,11 @@ type ipcLink struct {
 	// its buffer waits for nothing, where a new one costs a pool query and
 	// its free an event.
 	notices map[int]*devalloc.Buffer
+	// sent keeps, by destination, the pinned buffer its last notice went
+	// out from, for the next one: rewriting it waits only for the copy of
+	// its manifest into the window (a write hold), where a new one costs a
+	// pool query and its free an event.
+	sent map[int]*devalloc.Buffer
 	// toWindow and fromWindows gather an exchange's window copies, made
 	// in one call (flushToWindow) and, from the peers' windows, one per
 	// wait that delivered notices, or under MPS (kernelCopies) one for
@@ -165,6 +170,45 @@ func (l *ipcLink) takeNotice(x *Exchanger, src int, n int64) (*devalloc.Buffer, 
 		}
 	}
 	return x.a.AllocPinned(n, x.recvS)
+}
+
+// takeSent returns a pinned buffer of at least n bytes for a notice to
+// dest, ready for the host to write: the one its last notice went out
+// from when large enough (once the device has read it), else a new one.
+func (l *ipcLink) takeSent(x *Exchanger, dest int, n int64) (*devalloc.Buffer, error) {
+	if b := l.sent[dest]; b != nil {
+		delete(l.sent, dest)
+		if b.Size() >= n {
+			h, err := b.Hold(devalloc.Write)
+			if err == nil {
+				err = h.Wait()
+				err = errors.Join(err, h.Release())
+			}
+			if err == nil {
+				return b, nil
+			}
+		}
+		if err := b.Free(); err != nil {
+			return nil, err
+		}
+	}
+	return x.a.AllocPinned(n, x.sendS)
+}
+
+// keepSent keeps b, from which a notice to dest was posted, for dest's
+// next notice. Its send's hold keeps it from being rewritten until the
+// send completes, which every exchange awaits before it returns.
+func (l *ipcLink) keepSent(dest int, b *devalloc.Buffer) error {
+	if old := l.sent[dest]; old != nil {
+		if err := old.Free(); err != nil {
+			return err
+		}
+	}
+	if l.sent == nil {
+		l.sent = map[int]*devalloc.Buffer{}
+	}
+	l.sent[dest] = b
+	return nil
 }
 
 // keepNotice keeps b, whose notice from src has been read and whose
@@ -332,6 +376,9 @@ func (x *Exchanger) closeIPC() error {
 		for _, b := range l.notices {
 			errs = append(errs, b.Free())
 		}
+		for _, b := range l.sent {
+			errs = append(errs, b.Free())
+		}
 		x.ipc = nil
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -482,7 +529,7 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 			return e.outErr(m.dest, "payload_checksum", err)
 		}
 	}
-	notice, err := x.a.AllocPinned(ipcHead+p, x.sendS)
+	notice, err := l.takeSent(x, m.dest, ipcHead+p)
 	if err != nil {
 		return e.outErr(m.dest, "notice", err)
 	}
@@ -546,7 +593,9 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 	}
 	b.outs = append(b.outs, m)
 	m.chunks = resize(m.chunks, 1)
-	m.chunks[0] = outChunk{n: ipcHead + p, mem: notice, buf: notice}
+	// The notice is its first ipcHead+p bytes: a kept buffer may be longer.
+	m.chunks[0] = outChunk{n: ipcHead + p, buf: notice, keep: true, region: bufRegion{notice, 0, ipcHead + p}}
+	m.chunks[0].mem = &m.chunks[0].region
 	return nil
 }
 

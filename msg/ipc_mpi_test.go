@@ -109,12 +109,13 @@ func nodeLocalExchanger(t *testing.T) (x *Exchanger, a *devalloc.Allocator, rank
 
 // TestNoticeBuffersKept: the pinned buffer a peer's notice arrived in is
 // kept for its next notice, which arrives in the same buffer when it fits,
-// and the exchanger's Close frees them (the allocator's leak check).
+// as is the one a notice to a peer went out from, and the exchanger's Close
+// frees them (the allocator's leak check).
 func TestNoticeBuffersKept(t *testing.T) {
 	x, a, rank, size := nodeLocalExchanger(t)
 	s := a.DefaultStream()
 	tr := traffic{seed: 91, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
-	var kept map[int]*devalloc.Buffer
+	var kept, sent map[int]*devalloc.Buffer
 	for round := range 2 {
 		bufs, err := AllocSend(a, tr.plan(t, rank, size), s) // the same traffic both rounds
 		require.NoError(t, err)
@@ -123,10 +124,12 @@ func TestNoticeBuffersKept(t *testing.T) {
 		require.NoError(t, err)
 		tr.verify(t, s, rank, size, r)
 		require.Len(t, x.ipc.notices, size-1, "one notice buffer kept per peer")
+		require.Len(t, x.ipc.sent, size-1, "one notice buffer kept per peer sent to")
 		if round == 0 {
-			kept = maps.Clone(x.ipc.notices)
+			kept, sent = maps.Clone(x.ipc.notices), maps.Clone(x.ipc.sent)
 		} else {
 			require.Equal(t, kept, x.ipc.notices, "the same notices arrived in the same buffers")
+			require.Equal(t, sent, x.ipc.sent, "the same notices went out from the same buffers")
 		}
 		require.NoError(t, r.Free())
 		for _, b := range bufs {

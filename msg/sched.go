@@ -302,7 +302,13 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 	}
 	ch.posted = true
 	if buf != nil {
-		_ = buf.Free() // deferred by the hold until the send completes
+		if ch.keep && err == nil {
+			if kerr := x.ipc.keepSent(m.dest, buf); kerr != nil {
+				e.fail(e.outErr(m.dest, "notice", kerr))
+			}
+		} else {
+			_ = buf.Free() // deferred by the hold until the send completes
+		}
 		ch.buf = nil
 	}
 	if err != nil {

@@ -242,6 +242,7 @@ type outChunk struct {
 	buf    *devalloc.Buffer     // staged: the pinned chunk, freed once posted
 	pin    *cluster.PinnedBytes // abort notice and empty messages
 	posted bool
+	keep   bool // node-local notice: buf is kept for the next one to its destination
 }
 
 // sharedRelease releases what it wraps when the last of its n users has
