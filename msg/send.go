@@ -33,7 +33,8 @@ func SendPrefix(p *packing.Plan, g int) (int64, error) {
 // the whole message, and sending it copies nothing. Fill the views in the
 // order of s (or declare the work with Read/Write), then pass the buffers
 // to Exchange. They stay the caller's: free them, or refill them for the
-// next exchange.
+// next exchange. JoinSend lays the same send buffers out in one
+// allocation, for a computation that fills every destination at once.
 func AllocSend(a *devalloc.Allocator, p *packing.Plan, s *devalloc.Stream) ([]*packing.Coalesced, error) {
 	if a == nil || p == nil {
 		return nil, fmt.Errorf("msg: alloc send: nil allocator or plan: %w", ErrInvalid)
