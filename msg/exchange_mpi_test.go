@@ -32,17 +32,22 @@ func expectedMessages(tr traffic, rank, size int, selfViaMPI bool) int64 {
 	return n
 }
 
+// allToAllOptions are the exchanger settings the all-to-all tests run
+// under: the defaults, and one request at a time in 64 KiB pieces with the
+// message to self through MPI.
+var allToAllOptions = []struct {
+	name string
+	opts Options
+}{
+	{"defaults", Options{}},
+	{"window=1,chunk=64KiB,self=mpi", Options{Window: 1, ChunkBytes: MinChunkBytes, SelfViaMPI: true}},
+}
+
 func TestAllToAllRandomSparsity(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
 	for _, v := range variants(t) {
-		for _, o := range []struct {
-			name string
-			opts Options
-		}{
-			{"defaults", Options{}},
-			{"window=1,chunk=64KiB,self=mpi", Options{Window: 1, ChunkBytes: MinChunkBytes, SelfViaMPI: true}},
-		} {
+		for _, o := range allToAllOptions {
 			t.Run(v.name+"/"+o.name, func(t *testing.T) {
 				a := v.open(t)
 				opts := o.opts
@@ -864,50 +869,48 @@ func TestJoinedSendBuffers(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
 	for _, v := range variants(t) {
-		for _, o := range []struct {
-			name    string
-			opts    Options
-			pattern bool
-		}{
-			{"defaults", Options{}, false},
-			{"window=1,chunk=64KiB,self=mpi", Options{Window: 1, ChunkBytes: MinChunkBytes, SelfViaMPI: true}, false},
-			{"pattern,self=mpi", Options{SelfViaMPI: true}, true},
-		} {
-			t.Run(v.name+"/"+o.name, func(t *testing.T) {
-				a := v.open(t)
-				s := a.DefaultStream()
-				opts := o.opts
-				opts.Comm, opts.Alloc, opts.PayloadChecksum = comm, a, true
-				x := newExchanger(t, opts)
-				tr := traffic{seed: 300, density: 1, maxBlocks: 120, dims: []int{1, 2, 3, 5, 8}, dtypes: mixedTypes}
-				p := tr.plan(t, rank, size)
-				j, err := JoinSend(p)
-				require.NoError(t, err)
-				pat := x.NewPattern()
-				for it := range 3 {
-					before := a.Stats()
-					joined, err := packing.Alloc(a, j, s)
+		for _, o := range allToAllOptions {
+			for _, pattern := range []bool{false, true} {
+				name := v.name + "/" + o.name
+				if pattern {
+					name += "/pattern"
+				}
+				t.Run(name, func(t *testing.T) {
+					a := v.open(t)
+					s := a.DefaultStream()
+					opts := o.opts
+					opts.Comm, opts.Alloc, opts.PayloadChecksum = comm, a, true
+					x := newExchanger(t, opts)
+					tr := traffic{seed: 300, density: 1, maxBlocks: 120, dims: []int{1, 2, 3, 5, 8}, dtypes: mixedTypes}
+					p := tr.plan(t, rank, size)
+					j, err := JoinSend(p)
 					require.NoError(t, err)
-					require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "one allocation for every destination")
-					parts, err := joined.Parts()
-					require.NoError(t, err)
-					tr.fill(t, s, rank, parts)
-					var r *Received
-					if o.pattern {
-						r, err = pat.Exchange(parts)
-					} else {
-						r, err = x.Exchange(parts)
+					pat := x.NewPattern()
+					for it := range 3 {
+						before := a.Stats()
+						joined, err := packing.Alloc(a, j, s)
+						require.NoError(t, err)
+						require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "one allocation for every destination")
+						parts, err := joined.Parts()
+						require.NoError(t, err)
+						tr.fill(t, s, rank, parts)
+						var r *Received
+						if pattern {
+							r, err = pat.Exchange(parts)
+						} else {
+							r, err = x.Exchange(parts)
+						}
+						require.NoError(t, err, "iteration %d", it)
+						tr.verify(t, s, rank, size, r)
+						require.NoError(t, r.Free())
+						require.ErrorIs(t, parts[0].Free(), packing.ErrInvalid, "the parts are the joined buffer's")
+						require.NoError(t, joined.Free())
 					}
-					require.NoError(t, err, "iteration %d", it)
-					tr.verify(t, s, rank, size, r)
-					require.NoError(t, r.Free())
-					require.ErrorIs(t, parts[0].Free(), packing.ErrInvalid, "the parts are the joined buffer's")
-					require.NoError(t, joined.Free())
-				}
-				if o.pattern {
-					require.True(t, pat.Learned())
-				}
-			})
+					if pattern {
+						require.True(t, pat.Learned())
+					}
+				})
+			}
 		}
 	}
 }

@@ -21,46 +21,75 @@ func selfTraffic(seed uint64) traffic {
 		dtypes: []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}}
 }
 
+// TestSelfExchange: the message to self, by copy and through MPI, from a
+// send buffer of its own (AllocSend) and from a part of a joined one
+// (JoinSend).
 func TestSelfExchange(t *testing.T) {
 	for _, v := range variants(t) {
 		for _, viaMPI := range []bool{false, true} {
-			name := v.name + "/copy"
-			if viaMPI {
-				name = v.name + "/mpi"
-			}
-			t.Run(name, func(t *testing.T) {
-				a := v.open(t)
-				comm := world(t)
-				rank, size := comm.Rank(), comm.Size()
-				x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
-				s := a.DefaultStream()
-				tr := selfTraffic(7)
-				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
-				require.NoError(t, err)
-				tr.fill(t, s, rank, bufs)
-				r, err := x.Exchange(bufs)
-				require.NoError(t, err)
-				require.Equal(t, []int{rank}, r.Sources())
-				require.EqualValues(t, 1, r.Epoch())
-				tr.verify(t, s, rank, size, r)
-				require.NoError(t, r.Free())
-				for _, b := range bufs {
-					require.NoError(t, b.Free())
-				}
-				st := x.Stats()
-				if v.kind == devalloc.BackendCUDA && !v.aware && viaMPI {
-					require.Positive(t, st.BytesStaged, "device memory goes through pinned staging")
-				}
+			for _, joined := range []bool{false, true} {
+				name := v.name + "/copy"
 				if viaMPI {
-					require.EqualValues(t, 1, st.Messages, "one MPI message to self")
-					require.Zero(t, st.SelfCopies)
-				} else {
-					require.EqualValues(t, 1, st.SelfCopies)
-					require.Zero(t, st.Messages, "no MPI for a message to self")
+					name = v.name + "/mpi"
 				}
-			})
+				if joined {
+					name += "/joined"
+				}
+				t.Run(name, func(t *testing.T) {
+					a := v.open(t)
+					comm := world(t)
+					rank, size := comm.Rank(), comm.Size()
+					x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+					s := a.DefaultStream()
+					tr := selfTraffic(7)
+					bufs, free := selfSend(t, a, tr.plan(t, rank, size), joined)
+					tr.fill(t, s, rank, bufs)
+					r, err := x.Exchange(bufs)
+					require.NoError(t, err)
+					require.Equal(t, []int{rank}, r.Sources())
+					require.EqualValues(t, 1, r.Epoch())
+					tr.verify(t, s, rank, size, r)
+					require.NoError(t, r.Free())
+					free()
+					st := x.Stats()
+					if v.kind == devalloc.BackendCUDA && !v.aware && viaMPI {
+						require.Positive(t, st.BytesStaged, "device memory goes through pinned staging")
+					}
+					if viaMPI {
+						require.EqualValues(t, 1, st.Messages, "one MPI message to self")
+						require.Zero(t, st.SelfCopies)
+					} else {
+						require.EqualValues(t, 1, st.SelfCopies)
+						require.Zero(t, st.Messages, "no MPI for a message to self")
+					}
+				})
+			}
 		}
 	}
+}
+
+// selfSend allocates the send buffers of p, its own buffer each
+// (AllocSend) or the parts of one joined buffer (JoinSend), and returns
+// them with what frees them.
+func selfSend(t *testing.T, a *devalloc.Allocator, p *packing.Plan, joined bool) ([]*packing.Coalesced, func()) {
+	t.Helper()
+	s := a.DefaultStream()
+	if !joined {
+		bufs, err := AllocSend(a, p, s)
+		require.NoError(t, err)
+		return bufs, func() {
+			for _, b := range bufs {
+				require.NoError(t, b.Free())
+			}
+		}
+	}
+	j, err := JoinSend(p)
+	require.NoError(t, err)
+	c, err := packing.Alloc(a, j, s)
+	require.NoError(t, err)
+	parts, err := c.Parts()
+	require.NoError(t, err)
+	return parts, func() { require.NoError(t, c.Free()) }
 }
 
 func TestSelfPattern(t *testing.T) {
@@ -484,41 +513,25 @@ func TestTimeoutSetting(t *testing.T) {
 }
 
 // TestJoinSend: the joined send layout reserves each group's manifest room
-// before it, and a message to self from its part arrives, by copy and
-// through MPI.
+// before it (TestSelfExchange sends from it).
 func TestJoinSend(t *testing.T) {
 	_, err := JoinSend(nil)
 	require.ErrorIs(t, err, ErrInvalid)
-	for _, v := range variants(t) {
-		for _, viaMPI := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/viaMPI=%v", v.name, viaMPI), func(t *testing.T) {
-				a := v.open(t)
-				comm := world(t)
-				rank, size := comm.Rank(), comm.Size()
-				x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
-				s := a.DefaultStream()
-				tr := selfTraffic(11)
-				p := tr.plan(t, rank, size)
-				j, err := JoinSend(p)
-				require.NoError(t, err)
-				_, starts, ok := j.JoinedFrom()
-				require.True(t, ok)
-				for g := range p.Groups() {
-					pre, err := SendPrefix(p, g)
-					require.NoError(t, err)
-					require.GreaterOrEqual(t, starts[g], pre, "group %d has its manifest's room", g)
-				}
-				joined, err := packing.Alloc(a, j, s)
-				require.NoError(t, err)
-				parts, err := joined.Parts()
-				require.NoError(t, err)
-				tr.fill(t, s, rank, parts)
-				r, err := x.Exchange(parts)
-				require.NoError(t, err)
-				tr.verify(t, s, rank, size, r)
-				require.NoError(t, r.Free())
-				require.NoError(t, joined.Free())
-			})
-		}
+	descs := make([]packing.Desc, 60)
+	for i := range descs {
+		descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: 1 + i%5, Cols: 1 + i%3, Dest: i % 3}
+	}
+	p, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	j, err := JoinSend(p)
+	require.NoError(t, err)
+	_, starts, ok := j.JoinedFrom()
+	require.True(t, ok)
+	var end int64
+	for g, grp := range p.Groups() {
+		pre, err := SendPrefix(p, g)
+		require.NoError(t, err)
+		require.Equal(t, end+pre, starts[g], "group %d begins after its manifest's room", g)
+		end = starts[g] + grp.Bytes
 	}
 }

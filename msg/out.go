@@ -91,7 +91,7 @@ func (e *exchange) writeManifest(m *outMsg) error {
 	buf := c.Buffer()
 	p, start, l := int64(m.man.payloadOffset()), c.Start(), c.Size()
 	if start < p {
-		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend): %w", start, p, ErrInvalid))
+		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend or msg.JoinSend): %w", start, p, ErrInvalid))
 	}
 	h := e.header(m.dest)
 	if !c.Location().HostAccessible() {
