@@ -321,8 +321,12 @@ func (p *Plan) build(smallMax int32) error {
 		}
 		w := waveOf[t.C]
 		waveOf[t.C]++
-		probs[i] = problem{a: offA, b: offB, c: offC, m: int32(m), n: int32(nn), k: int32(k),
-			lda: int32(ca.Cols), ldb: int32(cb.Cols), tripleIdx: int32(i)}
+		// Field by field: a literal is built on the stack and copied in
+		// 16-byte moves that stall on its 4-byte stores.
+		q := &probs[i]
+		q.a, q.b, q.c = offA, offB, offC
+		q.m, q.n, q.k = int32(m), int32(nn), int32(k)
+		q.lda, q.ldb, q.tripleIdx = int32(ca.Cols), int32(cb.Cols), int32(i)
 		shapeOf[i], waveAt[i] = s, w
 		positions[i] = [3]int32{int32(t.A), int32(t.B), int32(t.C)} // below the operands' lengths, so below 2^31
 		p.waves = max(p.waves, int(w)+1)
@@ -537,6 +541,7 @@ type planScratch struct {
 	pairs       []int32
 	start, next []int32
 	bucket      []int32 // each product's bucket, between counting and placing
+	rank        []int32 // each shape's rank: by category, then first appearance
 	order       []int32 // products in launch order, when comparison-sorted
 	// shapes numbers shapes in order of first appearance (huge those too
 	// large for its key); shapeCat is each shape's category.
@@ -622,15 +627,30 @@ func (sc *planScratch) shapeClass(m, n, k int32) int32 {
 func (p *Plan) plan(sc *planScratch) {
 	probs, shapeOf, waveAt, shapeCat := sc.probs, sc.shapeOf, sc.waveAt, sc.shapeCat
 	nShapes := len(shapeCat)
-	bucketOf := func(i int32) int {
-		s := shapeOf[i]
-		return (int(waveAt[i])*nCats+int(shapeCat[s]))*nShapes + int(s)
+	// Each shape belongs to one category, so ranking the shapes by
+	// category, then by first appearance, orders a wave's products as
+	// (category, shape) would with a third of the buckets. catStart[c] is
+	// the rank of category c's first shape.
+	var catStart [nCats + 1]int
+	for _, c := range shapeCat {
+		catStart[c+1]++
 	}
+	for c := range nCats {
+		catStart[c+1] += catStart[c]
+	}
+	rank := slices.Grow(sc.rank[:0], nShapes)[:nShapes]
+	sc.rank = rank
+	next := catStart
+	for s, c := range shapeCat {
+		rank[s] = int32(next[c])
+		next[c]++
+	}
+	bucketOf := func(i int32) int { return int(waveAt[i])*nShapes + int(rank[shapeOf[i]]) }
 	sorted := p.problems[:len(probs)]
 	groupable := !p.dtype.IsComplex() && (p.strategy == Auto || p.strategy == Grouped)
-	// Bucket by (wave, category, shape): one counting pass, then each
-	// bucket in C order (already so when the list follows the layout).
-	if nb := p.waves * nCats * nShapes; nb <= 6*len(probs)+64 {
+	// Bucket by (wave, shape rank): one counting pass, then each bucket in
+	// C order (already so when the list follows the layout).
+	if nb := p.waves * nShapes; nb <= 2*len(probs)+64 {
 		start := slices.Grow(sc.start[:0], nb+1)[:nb+1]
 		clear(start)
 		bucket := slices.Grow(sc.bucket[:0], len(probs))[:len(probs)]
@@ -650,15 +670,15 @@ func (p *Plan) plan(sc *planScratch) {
 			next[b]++
 		}
 		for b := range nb {
-			if run := sorted[start[b]:start[b+1]]; !sortedByC(run) {
-				slices.SortFunc(run, byC)
+			if lo, hi := start[b], start[b+1]; hi-lo > 1 && !sortedByC(sorted[lo:hi]) {
+				slices.SortFunc(sorted[lo:hi], byC)
 			}
 		}
 		for w := range p.waves {
-			b := w * nCats * nShapes
-			at := func(cat int) int { return int(start[b+cat*nShapes]) }
+			b := w * nShapes
+			at := func(cat int) int { return int(start[b+catStart[cat]]) }
 			p.addWave(w, at(catTiny), at(catSmall), at(catBLAS), at(nCats), groupable,
-				bucketRuns(start, b, b+catBLAS*nShapes), bucketRuns(start, b+catBLAS*nShapes, b+nCats*nShapes))
+				bucketRuns(start, b, b+catStart[catBLAS]), bucketRuns(start, b+catStart[catBLAS], b+nShapes))
 		}
 		return
 	}
