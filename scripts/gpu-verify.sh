@@ -33,7 +33,7 @@
 #                    packed / raw goal as docs/PERFORMANCE.md measures it (2000
 #                    exchanges of packed, persistent and raw in turns), three times
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
-#         goals      scripts/solve-goals.sh: the main job's figures against their
+#         goals      scripts/solve-goals.sh, 5 rounds: the main job's figures against their
 #                    goals (1, 2 and 8 ranks, host, perblock, MPS, the GEMM kernel)
 #         sweep      the solve, packed and perblock, over 250 to 4000 blocks per rank (for the plot)
 #         turns      scripts/solve-turns.sh: gpubin/base/ against gpubin/ in turns (not in the default)
@@ -161,7 +161,7 @@ run() {
       solve)
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
         step solve-perblock 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode perblock -iters 10 -json" ;;
-      goals) step goals 900 "scripts/solve-goals.sh $BIN $LOG/goals && cp $LOG/goals/goals.txt $LOG/goals.txt" ;;
+      goals) step goals 900 "scripts/solve-goals.sh $BIN $LOG/goals 5 && cp $LOG/goals/goals.txt $LOG/goals.txt" ;;
       turns) step turns 1500 "scripts/solve-turns.sh $BIN/base $BIN $LOG/turns 3 && cp $LOG/turns/turns.txt $LOG/turns.txt" ;;
       sweep) step solve-sweep 300 "for mode in packed perblock; do for b in 250 500 1000 2000 4000; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode \$mode -blocks \$b -iters 5 -json | tail -n 1 >> $LOG/solve-sweep.jsonl || exit 1; done; done" ;;
       mpibench) step mpibench 240 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/mpibench.test -test.run '^\$' -test.bench 'PingPong/bytes=(65536|262144|1048576|4194304)/' -test.benchtime 1000x -test.count 3" ;;
