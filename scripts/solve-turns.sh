@@ -11,11 +11,11 @@
 #   scripts/solve-turns.sh OLDBIN NEWBIN OUTDIR [ROUNDS]
 #
 # OLDBIN and NEWBIN hold ranktest and ranktest-mpi, as scripts/gpu-verify.sh
-# build makes them (build the older commit in a worktree and copy its
-# gpubin/ beside the newer). ROUNDS is 3 unless given. The cases: one rank
-# on a repeated and on a fresh layout, two ranks, and eight ranks under MPS
-# when nvidia-cuda-mps-control is there. OUTDIR receives every run's output
-# and turns.txt, the table. Needs mpirun and python3.
+# build makes them (and build-base COMMIT, for an older commit, in
+# gpubin/base/). ROUNDS is 3 unless given. The cases: one rank on a
+# repeated and on a fresh layout, two ranks, and two and eight ranks under
+# MPS when nvidia-cuda-mps-control is there. OUTDIR receives every run's
+# output and turns.txt, the table. Needs mpirun and python3.
 set -uo pipefail
 old=${1:?usage: solve-turns.sh OLDBIN NEWBIN OUTDIR [ROUNDS]}
 new=${2:?usage: solve-turns.sh OLDBIN NEWBIN OUTDIR [ROUNDS]}
@@ -38,6 +38,7 @@ case_cmd() { # case_cmd CASE BINDIR: the command line of one case
     cuda-1) echo "$b/ranktest -backend cuda -iters 1500 -json" ;;
     cuda-1-fresh) echo "$b/ranktest -backend cuda -iters 1000 -fresh -json" ;;
     cuda-2) echo "${mpirun[*]} -n 2 $b/ranktest-mpi -backend cuda -iters 300 -json" ;;
+    cuda-2-mps) echo "${mpirun[*]} -x CUDA_MPS_PIPE_DIRECTORY -n 2 $b/ranktest-mpi -backend cuda -iters 300 -json" ;;
     cuda-8-mps) echo "${mpirun[*]} -x CUDA_MPS_PIPE_DIRECTORY -n 8 $b/ranktest-mpi -backend cuda -iters 200 -json" ;;
   esac
 }
@@ -58,13 +59,15 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control
   mps=1
   sleep 1
   for r in $(seq 1 "$rounds"); do
-    for which in $(order "$r"); do
-      dir=$old
-      [ "$which" = new ] && dir=$new
-      f="$out/cuda-8-mps.$which.$r.txt"
-      echo "solve-turns: round $r: cuda-8-mps: $which" >&2
-      # shellcheck disable=SC2046
-      timeout 300 $(case_cmd cuda-8-mps "$dir") >"$f" 2>&1 || { echo "solve-turns: $f failed" >&2; failed=1; }
+    for c in cuda-2-mps cuda-8-mps; do
+      for which in $(order "$r"); do
+        dir=$old
+        [ "$which" = new ] && dir=$new
+        f="$out/$c.$which.$r.txt"
+        echo "solve-turns: round $r: $c: $which" >&2
+        # shellcheck disable=SC2046
+        timeout 300 $(case_cmd "$c" "$dir") >"$f" 2>&1 || { echo "solve-turns: $f failed" >&2; failed=1; }
+      done
     done
   done
   echo quit | nvidia-cuda-mps-control
@@ -73,7 +76,7 @@ fi
 python3 - "$out" "$rounds" "$mps" <<'EOF' | tee "$out/turns.txt"
 import json, os, statistics, sys
 out, rounds, mps = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-cases = ["cuda-1", "cuda-1-fresh", "cuda-2"] + (["cuda-8-mps"] if mps else [])
+cases = ["cuda-1", "cuda-1-fresh", "cuda-2"] + (["cuda-2-mps", "cuda-8-mps"] if mps else [])
 phases = ["alloc", "upload", "gemm_plan", "gemm", "exchange", "free"]
 
 def summary(path):
