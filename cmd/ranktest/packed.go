@@ -10,15 +10,16 @@ import (
 	"github.com/distbuf/distbuf/packing"
 )
 
-// packed is the solve distbuf is for: one allocation per operand (A, B) and
-// one for every destination's C (the joined send layout, whose parts are
-// the messages), one host-to-device copy per operand, the bond's GEMM plan
+// packed is the solve distbuf is for: one allocation for the operands (A
+// and B, the parts of one joined layout) and one for every destination's C
+// (the joined send layout, whose parts are the messages), one
+// host-to-device copy of both operands, the bond's GEMM plan
 // run on this solve's buffers, and one message per peer whose received
 // buffer is the blocks.
 //
 // Its phases, each timed on the host: alloc (on a fresh layout, laying the
-// blocks out; then the send buffers), upload (the operands' allocations and
-// their copies from pinned memory), gemm_plan (zero once the bond is
+// blocks out; then the send buffers), upload (the operands' allocation and
+// its copy from pinned memory), gemm_plan (zero once the bond is
 // planned), gemm (enqueueing the products), exchange (until every
 // received block is complete where it lives, so it also waits for the
 // device work before it) and free. Verification comes between exchange and
@@ -53,22 +54,22 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	}
 	st.phase[phAlloc] += lap(&t)
 
-	// The operands' allocations come with their upload: one allocator call
-	// and one copy each, the copy covering the padding.
+	// The operands come with their upload: one allocator call and one copy
+	// for both, the copy covering the padding.
 	if err := sv.timer.mark(0); err != nil {
 		return err
 	}
 	t = time.Now()
-	A, err := packing.AllocCopy(sv.a, l.stageA, sv.s)
+	AB, err := packing.AllocCopy(sv.a, l.stageAB, sv.s)
 	if err != nil {
 		return err
 	}
-	mem.coalesced = append(mem.coalesced, A)
-	B, err := packing.AllocCopy(sv.a, l.stageB, sv.s)
+	mem.coalesced = append(mem.coalesced, AB)
+	operands, err := AB.Parts()
 	if err != nil {
 		return err
 	}
-	mem.coalesced = append(mem.coalesced, B)
+	A, B := operands[0], operands[1]
 	st.phase[phUpload] = lap(&t)
 	if err := sv.timer.mark(1); err != nil {
 		return err

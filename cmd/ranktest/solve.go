@@ -62,20 +62,23 @@ type bondData struct {
 // operands staged in pinned memory, the GEMM plan (made at the bond's first
 // solve) and the exchange pattern.
 type layout struct {
-	bond                *bondData
-	planA, planB, planC *packing.Plan
+	bond *bondData
+	// planAB lays A and B out in one buffer, the parts of a joined plan:
+	// group 0 is A, group 1 B.
+	planAB, planC *packing.Plan
 	// joinC lays every destination group of planC out in one buffer, each
 	// after its manifest's room (msg.JoinSend): one allocation, one padding
 	// clear and one GEMM plan for all destinations; its parts are the send
 	// buffers.
 	joinC *packing.Plan
-	// stageA and stageB hold the operands in pinned host memory, filled
-	// once: each solve moves them to the device with one copy each.
-	stageA, stageB *packing.Coalesced
-	gemmPlan       *gemm.Plan
-	pattern        *msg.Pattern
-	blockPlans     [][3]*packing.Plan // -mode perblock: one plan per operand and block
-	lastUse        int
+	// stageAB holds the operands in pinned host memory, filled once: each
+	// solve moves both to the device with one copy. stageA and stageB are
+	// its parts.
+	stageAB, stageA, stageB *packing.Coalesced
+	gemmPlan                *gemm.Plan
+	pattern                 *msg.Pattern
+	blockPlans              [][3]*packing.Plan // -mode perblock: one plan per operand and block
+	lastUse                 int
 }
 
 type refKey struct {
@@ -136,10 +139,8 @@ func (l *layout) close() error {
 	if l.gemmPlan != nil {
 		errs = append(errs, l.gemmPlan.Close())
 	}
-	for _, c := range []*packing.Coalesced{l.stageA, l.stageB} {
-		if c != nil {
-			errs = append(errs, c.Free())
-		}
+	if l.stageAB != nil {
+		errs = append(errs, l.stageAB.Free())
 	}
 	return errors.Join(errs...)
 }
@@ -189,7 +190,7 @@ func (sv *solver) layoutFor(iter int) (l *layout, fresh bool, planUS float64, er
 	}
 	start := time.Now()
 	l = &layout{bond: bd, lastUse: sv.solves}
-	if l.planA, l.planB, l.planC, err = bd.descs.plans(); err != nil {
+	if l.planAB, l.planC, err = bd.descs.plans(); err != nil {
 		return nil, true, 0, err
 	}
 	if sv.cfg.mode == "packed" {
@@ -202,10 +203,15 @@ func (sv *solver) layoutFor(iter int) (l *layout, fresh bool, planUS float64, er
 	}
 	planUS = since(start)
 	err = sv.harness(func() (err error) {
-		if l.stageA, err = sv.stage(bd, l.planA, 0); err == nil {
-			l.stageB, err = sv.stage(bd, l.planB, 1)
+		if l.stageAB, err = sv.stage(bd, l.planAB); err != nil {
+			return err
 		}
-		return err
+		parts, err := l.stageAB.Parts()
+		if err != nil {
+			return err
+		}
+		l.stageA, l.stageB = parts[0], parts[1]
+		return nil
 	})
 	if err != nil {
 		return nil, true, 0, errors.Join(err, l.close())
@@ -235,9 +241,10 @@ func (sv *solver) evictLayouts() error {
 	return nil
 }
 
-// stage fills a pinned buffer with operand which of every block at bond bd.
-func (sv *solver) stage(bd *bondData, p *packing.Plan, which int) (*packing.Coalesced, error) {
-	c, err := packing.AllocPinned(sv.a, p, 0, sv.s)
+// stage fills a pinned buffer laid out by the joined plan ab with the
+// operands of every block at bond bd: A's blocks, then B's.
+func (sv *solver) stage(bd *bondData, ab *packing.Plan) (*packing.Coalesced, error) {
+	c, err := packing.AllocPinned(sv.a, ab, 0, sv.s)
 	if err != nil {
 		return nil, err
 	}
@@ -245,13 +252,14 @@ func (sv *solver) stage(bd *bondData, p *packing.Plan, which int) (*packing.Coal
 	if err != nil {
 		return nil, errors.Join(err, c.Free())
 	}
+	n := c.Len() / 2
 	err = sv.s.Enqueue(func() error {
 		for k, v := range c.All() {
 			f, err := v.Float64s()
 			if err != nil {
 				return err
 			}
-			operand(f, sv.cfg.seed, bd.index, sv.rank, uint64(k), which)
+			operand(f, sv.cfg.seed, bd.index, sv.rank, uint64(k%n), k/n)
 		}
 		return nil
 	})

@@ -94,32 +94,37 @@ func reference(seed uint64, bond, src int, id uint64, sp blockSpec) []float64 {
 func alphaFor(iter int) float64 { return float64(1 + iter%7) }
 
 // operandDescs are the descriptors of a rank's blocks at one bond: A
-// (m x k) and B (k x n) in one buffer each, C (m x n) bound for its
-// destination. They are the block structure a solver holds; laying them out
-// is what a solve on a fresh layout pays for.
-type operandDescs struct{ a, b, c []packing.Desc }
+// (m x k) and B (k x n) as the two groups of one list (A's blocks bound for
+// group 0, B's for group 1, their ids counting on from A's), C (m x n)
+// bound for its destination. They are the block structure a solver holds;
+// laying them out is what a solve on a fresh layout pays for.
+type operandDescs struct{ ab, c []packing.Desc }
 
 func descsOf(specs []blockSpec) operandDescs {
-	d := operandDescs{make([]packing.Desc, len(specs)), make([]packing.Desc, len(specs)), make([]packing.Desc, len(specs))}
+	n := len(specs)
+	d := operandDescs{make([]packing.Desc, 2*n), make([]packing.Desc, n)}
 	for i, sp := range specs {
 		id := uint64(i)
-		d.a[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.k}
-		d.b[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.k, Cols: sp.n}
+		d.ab[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.k, Dest: 0}
+		d.ab[n+i] = packing.Desc{ID: uint64(n) + id, DType: packing.Float64, Rows: sp.k, Cols: sp.n, Dest: 1}
 		d.c[i] = packing.Desc{ID: id, DType: packing.Float64, Rows: sp.m, Cols: sp.n, Dest: sp.dest}
 	}
 	return d
 }
 
-// plans lays out A, B (one buffer each) and C (one buffer per destination).
-func (d operandDescs) plans() (a, b, c *packing.Plan, err error) {
-	if a, err = packing.NewPlan(d.a, packing.Options{}); err != nil {
-		return
+// plans lays out A and B in one buffer (the parts of a joined plan, so
+// that a solve moves both to the device with one allocation and one copy)
+// and C (one buffer per destination).
+func (d operandDescs) plans() (ab, c *packing.Plan, err error) {
+	two, err := packing.NewPlan(d.ab, packing.Options{})
+	if err != nil {
+		return nil, nil, err
 	}
-	if b, err = packing.NewPlan(d.b, packing.Options{}); err != nil {
-		return
+	if ab, err = two.Joined(nil); err != nil {
+		return nil, nil, err
 	}
 	c, err = packing.NewPlan(d.c, packing.Options{})
-	return
+	return ab, c, err
 }
 
 // verifyBlock compares a received block with alpha times the reference.
