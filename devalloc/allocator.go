@@ -187,6 +187,11 @@ func (a *Allocator) init(cfgSource string) error {
 	if err != nil {
 		return fmt.Errorf("devalloc: reclamation stream: %w", err)
 	}
+	// Nothing is allocated on the reclamation stream: a backend that keeps
+	// freed blocks for the next allocation on their stream keeps none there.
+	if k, ok := r.(interface{ keepNoFrees() }); ok {
+		k.keepNoFrees()
+	}
 	a.reclaim = &Stream{a: a, impl: r, id: -1}
 	a.pinned.init(a)
 	if a.cfg.Prime > 0 {

@@ -61,6 +61,7 @@ type memRef struct {
 type poolUsage struct {
 	reservedCur, reservedHigh, reservedTotal int64
 	usedCur, usedHigh                        int64
+	reuseKept, reuseHits                     int64
 }
 
 // backend is one memory and execution backend. The Allocator owns it and

@@ -180,12 +180,14 @@ type Config struct {
 	FreeThreshold int64
 	// Pool forces the cudaMalloc fallback when PoolOff.
 	Pool PoolMode
-	// FallbackCache bounds the bytes the cudaMalloc fallback keeps for reuse;
-	// -1 disables the cache, 0 means the default (256 MiB).
-	FallbackCache int64
+	// Cache bounds the bytes devalloc keeps for reuse without the driver:
+	// the cudaMalloc fallback's cache, and on the pool under Retain the
+	// blocks kept for the next allocation of their size on the stream they
+	// were freed on. -1 keeps none, 0 means the default (256 MiB).
+	Cache int64
 }
 
-const defaultFallbackCache = 256 << 20
+const defaultCache = 256 << 20
 
 // String renders the configuration in the DISTBUF_ALLOC_CONF syntax;
 // ParseConfig(c.String()) == c.
@@ -203,11 +205,11 @@ func (c Config) String() string {
 	if c.Pool != PoolAuto {
 		parts = append(parts, "pool:"+c.Pool.String())
 	}
-	if c.FallbackCache != 0 {
-		if c.FallbackCache < 0 {
+	if c.Cache != 0 {
+		if c.Cache < 0 {
 			parts = append(parts, "cache:off")
 		} else {
-			parts = append(parts, "cache:"+formatSizeExact(c.FallbackCache))
+			parts = append(parts, "cache:"+formatSizeExact(c.Cache))
 		}
 	}
 	return strings.Join(parts, ",")
@@ -274,8 +276,8 @@ func parseConfig(s, source string) (Config, error) {
 			}
 		case "cache":
 			if strings.EqualFold(val, "off") {
-				c.FallbackCache = -1
-			} else if c.FallbackCache, err = ParseBytes(val); err != nil {
+				c.Cache = -1
+			} else if c.Cache, err = ParseBytes(val); err != nil {
 				return c, bad(err.Error())
 			}
 		default:
@@ -432,8 +434,8 @@ func (c Config) validate(source string) error {
 		return bad("FreeThreshold", strconv.FormatInt(c.FreeThreshold, 10), "must not be negative")
 	case c.Pool != PoolAuto && c.Pool != PoolOff:
 		return bad("Pool", c.Pool.String(), "want PoolAuto or PoolOff")
-	case c.FallbackCache < -1:
-		return bad("FallbackCache", strconv.FormatInt(c.FallbackCache, 10), "want -1 (off), 0 (default) or a size")
+	case c.Cache < -1:
+		return bad("Cache", strconv.FormatInt(c.Cache, 10), "want -1 (off), 0 (default) or a size")
 	}
 	return nil
 }

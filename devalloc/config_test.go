@@ -16,7 +16,7 @@ func TestParseConfig(t *testing.T) {
 
 	c, err = ParseConfig(" policy : free , limit: 512MiB, threshold:64MiB, pool:off, cache:off ")
 	require.NoError(t, err)
-	require.Equal(t, Config{Policy: AggressiveFree, Limit: Limit{Bytes: 512 << 20}, FreeThreshold: 64 << 20, Pool: PoolOff, FallbackCache: -1}, c)
+	require.Equal(t, Config{Policy: AggressiveFree, Limit: Limit{Bytes: 512 << 20}, FreeThreshold: 64 << 20, Pool: PoolOff, Cache: -1}, c)
 
 	c, err = ParseConfig("")
 	require.NoError(t, err)
@@ -24,7 +24,7 @@ func TestParseConfig(t *testing.T) {
 
 	c, err = ParseConfig("limit:none,cache:1.5GB")
 	require.NoError(t, err)
-	require.Equal(t, Config{FallbackCache: 1_500_000_000}, c)
+	require.Equal(t, Config{Cache: 1_500_000_000}, c)
 }
 
 func TestParseConfigErrorsNameTheKey(t *testing.T) {
@@ -78,8 +78,8 @@ func TestParseConfigRejectsWithReason(t *testing.T) {
 func TestConfigStringRoundTrip(t *testing.T) {
 	for _, c := range []Config{
 		{},
-		{Policy: AggressiveFree, Prime: 3 << 30, Limit: Limit{Fraction: 0.75}, FreeThreshold: 1000, Pool: PoolOff, FallbackCache: -1},
-		{Limit: Limit{Bytes: 12345}, FallbackCache: 64 << 20},
+		{Policy: AggressiveFree, Prime: 3 << 30, Limit: Limit{Fraction: 0.75}, FreeThreshold: 1000, Pool: PoolOff, Cache: -1},
+		{Limit: Limit{Bytes: 12345}, Cache: 64 << 20},
 		{Limit: Limit{Fraction: 1.0 / 3}},
 		{Limit: Limit{Fraction: 2.0 / 3}},
 		{Limit: Limit{Fraction: 0.1}},

@@ -99,6 +99,9 @@ type cudaBackend struct {
 
 	closed atomic.Bool
 	final  poolUsage // usage at close, under statsMu
+	// reuse keeps freed blocks for the next allocation of their size on
+	// their stream (the pool under Retain; nil on the fallback).
+	reuse *streamReuse
 
 	statsMu       sync.Mutex
 	lastReserved  int64
@@ -159,9 +162,19 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 			return nil, wrapCUDA("configure the memory pool", err)
 		}
 		be.kindV = KindCUDAPool
+		limit := cfg.Cache
+		if limit == 0 {
+			limit = defaultCache
+		}
+		be.reuse = newStreamReuse(limit, func(addr uintptr, s *cudaStream) error {
+			return wrapCUDA("free to the pool", be.dev.FreeAsync(addr, s.h))
+		})
 		mode = "private stream-ordered pool"
+		if be.reuse.limit > 0 {
+			mode += fmt.Sprintf(" (same-stream reuse up to %s)", FormatBytes(be.reuse.limit))
+		}
 	} else {
-		be.fb = newMallocCache(d, &be.events, cfg.FallbackCache)
+		be.fb = newMallocCache(d, &be.events, cfg.Cache)
 		be.kindV = KindCUDAMalloc
 		cache := "no cache"
 		if be.fb.limit > 0 {
@@ -237,9 +250,19 @@ func (be *cudaBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer,
 	}
 	var addr uintptr
 	err = cs.use(func() error {
+		if a, ok := be.reuse.take(cs, size); ok {
+			addr = a
+			return nil
+		}
 		var err error
 		addr, err = be.dev.MallocFromPoolAsync(size, be.pool, cs.h)
-		return wrapCUDA("allocate from the pool", err)
+		err = wrapCUDA("allocate from the pool", err)
+		if errors.Is(err, ErrOutOfMemory) {
+			// The ladder synchronises and retries next: the kept blocks
+			// are free memory by then.
+			err = errors.Join(err, be.reuse.drain(nil))
+		}
+		return err
 	})
 	return addr, nil, err
 }
@@ -255,7 +278,12 @@ func (be *cudaBackend) freeAsync(addr uintptr, size int64, r streamImpl) error {
 	if be.fb != nil {
 		return be.fb.free(addr, cs)
 	}
-	return cs.use(func() error { return wrapCUDA("free to the pool", be.dev.FreeAsync(addr, cs.h)) })
+	return cs.use(func() error {
+		if kept, err := be.reuse.put(cs, size, addr); kept {
+			return err
+		}
+		return wrapCUDA("free to the pool", be.dev.FreeAsync(addr, cs.h))
+	})
 }
 
 func (be *cudaBackend) copyAsync(dst, src memRef, n int64, s streamImpl) error {
@@ -316,7 +344,15 @@ func (be *cudaBackend) setReleaseThreshold(bytes uint64) error {
 		be.fb.setThreshold(bytes)
 		return nil
 	}
-	return wrapCUDA("set the release threshold", be.dev.MemPoolSetUint64(be.pool, cudart.PoolAttrReleaseThreshold, bytes))
+	// Blocks are kept for reuse under Retain only: a lower threshold asks
+	// for memory back, which kept blocks would withhold.
+	retain := bytes == math.MaxUint64
+	be.reuse.setOn(retain)
+	var err error
+	if !retain {
+		err = be.reuse.drain(nil)
+	}
+	return errors.Join(err, wrapCUDA("set the release threshold", be.dev.MemPoolSetUint64(be.pool, cudart.PoolAttrReleaseThreshold, bytes)))
 }
 
 // prime allocates bytes from the pool on s, frees them on s and waits for
@@ -355,8 +391,16 @@ func (be *cudaBackend) trim(keep int64) error {
 	if be.fb != nil {
 		return be.fb.trim(keep)
 	}
+	// The kept blocks go back first, and their streams run their frees, so
+	// that the trim can release them.
+	streams, err := be.reuse.drainStreams()
+	for _, s := range streams {
+		if serr := s.use(func() error { return wrapCUDA("synchronize", be.dev.StreamSynchronize(s.h)) }); serr != nil && !errors.Is(serr, ErrClosed) {
+			err = errors.Join(err, serr)
+		}
+	}
 	be.sample()
-	return wrapCUDA("trim the pool", be.dev.MemPoolTrimTo(be.pool, keep))
+	return errors.Join(err, wrapCUDA("trim the pool", be.dev.MemPoolTrimTo(be.pool, keep)))
 }
 
 // syncPoint: the driver applies the pool's release threshold by itself at
@@ -423,9 +467,11 @@ func (be *cudaBackend) usageLocked() poolUsage {
 	cur := be.sampleLocked()
 	used, _ := be.dev.MemPoolGetUint64(be.pool, cudart.PoolAttrUsedMemCurrent)
 	usedHigh, _ := be.dev.MemPoolGetUint64(be.pool, cudart.PoolAttrUsedMemHigh)
+	kept, hits := be.reuse.stats()
 	return poolUsage{
 		reservedCur: cur, reservedHigh: be.reservedPeak, reservedTotal: be.reservedTotal,
 		usedCur: int64(used), usedHigh: max(int64(usedHigh), int64(used)),
+		reuseKept: kept, reuseHits: hits,
 	}
 }
 

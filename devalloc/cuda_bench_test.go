@@ -40,7 +40,7 @@ func BenchmarkCUDAAllocFree(b *testing.B) {
 		{"retained", devalloc.Config{}, true},
 		{"threshold0", devalloc.Config{Policy: devalloc.AggressiveFree}, true},
 		{"fallback-cached", devalloc.Config{Pool: devalloc.PoolOff}, false},
-		{"cudamalloc", devalloc.Config{Pool: devalloc.PoolOff, FallbackCache: -1}, false},
+		{"cudamalloc", devalloc.Config{Pool: devalloc.PoolOff, Cache: -1}, false},
 	}
 	for _, c := range configs {
 		for _, size := range []int64{256, 64 << 10, 16 << 20} {

@@ -35,22 +35,32 @@ func TestCUDADriverCalls(t *testing.T) {
 
 // testDriverCalls counts the driver calls of the hot path, once warm, on
 // one thread (a goroutine that moves to a thread where the device is not
-// current pays one cudaSetDevice more): an Alloc is one pool allocation, a
-// Memset one memset and a Free one stream-ordered free, each after a look
-// at the thread's context; no event, no pool query. On the cudaMalloc
-// fallback, Alloc and Free make no driver call at all.
+// current pays one cudaSetDevice more): a Memset is one memset after a
+// look at the thread's context; no event, no pool query. The sizes recur
+// on one stream, so on the pool an Alloc takes the block the last cycle's
+// Free kept there, and neither calls the driver, as on the cudaMalloc
+// fallback; with reuse off (cache:off) an Alloc is one pool allocation and
+// a Free one stream-ordered free, each after a look at the context.
 func testDriverCalls(t *testing.T, setup func(*testing.T)) {
 	for _, tc := range []struct {
 		name          string
 		poolOff       bool
+		noReuse       bool
 		alloc, free   map[string]uint64
 		memset, cycle map[string]uint64
 	}{
 		{
 			name:   "pool",
-			alloc:  map[string]uint64{"cudaMallocFromPoolAsync": 1, "cuCtxGetCurrent": 1},
-			free:   map[string]uint64{"cudaFreeAsync": 1, "cuCtxGetCurrent": 1},
+			alloc:  map[string]uint64{},
+			free:   map[string]uint64{},
 			memset: map[string]uint64{"cudaMemsetAsync": 1, "cuCtxGetCurrent": 1},
+		},
+		{
+			name:    "pool without reuse",
+			noReuse: true,
+			alloc:   map[string]uint64{"cudaMallocFromPoolAsync": 1, "cuCtxGetCurrent": 1},
+			free:    map[string]uint64{"cudaFreeAsync": 1, "cuCtxGetCurrent": 1},
+			memset:  map[string]uint64{"cudaMemsetAsync": 1, "cuCtxGetCurrent": 1},
 		},
 		{
 			name:    "fallback",
@@ -67,7 +77,11 @@ func testDriverCalls(t *testing.T, setup func(*testing.T)) {
 			if tc.poolOff {
 				defer devalloc.ForceCUDAPoolOff()()
 			}
-			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}, Warn: func(string) {}})
+			cfg := &devalloc.Config{}
+			if tc.noReuse {
+				cfg.Cache = -1
+			}
+			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: cfg, Warn: func(string) {}})
 			require.NoError(t, err)
 			s := a.DefaultStream()
 			sizes := []int64{100, 4096, 1 << 20, 3 << 20, 100, 64 << 10}

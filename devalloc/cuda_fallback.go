@@ -37,7 +37,7 @@ import (
 // free blocks are cut down to their bound (retiring the streams' blocks if
 // they are over it) and blocks that did not fit are freed.
 //
-// The bound is Config.FallbackCache (256 MiB by default; -1 keeps no cache,
+// The bound is Config.Cache (256 MiB by default; -1 keeps no cache,
 // so every free is a cudaFree and every allocation a cudaMalloc), raised to
 // the bytes primed (Prime allocates with cudaMalloc and caches the block),
 // and lowered to the release threshold under AggressiveFree. Trim(keep)
@@ -121,7 +121,7 @@ type pendingBatch struct {
 
 func newMallocCache(d *cudart.Device, events *eventPool, limit int64) *mallocCache {
 	if limit == 0 {
-		limit = defaultFallbackCache
+		limit = defaultCache
 	}
 	return &mallocCache{
 		dev: d, events: events, limit: limit, threshold: math.MaxUint64,

@@ -31,6 +31,9 @@ type cudaStream struct {
 
 	mu   sync.RWMutex
 	dead bool
+	// noReuse: blocks freed in this stream's order go back to the pool at
+	// once (the reclamation stream, on which nothing is allocated).
+	noReuse bool
 
 	hostMu   sync.Mutex
 	cond     *sync.Cond // on hostMu: the worker's queue
@@ -77,6 +80,10 @@ func (s *cudaStream) use(fn func() error) error {
 }
 
 func (s *cudaStream) handle() uintptr { return uintptr(s.h) }
+
+// keepNoFrees is called before the stream's first use when nothing is to
+// be allocated on it.
+func (s *cudaStream) keepNoFrees() { s.noReuse = true }
 
 func (s *cudaStream) record() (eventImpl, error) {
 	var ev *cudaEvent
@@ -245,6 +252,9 @@ func (s *cudaStream) destroy() error {
 	}
 	s.dead = true
 	s.mu.Unlock()
+	// The blocks kept for reuse here go back to the pool in its order
+	// before the handle goes: no free is kept on a dead stream.
+	errKept := s.be.reuse.drain(s)
 	s.abandonHostWaits()
 	errSync := wrapCUDA("synchronize a stream being destroyed", s.be.dev.StreamSynchronize(s.h))
 	s.hostMu.Lock()
@@ -263,7 +273,7 @@ func (s *cudaStream) destroy() error {
 		s.be.words.put(s.word)
 		s.word = nil
 	}
-	return errors.Join(errSync, errDestroy)
+	return errors.Join(errKept, errSync, errDestroy)
 }
 
 // cudaEvent is a cudaEvent_t from the backend's pool.

@@ -420,7 +420,7 @@ func (p *hostPool) syncPoint() {
 func (p *hostPool) usage() poolUsage {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return poolUsage{p.reserved, p.reservedHigh, p.reservedTotal, p.used, p.usedHigh}
+	return poolUsage{reservedCur: p.reserved, reservedHigh: p.reservedHigh, reservedTotal: p.reservedTotal, usedCur: p.used, usedHigh: p.usedHigh}
 }
 
 func (p *hostPool) resetHigh() {

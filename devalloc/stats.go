@@ -15,9 +15,13 @@ type Stats struct {
 	// Bytes the pool holds from the driver or OS: now, the high-water mark,
 	// and the cumulative bytes obtained (on CUDA sampled when Stats is read).
 	ReservedCurrent, ReservedPeak, ReservedTotal int64
-	// Bytes the pool has handed out, including rounding and frees whose
-	// stream order has not yet reached them.
+	// Bytes the pool has handed out, including rounding, frees whose
+	// stream order has not yet reached them and the blocks kept for reuse.
 	PoolUsedCurrent, PoolUsedPeak int64
+	// On the CUDA pool under Retain: the bytes of freed blocks kept for the
+	// next allocation of their size on the stream they were freed on, and
+	// how many allocations such a block served (no driver call).
+	ReuseKept, ReuseHits int64
 
 	LiveBuffers  int64 // allocated and not yet freed (device or host-backend memory and pinned)
 	AllocCalls   int64 // successful Alloc calls
@@ -65,6 +69,8 @@ func (a *Allocator) Stats() Stats {
 		ReservedTotal:    u.reservedTotal,
 		PoolUsedCurrent:  u.usedCur,
 		PoolUsedPeak:     u.usedHigh,
+		ReuseKept:        u.reuseKept,
+		ReuseHits:        u.reuseHits,
 		LiveBuffers:      n.liveBuffers,
 		AllocCalls:       n.allocCalls,
 		BackendCalls:     n.backendCalls + a.c.backendCalls.Load(),

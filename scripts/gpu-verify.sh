@@ -105,7 +105,7 @@ sanitize() { # sanitize TOOL
   local tool=$1 cs=/usr/local/cuda/bin/compute-sanitizer
   local common=(--tool "$tool" --error-exitcode 1 --report-api-errors no)
   [ "$tool" = memcheck ] && common+=(--leak-check no)
-  (cd devalloc && $cs "${common[@]}" "$OLDPWD/$BIN/devalloc.test" -test.count=1 -test.v -test.run '^TestCUDA(Conformance|ConformanceFallback|HostWaitCallback|BackendDetails)$' -test.timeout 150s) || return 1
+  (cd devalloc && $cs "${common[@]}" "$OLDPWD/$BIN/devalloc.test" -test.count=1 -test.v -test.run '^TestCUDA(Conformance|ConformanceFallback|HostWaitCallback|BackendDetails|Reuse)$' -test.timeout 150s) || return 1
   # gemm's small-block kernel stages tiles in shared memory: racecheck too
   if [ "$tool" = racecheck ]; then
     (cd gemm && $cs "${common[@]}" "$OLDPWD/$BIN/gemm.test" -test.count=1 -test.run 'ContractionsSizes/cuda' -test.timeout 200s)

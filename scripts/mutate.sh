@@ -60,6 +60,11 @@ for m in "${mutations[@]}"; do
   if (cd "$dir" && timeout 300 "$GO" test -count=1 -run "$test" ./devalloc >"$dir.log" 2>&1); then
     echo "mutate: $name: SURVIVED: $test passes with the rule taken out of $file" >&2
     failed+=("$name")
+  elif grep -q -e '\[build failed\]' -e '\[setup failed\]' "$dir.log"; then
+    # A mutant that does not build proves nothing about the test.
+    echo "mutate: $name: the mutated tree does not build:" >&2
+    head -n 20 "$dir.log" >&2
+    failed+=("$name (no build)")
   else
     echo "mutate: $name: killed by $test ($(grep -m1 -oE '(FAIL|panic|timed out)[^\n]{0,80}' "$dir.log" || echo failed))"
   fi

@@ -23,7 +23,11 @@ import (
 //     driver returns freed memory at every synchronisation, and EndPhase trims;
 //   - trim-phase: the pool retained (threshold UINT64_MAX) and trimmed to 0 at
 //     each phase boundary only: the other way to give memory back;
-//   - retained: the pool retained, never trimmed;
+//   - retained: the pool retained, never trimmed, as devalloc opens it: a
+//     block freed on a stream is kept for the next allocation of its size
+//     there (Stats.ReuseHits);
+//   - retained-noreuse: the same with that reuse off (cache:off): every
+//     Alloc and Free calls the pool, the per-call path itself;
 //   - large-only: the solve cycle with only its large buffers, for retained,
 //     threshold0 and cudamalloc;
 //   - retained-packed: the retained pool, with the tiny blocks packed into
@@ -134,12 +138,14 @@ var allocVariants = []allocVariant{
 	{mode: "threshold0", cfg: devalloc.Config{Policy: devalloc.AggressiveFree, FreeThreshold: 0}},
 	{mode: "trim-phase", cfg: devalloc.Config{Policy: devalloc.Retain}, trimPhase: true},
 	{mode: "retained", cfg: devalloc.Config{Policy: devalloc.Retain}, goals: true},
-	{mode: "fallback", cfg: devalloc.Config{Pool: devalloc.PoolOff, FallbackCache: allocParams.fallbackCache},
+	{mode: "retained-noreuse", cfg: devalloc.Config{Policy: devalloc.Retain, Cache: -1},
+		cudaOnly: "needs the CUDA backend (the reuse it turns off is the CUDA pool's)"},
+	{mode: "fallback", cfg: devalloc.Config{Pool: devalloc.PoolOff, Cache: allocParams.fallbackCache},
 		cudaOnly: "needs the CUDA backend (the cudaMalloc fallback)"},
 	{mode: "retained-packed", cfg: devalloc.Config{Policy: devalloc.Retain}, packed: true, goals: true},
 }
 
-var allocModes = []string{"c-pool", "cudamalloc", "threshold0", "trim-phase", "retained", "fallback", "large-only", "retained-packed", "raw-pool"}
+var allocModes = []string{"c-pool", "cudamalloc", "threshold0", "trim-phase", "retained", "retained-noreuse", "fallback", "large-only", "retained-packed", "raw-pool"}
 
 // cycleTouch is one way of touching the buffers of a cycle.
 type cycleTouch struct {

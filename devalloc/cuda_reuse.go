@@ -1,0 +1,237 @@
+//go:build cgo
+
+package devalloc
+
+import (
+	"errors"
+	"sync"
+)
+
+// streamReuse keeps, on the stream-ordered pool under Retain, blocks freed
+// in the order of a stream for the next allocation of the same size on
+// that stream: what the pool itself would hand back there, without the two
+// driver calls. Work enqueued on the stream after the allocation runs after
+// the work before the free, as with cudaFreeAsync and cudaMallocAsync on
+// one stream, so no event or wait is needed. Under MPS a pool allocation
+// costs 10-20 us of the client's time, so a solve that allocates the same
+// buffers every iteration pays for them once.
+//
+// Only sizes recur exactly (the allocator's 256-byte granularity), and only
+// on the stream they were freed on; everything else goes to the pool. The
+// kept bytes are bounded (Config.Cache, the `cache` key: 256 MiB by
+// default, off with cache:off): past the bound the oldest blocks go back to
+// the pool. A block of more than a sixteenth of the bound is not kept: a
+// few such blocks would fill it, and an allocation that large is worth its
+// driver call. They also go back, with cudaFreeAsync on their stream, before
+// the stream is destroyed, at Trim (and so on the out-of-memory ladder,
+// which first hands every kept block back), when the release threshold
+// drops below Retain's, and at Close. The pool counts kept blocks as used;
+// Stats.ReuseKept reports them.
+type streamReuse struct {
+	// free returns a block to the pool in the order of s. It is called with
+	// mu held: a stream's destroy takes its blocks back under mu before it
+	// destroys the handle, so a kept block's stream handle is valid there.
+	free func(addr uintptr, s *cudaStream) error
+
+	mu    sync.Mutex
+	limit int64 // 0: keep nothing
+	on    bool  // the release threshold is Retain's
+	bytes int64
+	kept  map[reuseKey][]uintptr // last freed last
+	// order is every block kept, oldest first; entries taken since are
+	// dropped when eviction meets them.
+	order []reuseEntry
+	hits  int64
+}
+
+type reuseKey struct {
+	s    *cudaStream
+	size int64
+}
+
+type reuseEntry struct {
+	key  reuseKey
+	addr uintptr
+}
+
+func newStreamReuse(limit int64, free func(addr uintptr, s *cudaStream) error) *streamReuse {
+	if limit < 0 {
+		limit = 0
+	}
+	return &streamReuse{free: free, limit: limit, on: true, kept: map[reuseKey][]uintptr{}}
+}
+
+// take returns a kept block of size freed on s, if any.
+func (r *streamReuse) take(s *cudaStream, size int64) (uintptr, bool) {
+	if r == nil {
+		return 0, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := reuseKey{s, size}
+	l := r.kept[k]
+	if len(l) == 0 {
+		return 0, false
+	}
+	addr := l[len(l)-1]
+	if len(l) == 1 {
+		delete(r.kept, k)
+	} else {
+		r.kept[k] = l[:len(l)-1]
+	}
+	r.bytes -= size
+	r.hits++
+	return addr, true
+}
+
+// put keeps a block freed on s, or says no (the caller frees it to the
+// pool). To stay within the bound it first gives the oldest kept blocks
+// back to the pool; the error is theirs.
+func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, err error) {
+	if r == nil {
+		return false, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.on || s.noReuse || size > r.limit/16 {
+		return false, nil
+	}
+	var errs []error
+	for r.bytes+size > r.limit {
+		e, ok := r.evictOldestLocked()
+		if !ok {
+			break
+		}
+		errs = append(errs, r.free(e.addr, e.key.s))
+	}
+	k := reuseKey{s, size}
+	r.kept[k] = append(r.kept[k], addr)
+	r.order = append(r.order, reuseEntry{k, addr})
+	r.bytes += size
+	if len(r.order) > 64 && len(r.order) > 4*r.countLocked() {
+		r.compactLocked()
+	}
+	return true, errors.Join(errs...)
+}
+
+// evictOldestLocked removes the oldest block still kept.
+func (r *streamReuse) evictOldestLocked() (reuseEntry, bool) {
+	for len(r.order) > 0 {
+		e := r.order[0]
+		r.order = r.order[1:]
+		if r.removeLocked(e) {
+			return e, true
+		}
+	}
+	return reuseEntry{}, false
+}
+
+// removeLocked drops e from its list; false when it was taken already.
+func (r *streamReuse) removeLocked(e reuseEntry) bool {
+	l := r.kept[e.key]
+	for i, a := range l {
+		if a == e.addr {
+			l = append(l[:i], l[i+1:]...)
+			if len(l) == 0 {
+				delete(r.kept, e.key)
+			} else {
+				r.kept[e.key] = l
+			}
+			r.bytes -= e.key.size
+			return true
+		}
+	}
+	return false
+}
+
+func (r *streamReuse) countLocked() int {
+	n := 0
+	for _, l := range r.kept {
+		n += len(l)
+	}
+	return n
+}
+
+// compactLocked drops the entries of blocks taken since they were kept,
+// keeping the order of the others. A block's address is kept once at a
+// time, so an entry is live exactly when its address is still listed.
+func (r *streamReuse) compactLocked() {
+	live := make(map[reuseEntry]bool, len(r.order))
+	for k, l := range r.kept {
+		for _, a := range l {
+			live[reuseEntry{k, a}] = true
+		}
+	}
+	out := r.order[:0]
+	for _, e := range r.order {
+		if live[e] {
+			out = append(out, e)
+			delete(live, e) // a later entry of the same block is stale
+		}
+	}
+	r.order = out
+}
+
+// drain gives the blocks kept for s, or for every stream when s is nil,
+// back to the pool.
+func (r *streamReuse) drain(s *cudaStream) error {
+	_, err := r.drainOf(s)
+	return err
+}
+
+// drainStreams gives every kept block back and returns the streams whose
+// order the frees went into.
+func (r *streamReuse) drainStreams() ([]*cudaStream, error) { return r.drainOf(nil) }
+
+func (r *streamReuse) drainOf(s *cudaStream) ([]*cudaStream, error) {
+	if r == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	var streams []*cudaStream
+	seen := map[*cudaStream]bool{}
+	n := 0
+	for k, l := range r.kept {
+		if s != nil && k.s != s {
+			continue
+		}
+		for _, a := range l {
+			errs = append(errs, r.free(a, k.s))
+		}
+		if !seen[k.s] {
+			seen[k.s] = true
+			streams = append(streams, k.s)
+		}
+		n += len(l)
+		r.bytes -= k.size * int64(len(l))
+		delete(r.kept, k)
+	}
+	if s == nil {
+		r.order = nil
+	} else if n > 0 {
+		r.compactLocked()
+	}
+	return streams, errors.Join(errs...)
+}
+
+// setOn turns keeping on (Retain's threshold) or off; off, the caller
+// drains.
+func (r *streamReuse) setOn(on bool) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.on = on
+	r.mu.Unlock()
+}
+
+func (r *streamReuse) stats() (kept, hits int64) {
+	if r == nil {
+		return 0, 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes, r.hits
+}
