@@ -49,6 +49,24 @@ func TestNCCLExchange(t *testing.T) {
 	}
 	require.True(t, pat.Learned())
 
+	// Joined send buffers: every destination's message is a part of one
+	// allocation, and every manifest is written before a send holds it.
+	jtr := traffic{seed: 91, density: 1, maxBlocks: 80, dims: []int{1, 3, 8}, dtypes: mixedTypes}
+	joinedPlan, err := JoinSend(jtr.plan(t, rank, size))
+	require.NoError(t, err)
+	for it := range 2 {
+		joined, err := packing.Alloc(a, joinedPlan, s)
+		require.NoError(t, err)
+		parts, err := joined.Parts()
+		require.NoError(t, err)
+		jtr.fill(t, s, rank, parts)
+		r, err := x.Exchange(parts)
+		require.NoError(t, err, "joined send buffers, iteration %d", it)
+		jtr.verify(t, s, rank, size, r)
+		require.NoError(t, r.Free())
+		require.NoError(t, joined.Free())
+	}
+
 	// 80 MiB to the next rank: two NCCL transfers of one message.
 	big := traffic{seed: 5, density: 1, maxBlocks: 1, dims: []int{2048, 5120}, dtypes: []packing.DType{packing.Float64}}
 	descs := []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 2048, Cols: 5120, Dest: (rank + 1) % size}}
