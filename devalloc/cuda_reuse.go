@@ -37,11 +37,19 @@ type streamReuse struct {
 	limit int64 // 0: keep nothing
 	on    bool  // the release threshold is Retain's
 	bytes int64
-	kept  map[reuseKey][]uintptr // last freed last
-	// order is every block kept, oldest first; entries taken since are
-	// dropped when eviction meets them.
+	n     int                      // blocks kept
+	kept  map[reuseKey][]keptBlock // last freed last
+	// order is every block kept, oldest first; the entries of blocks taken
+	// since (their seq no longer listed) are skipped when eviction meets
+	// them, and dropped when they outnumber the kept ones.
 	order []reuseEntry
+	seq   uint64
 	hits  int64
+}
+
+type keptBlock struct {
+	addr uintptr
+	seq  uint64 // when it was kept: a block taken and kept again is a new entry
 }
 
 type reuseKey struct {
@@ -50,15 +58,15 @@ type reuseKey struct {
 }
 
 type reuseEntry struct {
-	key  reuseKey
-	addr uintptr
+	key reuseKey
+	keptBlock
 }
 
 func newStreamReuse(limit int64, free func(addr uintptr, s *cudaStream) error) *streamReuse {
 	if limit < 0 {
 		limit = 0
 	}
-	return &streamReuse{free: free, limit: limit, on: true, kept: map[reuseKey][]uintptr{}}
+	return &streamReuse{free: free, limit: limit, on: true, kept: map[reuseKey][]keptBlock{}}
 }
 
 // take returns a kept block of size freed on s, if any.
@@ -73,15 +81,16 @@ func (r *streamReuse) take(s *cudaStream, size int64) (uintptr, bool) {
 	if len(l) == 0 {
 		return 0, false
 	}
-	addr := l[len(l)-1]
+	b := l[len(l)-1]
 	if len(l) == 1 {
 		delete(r.kept, k)
 	} else {
 		r.kept[k] = l[:len(l)-1]
 	}
 	r.bytes -= size
+	r.n--
 	r.hits++
-	return addr, true
+	return b.addr, true
 }
 
 // put keeps a block freed on s, or says no (the caller frees it to the
@@ -105,10 +114,13 @@ func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, e
 		errs = append(errs, r.free(e.addr, e.key.s))
 	}
 	k := reuseKey{s, size}
-	r.kept[k] = append(r.kept[k], addr)
-	r.order = append(r.order, reuseEntry{k, addr})
+	r.seq++
+	b := keptBlock{addr, r.seq}
+	r.kept[k] = append(r.kept[k], b)
+	r.order = append(r.order, reuseEntry{k, b})
 	r.bytes += size
-	if len(r.order) > 64 && len(r.order) > 4*r.countLocked() {
+	r.n++
+	if len(r.order) > 64 && len(r.order) > 4*r.n {
 		r.compactLocked()
 	}
 	return true, errors.Join(errs...)
@@ -126,11 +138,11 @@ func (r *streamReuse) evictOldestLocked() (reuseEntry, bool) {
 	return reuseEntry{}, false
 }
 
-// removeLocked drops e from its list; false when it was taken already.
+// removeLocked drops e from its list; false when it was taken since.
 func (r *streamReuse) removeLocked(e reuseEntry) bool {
 	l := r.kept[e.key]
-	for i, a := range l {
-		if a == e.addr {
+	for i, b := range l {
+		if b == e.keptBlock {
 			l = append(l[:i], l[i+1:]...)
 			if len(l) == 0 {
 				delete(r.kept, e.key)
@@ -138,35 +150,26 @@ func (r *streamReuse) removeLocked(e reuseEntry) bool {
 				r.kept[e.key] = l
 			}
 			r.bytes -= e.key.size
+			r.n--
 			return true
 		}
 	}
 	return false
 }
 
-func (r *streamReuse) countLocked() int {
-	n := 0
-	for _, l := range r.kept {
-		n += len(l)
-	}
-	return n
-}
-
 // compactLocked drops the entries of blocks taken since they were kept,
-// keeping the order of the others. A block's address is kept once at a
-// time, so an entry is live exactly when its address is still listed.
+// keeping the order of the others.
 func (r *streamReuse) compactLocked() {
-	live := make(map[reuseEntry]bool, len(r.order))
-	for k, l := range r.kept {
-		for _, a := range l {
-			live[reuseEntry{k, a}] = true
+	live := make(map[uint64]bool, r.n)
+	for _, l := range r.kept {
+		for _, b := range l {
+			live[b.seq] = true
 		}
 	}
 	out := r.order[:0]
 	for _, e := range r.order {
-		if live[e] {
+		if live[e.seq] {
 			out = append(out, e)
-			delete(live, e) // a later entry of the same block is stale
 		}
 	}
 	r.order = out
@@ -197,14 +200,15 @@ func (r *streamReuse) drainOf(s *cudaStream) ([]*cudaStream, error) {
 		if s != nil && k.s != s {
 			continue
 		}
-		for _, a := range l {
-			errs = append(errs, r.free(a, k.s))
+		for _, b := range l {
+			errs = append(errs, r.free(b.addr, k.s))
 		}
 		if !seen[k.s] {
 			seen[k.s] = true
 			streams = append(streams, k.s)
 		}
 		n += len(l)
+		r.n -= len(l)
 		r.bytes -= k.size * int64(len(l))
 		delete(r.kept, k)
 	}
