@@ -33,9 +33,10 @@ type streamReuse struct {
 	// destroys the handle, so a kept block's stream handle is valid there.
 	free func(addr uintptr, s *cudaStream) error
 
+	limit int64 // 0: keep nothing; set once
+
 	mu    sync.Mutex
-	limit int64 // 0: keep nothing
-	on    bool  // the release threshold is Retain's
+	on    bool // the release threshold is Retain's
 	bytes int64
 	n     int                      // blocks kept
 	kept  map[reuseKey][]keptBlock // last freed last
@@ -71,7 +72,7 @@ func newStreamReuse(limit int64, free func(addr uintptr, s *cudaStream) error) *
 
 // take returns a kept block of size freed on s, if any.
 func (r *streamReuse) take(s *cudaStream, size int64) (uintptr, bool) {
-	if r == nil {
+	if r == nil || size > r.limit/16 { // never kept: no lock
 		return 0, false
 	}
 	r.mu.Lock()
@@ -97,12 +98,12 @@ func (r *streamReuse) take(s *cudaStream, size int64) (uintptr, bool) {
 // pool). To stay within the bound it first gives the oldest kept blocks
 // back to the pool; the error is theirs.
 func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, err error) {
-	if r == nil {
+	if r == nil || s.noReuse || size > r.limit/16 { // never kept: no lock
 		return false, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.on || s.noReuse || size > r.limit/16 {
+	if !r.on {
 		return false, nil
 	}
 	var errs []error

@@ -278,8 +278,12 @@ func (p *Plan) build(smallMax int32) error {
 	// A product's shape follows from the classes of its A and B blocks, so
 	// its shape class is looked up once per pair of classes (a solve has
 	// hundreds of pairs, not one per product) where the pairs are few
-	// enough to tabulate.
-	pairs := sc.pairTable(len(clsA), len(clsB), n)
+	// enough to tabulate. The table counts only the classes of the
+	// operands' own groups: A and B may be parts of one plan that holds
+	// both operands' classes.
+	rowA, nA := sc.denseA.of(clsA, planA.Groups()[pr.A.Group()].Classes)
+	rowB, nB := sc.denseB.of(clsB, planB.Groups()[pr.B.Group()].Classes)
+	pairs := sc.pairTable(nA, nB, n)
 	for i, t := range pr.Triples {
 		ia, offA, okA := pr.A.Locate(t.A)
 		ib, offB, okB := pr.B.Locate(t.B)
@@ -311,7 +315,7 @@ func (p *Plan) build(smallMax int32) error {
 		}
 		var s int32
 		if pairs != nil {
-			pair := &pairs[ia*len(clsB)+ib]
+			pair := &pairs[int(rowA[ia])*nB+int(rowB[ib])]
 			if s = *pair - 1; s < 0 {
 				s = sc.shapeClass(int32(m), int32(nn), int32(k))
 				*pair = s + 1
@@ -537,12 +541,14 @@ type planScratch struct {
 	waveAt  []int32   // each product's wave
 	waveOf  []int32   // by C position: the products seen so far
 	// pairs holds 1 + the shape class of each pair of A and B classes met
-	// so far (0: not met), indexed classA*len(B classes) + classB.
-	pairs       []int32
-	start, next []int32
-	bucket      []int32 // each product's bucket, between counting and placing
-	rank        []int32 // each shape's rank: by category, then first appearance
-	order       []int32 // products in launch order, when comparison-sorted
+	// so far (0: not met), indexed by their ranks in their groups:
+	// denseA[classA]*(B's group's classes) + denseB[classB].
+	pairs          []int32
+	denseA, denseB denseClasses
+	start, next    []int32
+	bucket         []int32 // each product's bucket, between counting and placing
+	rank           []int32 // each shape's rank: by category, then first appearance
+	order          []int32 // products in launch order, when comparison-sorted
 	// shapes numbers shapes in order of first appearance (huge those too
 	// large for its key); shapeCat is each shape's category.
 	shapes   shapeTable
@@ -583,6 +589,24 @@ func (sc *planScratch) reset(n, nC int, smallMax int32) {
 	sc.huge = nil
 	sc.shapeCat = sc.shapeCat[:0]
 	sc.smallMax = smallMax
+}
+
+// denseClasses numbers the classes of one group 0, 1, ... in a plan's class
+// table.
+type denseClasses []int32
+
+// of returns each class's rank among the group's classes (-1 outside it)
+// and how many the group has.
+func (d *denseClasses) of(all []packing.Class, group []int) ([]int32, int) {
+	row := slices.Grow((*d)[:0], len(all))[:len(all)]
+	for i := range row {
+		row[i] = -1
+	}
+	for r, c := range group {
+		row[c] = int32(r)
+	}
+	*d = row
+	return row, len(group)
 }
 
 // pairTable returns the cleared table of shape classes by pair of A and B

@@ -707,3 +707,67 @@ func testManyClasses(t *testing.T, viaCUBLAS bool) {
 		require.NoError(t, op.c.Free())
 	}
 }
+
+// TestOperandsOfOnePlan: A and B as the two parts of one joined layout, a
+// plan holding both operands' classes. The products are right, and the
+// table of shape classes by pair of classes counts each operand's own
+// group only, so it is built where the whole plan's classes would be too
+// many for it.
+func TestOperandsOfOnePlan(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	eng, err := NewEngine(s, EngineOptions{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, eng.Close()) }()
+	rng := rand.New(rand.NewPCG(11, 3))
+	const n = 2000 // the solve's count, with its tiny blocks' dimensions
+	var descs, aD, bD, cD []packing.Desc
+	triples := make([]Triple, n)
+	for i := range n {
+		m, k, nn := 1+rng.IntN(8), 1+rng.IntN(8), 1+rng.IntN(8)
+		aD = append(aD, packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: m, Cols: k})
+		bD = append(bD, packing.Desc{ID: uint64(n + i), DType: packing.Float64, Rows: k, Cols: nn, Dest: 1})
+		cD = append(cD, packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: m, Cols: nn})
+		triples[i] = Triple{A: i, B: i, C: i}
+	}
+	descs = append(append(descs, aD...), bD...)
+	two, err := packing.NewPlan(descs, packing.Options{})
+	require.NoError(t, err)
+	joined, err := two.Joined(nil)
+	require.NoError(t, err)
+	buf, err := packing.Alloc(a, joined, s)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, buf.Free()) }()
+	parts, err := buf.Parts()
+	require.NoError(t, err)
+	fill := func(c *packing.Coalesced, d []packing.Desc) *operand {
+		op := &operand{c: c, desc: d}
+		raw := make([][]byte, len(d))
+		for k, dk := range d {
+			v := make(values, dk.Rows*dk.Cols)
+			for i := range v {
+				v[i] = randValue(rng, dk.DType)
+			}
+			op.vals = append(op.vals, v)
+			raw[k] = encode(dk.DType, v)
+		}
+		require.NoError(t, packing.PackHost(s, c, raw))
+		return op
+	}
+	A, B := fill(parts[0], aD), fill(parts[1], bD)
+	C := makeOperand(t, s, cD, rng)
+	defer func() { require.NoError(t, C.c.Free()) }()
+
+	all, groups := two.Classes(), two.Groups()
+	require.Nil(t, new(planScratch).pairTable(len(all), len(all), n), "the whole plan's classes are too many for a table")
+	require.NotNil(t, new(planScratch).pairTable(len(groups[0].Classes), len(groups[1].Classes), n), "each group's are not")
+
+	pr := Problem{A: A.c, B: B.c, C: C.c, Alpha: 1.5, Triples: triples}
+	ref, mag := reference(pr, A, B, C)
+	p, err := NewPlan(pr, Options{})
+	require.NoError(t, err)
+	require.NoError(t, eng.Run(p))
+	checkResult(t, packing.Float64, C.read(t, s), ref, mag)
+	require.NoError(t, p.Close())
+}
