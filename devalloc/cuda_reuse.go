@@ -38,8 +38,11 @@ type streamReuse struct {
 	mu    sync.Mutex
 	on    bool // the release threshold is Retain's
 	bytes int64
-	n     int                      // blocks kept
-	kept  map[reuseKey][]keptBlock // last freed last
+	n     int // blocks kept
+	// streams are those with lists of kept blocks (cudaStream.kept: by
+	// size, last freed last, guarded by mu). A list emptied by take stays
+	// (the size is likely freed again) until compaction drops it.
+	streams map[*cudaStream]bool
 	// order is every block kept, oldest first; the entries of blocks taken
 	// since (their seq no longer listed) are skipped when eviction meets
 	// them, and dropped when they outnumber the kept ones.
@@ -47,6 +50,8 @@ type streamReuse struct {
 	seq   uint64
 	hits  int64
 }
+
+type keptList struct{ blocks []keptBlock }
 
 type keptBlock struct {
 	addr uintptr
@@ -67,7 +72,7 @@ func newStreamReuse(limit int64, free func(addr uintptr, s *cudaStream) error) *
 	if limit < 0 {
 		limit = 0
 	}
-	return &streamReuse{free: free, limit: limit, on: true, kept: map[reuseKey][]keptBlock{}}
+	return &streamReuse{free: free, limit: limit, on: true, streams: map[*cudaStream]bool{}}
 }
 
 // take returns a kept block of size freed on s, if any.
@@ -77,17 +82,12 @@ func (r *streamReuse) take(s *cudaStream, size int64) (uintptr, bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := reuseKey{s, size}
-	l := r.kept[k]
-	if len(l) == 0 {
+	l := s.kept[size]
+	if l == nil || len(l.blocks) == 0 {
 		return 0, false
 	}
-	b := l[len(l)-1]
-	if len(l) == 1 {
-		delete(r.kept, k)
-	} else {
-		r.kept[k] = l[:len(l)-1]
-	}
+	b := l.blocks[len(l.blocks)-1]
+	l.blocks = l.blocks[:len(l.blocks)-1]
 	r.bytes -= size
 	r.n--
 	r.hits++
@@ -115,9 +115,18 @@ func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, e
 		errs = append(errs, r.free(e.addr, e.key.s))
 	}
 	k := reuseKey{s, size}
+	if s.kept == nil {
+		s.kept = map[int64]*keptList{}
+		r.streams[s] = true
+	}
+	l := s.kept[size]
+	if l == nil {
+		l = &keptList{}
+		s.kept[size] = l
+	}
 	r.seq++
 	b := keptBlock{addr, r.seq}
-	r.kept[k] = append(r.kept[k], b)
+	l.blocks = append(l.blocks, b)
 	r.order = append(r.order, reuseEntry{k, b})
 	r.bytes += size
 	r.n++
@@ -141,15 +150,13 @@ func (r *streamReuse) evictOldestLocked() (reuseEntry, bool) {
 
 // removeLocked drops e from its list; false when it was taken since.
 func (r *streamReuse) removeLocked(e reuseEntry) bool {
-	l := r.kept[e.key]
-	for i, b := range l {
+	l := e.key.s.kept[e.key.size]
+	if l == nil {
+		return false
+	}
+	for i, b := range l.blocks {
 		if b == e.keptBlock {
-			l = append(l[:i], l[i+1:]...)
-			if len(l) == 0 {
-				delete(r.kept, e.key)
-			} else {
-				r.kept[e.key] = l
-			}
+			l.blocks = append(l.blocks[:i], l.blocks[i+1:]...)
 			r.bytes -= e.key.size
 			r.n--
 			return true
@@ -159,12 +166,21 @@ func (r *streamReuse) removeLocked(e reuseEntry) bool {
 }
 
 // compactLocked drops the entries of blocks taken since they were kept,
-// keeping the order of the others.
+// keeping the order of the others, and the lists left empty.
 func (r *streamReuse) compactLocked() {
 	live := make(map[uint64]bool, r.n)
-	for _, l := range r.kept {
-		for _, b := range l {
-			live[b.seq] = true
+	for s := range r.streams {
+		for size, l := range s.kept {
+			if len(l.blocks) == 0 {
+				delete(s.kept, size)
+			}
+			for _, b := range l.blocks {
+				live[b.seq] = true
+			}
+		}
+		if len(s.kept) == 0 {
+			s.kept = nil
+			delete(r.streams, s)
 		}
 	}
 	out := r.order[:0]
@@ -197,21 +213,24 @@ func (r *streamReuse) drainOf(s *cudaStream) ([]*cudaStream, error) {
 	var streams []*cudaStream
 	seen := map[*cudaStream]bool{}
 	n := 0
-	for k, l := range r.kept {
-		if s != nil && k.s != s {
+	for ks := range r.streams {
+		if s != nil && ks != s {
 			continue
 		}
-		for _, b := range l {
-			errs = append(errs, r.free(b.addr, k.s))
+		for size, l := range ks.kept {
+			for _, b := range l.blocks {
+				errs = append(errs, r.free(b.addr, ks))
+			}
+			if len(l.blocks) > 0 && !seen[ks] {
+				seen[ks] = true
+				streams = append(streams, ks)
+			}
+			n += len(l.blocks)
+			r.n -= len(l.blocks)
+			r.bytes -= size * int64(len(l.blocks))
 		}
-		if !seen[k.s] {
-			seen[k.s] = true
-			streams = append(streams, k.s)
-		}
-		n += len(l)
-		r.n -= len(l)
-		r.bytes -= k.size * int64(len(l))
-		delete(r.kept, k)
+		ks.kept = nil
+		delete(r.streams, ks)
 	}
 	if s == nil {
 		r.order = nil

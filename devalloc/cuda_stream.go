@@ -34,6 +34,9 @@ type cudaStream struct {
 	// noReuse: blocks freed in this stream's order go back to the pool at
 	// once (the reclamation stream, on which nothing is allocated).
 	noReuse bool
+	// kept holds the blocks kept for reuse on this stream, by size
+	// (streamReuse, under its lock).
+	kept map[int64]*keptList
 
 	hostMu   sync.Mutex
 	cond     *sync.Cond // on hostMu: the worker's queue
