@@ -31,7 +31,8 @@
 #         msgcheck   msg's fault matrix and node-local windows under memcheck (-n 3)
 #         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU; then the host
 #                    packed / raw goal as docs/PERFORMANCE.md measures it (2000
-#                    exchanges of packed, persistent and raw in turns), three times
+#                    exchanges of packed, persistent and raw in turns), three times,
+#                    and the three runs' median (exchange-summary.log)
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
 #         goals      scripts/solve-goals.sh, 5 rounds: the main job's figures against their
 #                    goals (1, 2 and 8 ranks, host, perblock, MPS, the GEMM kernel)
@@ -95,6 +96,29 @@ for path in sys.argv[1:]:
 PY
 }
 
+# exchsummary FILE...: the host packed / raw goal over the runs, one line
+# each, then their median, which the verdict is on (one run moves by a
+# tenth from the next on the lent machines).
+exchsummary() {
+  command -v python3 >/dev/null || { echo "exchsummary: no python3; see the JSON lines"; return 0; }
+  python3 - "$@" <<'PY'
+import json, statistics, sys
+ratios = []
+for path in sys.argv[1:]:
+    med = {}
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("bench") == "exchange" and r.get("backend") == "host":
+            med[r["mode"]] = r["median_us"]
+    if "packed" in med and "raw" in med:
+        ratios.append(med["packed"] / med["raw"])
+        print(f"{path}: packed {med['packed']:.1f} us, raw {med['raw']:.1f} us, packed / raw {ratios[-1]:.3f}")
+if ratios:
+    m = statistics.median(ratios)
+    print(f"packed / raw over {len(ratios)} run(s): median {m:.3f} (goal <= 1.15: {'met' if m <= 1.15 else 'MISSED'})")
+PY
+}
+
 gotest() { # gotest PKGDIR BINARY ARGS...: a test binary runs in its package directory
   local dir=$1 bin=$2
   shift 2
@@ -121,7 +145,7 @@ run() {
   shift
   LOG=$(mktemp -d)
   export BIN LOG
-  export -f gotest sanitize allocsummary
+  export -f gotest sanitize allocsummary exchsummary
   local steps=("$@")
   [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck alloc bench mpi msgcheck exchange solve goals mpibench soak)
   mkdir -p "$LOG"
@@ -157,7 +181,8 @@ run() {
         step msg-memcheck 400 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 3 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run 'TestFaultMatrix|TestNodeLocalWindows|TestSendBuffersOfAnotherAllocator|TestJoinedSendBuffers' -test.timeout 380s" ;;
       exchange)
         step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl"
-        step bench-exchange-host 120 "for r in 1 2 3; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -bench exchange -mode packed,persistent,raw -iters 2000 > $LOG/exchange-host-\$r.jsonl || exit 1; done" ;;
+        step bench-exchange-host 120 "for r in 1 2 3; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -bench exchange -mode packed,persistent,raw -iters 2000 > $LOG/exchange-host-\$r.jsonl || exit 1; done"
+        step exchange-summary 30 "exchsummary $LOG/exchange-host-1.jsonl $LOG/exchange-host-2.jsonl $LOG/exchange-host-3.jsonl" ;;
       solve)
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
         step solve-perblock 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode perblock -iters 10 -json" ;;
@@ -178,6 +203,7 @@ run() {
   (cd "$LOG" && tar czf "$out/logs.tgz" ./*)
   cp "$LOG/summary.txt" "$LOG/machine.txt" "$out/"
   [ -f "$LOG/goals.txt" ] && cp "$LOG/goals.txt" "$out/"
+  [ -f "$LOG/exchange-summary.log" ] && cp "$LOG/exchange-summary.log" "$out/"
   [ -f "$LOG/turns.txt" ] && cp "$LOG/turns.txt" "$out/"
   cp "$LOG"/*.jsonl "$out/" 2>/dev/null
   [ ${#failed[@]} -eq 0 ]
