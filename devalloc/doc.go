@@ -84,26 +84,26 @@
 // cudaFreeAsync on the allocating stream, each after a cuCtxGetCurrent that
 // spares the cudaSetDevice (see internal/cudart); no event is recorded and
 // no pool attribute is read. Under Retain a Free on its allocating stream
-// keeps the block instead (Config.Cache bounds the bytes kept, oldest
-// given back first, and no block above a sixteenth of it is kept), and
-// the next Alloc of the same size on that stream
-// takes it without a driver call: what the pool would hand back there,
-// since work after the Alloc runs after the work before the Free. Kept
-// blocks go back to the pool with cudaFreeAsync on their stream before it
-// is destroyed, at Trim and on the out-of-memory ladder, when the policy
-// leaves Retain, and past the bound (Stats.ReuseKept, ReuseHits). Under
-// MPS a pool allocation costs the client 10-20 us, which a solve that
-// allocates the same buffers every iteration then pays once. On the
-// cudaMalloc fallback, once its cache holds the sizes in use
-// (Config.Cache), an Alloc and a Free make no driver call at all: memory
-// freed on a stream goes to the next allocation on that stream that it
-// fits. Alloc makes one Go object,
-// the Buffer, and Free none; the live buffers sit in a table of slots
-// that a Free empties and the next Alloc fills. Alloc takes the
-// allocator's lock once (it counts the stream's current mark too),
-// Memset the buffer's lock, Free the buffer's and the allocator's. Work
-// across streams pays for its events (Stats.LedgerEvents). DriverCalls
-// reports the calls made, by entry point.
+// keeps the block instead (Config.Cache bounds the bytes kept, oldest given
+// back first, and no block above a sixteenth of it is kept), and the next
+// Alloc of the same size on that stream takes it without a driver call:
+// what the pool would hand back there, since work after the Alloc runs
+// after the work before the Free. Kept blocks go back to the pool with
+// cudaFreeAsync on their stream before it is destroyed, at Trim and on the
+// out-of-memory ladder, when the policy leaves Retain, and past the bound
+// (Stats.ReuseKept, ReuseHits). Until then they are memory the pool cannot
+// hand to other sizes or streams, at most the bound: set a smaller one, or
+// cache:off, where that matters. Under MPS a pool allocation costs the
+// client 10-20 us, which a solve that allocates the same buffers every
+// iteration then pays once. On the cudaMalloc fallback, once its cache
+// holds the sizes in use (Config.Cache), an Alloc and a Free make no driver
+// call at all: memory freed on a stream goes to the next allocation on that
+// stream that it fits. Alloc makes one Go object, the Buffer, and Free
+// none; the live buffers sit in a table of slots that a Free empties and
+// the next Alloc fills. Alloc takes the allocator's lock once (it counts
+// the stream's current mark too), Memset the buffer's lock, Free the
+// buffer's and the allocator's. Work across streams pays for its events
+// (Stats.LedgerEvents). DriverCalls reports the calls made, by entry point.
 //
 // # Memory freed in a stream's order
 //
