@@ -196,3 +196,55 @@ func TestShare(t *testing.T) {
 	_, err = NewShare(nil)
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// TestPartsOfConsecutiveGroups: the parts of a joined plan, whether each
+// group's blocks are consecutive in the plan (one operand's blocks after
+// another's, as the solve's A and B) or interleave with other groups',
+// give the views, lookups and locations the plan's membership says, block
+// for block.
+func TestPartsOfConsecutiveGroups(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	for _, interleaved := range []bool{false, true} {
+		descs := mixedDescs(300, 5)
+		for i := range descs {
+			if interleaved {
+				descs[i].Dest = i % 2
+			} else {
+				descs[i].Dest = i * 2 / len(descs)
+			}
+		}
+		p, err := NewPlan(descs, Options{})
+		require.NoError(t, err)
+		j, err := p.Joined(nil)
+		require.NoError(t, err)
+		c, err := Alloc(a, j, s)
+		require.NoError(t, err)
+		parts, err := c.Parts()
+		require.NoError(t, err)
+		for g, part := range parts {
+			members, err := p.Members(g)
+			require.NoError(t, err)
+			views, err := part.Views()
+			require.NoError(t, err)
+			k := 0
+			for pos, v := range part.All() {
+				i := int(members[pos])
+				require.Equal(t, i, v.PlanIndex())
+				require.Equal(t, descs[i].ID, v.ID())
+				require.Equal(t, v, views[pos])
+				w, err := part.View(pos)
+				require.NoError(t, err)
+				require.Equal(t, v, w)
+				cls, off, ok := part.Locate(pos)
+				require.True(t, ok)
+				require.Equal(t, p.Class(i), cls)
+				require.Equal(t, v.Offset(), off)
+				k++
+			}
+			require.Equal(t, len(members), k)
+		}
+		require.NoError(t, c.Free())
+	}
+}
