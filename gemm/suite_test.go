@@ -95,6 +95,12 @@ func packOperand(t *testing.T, s *devalloc.Stream, p *packing.Plan, g int, descs
 	t.Helper()
 	c, err := packing.AllocPrefixed(s.Allocator(), p, g, prefix, s)
 	require.NoError(t, err)
+	return fillOperand(t, s, c, descs, rng)
+}
+
+// fillOperand packs random values of the blocks descs into c.
+func fillOperand(t *testing.T, s *devalloc.Stream, c *packing.Coalesced, descs []packing.Desc, rng *rand.Rand) *operand {
+	t.Helper()
 	op := &operand{c: c, desc: descs}
 	raw := make([][]byte, len(descs))
 	for k, d := range descs {
@@ -741,21 +747,7 @@ func TestOperandsOfOnePlan(t *testing.T) {
 	defer func() { require.NoError(t, buf.Free()) }()
 	parts, err := buf.Parts()
 	require.NoError(t, err)
-	fill := func(c *packing.Coalesced, d []packing.Desc) *operand {
-		op := &operand{c: c, desc: d}
-		raw := make([][]byte, len(d))
-		for k, dk := range d {
-			v := make(values, dk.Rows*dk.Cols)
-			for i := range v {
-				v[i] = randValue(rng, dk.DType)
-			}
-			op.vals = append(op.vals, v)
-			raw[k] = encode(dk.DType, v)
-		}
-		require.NoError(t, packing.PackHost(s, c, raw))
-		return op
-	}
-	A, B := fill(parts[0], aD), fill(parts[1], bD)
+	A, B := fillOperand(t, s, parts[0], aD, rng), fillOperand(t, s, parts[1], bD, rng)
 	C := makeOperand(t, s, cD, rng)
 	defer func() { require.NoError(t, C.c.Free()) }()
 

@@ -42,24 +42,10 @@ case_cmd() { # case_cmd CASE BINDIR: the command line of one case
     cuda-8-mps) echo "${mpirun[*]} -x CUDA_MPS_PIPE_DIRECTORY -n 8 $b/ranktest-mpi -backend cuda -iters 200 -json" ;;
   esac
 }
-cases=(cuda-1 cuda-1-fresh cuda-2)
-for r in $(seq 1 "$rounds"); do
-  for c in "${cases[@]}"; do
-    for which in $(order "$r"); do
-      dir=$old
-      [ "$which" = new ] && dir=$new
-      f="$out/$c.$which.$r.txt"
-      echo "solve-turns: round $r: $c: $which" >&2
-      # shellcheck disable=SC2046
-      timeout 300 $(case_cmd "$c" "$dir") >"$f" 2>&1 || { echo "solve-turns: $f failed" >&2; failed=1; }
-    done
-  done
-done
-if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control -d; then
-  mps=1
-  sleep 1
+rounds_of() { # rounds_of CASE...: every round of the cases, the builds in turns
+  local r c which dir f
   for r in $(seq 1 "$rounds"); do
-    for c in cuda-2-mps cuda-8-mps; do
+    for c in "$@"; do
       for which in $(order "$r"); do
         dir=$old
         [ "$which" = new ] && dir=$new
@@ -70,6 +56,12 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control
       done
     done
   done
+}
+rounds_of cuda-1 cuda-1-fresh cuda-2
+if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control -d; then
+  mps=1
+  sleep 1
+  rounds_of cuda-2-mps cuda-8-mps
   echo quit | nvidia-cuda-mps-control
 fi
 
