@@ -198,31 +198,25 @@ func (l *ipcLink) takeSent(x *Exchanger, dest int, n int64) (*devalloc.Buffer, e
 // keepSent keeps b, from which a notice to dest was posted, for dest's
 // next notice. Its send's hold keeps it from being rewritten until the
 // send completes, which every exchange awaits before it returns.
-func (l *ipcLink) keepSent(dest int, b *devalloc.Buffer) error {
-	if old := l.sent[dest]; old != nil {
-		if err := old.Free(); err != nil {
-			return err
-		}
-	}
-	if l.sent == nil {
-		l.sent = map[int]*devalloc.Buffer{}
-	}
-	l.sent[dest] = b
-	return nil
-}
+func (l *ipcLink) keepSent(dest int, b *devalloc.Buffer) error { return keepFor(&l.sent, dest, b) }
 
 // keepNotice keeps b, whose notice from src has been read and whose
 // receive has completed, for src's next notice.
 func (l *ipcLink) keepNotice(src int, b *devalloc.Buffer) error {
-	if old := l.notices[src]; old != nil {
+	return keepFor(&l.notices, src, b)
+}
+
+// keepFor keeps b as peer's buffer in kept, freeing the one it replaces.
+func keepFor(kept *map[int]*devalloc.Buffer, peer int, b *devalloc.Buffer) error {
+	if old := (*kept)[peer]; old != nil {
 		if err := old.Free(); err != nil {
 			return err
 		}
 	}
-	if l.notices == nil {
-		l.notices = map[int]*devalloc.Buffer{}
+	if *kept == nil {
+		*kept = map[int]*devalloc.Buffer{}
 	}
-	l.notices[src] = b
+	(*kept)[peer] = b
 	return nil
 }
 
