@@ -993,6 +993,7 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 		if cLarge != nil {
 			// The large-only baseline of the turns against C's large-only.
 			extra["c_large_only_in_turns_us"] = cLarge.median
+			extra["c_large_only_alloc_median_us"], extra["c_large_only_touch_median_us"] = cLarge.allocMedian, cLarge.touchMedian
 			extra["large_only_vs_c"] = round3(base.median / cLarge.median)
 			extra["c_large_only_driver_calls_per_cycle"] = totalCalls(cLarge.driverCalls)
 		}

@@ -67,6 +67,7 @@ type cCycleRun struct {
 	touch         cycleTouch
 	i, total      int
 	times         []float64
+	phases        [3][]float64  // alloc, touch and sync of each measured cycle
 	calls         cudart.Counts // over the measured cycles
 	sizes, touchB []int64
 	bondBytes     []int64 // packed: the coalesced buffer's size of each bond, 0 until planned
@@ -118,7 +119,7 @@ func (r *cCycleRun) step() error {
 		r.sizes = append(r.sizes, r.bondBytes[bond])
 		r.touchB = append(r.touchB, r.bondBytes[bond])
 	}
-	t, calls, err := r.pool.cycle(r.sizes, r.touchB, byte(i))
+	t, ph, calls, err := r.pool.cycle(r.sizes, r.touchB, byte(i))
 	if err != nil {
 		return err
 	}
@@ -126,6 +127,7 @@ func (r *cCycleRun) step() error {
 		return nil
 	}
 	r.times = append(r.times, t)
+	r.phases[0], r.phases[1], r.phases[2] = append(r.phases[0], ph.alloc), append(r.phases[1], ph.touch), append(r.phases[2], ph.sync)
 	for name, n := range calls {
 		r.calls[name] += n
 	}
@@ -140,6 +142,9 @@ func (r *cCycleRun) result() cycleResult {
 	res.bytes = r.totalBytes / int64(res.cycles)
 	res.driverCalls = perCycle(r.calls, res.cycles)
 	summarize(&res, r.times)
+	res.allocMedian = round3(median(r.phases[0]))
+	res.touchMedian = round3(median(r.phases[1]))
+	res.syncMedian = round3(median(r.phases[2]))
 	return res
 }
 
@@ -210,6 +215,11 @@ func addVsC(extra map[string]any, base *cBaseline, ours float64, cres *cycleResu
 	r := ours / cres.median
 	extra["vs_c"] = round3(r)
 	extra["c_in_turns_us"] = cres.median
+	if cres.allocMedian > 0 {
+		// Where C's time goes, phase by phase, beside devalloc's
+		// alloc_median_us, touch_median_us and sync_median_us.
+		extra["c_alloc_median_us"], extra["c_touch_median_us"], extra["c_sync_median_us"] = cres.allocMedian, cres.touchMedian, cres.syncMedian
+	}
 	extra["c_driver_calls_per_cycle"] = totalCalls(cres.driverCalls)
 	extra["c_driver_calls_by_entry"] = cres.driverCalls
 	if goal > 0 {

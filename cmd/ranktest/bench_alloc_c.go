@@ -34,10 +34,13 @@ static int cb_fail(dbc_api *a, uint64_t *calls, int e, int op, int *failed) {
 
 // cb_cycle allocates every size from the pool on s, sets the first touch[i]
 // bytes of buffer i and frees it, buffer by buffer, and synchronises s once:
-// devalloc's solve cycle, call for call.
+// devalloc's solve cycle, call for call. phase_ns gets the time of its three
+// phases as devalloc's cycle clocks them: allocating (cudaSetDevice
+// included), touching and freeing, synchronising.
 static int cb_cycle(dbc_api *a, int dev, uintptr_t pool, uintptr_t s, const int64_t *sizes, const int64_t *touch,
-                    int n, int val, void **ptrs, uint64_t *calls, int *failed) {
+                    int n, int val, void **ptrs, uint64_t *calls, int64_t *phase_ns, int *failed) {
 	int e, f, i, k;
+	int64_t t0 = cb_now(), t1, t2;
 	*failed = -1;
 	e = cb_fail(a, calls, CB_CALL(cudaSetDevice, (dev)), DBC_I_cudaSetDevice, failed);
 	if (e) return e;
@@ -46,12 +49,17 @@ static int cb_cycle(dbc_api *a, int dev, uintptr_t pool, uintptr_t s, const int6
 		            DBC_I_cudaMallocFromPoolAsync, failed);
 		if (e) break;
 	}
+	t1 = cb_now();
 	for (k = 0; k < i; k++) {
 		if (e == 0) e = cb_fail(a, calls, CB_CALL(cudaMemsetAsync, (ptrs[k], val, (size_t)touch[k], (void *)s)), DBC_I_cudaMemsetAsync, failed);
 		f = cb_fail(a, calls, CB_CALL(cudaFreeAsync, (ptrs[k], (void *)s)), DBC_I_cudaFreeAsync, failed);
 		if (e == 0) e = f;
 	}
+	t2 = cb_now();
 	f = cb_fail(a, calls, CB_CALL(cudaStreamSynchronize, ((void *)s)), DBC_I_cudaStreamSynchronize, failed);
+	phase_ns[0] = t1 - t0;
+	phase_ns[1] = t2 - t1;
+	phase_ns[2] = cb_now() - t2;
 	return e ? e : f;
 }
 
@@ -149,32 +157,38 @@ func (c *cPool) fail(what string, code C.int, failed C.int) error {
 	return fmt.Errorf("C baseline %s: %s failed with cudaError_t %d", what, op, int(code))
 }
 
+// cCyclePhases is where a C cycle's time went, in microseconds: the
+// phases devalloc's cycle reports as alloc, touch and sync.
+type cCyclePhases struct{ alloc, touch, sync float64 }
+
 // cycle runs one cycle of the C baseline and returns its time in
-// microseconds and its calls.
-func (c *cPool) cycle(sizes, touch []int64, val byte) (float64, cudart.Counts, error) {
+// microseconds, its phases and its calls.
+func (c *cPool) cycle(sizes, touch []int64, val byte) (float64, cCyclePhases, cudart.Counts, error) {
 	n := len(sizes)
 	if n == 0 || len(touch) != n {
-		return 0, nil, fmt.Errorf("C baseline cycle: %d sizes and %d touches", n, len(touch))
+		return 0, cCyclePhases{}, nil, fmt.Errorf("C baseline cycle: %d sizes and %d touches", n, len(touch))
 	}
 	if n > c.ptrsCap {
 		C.free(c.ptrs)
 		if c.ptrs = C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(uintptr(0)))); c.ptrs == nil {
 			c.ptrsCap = 0
-			return 0, nil, errors.New("C baseline cycle: out of host memory")
+			return 0, cCyclePhases{}, nil, errors.New("C baseline cycle: out of host memory")
 		}
 		c.ptrsCap = n
 	}
 	var calls [C.DBC_I_COUNT]C.uint64_t
+	var phaseNS [3]C.int64_t
 	var failed C.int
 	start := time.Now()
 	code := C.cb_cycle(c.table, C.int(c.dev.Ordinal()), C.uintptr_t(c.pool), C.uintptr_t(c.s),
 		(*C.int64_t)(unsafe.Pointer(&sizes[0])), (*C.int64_t)(unsafe.Pointer(&touch[0])), C.int(n), C.int(val),
-		(*unsafe.Pointer)(c.ptrs), &calls[0], &failed)
+		(*unsafe.Pointer)(c.ptrs), &calls[0], &phaseNS[0], &failed)
 	t := us(time.Since(start))
 	if code != 0 {
-		return 0, nil, c.fail("cycle", code, failed)
+		return 0, cCyclePhases{}, nil, c.fail("cycle", code, failed)
 	}
-	return t, cCounts(&calls), nil
+	ph := cCyclePhases{alloc: float64(phaseNS[0]) / 1e3, touch: float64(phaseNS[1]) / 1e3, sync: float64(phaseNS[2]) / 1e3}
+	return t, ph, cCounts(&calls), nil
 }
 
 // pairs runs n alloc+free pairs of size bytes in C. With sync it returns
