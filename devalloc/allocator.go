@@ -188,9 +188,10 @@ func (a *Allocator) init(cfgSource string) error {
 		return fmt.Errorf("devalloc: reclamation stream: %w", err)
 	}
 	// Nothing is allocated on the reclamation stream: a backend that keeps
-	// freed blocks for the next allocation on their stream keeps none there.
-	if k, ok := r.(interface{ keepNoFrees() }); ok {
-		k.keepNoFrees()
+	// freed blocks for the next allocation on their stream keeps those freed
+	// there for every stream, once their frees have run.
+	if k, ok := r.(interface{ keepForAll() }); ok {
+		k.keepForAll()
 	}
 	a.reclaim = &Stream{a: a, impl: r, id: -1}
 	a.pinned.init(a)

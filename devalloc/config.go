@@ -183,7 +183,9 @@ type Config struct {
 	// Cache bounds the bytes devalloc keeps for reuse without the driver:
 	// the cudaMalloc fallback's cache, and on the pool under Retain the
 	// blocks kept for the next allocation of their size on the stream they
-	// were freed on. -1 keeps none, 0 means the default (256 MiB).
+	// were freed on (on any stream, once their free has run, for those
+	// freed on the reclamation stream). -1 keeps none, 0 means the default
+	// (256 MiB).
 	Cache int64
 }
 

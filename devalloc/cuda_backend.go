@@ -169,9 +169,25 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 		be.reuse = newStreamReuse(limit, func(addr uintptr, s *cudaStream) error {
 			return wrapCUDA("free to the pool", be.dev.FreeAsync(addr, s.h))
 		})
+		be.reuse.mark = func(s *cudaStream) (cudart.Event, error) {
+			ev, err := be.events.get()
+			if err != nil {
+				return 0, err
+			}
+			if err := be.dev.EventRecord(ev, s.h); err != nil {
+				be.events.put(ev)
+				return 0, wrapCUDA("record an event", err)
+			}
+			return ev, nil
+		}
+		be.reuse.reached = func(ev cudart.Event) bool {
+			done, err := be.dev.EventQuery(ev)
+			return err == nil && done
+		}
+		be.reuse.recycle = be.events.put
 		mode = "private stream-ordered pool"
 		if be.reuse.limit > 0 {
-			mode += fmt.Sprintf(" (same-stream reuse up to %s)", FormatBytes(be.reuse.limit))
+			mode += fmt.Sprintf(" (reuse of freed blocks up to %s)", FormatBytes(be.reuse.limit))
 		}
 	} else {
 		be.fb = newMallocCache(d, &be.events, cfg.Cache)

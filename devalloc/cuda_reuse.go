@@ -5,6 +5,8 @@ package devalloc
 import (
 	"errors"
 	"sync"
+
+	"github.com/distbuf/distbuf/internal/cudart"
 )
 
 // streamReuse keeps, on the stream-ordered pool under Retain, blocks freed
@@ -27,11 +29,27 @@ import (
 // which first hands every kept block back), when the release threshold
 // drops below Retain's, and at Close. The pool counts kept blocks as used;
 // Stats.ReuseKept reports them.
+//
+// A block freed after work on other streams goes to the reclamation
+// stream, which waits for that work (Buffer.enqueueFree). It is kept there
+// too, with an event recorded at its free: once the event has completed,
+// nothing uses the block any more, and an allocation of its size on any
+// stream takes it, the oldest first, with no wait. This is the usual fate
+// of a received message, written on the exchanger's stream and read on the
+// caller's: its next allocation needs no pool call either. The event
+// replaces the cudaFreeAsync the block would have cost; taking it costs a
+// cudaEventQuery.
 type streamReuse struct {
 	// free returns a block to the pool in the order of s. It is called with
 	// mu held: a stream's destroy takes its blocks back under mu before it
 	// destroys the handle, so a kept block's stream handle is valid there.
 	free func(addr uintptr, s *cudaStream) error
+	// mark records an event on s (the reclamation stream) at the free of a
+	// block kept there; reached reports whether it has completed; recycle
+	// gives it back. Nil marks: blocks freed there go back to the pool.
+	mark    func(s *cudaStream) (cudart.Event, error)
+	reached func(ev cudart.Event) bool
+	recycle func(ev cudart.Event)
 
 	limit int64 // 0: keep nothing; set once
 
@@ -49,13 +67,17 @@ type streamReuse struct {
 	order []reuseEntry
 	seq   uint64
 	hits  int64
+	// shared is the reclamation stream once it kept a block: its blocks
+	// serve every stream (takeSharedLocked).
+	shared *cudaStream
 }
 
 type keptList struct{ blocks []keptBlock }
 
 type keptBlock struct {
 	addr uintptr
-	seq  uint64 // when it was kept: a block taken and kept again is a new entry
+	seq  uint64       // when it was kept: a block taken and kept again is a new entry
+	ev   cudart.Event // a block of the reclamation stream: recorded at its free
 }
 
 type reuseKey struct {
@@ -75,7 +97,8 @@ func newStreamReuse(limit int64, free func(addr uintptr, s *cudaStream) error) *
 	return &streamReuse{free: free, limit: limit, on: true, streams: map[*cudaStream]bool{}}
 }
 
-// take returns a kept block of size freed on s, if any.
+// take returns a kept block of size freed on s, else one freed on the
+// reclamation stream whose free has run, if any.
 func (r *streamReuse) take(s *cudaStream, size int64) (uintptr, bool) {
 	if r == nil || size > r.limit/16 { // never kept: no lock
 		return 0, false
@@ -83,11 +106,31 @@ func (r *streamReuse) take(s *cudaStream, size int64) (uintptr, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	l := s.kept[size]
-	if l == nil || len(l.blocks) == 0 {
-		return 0, false
+	if s.shared || l == nil || len(l.blocks) == 0 {
+		return r.takeSharedLocked(size)
 	}
 	b := l.blocks[len(l.blocks)-1]
 	l.blocks = l.blocks[:len(l.blocks)-1]
+	r.bytes -= size
+	r.n--
+	r.hits++
+	return b.addr, true
+}
+
+// takeSharedLocked returns the block of size freed longest ago on the
+// reclamation stream, once the event recorded at its free has completed:
+// the later ones come after it in that stream's order.
+func (r *streamReuse) takeSharedLocked(size int64) (uintptr, bool) {
+	if r.shared == nil {
+		return 0, false
+	}
+	l := r.shared.kept[size]
+	if l == nil || len(l.blocks) == 0 || !r.reached(l.blocks[0].ev) {
+		return 0, false
+	}
+	b := l.blocks[0]
+	l.blocks = append(l.blocks[:0], l.blocks[1:]...)
+	r.recycle(b.ev)
 	r.bytes -= size
 	r.n--
 	r.hits++
@@ -98,7 +141,7 @@ func (r *streamReuse) take(s *cudaStream, size int64) (uintptr, bool) {
 // pool). To stay within the bound it first gives the oldest kept blocks
 // back to the pool; the error is theirs.
 func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, err error) {
-	if r == nil || s.noReuse || size > r.limit/16 { // never kept: no lock
+	if r == nil || (s.shared && r.mark == nil) || size > r.limit/16 { // never kept: no lock
 		return false, nil
 	}
 	r.mu.Lock()
@@ -113,6 +156,14 @@ func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, e
 			break
 		}
 		errs = append(errs, r.free(e.addr, e.key.s))
+		r.recycleOf(e.keptBlock)
+	}
+	var ev cudart.Event
+	if s.shared {
+		if ev, err = r.mark(s); err != nil {
+			return false, errors.Join(append(errs, err)...)
+		}
+		r.shared = s
 	}
 	k := reuseKey{s, size}
 	if s.kept == nil {
@@ -125,7 +176,7 @@ func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, e
 		s.kept[size] = l
 	}
 	r.seq++
-	b := keptBlock{addr, r.seq}
+	b := keptBlock{addr, r.seq, ev}
 	l.blocks = append(l.blocks, b)
 	r.order = append(r.order, reuseEntry{k, b})
 	r.bytes += size
@@ -134,6 +185,13 @@ func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, e
 		r.compactLocked()
 	}
 	return true, errors.Join(errs...)
+}
+
+// recycleOf gives back the event of a block of the reclamation stream.
+func (r *streamReuse) recycleOf(b keptBlock) {
+	if b.ev != 0 {
+		r.recycle(b.ev)
+	}
 }
 
 // evictOldestLocked removes the oldest block still kept.
@@ -181,6 +239,9 @@ func (r *streamReuse) compactLocked() {
 		if len(s.kept) == 0 {
 			s.kept = nil
 			delete(r.streams, s)
+			if s == r.shared {
+				r.shared = nil
+			}
 		}
 	}
 	out := r.order[:0]
@@ -220,6 +281,7 @@ func (r *streamReuse) drainOf(s *cudaStream) ([]*cudaStream, error) {
 		for size, l := range ks.kept {
 			for _, b := range l.blocks {
 				errs = append(errs, r.free(b.addr, ks))
+				r.recycleOf(b)
 			}
 			if len(l.blocks) > 0 && !seen[ks] {
 				seen[ks] = true
@@ -231,6 +293,9 @@ func (r *streamReuse) drainOf(s *cudaStream) ([]*cudaStream, error) {
 		}
 		ks.kept = nil
 		delete(r.streams, ks)
+		if ks == r.shared {
+			r.shared = nil
+		}
 	}
 	if s == nil {
 		r.order = nil

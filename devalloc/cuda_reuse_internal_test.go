@@ -3,7 +3,10 @@
 package devalloc
 
 import (
+	"errors"
 	"testing"
+
+	"github.com/distbuf/distbuf/internal/cudart"
 
 	"github.com/stretchr/testify/require"
 )
@@ -57,7 +60,76 @@ func TestStreamReuseEvictsOldestKept(t *testing.T) {
 	kept, err := r.put(s, 1024, 0x30000)
 	require.False(t, kept, "above a sixteenth of the bound")
 	require.NoError(t, err)
-	s.noReuse = true
+	s.shared = true
 	kept, _ = r.put(s, 256, 0x30001)
-	require.False(t, kept, "a stream that allocates nothing keeps nothing")
+	require.False(t, kept, "without events, the reclamation stream keeps nothing")
+}
+
+// TestStreamReuseSharesReclaimedBlocks: a block freed on the reclamation
+// stream serves an allocation on another stream only once the event
+// recorded at its free has completed, the oldest first; a block of the
+// allocating stream's own comes first; draining frees the shared blocks on
+// the reclamation stream and gives their events back.
+func TestStreamReuseSharesReclaimedBlocks(t *testing.T) {
+	type freed struct {
+		addr uintptr
+		s    *cudaStream
+	}
+	var frees []freed
+	r := newStreamReuse(1<<20, func(addr uintptr, s *cudaStream) error {
+		frees = append(frees, freed{addr, s})
+		return nil
+	})
+	var next cudart.Event
+	done := map[cudart.Event]bool{}
+	var recycled []cudart.Event
+	var markErr error
+	r.mark = func(*cudaStream) (cudart.Event, error) {
+		if markErr != nil {
+			return 0, markErr
+		}
+		next++
+		return next, nil
+	}
+	r.reached = func(ev cudart.Event) bool { return done[ev] }
+	r.recycle = func(ev cudart.Event) { recycled = append(recycled, ev) }
+	rec, user := &cudaStream{shared: true}, &cudaStream{}
+
+	for _, addr := range []uintptr{0xa000, 0xb000} {
+		kept, err := r.put(rec, 256, addr)
+		require.True(t, kept)
+		require.NoError(t, err)
+	}
+	_, ok := r.take(user, 256)
+	require.False(t, ok, "the first free has not run yet")
+	done[1] = true
+	addr, ok := r.take(user, 256)
+	require.True(t, ok)
+	require.Equal(t, uintptr(0xa000), addr, "the block freed first")
+	require.Equal(t, []cudart.Event{1}, recycled)
+	_, ok = r.take(user, 256)
+	require.False(t, ok, "the second free has not run yet")
+	_, ok = r.take(user, 512)
+	require.False(t, ok, "no block of that size")
+
+	kept, err := r.put(user, 256, 0xc000)
+	require.True(t, kept)
+	require.NoError(t, err)
+	done[2] = true
+	addr, ok = r.take(user, 256)
+	require.True(t, ok)
+	require.Equal(t, uintptr(0xc000), addr, "the stream's own block first")
+
+	markErr = errors.New("record failed")
+	kept, err = r.put(rec, 256, 0xd000)
+	require.False(t, kept, "no event, no keeping: the caller frees it")
+	require.ErrorIs(t, err, markErr)
+
+	require.NoError(t, r.drain(nil))
+	require.Equal(t, []freed{{0xb000, rec}}, frees, "freed in the reclamation stream's order")
+	require.Equal(t, []cudart.Event{1, 2}, recycled)
+	require.Nil(t, r.shared)
+	keptBytes, hits := r.stats()
+	require.Zero(t, keptBytes)
+	require.EqualValues(t, 2, hits)
 }

@@ -73,6 +73,32 @@ func testReuse(t *testing.T, setup func(*testing.T)) {
 		require.NoError(t, s.Synchronize())
 	})
 
+	t.Run("freed after another stream's work, for every stream once the free ran", func(t *testing.T) {
+		setup(t)
+		a := openReuse(t, 0)
+		s := a.DefaultStream()
+		other, err := a.NewStream()
+		require.NoError(t, err)
+		b, addr := allocAddr(t, a, 1000, s)
+		require.NoError(t, s.Memset(b, 0, 1000, 1))
+		require.NoError(t, other.Memset(b, 0, 1000, 2)) // the last use is on another stream
+		require.NoError(t, b.Free())
+		require.EqualValues(t, 1024, a.Stats().ReuseKept, "kept by the reclamation stream")
+		require.NoError(t, a.Sync()) // the free has run
+		before := devalloc.DriverCalls()
+		b2, addr2 := allocAddr(t, a, 1000, other)
+		require.Equal(t, addr, addr2, "an allocation of that size on any stream takes it")
+		calls := callsSince(before)
+		require.NotContains(t, calls, "cudaMallocFromPoolAsync")
+		require.Contains(t, calls, "cudaEventQuery", "it asked whether the free had run")
+		st := a.Stats()
+		require.EqualValues(t, 0, st.ReuseKept)
+		require.EqualValues(t, 1, st.ReuseHits)
+		require.NoError(t, b2.Free())
+		require.NoError(t, other.Close())
+		require.NoError(t, s.Synchronize())
+	})
+
 	t.Run("given back", func(t *testing.T) {
 		setup(t)
 		a := openReuse(t, 0)

@@ -31,9 +31,9 @@ type cudaStream struct {
 
 	mu   sync.RWMutex
 	dead bool
-	// noReuse: blocks freed in this stream's order go back to the pool at
-	// once (the reclamation stream, on which nothing is allocated).
-	noReuse bool
+	// shared: the reclamation stream, on which nothing is allocated; the
+	// blocks freed in its order are kept for every stream (streamReuse).
+	shared bool
 	// kept holds the blocks kept for reuse on this stream, by size
 	// (streamReuse, under its lock).
 	kept map[int64]*keptList
@@ -84,9 +84,9 @@ func (s *cudaStream) use(fn func() error) error {
 
 func (s *cudaStream) handle() uintptr { return uintptr(s.h) }
 
-// keepNoFrees is called before the stream's first use when nothing is to
-// be allocated on it.
-func (s *cudaStream) keepNoFrees() { s.noReuse = true }
+// keepForAll is called before the stream's first use when nothing is to be
+// allocated on it: the blocks freed in its order serve every stream.
+func (s *cudaStream) keepForAll() { s.shared = true }
 
 func (s *cudaStream) record() (eventImpl, error) {
 	var ev *cudaEvent

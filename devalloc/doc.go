@@ -91,7 +91,13 @@
 // after the work before the Free. Kept blocks go back to the pool with
 // cudaFreeAsync on their stream before it is destroyed, at Trim and on the
 // out-of-memory ladder, when the policy leaves Retain, and past the bound
-// (Stats.ReuseKept, ReuseHits). Until then they are memory the pool cannot
+// (Stats.ReuseKept, ReuseHits). A block whose Free goes to the
+// reclamation stream (its last use was on another stream, not yet known to
+// have run) is kept there with an event recorded at its free, in place of
+// the cudaFreeAsync, and serves the next Alloc of its size on any stream
+// once a query finds that event complete: the fate of a received message,
+// written on the exchanger's stream and read on the caller's. Until then
+// kept blocks are memory the pool cannot
 // hand to other sizes or streams, at most the bound: set a smaller one, or
 // cache:off, where that matters. Under MPS a pool allocation costs the
 // client 10-20 us, which a solve that allocates the same buffers every

@@ -19,8 +19,9 @@ type Stats struct {
 	// stream order has not yet reached them and the blocks kept for reuse.
 	PoolUsedCurrent, PoolUsedPeak int64
 	// On the CUDA pool under Retain: the bytes of freed blocks kept for the
-	// next allocation of their size on the stream they were freed on, and
-	// how many allocations such a block served (no driver call).
+	// next allocation of their size on the stream they were freed on (any
+	// stream, for those the reclamation stream freed), and how many
+	// allocations such a block served (no pool call).
 	ReuseKept, ReuseHits int64
 
 	LiveBuffers  int64 // allocated and not yet freed (device or host-backend memory and pinned)
