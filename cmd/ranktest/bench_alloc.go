@@ -47,8 +47,11 @@ import (
 //   - c-pool: the cycle and the pair written in C on a retained private
 //     pool (bench_alloc_baseline.go), the bar for devalloc's overhead. On
 //     the CUDA backend every devalloc measurement runs in turns with the C
-//     one of its shape and reports vs_c (devalloc over C), the C median
-//     and the C driver calls; the mode alone measures C by itself;
+//     one of its shape and reports vs_c (devalloc over C), the C median,
+//     the C cycle's phases as devalloc's are timed (c_alloc_median_us,
+//     c_touch_median_us, c_sync_median_us beside alloc_median_us,
+//     touch_median_us, sync_median_us) and the C driver calls; the mode
+//     alone measures C by itself;
 //   - fallback: devalloc's cudaMalloc fallback (pool:off) with a cache that
 //     holds a whole cycle (CUDA only), against the same C baseline.
 //
