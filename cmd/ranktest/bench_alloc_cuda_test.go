@@ -107,6 +107,10 @@ func TestBenchAllocFakeCUDA(t *testing.T) {
 		}
 		require.Positive(t, r.Extra["driver_calls_per_cycle"], "%s %v", r.Mode, r.Extra["case"])
 		require.Positive(t, r.Extra["c_driver_calls_per_cycle"], "%s %v", r.Mode, r.Extra["case"])
+		// C's phases beside devalloc's.
+		for _, k := range []string{"c_alloc_median_us", "c_touch_median_us", "c_sync_median_us"} {
+			require.Positive(t, r.Extra[k], "%s %v %s", r.Mode, r.Extra["case"], k)
+		}
 	}
 	for _, mode := range []string{"retained", "retained-packed"} {
 		r := find(lines, mode, "cycle-touch", 0)
