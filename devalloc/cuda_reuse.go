@@ -38,7 +38,8 @@ import (
 // of a received message, written on the exchanger's stream and read on the
 // caller's: its next allocation needs no pool call either. The event
 // replaces the cudaFreeAsync the block would have cost; taking it costs a
-// cudaEventQuery.
+// cudaEventQuery. At most maxSharedKept blocks are kept there, an event
+// each; past that they go back to the pool.
 type streamReuse struct {
 	// free returns a block to the pool in the order of s. It is called with
 	// mu held: a stream's destroy takes its blocks back under mu before it
@@ -68,9 +69,16 @@ type streamReuse struct {
 	seq   uint64
 	hits  int64
 	// shared is the reclamation stream once it kept a block: its blocks
-	// serve every stream (takeSharedLocked).
-	shared *cudaStream
+	// serve every stream (takeSharedLocked); sharedN of them are kept.
+	shared  *cudaStream
+	sharedN int
 }
+
+// maxSharedKept bounds the blocks kept on the reclamation stream, each of
+// which holds an event until it is taken: a solve frees a few buffers
+// there, a code that frees thousands of tiny ones after cross-stream reads
+// would otherwise hold thousands of events.
+const maxSharedKept = 1024
 
 type keptList struct{ blocks []keptBlock }
 
@@ -133,6 +141,7 @@ func (r *streamReuse) takeSharedLocked(size int64) (uintptr, bool) {
 	r.recycle(b.ev)
 	r.bytes -= size
 	r.n--
+	r.sharedN--
 	r.hits++
 	return b.addr, true
 }
@@ -146,7 +155,7 @@ func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, e
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.on {
+	if !r.on || (s.shared && r.sharedN >= maxSharedKept) {
 		return false, nil
 	}
 	var errs []error
@@ -164,6 +173,7 @@ func (r *streamReuse) put(s *cudaStream, size int64, addr uintptr) (kept bool, e
 			return false, errors.Join(append(errs, err)...)
 		}
 		r.shared = s
+		r.sharedN++
 	}
 	k := reuseKey{s, size}
 	if s.kept == nil {
@@ -217,6 +227,9 @@ func (r *streamReuse) removeLocked(e reuseEntry) bool {
 			l.blocks = append(l.blocks[:i], l.blocks[i+1:]...)
 			r.bytes -= e.key.size
 			r.n--
+			if e.key.s.shared {
+				r.sharedN--
+			}
 			return true
 		}
 	}
@@ -289,6 +302,9 @@ func (r *streamReuse) drainOf(s *cudaStream) ([]*cudaStream, error) {
 			}
 			n += len(l.blocks)
 			r.n -= len(l.blocks)
+			if ks.shared {
+				r.sharedN -= len(l.blocks)
+			}
 			r.bytes -= size * int64(len(l.blocks))
 		}
 		ks.kept = nil

@@ -125,9 +125,26 @@ func TestStreamReuseSharesReclaimedBlocks(t *testing.T) {
 	require.False(t, kept, "no event, no keeping: the caller frees it")
 	require.ErrorIs(t, err, markErr)
 
+	markErr = nil
+	for i := range maxSharedKept - 1 { // one is kept already
+		kept, err := r.put(rec, 512, uintptr(0x100000+i*512))
+		require.True(t, kept)
+		require.NoError(t, err)
+	}
+	kept, err = r.put(rec, 512, 0xe000)
+	require.False(t, kept, "past maxSharedKept blocks (an event each), the caller frees it")
+	require.NoError(t, err)
+	_, ok = r.take(user, 512)
+	require.False(t, ok, "their frees have not run")
+
 	require.NoError(t, r.drain(nil))
-	require.Equal(t, []freed{{0xb000, rec}}, frees, "freed in the reclamation stream's order")
-	require.Equal(t, []cudart.Event{1, 2}, recycled)
+	require.Len(t, frees, maxSharedKept, "every block kept there")
+	require.Contains(t, frees, freed{0xb000, rec})
+	for _, f := range frees {
+		require.Same(t, rec, f.s, "freed in the reclamation stream's order")
+	}
+	require.Len(t, recycled, 1+maxSharedKept, "every event back")
+	require.Zero(t, r.sharedN)
 	require.Nil(t, r.shared)
 	keptBytes, hits := r.stats()
 	require.Zero(t, keptBytes)
