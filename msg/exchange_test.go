@@ -102,13 +102,8 @@ func TestSelfPattern(t *testing.T) {
 				x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
 				s := a.DefaultStream()
 				tr := selfTraffic(11)
-				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
-				require.NoError(t, err)
-				defer func() {
-					for _, b := range bufs {
-						require.NoError(t, b.Free())
-					}
-				}()
+				bufs, free := selfSend(t, a, tr.plan(t, rank, size), false)
+				defer free()
 				pat := x.NewPattern()
 				for it := range 3 {
 					tr.iter = uint64(it)
@@ -125,8 +120,7 @@ func TestSelfPattern(t *testing.T) {
 				// Two patterns taking turns, as the bonds of a sweep do: each
 				// describes its layout once.
 				other := selfTraffic(12)
-				obufs, err := AllocSend(a, other.plan(t, rank, size), s)
-				require.NoError(t, err)
+				obufs, ofree := selfSend(t, a, other.plan(t, rank, size), false)
 				opat := x.NewPattern()
 				built := x.Stats().ManifestsBuilt
 				for it := range 4 {
@@ -142,19 +136,14 @@ func TestSelfPattern(t *testing.T) {
 					require.NoError(t, r.Free())
 				}
 				require.EqualValues(t, built+1, x.Stats().ManifestsBuilt, "only the second pattern's first exchange describes its layout")
-				for _, b := range obufs {
-					require.NoError(t, b.Free())
-				}
+				ofree()
 				// A different layout to self: an error, not a hang.
 				other = selfTraffic(12)
-				obufs, err = AllocSend(a, other.plan(t, rank, size), s)
-				require.NoError(t, err)
-				_, err = pat.Exchange(obufs)
+				obufs, ofree = selfSend(t, a, other.plan(t, rank, size), false)
+				_, err := pat.Exchange(obufs)
 				require.ErrorIs(t, err, ErrPatternMismatch)
 				require.Equal(t, rank, wireErrorOf(t, err).Peer)
-				for _, b := range obufs {
-					require.NoError(t, b.Free())
-				}
+				ofree()
 				// Nothing at all for self: also a mismatch.
 				_, err = pat.Exchange(nil)
 				require.ErrorIs(t, err, ErrPatternMismatch)
