@@ -106,20 +106,6 @@ type Manifest struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// allZero reports whether b holds only zero bytes, eight at a time: the
-// padding before every message's payload is checked on each receive.
-func allZero(b []byte) bool {
-	var acc uint64
-	for len(b) >= 8 {
-		acc |= binary.LittleEndian.Uint64(b)
-		b = b[8:]
-	}
-	for _, c := range b {
-		acc |= uint64(c)
-	}
-	return acc == 0
-}
-
 // zeroChecksum stands for the manifest checksum field while it is hashed.
 var zeroChecksum [4]byte
 
@@ -317,8 +303,10 @@ func decodeHeader(man []byte, msgLen uint64, peer, tag int, known *learnedIn) (h
 	if sum != want {
 		return h, false, wireErr(ErrChecksum, peer, tag, "manifest_checksum", "computed %#08x, header says %#08x", sum, want)
 	}
-	if !allZero(man[end:h.PayloadOffset]) {
-		return h, false, bad("padding", "manifest padding must be zero")
+	for _, c := range man[end:h.PayloadOffset] {
+		if c != 0 {
+			return h, false, bad("padding", "manifest padding must be zero")
+		}
 	}
 	if got := msgLen - h.PayloadOffset; got != h.PayloadLen {
 		return h, false, bad("payload_length", "header says %d bytes, message carries %d", h.PayloadLen, got)

@@ -275,17 +275,3 @@ func TestWireDocShowsTheGoldenMessage(t *testing.T) {
 		require.Equal(t, want, golden[off:off+16], "docs/WIRE.md row %s", r[1])
 	}
 }
-
-// TestAllZero: a nonzero byte anywhere in the padding, in the eight-byte
-// words or in the tail, is found.
-func TestAllZero(t *testing.T) {
-	for n := range 40 {
-		b := make([]byte, n)
-		require.True(t, allZero(b), "%d zero bytes", n)
-		for i := range n {
-			b[i] = 0x80
-			require.False(t, allZero(b), "byte %d of %d", i, n)
-			b[i] = 0
-		}
-	}
-}
