@@ -31,6 +31,8 @@ type Stats struct {
 	ManifestsBuilt int64 // layouts described: send manifests, and received layouts of messages to self (a learned Pattern reuses its own)
 	IPCMessages    int64 // messages to node-local peers sent through this rank's CUDA IPC window
 	IPCBytes       int64 // their bytes, manifests included
+	HostReads      int64 // messages this rank read from node-local peers' memory, one process_vm_readv each
+	HostReadBytes  int64 // their bytes, manifests included
 }
 
 // Exchanger runs exchanges over one communicator: each rank passes one
@@ -57,6 +59,10 @@ type Exchanger struct {
 	// peer to use it with (ipcWhy says why).
 	ipc    *ipcLink
 	ipcWhy string
+	// reads are the node-local reads of host messages, nil when this rank
+	// has no peer to use them with (readsWhy says why).
+	reads    *readLink
+	readsWhy string
 
 	mu     sync.Mutex
 	closed bool
@@ -451,6 +457,13 @@ type exchange struct {
 	// (-1: none); the exchange holds a reference until it ends.
 	joint    *packing.Share
 	jointOff []int64
+	// readHolds keep this rank's send buffers, and readCopies the host
+	// copies of device ones, for the peers that read them, until the
+	// agreement; agreeing: the agreement has begun, and nothing is read
+	// any more.
+	readHolds  []*devalloc.Hold
+	readCopies [][]byte
+	agreeing   bool
 }
 
 // begin returns the state of a new exchange: the spare one of the last
@@ -474,7 +487,7 @@ func (x *Exchanger) begin(pat *Pattern) *exchange {
 	}
 	clear(e.byDest)
 	clear(e.bySrc)
-	e.expecting = 0
+	e.expecting, e.agreeing = 0, false
 	clear(x.writtenNext)
 	e.written = x.writtenNext
 	return e
@@ -622,6 +635,8 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		prepare, replace := e.prepareOut, e.replacePieces
 		if x.ipcPeer(d) {
 			prepare, replace, windowed = e.prepareIPC, e.replaceNotice, true
+		} else if x.readPeer(d) {
+			prepare, replace = e.prepareRead, e.replaceReadNotice
 		}
 		if err := prepare(m); err != nil {
 			e.fail(err)
@@ -674,6 +689,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		}
 	}
 	e.agree()
+	e.releaseReads()
 	x.written, x.writtenNext = e.written, x.written
 	if len(e.errs) > 0 {
 		clear(x.written) // after a failure, trust no prefix
@@ -760,6 +776,7 @@ func (x *Exchanger) maxInWhy() string {
 // and no message of this exchange is left for the next.
 func (e *exchange) agree() {
 	x, tag := e.x, e.x.o.Tag
+	e.agreeing = true
 	failed := len(e.errs) > 0
 	for d, c := range e.sentTo {
 		if failed {

@@ -370,7 +370,13 @@ func TestHandWrittenPeer(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
 	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	o := Options{Comm: comm, Alloc: a}
+	if rank == 0 {
+		// A peer that does not offer reads of its memory: it sends its
+		// messages through MPI, and the others read each other's.
+		o.Transport = TransportMPI
+	}
+	x := newExchanger(t, o)
 	good := func(epoch uint64) []byte {
 		payload := make([]byte, 48)
 		for i := range payload {
@@ -706,7 +712,7 @@ func TestChunkedMessages(t *testing.T) {
 			}
 			st := x.Stats()
 			require.EqualValues(t, size, st.Messages)
-			var chunks, windowed int64
+			var chunks, windowed, read int64
 			for _, b := range bufs {
 				wire := int64(PayloadOffset(b.Len())) + b.Size()
 				if x.ipcPeer(b.Dest()) {
@@ -714,13 +720,19 @@ func TestChunkedMessages(t *testing.T) {
 					chunks++ // one notice, whatever the size
 					continue
 				}
+				if x.readPeer(b.Dest()) {
+					read++
+					chunks++ // one read notice, whatever the size
+					continue
+				}
 				chunks += (wire + MinChunkBytes - 1) / MinChunkBytes
 			}
 			require.EqualValues(t, windowed, st.IPCMessages)
-			if windowed == 0 {
+			require.EqualValues(t, read, st.HostReads, "every node-local peer's message read")
+			if windowed == 0 && read == 0 {
 				require.Greater(t, chunks, 5*st.Messages)
 			}
-			require.Equal(t, chunks, st.MPISends, "each message travels as ceil(size/chunk) MPI messages, or as one notice through a window")
+			require.Equal(t, chunks, st.MPISends, "each message travels as ceil(size/chunk) MPI messages, or as one notice through a window or for a read")
 			require.LessOrEqual(t, st.MaxInFlight, 2)
 			require.NoError(t, r.Free())
 			for _, b := range bufs {

@@ -51,12 +51,18 @@ type faultCase struct {
 	// hostOnly: the case runs on the host variant only (it waits out the
 	// timeout, which says nothing more on other paths).
 	hostOnly bool
-	inject   func(x *Exchanger)                               // on rank 0
-	prepare  func(t *testing.T, a *devalloc.Allocator) func() // on rank 1, before the exchange; returns its undo
-	send     func(bufs []*packing.Coalesced) []*packing.Coalesced
-	faulty   expect
-	victim   expect
-	other    expect
+	// readsOnly: the case rewrites a read notice, and runs only where the
+	// victim reads the faulty rank's messages.
+	readsOnly bool
+	inject    func(x *Exchanger)                               // on rank 0
+	prepare   func(t *testing.T, a *devalloc.Allocator) func() // on rank 1, before the exchange; returns its undo
+	send      func(bufs []*packing.Coalesced) []*packing.Coalesced
+	faulty    expect
+	victim    expect
+	other     expect
+	// victimReads, when set, is what the victim returns where it reads
+	// the faulty rank's message (one notice, whatever the length).
+	victimReads *expect
 }
 
 // victimFailed is what the ranks that did nothing wrong learn from the
@@ -101,7 +107,8 @@ func faultCases() []faultCase {
 			return p
 		}), victim: expect{sentinel: ErrSizeMismatch, peer: faulty, field: "message_size"}, faulty: victimFailed, other: victimFailed},
 		{name: "undersize", inject: onPiecesTo(func(p [][]byte) [][]byte {
-			p[len(p)-1] = p[len(p)-1][:len(p[len(p)-1])-100]
+			last := p[len(p)-1]
+			p[len(p)-1] = last[:len(last)-min(100, len(last)-1)]
 			return p
 		}), victim: expect{sentinel: ErrSizeMismatch, peer: faulty, field: "message_size"}, faulty: victimFailed, other: victimFailed},
 		{name: "stray-after-message", inject: func(x *Exchanger) {
@@ -127,7 +134,8 @@ func faultCases() []faultCase {
 		// memory: the receiver drains what comes and waits for the rest,
 		// which never comes.
 		{name: "count=2^40", hostOnly: true, opts: short, inject: announceTo(1 << 40), victim: expect{sentinel: ErrTooLarge, peer: faulty, field: "count"}, faulty: victimFailed, other: victimFailed},
-		{name: "count=2^50", hostOnly: true, opts: short, inject: announceTo(1 << 50), victim: expect{sentinel: ErrTimeout, peer: faulty, field: "pieces"}, faulty: victimFailed, other: victimFailed},
+		{name: "count=2^50", hostOnly: true, opts: short, inject: announceTo(1 << 50), victim: expect{sentinel: ErrTimeout, peer: faulty, field: "pieces"}, faulty: victimFailed, other: victimFailed,
+			victimReads: &expect{sentinel: ErrTooLarge, peer: faulty, field: "count"}}, // the notice comes, and is drained
 		{name: "bad-manifest", inject: func(x *Exchanger) {
 			x.hooks.mangle = func(dest int, wire []byte) {
 				if dest == victim {
@@ -163,6 +171,18 @@ func faultCases() []faultCase {
 				return pieces
 			}
 		}, victim: expect{sentinel: ErrPeerAborted, peer: faulty, field: "flags"}, faulty: victimFailed, other: victimFailed},
+		{name: "read-address-unmapped", readsOnly: true, inject: onPiecesTo(func(p [][]byte) [][]byte {
+			binary.LittleEndian.PutUint64(p[0][8:], 4096) // the first page: never mapped
+			return p
+		}), victim: expect{sentinel: ErrMalformed, peer: faulty, field: "read_address"}, faulty: victimFailed, other: victimFailed},
+		{name: "read-magic", readsOnly: true, inject: onPiecesTo(func(p [][]byte) [][]byte {
+			p[0][0] ^= 1
+			return p
+		}), victim: expect{sentinel: ErrMalformed, peer: faulty, field: "read_magic"}, faulty: victimFailed, other: victimFailed},
+		{name: "read-length", readsOnly: true, inject: onPiecesTo(func(p [][]byte) [][]byte {
+			binary.LittleEndian.PutUint64(p[0][16:], binary.LittleEndian.Uint64(p[0][16:])+8)
+			return p
+		}), victim: expect{sentinel: ErrSizeMismatch, peer: faulty, field: "message_size"}, faulty: victimFailed, other: victimFailed},
 		{name: "sender-fails-before-counts", send: func(bufs []*packing.Coalesced) []*packing.Coalesced {
 			return append(append([]*packing.Coalesced(nil), bufs...), bufs[0]) // two buffers for one rank
 		}, faulty: expect{sentinel: ErrInvalid, peer: -1, field: ""}, victim: expect{sentinel: ErrPeerAborted, peer: faulty, field: "count"}, other: expect{sentinel: ErrPeerAborted, peer: faulty, field: "count"}},
@@ -245,6 +265,9 @@ func TestFaultMatrix(t *testing.T) {
 			if fc.hostOnly && v.kind != devalloc.BackendHost {
 				continue
 			}
+			if fc.readsOnly && v.name != "host-reads" {
+				continue
+			}
 			t.Run(v.name+"/"+fc.name, func(t *testing.T) {
 				runFault(t, v, fc, rank, size)
 			})
@@ -306,7 +329,11 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	case faulty:
 		fc.faulty.check(t, "the faulty rank", r, err)
 	case victim:
-		fc.victim.check(t, "the victim", r, err)
+		want := fc.victim
+		if fc.victimReads != nil && x.readPeer(faulty) {
+			want = *fc.victimReads
+		}
+		want.check(t, "the victim", r, err)
 	default:
 		fc.other.check(t, "a bystander", r, err)
 	}

@@ -60,8 +60,8 @@ type variant struct {
 	kind  devalloc.Backend
 	aware bool // device memory handed to MPI directly (DISTBUF_MPI_CUDA_AWARE=1)
 	// transport is what DISTBUF_MSG_TRANSPORT says for the test: "staged"
-	// and "mpi" keep node-local ranks off the IPC windows, "auto" lets them
-	// use them.
+	// and "mpi" keep node-local ranks off the IPC windows and off reads of
+	// each other's memory, "auto" lets them use them.
 	transport string
 }
 
@@ -71,7 +71,12 @@ type variant struct {
 func variants(t *testing.T) []variant {
 	out := []variant{}
 	if os.Getenv("DISTBUF_BACKEND") != "cuda" {
-		out = append(out, variant{name: "host", kind: devalloc.BackendHost})
+		out = append(out, variant{name: "host", kind: devalloc.BackendHost, transport: "mpi"})
+		if mpiBuild {
+			// Every rank of these tests shares the node: host messages
+			// are read from the sender's memory.
+			out = append(out, variant{name: "host-reads", kind: devalloc.BackendHost, transport: "auto"})
+		}
 	}
 	if os.Getenv("DISTBUF_BACKEND") == "host" {
 		return out
@@ -110,6 +115,8 @@ func (v variant) openWith(t *testing.T, conf *devalloc.Config) *devalloc.Allocat
 			aware = "1"
 		}
 		t.Setenv(cluster.EnvCUDAAware, aware)
+	}
+	if v.transport != "" {
 		t.Setenv(EnvTransport, v.transport)
 	}
 	a, err := devalloc.Open(devalloc.Options{Backend: v.kind, Config: conf, Warn: func(m string) { t.Log(m) }})

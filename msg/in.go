@@ -33,6 +33,10 @@ type inMsg struct {
 	staged, device, drain, local bool
 	// ipc: it lies in the sender's window and its one piece is the notice.
 	ipc bool
+	// reads: it lies in the sender's memory, to be read once its one
+	// piece, the read notice (in notice), has arrived.
+	reads  bool
+	notice []byte
 	// ended: the message became a result or its buffer was freed, and its
 	// error, if any, was reported.
 	ended bool
@@ -79,7 +83,7 @@ func (e *exchange) newRecv(src, step int, size int64) *inMsg {
 	in := e.newIn()
 	in.src, in.step, in.size = src, step, size
 	in.pieces = int64(x.pieceCount(src, size))
-	in.ipc = x.ipcPeer(src)
+	in.ipc, in.reads = x.ipcPeer(src), x.readPeer(src)
 	e.expecting += in.pieces
 	e.bySrc[src] = in
 	if e.refuse[src] {
@@ -184,6 +188,9 @@ func (e *exchange) allocIn(in *inMsg) error {
 		in.chunks[0] = inChunk{n: ipcHead + in.size}
 		return nil
 	}
+	if in.reads && !loc.HostAccessible() {
+		return errors.Join(fmt.Errorf("the receive buffer is device memory, not readable by process_vm_readv: %w", ErrInvalid), buf.Free())
+	}
 	if !in.staged {
 		in.device = !loc.HostAccessible()
 		// MPI writes from outside the streams: wait for the allocation to
@@ -203,6 +210,12 @@ func (e *exchange) allocIn(in *inMsg) error {
 	}
 	in.buf = buf
 	in.chunks = resize(in.chunks, int(in.pieces))
+	if in.reads {
+		// Its one MPI message is the notice, or an abort notice in its
+		// place: nothing longer is received.
+		in.chunks[0] = inChunk{n: AbortSize}
+		return nil
+	}
 	for i := range in.chunks {
 		sp := chunkAt(in.size, x.chunk, i)
 		in.chunks[i].off, in.chunks[i].n = sp.off, sp.n
@@ -307,6 +320,12 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 			return
 		}
 		ch.buf, ch.mem, rel = cb, cluster.Sub(cb, 0, m.Status().Bytes), ch.hold
+	} else if in.reads {
+		// The notice, in Go memory of its own: the buffer's write hold
+		// stays with the message until it is read.
+		in.notice = make([]byte, max(m.Status().Bytes, 1))
+		pin := cluster.PinBytes(in.notice)
+		ch.mem, rel = pin, pin
 	} else if in.staged {
 		c := x.hooks.canary
 		cb, err := x.a.AllocPinned(ch.n+2*c, x.recvS)
@@ -342,6 +361,9 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 			_ = ch.hold.Release()
 			_ = ch.buf.Free()
 			ch.hold, ch.buf, ch.mem = nil, nil, nil
+		}
+		if in.reads {
+			_ = rel.Release() // the notice's pin
 		}
 		in.failed = e.inErr(in, "receive", err)
 		e.discard(m, in, i) // gives the piece's share of a direct buffer's hold back
@@ -389,6 +411,10 @@ func (e *exchange) chunkDone(in *inMsg, i int, st cluster.Status, err error) {
 	ch.done, ch.got, ch.err = true, st.Bytes, err
 	if in.ipc {
 		e.finishIPC(in) // the request released the notice's hold as it completed
+		return
+	}
+	if in.reads {
+		e.finishRead(in)
 		return
 	}
 	if in.staged {
@@ -525,6 +551,9 @@ func (e *exchange) finishDirect(in *inMsg) {
 			return out, err
 		}
 		for i := range in.chunks {
+			if in.reads {
+				break // its one piece was the notice, already checked
+			}
 			if ch := &in.chunks[i]; ch.err != nil || ch.got != ch.n {
 				var b []byte
 				if i == 0 && ch.err == nil {

@@ -268,6 +268,11 @@ func setupIPC(x *Exchanger, wantNCCL bool) (*ipcLink, string, error) {
 	}()
 	row := make([]int64, ipcSetupWords)
 	row[0] = int64(x.rank)
+	var probe *readsProbe
+	offer, readsWhy := readsOffer(x, wantNCCL)
+	if offer {
+		probe = newReadsProbe(row) // host memory: never beside the device flag
+	}
 	if capable {
 		row[1] = 1
 		if err := l.handles(row); err != nil {
@@ -278,6 +283,10 @@ func setupIPC(x *Exchanger, wantNCCL bool) (*ipcLink, string, error) {
 	if err := local.AllgatherInt64(row, all); err != nil {
 		l.destroyEvents()
 		return nil, "", fmt.Errorf("msg: new: node-local setup: %w", err)
+	}
+	if err := setupReads(x, local, all, probe, readsWhy); err != nil {
+		l.destroyEvents()
+		return nil, "", err
 	}
 	if !capable {
 		l.destroyEvents()
@@ -417,7 +426,7 @@ func (x *Exchanger) ipcPeer(r int) bool { return x.ipc != nil && x.ipc.peers[r] 
 // pieceCount is how many MPI messages a message of size bytes to or from
 // peer travels as: one notice through a window, else its chunks.
 func (x *Exchanger) pieceCount(peer int, size int64) int {
-	if x.ipcPeer(peer) {
+	if x.ipcPeer(peer) || x.readPeer(peer) {
 		return 1
 	}
 	return chunkCount(size, x.chunk)

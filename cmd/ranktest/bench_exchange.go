@@ -33,6 +33,10 @@ const (
 //	packed-cold the same with two layouts taking turns, so that every
 //	            exchange decodes its manifest and builds its plan
 //	persistent  msg.Pattern.Exchange: the same with a learned pattern
+//	packed-mpi  packed on an exchanger made with msg.TransportMPI: its
+//	            messages travel through MPI even where the two ranks share
+//	            a node and packed reads them from each other's memory
+//	            (read_peers says whether it does)
 //	perblock    one MPI message per block through cluster: the baseline
 //	raw         one MPI_Isend/MPI_Irecv of the packed message's bytes, in C
 //
@@ -55,7 +59,7 @@ func benchExchange(c *benchContext) error {
 		}
 		return fmt.Errorf("exchange needs exactly 2 ranks (mpirun -n 2 with a binary built with -tags mpi), have %d", n)
 	}
-	small := []string{"packed", "packed-cold", "persistent", "perblock", "raw"}
+	small := []string{"packed", "packed-cold", "persistent", "packed-mpi", "perblock", "raw"}
 	var modes []string
 	device := false
 	switch m := c.cfg.mode; {
@@ -193,6 +197,13 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 	}
 	defer func() { _ = x.Close() }()
 	pat := x.NewPattern()
+	var xm *msg.Exchanger
+	if contains(modes, "packed-mpi") {
+		if xm, err = msg.New(msg.Options{Comm: e.comm, Alloc: a, Transport: msg.TransportMPI}); err != nil {
+			return err
+		}
+		defer func() { _ = xm.Close() }()
+	}
 	rawSend, err := a.Alloc(e.wire(), a.DefaultStream())
 	if err != nil {
 		return err
@@ -234,6 +245,13 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 			}
 			return err
 		},
+		"packed-mpi": func() error {
+			r, err := xm.Exchange(e.send)
+			if err == nil {
+				err = r.Free()
+			}
+			return err
+		},
 		"persistent": func() error {
 			r, err := pat.Exchange(e.send)
 			if err == nil {
@@ -265,7 +283,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 	if contains(modes, "raw") {
 		measured = append(measured, "raw-payload")
 	}
-	if contains(modes, "packed") || contains(modes, "packed-cold") || contains(modes, "persistent") {
+	if contains(modes, "packed") || contains(modes, "packed-cold") || contains(modes, "persistent") || contains(modes, "packed-mpi") {
 		measured = append(measured, "alltoall")
 	}
 	// Modes take turns in rounds, each running a batch of repetitions
@@ -301,13 +319,24 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 	if c.world.Rank() != 0 {
 		return nil
 	}
-	st := x.Stats()
 	for _, m := range modes {
 		extra := map[string]any{"reps": reps, "block_bytes": e.bytes, "wire_bytes": e.wire(), "payload_bytes": e.payload(),
 			"p10_us": spread[m][0], "p90_us": spread[m][1]}
 		switch m {
-		case "packed", "packed-cold", "persistent":
+		case "packed", "packed-cold", "persistent", "packed-mpi":
+			ex := x
+			if m == "packed-mpi" {
+				ex = xm
+			}
+			st := ex.Stats()
 			extra["mpi_messages_per_exchange"] = float64(st.Messages) / float64(st.Exchanges)
+			// Whether the peer's message was read from its memory (one
+			// node, host memory: msg's node-local reads) or carried by MPI.
+			peers, why := ex.ReadPeers()
+			extra["read_peers"] = len(peers)
+			if len(peers) == 0 {
+				extra["reads_why_not"] = why
+			}
 			if p, ok := med["perblock"]; ok {
 				extra["perblock_over_"+m] = p / med[m]
 				extra["goal_perblock_over_packed"] = 5

@@ -1,0 +1,110 @@
+//go:build mpi
+
+package msg
+
+import (
+	"testing"
+
+	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/packing"
+	"github.com/stretchr/testify/require"
+)
+
+// TestReadPeers: under mpirun on one node, ranks exchanging host memory
+// read each other's messages (docs/WIRE.md, rule 12), from send buffers
+// of any allocator, device memory included (copied to host memory first);
+// with TransportMPI nobody does, and says why.
+func TestReadPeers(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	for _, tc := range []struct {
+		name      string
+		transport Transport
+		sendOn    string // "host", or "cuda" for device send buffers
+	}{
+		{"auto", TransportAuto, "host"},
+		{"auto, device send buffers", TransportAuto, "cuda"},
+		{"mpi", TransportMPI, "host"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+			sa := a
+			if tc.sendOn == "cuda" {
+				if fakeCUDA.path == "" && fakeCUDA.why != "" {
+					t.Skipf("no CUDA runtime: %s", fakeCUDA.why)
+				}
+				sa = variant{name: "cuda", kind: devalloc.BackendCUDA}.open(t)
+			}
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: tc.transport, PayloadChecksum: true})
+			peers, why := x.ReadPeers()
+			if tc.transport == TransportMPI || comm.LocalSize() < 2 {
+				require.Empty(t, peers)
+				require.NotEmpty(t, why)
+			} else {
+				require.Len(t, peers, comm.LocalSize()-1, "every other rank of this node: %s", why)
+			}
+			tr := traffic{seed: 77, density: 1, maxBlocks: 30, dims: []int{1, 4, 9}, dtypes: mixedTypes}
+			for it := range uint64(3) {
+				tr.iter = it
+				bufs, err := AllocSend(sa, tr.plan(t, rank, size), sa.DefaultStream())
+				require.NoError(t, err)
+				tr.fill(t, sa.DefaultStream(), rank, bufs)
+				before := x.Stats()
+				r, err := x.Exchange(bufs)
+				require.NoError(t, err)
+				for src := range size {
+					c := r.From(src)
+					require.NotNil(t, c, "from rank %d", src)
+					got := readBlocks(t, a.DefaultStream(), c)
+					for _, b := range c.All() {
+						require.Equal(t, tr.content(src, b.ID(), b.Bytes()), got[b.ID()], "block %d from rank %d", b.ID(), src)
+					}
+				}
+				after := x.Stats()
+				require.EqualValues(t, len(peers), after.HostReads-before.HostReads, "one read per peer")
+				require.NoError(t, r.Free())
+				for _, b := range bufs {
+					require.NoError(t, b.Free())
+				}
+			}
+		})
+	}
+}
+
+// TestReadPeersKeepSendBuffers: a sender's buffer stays held until every
+// reader is done: freeing it right after the exchange, and reusing its
+// memory at once, never changes what a peer got.
+func TestReadPeersKeepSendBuffers(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	tr := traffic{seed: 78, density: 1, maxBlocks: 60, dims: []int{8, 16}, dtypes: []packing.DType{packing.Float64}}
+	for it := range uint64(20) {
+		tr.iter = it
+		bufs, err := AllocSend(a, tr.plan(t, rank, size), a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		for _, b := range bufs {
+			require.NoError(t, b.Free())
+		}
+		// The freed memory goes to the next allocation of its size:
+		// scribble over it.
+		for _, b := range bufs {
+			junk, err := a.Alloc(b.Buffer().Size(), a.DefaultStream())
+			require.NoError(t, err)
+			require.NoError(t, a.DefaultStream().Memset(junk, 0, junk.Size(), 0xa5))
+			require.NoError(t, junk.Free())
+		}
+		for src := range size {
+			c := r.From(src)
+			got := readBlocks(t, a.DefaultStream(), c)
+			for _, b := range c.All() {
+				require.Equal(t, tr.content(src, b.ID(), b.Bytes()), got[b.ID()], "exchange %d: block %d from rank %d", it, b.ID(), src)
+			}
+		}
+		require.NoError(t, r.Free())
+	}
+}
