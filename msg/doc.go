@@ -60,6 +60,25 @@
 // outside the allocator's pool and budget, at least 4 MiB each;
 // every window stays allocated until Close, since a peer may hold it open.
 //
+// Between two ranks of one node that both exchange host memory under
+// TransportAuto, the receiver reads a message straight out of the sender's
+// send buffer with one process_vm_readv (docs/WIRE.md, rule 12), and MPI
+// carries only a 24-byte notice of where it lies: one copy by the kernel,
+// where MPI's shared memory without a single-copy mechanism (Open MPI's
+// vader with single_copy_mechanism none, as containers often set it) copies
+// a message twice in fragments. The sender keeps the buffer under its read
+// hold until the agreement that ends the exchange, and a receiver reads
+// only before it joins the agreement, so no read outlasts the sender's
+// hold. A send buffer in device memory is first copied to host memory the
+// exchange keeps as long. New decides the pairs collectively over the node
+// after each offering rank has read a word of every other's memory
+// (ReadPeers lists them, or says why none): a rank with TransportMPI,
+// device memory, or a kernel that refuses the read (Yama's ptrace_scope 2
+// or more, a seccomp filter, another PID namespace) keeps MPI for all its
+// pairs. A rank that offers reads lets every process of its user read its
+// memory (prctl PR_SET_PTRACER_ANY, as Open MPI's CMA transport does);
+// DISTBUF_MSG_TRANSPORT=mpi keeps it from doing so.
+//
 // With TransportNCCL (DISTBUF_MSG_TRANSPORT=nccl) and every rank on a GPU
 // of its own, messages go GPU to GPU through NCCL instead: the same bytes,
 // all of an exchange's sends and receives in one NCCL group on the send

@@ -46,16 +46,19 @@ const (
 	EnvTimeout = "DISTBUF_MSG_TIMEOUT"
 )
 
-// Transport says how device memory travels. Host-accessible memory always
-// goes to MPI directly.
+// Transport says how messages travel between ranks: through MPI, or,
+// between ranks of one node, through CUDA IPC windows (device memory) or
+// by reads of the sender's memory (host memory).
 type Transport int
 
 const (
 	// TransportAuto moves device memory between two ranks of one node
 	// that both use TransportAuto on a GPU through CUDA IPC windows (two
-	// device-to-device copies and an MPI notice: docs/WIRE.md,
-	// "Node-local device messages"; Exchanger.NodeLocalPeers lists them),
-	// and otherwise as TransportMPI.
+	// device-to-device copies and an MPI notice: docs/WIRE.md, rule 10;
+	// Exchanger.NodeLocalPeers lists them), host memory between two such
+	// ranks on host memory by a read of the sender's memory (one copy and
+	// an MPI notice: rule 12; Exchanger.ReadPeers lists them), and
+	// otherwise as TransportMPI.
 	TransportAuto Transport = iota
 	// TransportStaged always stages device memory through pinned host
 	// memory, even with a CUDA-aware MPI (for measurements, or an MPI whose
@@ -68,7 +71,8 @@ const (
 	TransportNCCL
 	// TransportMPI hands device memory to MPI directly when
 	// cluster.CUDAAware reports true, and stages it through pinned host
-	// memory otherwise: never through node-local windows.
+	// memory otherwise: never through node-local windows, and host memory
+	// always through MPI, never by node-local reads.
 	TransportMPI
 )
 

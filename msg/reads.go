@@ -299,7 +299,9 @@ func (e *exchange) readMessage(in *inMsg) error {
 		return e.inErr(in, "receive", ch.err)
 	}
 	if ch.got == AbortSize {
-		return e.sizeError(in, 0, in.notice)
+		if err := e.sizeError(in, 0, in.notice); !errors.Is(err, ErrSizeMismatch) {
+			return err // an abort notice in place of the read notice
+		}
 	}
 	addr, err := DecodeReadNotice(in.notice[:max(min(ch.got, int64(len(in.notice))), 0)], in.src, tag, in.size)
 	if err != nil {

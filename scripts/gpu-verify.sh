@@ -31,7 +31,7 @@
 #         msgcheck   msg's fault matrix and node-local windows under memcheck (-n 3)
 #         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU; then the host
 #                    packed / raw goal as docs/PERFORMANCE.md measures it (2000
-#                    exchanges of packed, persistent and raw in turns), three times,
+#                    exchanges of packed, persistent, packed-mpi and raw in turns), three times,
 #                    and the three runs' median (exchange-summary.log)
 #         solve      ranktest (the main job) under mpirun -n 2 on the GPU
 #         goals      scripts/solve-goals.sh, 5 rounds: the main job's figures against their
@@ -105,14 +105,18 @@ exchsummary() {
 import json, statistics, sys
 ratios = []
 for path in sys.argv[1:]:
-    med = {}
+    med, reads = {}, {}
     for line in open(path):
         r = json.loads(line)
         if r.get("bench") == "exchange" and r.get("backend") == "host":
             med[r["mode"]] = r["median_us"]
+            reads[r["mode"]] = r.get("extra", {}).get("read_peers")
     if "packed" in med and "raw" in med:
         ratios.append(med["packed"] / med["raw"])
-        print(f"{path}: packed {med['packed']:.1f} us, raw {med['raw']:.1f} us, packed / raw {ratios[-1]:.3f}")
+        line = f"{path}: packed {med['packed']:.1f} us (read peers: {reads['packed']}), raw {med['raw']:.1f} us, packed / raw {ratios[-1]:.3f}"
+        if "packed-mpi" in med:
+            line += f"; packed-mpi {med['packed-mpi']:.1f} us, packed-mpi / raw {med['packed-mpi'] / med['raw']:.3f}"
+        print(line)
 if ratios:
     m = statistics.median(ratios)
     print(f"packed / raw over {len(ratios)} run(s): median {m:.3f} (goal <= 1.15: {'met' if m <= 1.15 else 'MISSED'})")
@@ -181,7 +185,7 @@ run() {
         step msg-memcheck 400 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 3 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run 'TestFaultMatrix|TestNodeLocalWindows|TestSendBuffersOfAnotherAllocator|TestJoinedSendBuffers' -test.timeout 380s" ;;
       exchange)
         step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl"
-        step bench-exchange-host 120 "for r in 1 2 3; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -bench exchange -mode packed,persistent,raw -iters 2000 > $LOG/exchange-host-\$r.jsonl || exit 1; done"
+        step bench-exchange-host 120 "for r in 1 2 3; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -bench exchange -mode packed,persistent,packed-mpi,raw -iters 2000 > $LOG/exchange-host-\$r.jsonl || exit 1; done"
         step exchange-summary 30 "exchsummary $LOG/exchange-host-1.jsonl $LOG/exchange-host-2.jsonl $LOG/exchange-host-3.jsonl" ;;
       solve)
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
