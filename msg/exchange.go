@@ -112,6 +112,9 @@ type testHooks struct {
 	// windowCopies, when it returns an error, fails this rank's copies
 	// into its window (into) or from its peers' windows with it.
 	windowCopies func(into bool) error
+	// beforeRead runs before this rank reads src's message from src's
+	// memory.
+	beforeRead func(src int)
 }
 
 func (h *testHooks) windowCopyError(into bool) error {

@@ -312,6 +312,9 @@ func (e *exchange) readMessage(in *inMsg) error {
 		// already failed, or this notice would not come so late.
 		return e.inErr(in, "node-local read", fmt.Errorf("the notice was matched only after the agreement; the message is not read: %w", ErrTimeout))
 	}
+	if x.hooks.beforeRead != nil {
+		x.hooks.beforeRead(in.src)
+	}
 	local, _, _, err := in.buf.Region()
 	if err != nil {
 		return e.inErr(in, "node-local read", err)
