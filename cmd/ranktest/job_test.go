@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -125,4 +126,35 @@ func TestJobRejectsDifferentSettings(t *testing.T) {
 	out, code, _ = runJob(t, 90*time.Second, args...)
 	require.NotZero(t, code, out)
 	require.Contains(t, out, "the ranks disagree on -mode: rank 0 and rank 1 were started with different -mode", out)
+}
+
+// TestJobWarnsOfSharedGPUWithoutMPS: two ranks on the one device of the
+// fake runtime are told that they share it without MPS, with what to do;
+// where the device says MPS is on, nothing is said.
+func TestJobWarnsOfSharedGPUWithoutMPS(t *testing.T) {
+	bin, flags := buildMPIRanktest(t)
+	nvrtc, cublas := cudarttest.BuildNVRTC(t), cudarttest.BuildCUBLAS(t)
+	const warning = "ranktest: ranks 0, 1 share CUDA device 0 without MPS"
+	for _, tc := range []struct {
+		name    string
+		defines []string
+		warned  bool
+	}{
+		{"without MPS", nil, true},
+		{"under MPS", []string{"FAKE_MPS_ENABLED=1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cudart := cudarttest.Build(t, tc.defines...)
+			args := append(append([]string(nil), flags...), "-n", "2",
+				"-x", "DISTBUF_CUDART="+cudart, "-x", "DISTBUF_NVRTC="+nvrtc, "-x", "DISTBUF_CUBLAS="+cublas,
+				bin, "-backend", "cuda", "-iters", "2", "-blocks", "50")
+			out, code, _ := runJob(t, 90*time.Second, args...)
+			require.Zero(t, code, out)
+			require.Equal(t, tc.warned, strings.Contains(out, warning), out)
+			if tc.warned {
+				require.Contains(t, out, "nvidia-cuda-mps-control -d", out)
+				require.Equal(t, 1, strings.Count(out, "without MPS"), "once per node:\n%s", out)
+			}
+		})
+	}
 }

@@ -165,6 +165,9 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 			fmt.Fprintf(out, "ranktest: %s\n", r)
 		}
 	}
+	if err := warnSharedGPU(world, a, out); err != nil {
+		return err
+	}
 
 	stats := solveStats{world: world}
 	var reservedWarm int64

@@ -53,6 +53,7 @@
  *   FAKE_DEVICE_COUNT=n          devices reported (default 1)
  *   FAKE_DEVICE_COUNT_ERROR=code cudaGetDeviceCount fails with code
  *   FAKE_POOLS_SUPPORTED=0       cudaDevAttrMemoryPoolsSupported reads 0
+ *   FAKE_MPS_ENABLED=1           cudaDevAttrMpsEnabled reads 1 (as under MPS)
  *   FAKE_NO_POOLS                omit the stream-ordered pool functions
  *   FAKE_NO_KERNELS              omit cudaLibraryLoadData/GetKernel, cudaLaunchKernel
  *   FAKE_NO_BATCH                omit cudaMemcpyBatchAsync
@@ -87,6 +88,9 @@
 #endif
 #ifndef FAKE_DEVICE_COUNT_ERROR
 #define FAKE_DEVICE_COUNT_ERROR 0
+#endif
+#ifndef FAKE_MPS_ENABLED
+#define FAKE_MPS_ENABLED 0
 #endif
 #ifndef FAKE_POOLS_SUPPORTED
 #define FAKE_POOLS_SUPPORTED 1
@@ -207,7 +211,7 @@ API int cudaDeviceGetAttribute(int *v, int attr, int d) {
 	case 75: *v = 9; break;                    /* compute capability major */
 	case 76: *v = 0; break;                    /* minor */
 	case 115: *v = FAKE_POOLS_SUPPORTED; break; /* memory pools supported */
-	case 133: *v = 0; break;                   /* MPS enabled */
+	case 133: *v = FAKE_MPS_ENABLED; break;    /* MPS enabled */
 	default: return ret(E_INVALID_VALUE);
 	}
 	return OK;
