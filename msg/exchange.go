@@ -3,6 +3,7 @@ package msg
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -466,6 +467,7 @@ type exchange struct {
 	// any more.
 	readHolds  []*devalloc.Hold
 	readCopies [][]byte
+	readPin    runtime.Pinner
 	agreeing   bool
 }
 

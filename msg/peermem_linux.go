@@ -30,8 +30,11 @@ func peerMemWhy() string {
 	}
 	// One read of this process's own memory: a seccomp filter that
 	// refuses the call refuses it here too.
-	var src, dst uint64 = 0x6469737462756621, 0
-	if err := readPeer(os.Getpid(), uintptr(unsafe.Pointer(&dst)), uintptr(unsafe.Pointer(&src)), 8); err != nil || dst != src {
+	words := []uint64{0x6469737462756621, 0}
+	var pin runtime.Pinner // the source's address is taken as a number: it must not move
+	pin.Pin(&words[0])
+	defer pin.Unpin()
+	if err := readPeer(os.Getpid(), unsafe.Pointer(&words[1]), uintptr(unsafe.Pointer(&words[0])), 8); err != nil || words[1] != words[0] {
 		return fmt.Sprintf("process_vm_readv of this process's own memory: %v", err)
 	}
 	return ""
@@ -49,11 +52,14 @@ func allowPeerReads() {
 // readPeer copies n bytes at remote in process pid to local, in this
 // process: one copy, by the kernel, without the peer's involvement. A
 // partial read is continued; a range the peer has not mapped is EFAULT.
-func readPeer(pid int, local, remote uintptr, n int64) error {
-	for n > 0 {
-		l := iovec{local, uint64(n)}
-		r := iovec{remote, uint64(n)}
+// local stays a pointer until the call, so that Go memory there is kept
+// and followed if its stack moves.
+func readPeer(pid int, local unsafe.Pointer, remote uintptr, n int64) error {
+	for done := int64(0); done < n; {
+		l := iovec{uintptr(unsafe.Add(local, done)), uint64(n - done)}
+		r := iovec{remote + uintptr(done), uint64(n - done)}
 		got, _, errno := syscall.Syscall6(sysProcessVMReadv, uintptr(pid), uintptr(unsafe.Pointer(&l)), 1, uintptr(unsafe.Pointer(&r)), 1, 0)
+		runtime.KeepAlive(local)
 		switch {
 		case errno == syscall.EINTR:
 			continue
@@ -62,7 +68,7 @@ func readPeer(pid int, local, remote uintptr, n int64) error {
 		case got == 0:
 			return errors.New("process_vm_readv read nothing")
 		}
-		local, remote, n = local+got, remote+got, n-int64(got)
+		done += int64(got)
 	}
 	return nil
 }

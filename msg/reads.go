@@ -44,7 +44,6 @@ const (
 // whose host messages this rank reads, and which reads this rank's.
 type readLink struct {
 	pid []int // by rank; 0: not a read peer
-	n   int
 }
 
 func (x *Exchanger) readPeer(r int) bool { return x.reads != nil && x.reads.pid[r] != 0 }
@@ -87,6 +86,7 @@ func readsOffer(x *Exchanger, wantNCCL bool) (bool, string) {
 // back before any message is read that way.
 type readsProbe struct {
 	word uint64
+	got  uint64 // where this rank reads a peer's word: heap memory, which never moves
 }
 
 func newReadsProbe(row []int64) *readsProbe {
@@ -129,12 +129,12 @@ func setupReads(x *Exchanger, local *cluster.Comm, rows []int64, probe *readsPro
 			if r[1]&readsFlag == 0 || rank == x.rank {
 				continue
 			}
-			var got uint64
+			probe.got = 0
 			err := errors.New("its row names no process")
 			if rank >= 0 && rank < n && pid > 0 {
-				err = readPeer(pid, uintptr(unsafe.Pointer(&got)), addr, 8)
+				err = readPeer(pid, unsafe.Pointer(&probe.got), addr, 8)
 			}
-			if err == nil && got != want {
+			if err == nil && probe.got != want {
 				err = fmt.Errorf("process %d holds another value there: not rank %d's process (another PID namespace?)", pid, rank)
 			}
 			if err != nil {
@@ -158,13 +158,7 @@ func setupReads(x *Exchanger, local *cluster.Comm, rows []int64, probe *readsPro
 	case probe == nil:
 		x.readsWhy = why
 	default:
-		l := &readLink{pid: pids}
-		for _, pid := range pids {
-			if pid != 0 {
-				l.n++
-			}
-		}
-		x.reads = l
+		x.reads = &readLink{pid: pids}
 	}
 	return nil
 }
@@ -240,6 +234,7 @@ func (e *exchange) prepareRead(m *outMsg) error {
 			return e.outErr(m.dest, "payload", err)
 		}
 		e.readCopies = append(e.readCopies, wire)
+		e.readPin.Pin(unsafe.SliceData(wire)) // its address goes out as a number
 		e.x.stats.BytesStaged += m.size
 		addr = uintptr(unsafe.Pointer(unsafe.SliceData(wire)))
 	}
@@ -270,6 +265,7 @@ func (e *exchange) releaseReads() {
 			e.fail(fmt.Errorf("msg: a send buffer read by a node-local peer: %w", err))
 		}
 	}
+	e.readPin.Unpin()
 	clear(e.readHolds)
 	clear(e.readCopies)
 	e.readHolds, e.readCopies = e.readHolds[:0], e.readCopies[:0]
@@ -315,11 +311,14 @@ func (e *exchange) readMessage(in *inMsg) error {
 	if x.hooks.beforeRead != nil {
 		x.hooks.beforeRead(in.src)
 	}
-	local, _, _, err := in.buf.Region()
+	mem, err := in.buf.Bytes()
+	if err == nil && (in.base < 0 || in.size > int64(len(mem))-in.base) {
+		err = fmt.Errorf("bytes [%d, +%d) outside a receive buffer of %d: %w", in.base, in.size, len(mem), ErrInvalid)
+	}
 	if err != nil {
 		return e.inErr(in, "node-local read", err)
 	}
-	if err := readPeer(x.reads.pid[in.src], local+uintptr(in.base), uintptr(addr), in.size); err != nil {
+	if err := readPeer(x.reads.pid[in.src], unsafe.Pointer(unsafe.SliceData(mem[in.base:])), uintptr(addr), in.size); err != nil {
 		if errors.Is(err, syscall.EFAULT) {
 			return wireErr(ErrMalformed, in.src, tag, "read_address", "bytes [%#x, +%d) of rank %d's memory cannot be read: %v", addr, in.size, in.src, err)
 		}

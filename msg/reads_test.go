@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -80,8 +81,11 @@ func TestReadPeerSelf(t *testing.T) {
 	}
 	src := []byte("node-local reads copy once, in the kernel")
 	dst := make([]byte, len(src))
-	require.NoError(t, readPeer(os.Getpid(), uintptr(unsafe.Pointer(&dst[0])), uintptr(unsafe.Pointer(&src[0])), int64(len(src))))
+	var pin runtime.Pinner // src's address is taken as a number: it must not move
+	pin.Pin(&src[0])
+	defer pin.Unpin()
+	require.NoError(t, readPeer(os.Getpid(), unsafe.Pointer(&dst[0]), uintptr(unsafe.Pointer(&src[0])), int64(len(src))))
 	require.Equal(t, src, dst)
-	err := readPeer(os.Getpid(), uintptr(unsafe.Pointer(&dst[0])), 4096, 8)
+	err := readPeer(os.Getpid(), unsafe.Pointer(&dst[0]), 4096, 8)
 	require.ErrorIs(t, err, syscall.EFAULT)
 }
