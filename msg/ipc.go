@@ -272,6 +272,9 @@ func setupIPC(x *Exchanger, wantNCCL bool) (*ipcLink, string, error) {
 	offer, readsWhy := readsOffer(x, wantNCCL)
 	if offer {
 		probe = newReadsProbe(row) // host memory: never beside the device flag
+		// The peers read its word until they have joined setupReads'
+		// Allreduce, which returns before this does.
+		defer probe.pin.Unpin()
 	}
 	if capable {
 		row[1] = 1

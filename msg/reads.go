@@ -86,12 +86,14 @@ func readsOffer(x *Exchanger, wantNCCL bool) (bool, string) {
 // back before any message is read that way.
 type readsProbe struct {
 	word uint64
-	got  uint64 // where this rank reads a peer's word: heap memory, which never moves
+	got  uint64         // where this rank reads a peer's word
+	pin  runtime.Pinner // word's address goes out as a number
 }
 
 func newReadsProbe(row []int64) *readsProbe {
 	allowPeerReads()
 	p := &readsProbe{word: rand.Uint64() | 1}
+	p.pin.Pin(&p.word)
 	row[1] |= readsFlag
 	row[2], row[3], row[4] = int64(os.Getpid()), int64(uintptr(unsafe.Pointer(&p.word))), int64(p.word)
 	return p
@@ -146,7 +148,6 @@ func setupReads(x *Exchanger, local *cluster.Comm, rows []int64, probe *readsPro
 	}
 	all := []int64{0}
 	err := local.AllreduceInt64([]int64{ok}, all, cluster.Min)
-	runtime.KeepAlive(probe) // read by the peers until they joined the Allreduce
 	if err != nil {
 		return fmt.Errorf("msg: new: node-local reads: %w", err)
 	}
