@@ -34,7 +34,7 @@ func peerMemWhy() string {
 	var pin runtime.Pinner // the source's address is taken as a number: it must not move
 	pin.Pin(&words[0])
 	defer pin.Unpin()
-	if err := readPeer(os.Getpid(), unsafe.Pointer(&words[1]), uintptr(unsafe.Pointer(&words[0])), 8); err != nil || words[1] != words[0] {
+	if err := readProcess(os.Getpid(), unsafe.Pointer(&words[1]), uintptr(unsafe.Pointer(&words[0])), 8); err != nil || words[1] != words[0] {
 		return fmt.Sprintf("process_vm_readv of this process's own memory: %v", err)
 	}
 	return ""
@@ -49,12 +49,12 @@ func allowPeerReads() {
 	_, _, _ = syscall.RawSyscall6(syscall.SYS_PRCTL, prSetPtracer, prSetPtracerAny, 0, 0, 0, 0)
 }
 
-// readPeer copies n bytes at remote in process pid to local, in this
+// readProcess copies n bytes at remote in process pid to local, in this
 // process: one copy, by the kernel, without the peer's involvement. A
 // partial read is continued; a range the peer has not mapped is EFAULT.
 // local stays a pointer until the call, so that Go memory there is kept
 // and followed if its stack moves.
-func readPeer(pid int, local unsafe.Pointer, remote uintptr, n int64) error {
+func readProcess(pid int, local unsafe.Pointer, remote uintptr, n int64) error {
 	for done := int64(0); done < n; {
 		l := iovec{uintptr(unsafe.Add(local, done)), uint64(n - done)}
 		r := iovec{remote + uintptr(done), uint64(n - done)}

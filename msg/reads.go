@@ -134,7 +134,7 @@ func setupReads(x *Exchanger, local *cluster.Comm, rows []int64, probe *readsPro
 			probe.got = 0
 			err := errors.New("its row names no process")
 			if rank >= 0 && rank < n && pid > 0 {
-				err = readPeer(pid, unsafe.Pointer(&probe.got), addr, 8)
+				err = readProcess(pid, unsafe.Pointer(&probe.got), addr, 8)
 			}
 			if err == nil && probe.got != want {
 				err = fmt.Errorf("process %d holds another value there: not rank %d's process (another PID namespace?)", pid, rank)
@@ -289,6 +289,8 @@ func (e *exchange) finishRead(in *inMsg) {
 	e.finishDirect(in)
 }
 
+// readMessage checks the notice of in (or the abort notice in its place)
+// and reads the message it names into in's buffer.
 func (e *exchange) readMessage(in *inMsg) error {
 	x, tag := e.x, e.x.o.Tag
 	ch := &in.chunks[0]
@@ -319,7 +321,7 @@ func (e *exchange) readMessage(in *inMsg) error {
 	if err != nil {
 		return e.inErr(in, "node-local read", err)
 	}
-	if err := readPeer(x.reads.pid[in.src], unsafe.Pointer(unsafe.SliceData(mem[in.base:])), uintptr(addr), in.size); err != nil {
+	if err := readProcess(x.reads.pid[in.src], unsafe.Pointer(unsafe.SliceData(mem[in.base:])), uintptr(addr), in.size); err != nil {
 		if errors.Is(err, syscall.EFAULT) {
 			return wireErr(ErrMalformed, in.src, tag, "read_address", "bytes [%#x, +%d) of rank %d's memory cannot be read: %v", addr, in.size, in.src, err)
 		}

@@ -72,10 +72,10 @@ func FuzzReadNotice(f *testing.F) {
 	})
 }
 
-// TestReadPeerSelf: the read itself, on this process's own memory (a
+// TestReadProcessSelf: the read itself, on this process's own memory (a
 // process may always read itself): a copy, and EFAULT for memory that is
 // not mapped, which the exchange reports as the notice's read_address.
-func TestReadPeerSelf(t *testing.T) {
+func TestReadProcessSelf(t *testing.T) {
 	if why := peerMemWhy(); why != "" {
 		t.Skipf("this process cannot read others' memory: %s", why)
 	}
@@ -84,8 +84,8 @@ func TestReadPeerSelf(t *testing.T) {
 	var pin runtime.Pinner // src's address is taken as a number: it must not move
 	pin.Pin(&src[0])
 	defer pin.Unpin()
-	require.NoError(t, readPeer(os.Getpid(), unsafe.Pointer(&dst[0]), uintptr(unsafe.Pointer(&src[0])), int64(len(src))))
+	require.NoError(t, readProcess(os.Getpid(), unsafe.Pointer(&dst[0]), uintptr(unsafe.Pointer(&src[0])), int64(len(src))))
 	require.Equal(t, src, dst)
-	err := readPeer(os.Getpid(), unsafe.Pointer(&dst[0]), 4096, 8)
+	err := readProcess(os.Getpid(), unsafe.Pointer(&dst[0]), 4096, 8)
 	require.ErrorIs(t, err, syscall.EFAULT)
 }
