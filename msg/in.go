@@ -188,9 +188,6 @@ func (e *exchange) allocIn(in *inMsg) error {
 		in.chunks[0] = inChunk{n: ipcHead + in.size}
 		return nil
 	}
-	if in.reads && !loc.HostAccessible() {
-		return errors.Join(fmt.Errorf("the receive buffer is device memory, not readable by process_vm_readv: %w", ErrInvalid), buf.Free())
-	}
 	if !in.staged {
 		in.device = !loc.HostAccessible()
 		// MPI writes from outside the streams: wait for the allocation to
@@ -550,11 +547,9 @@ func (e *exchange) finishDirect(in *inMsg) {
 			err := readDevice(x.a, x.recvS, in.buf, in.base, n, func(b []byte) error { out = append(out, b...); return nil })
 			return out, err
 		}
+		// A read message's one piece was its notice, checked before the read.
 		for i := range in.chunks {
-			if in.reads {
-				break // its one piece was the notice, already checked
-			}
-			if ch := &in.chunks[i]; ch.err != nil || ch.got != ch.n {
+			if ch := &in.chunks[i]; !in.reads && (ch.err != nil || ch.got != ch.n) {
 				var b []byte
 				if i == 0 && ch.err == nil {
 					b, _ = head(max(min(ch.got, ch.n), 0))

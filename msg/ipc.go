@@ -427,7 +427,7 @@ func (l *ipcLink) freeOwn() error {
 func (x *Exchanger) ipcPeer(r int) bool { return x.ipc != nil && x.ipc.peers[r] }
 
 // pieceCount is how many MPI messages a message of size bytes to or from
-// peer travels as: one notice through a window, else its chunks.
+// peer travels as: one notice for a window or a read, else its chunks.
 func (x *Exchanger) pieceCount(peer int, size int64) int {
 	if x.ipcPeer(peer) || x.readPeer(peer) {
 		return 1

@@ -154,9 +154,7 @@ func setupReads(x *Exchanger, local *cluster.Comm, rows []int64, probe *readsPro
 	switch {
 	case all[0] == 0 && ok == 1:
 		x.readsWhy = "a rank of this node could not read another's memory (its own exchanger says why)"
-	case all[0] == 0:
-		x.readsWhy = why
-	case probe == nil:
+	case all[0] == 0 || probe == nil:
 		x.readsWhy = why
 	default:
 		x.reads = &readLink{pid: pids}

@@ -53,14 +53,7 @@ func TestReadPeers(t *testing.T) {
 				before := x.Stats()
 				r, err := x.Exchange(bufs)
 				require.NoError(t, err)
-				for src := range size {
-					c := r.From(src)
-					require.NotNil(t, c, "from rank %d", src)
-					got := readBlocks(t, a.DefaultStream(), c)
-					for _, b := range c.All() {
-						require.Equal(t, tr.content(src, b.ID(), b.Bytes()), got[b.ID()], "block %d from rank %d", b.ID(), src)
-					}
-				}
+				tr.verify(t, a.DefaultStream(), rank, size, r)
 				after := x.Stats()
 				require.EqualValues(t, len(peers), after.HostReads-before.HostReads, "one read per peer")
 				require.NoError(t, r.Free())
@@ -110,13 +103,7 @@ func TestReadPeersHoldSendBuffers(t *testing.T) {
 		tr.fill(t, a.DefaultStream(), rank, bufs)
 		r, err := x.Exchange(bufs)
 		require.NoError(t, err)
-		for src := range size {
-			c := r.From(src)
-			got := readBlocks(t, a.DefaultStream(), c)
-			for _, b := range c.All() {
-				require.Equal(t, tr.content(src, b.ID(), b.Bytes()), got[b.ID()], "exchange %d: block %d from rank %d", it, b.ID(), src)
-			}
-		}
+		tr.verify(t, a.DefaultStream(), rank, size, r)
 		require.NoError(t, r.Free())
 	}
 }
