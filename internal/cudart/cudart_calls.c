@@ -145,8 +145,12 @@ int dbc_stream_create(dbc_api *a, int dev, uintptr_t *out) {
 	return dbc_done(a, e);
 }
 int dbc_stream_destroy(dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, DBC_CALL(a, cudaStreamDestroy, ((void *)s))); }
-int dbc_stream_sync(dbc_api *a, int dev, uintptr_t s) { DBC_ON(a, dev, DBC_CALL(a, cudaStreamSynchronize, ((void *)s))); }
-int dbc_stream_wait_event(dbc_api *a, int dev, uintptr_t s, uintptr_t ev) {
+int dbc_stream_sync(uintptr_t api, int dev, uintptr_t s) {
+	dbc_api *a = DBC_TABLE(api);
+	DBC_ON(a, dev, DBC_CALL(a, cudaStreamSynchronize, ((void *)s)));
+}
+int dbc_stream_wait_event(uintptr_t api, int dev, uintptr_t s, uintptr_t ev) {
+	dbc_api *a = DBC_TABLE(api);
 	DBC_ON(a, dev, DBC_CALL(a, cudaStreamWaitEvent, ((void *)s, (void *)ev, 0)));
 }
 
@@ -157,10 +161,14 @@ int dbc_event_create(dbc_api *a, int dev, unsigned flags, uintptr_t *out) {
 	*out = (uintptr_t)ev;
 	return dbc_done(a, e);
 }
-int dbc_event_record(dbc_api *a, int dev, uintptr_t ev, uintptr_t s) {
+int dbc_event_record(uintptr_t api, int dev, uintptr_t ev, uintptr_t s) {
+	dbc_api *a = DBC_TABLE(api);
 	DBC_ON(a, dev, DBC_CALL(a, cudaEventRecord, ((void *)ev, (void *)s)));
 }
-int dbc_event_query(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventQuery, ((void *)ev))); }
+int dbc_event_query(uintptr_t api, int dev, uintptr_t ev) {
+	dbc_api *a = DBC_TABLE(api);
+	DBC_ON(a, dev, DBC_CALL(a, cudaEventQuery, ((void *)ev)));
+}
 int dbc_event_sync(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventSynchronize, ((void *)ev))); }
 int dbc_event_destroy(dbc_api *a, int dev, uintptr_t ev) { DBC_ON(a, dev, DBC_CALL(a, cudaEventDestroy, ((void *)ev))); }
 
@@ -179,10 +187,12 @@ int dbc_malloc(dbc_api *a, int dev, uintptr_t *out, size_t n) {
 }
 int dbc_free(dbc_api *a, int dev, uintptr_t p) { DBC_ON(a, dev, DBC_CALL(a, cudaFree, ((void *)p))); }
 
-int dbc_memcpy_async(dbc_api *a, int dev, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+int dbc_memcpy_async(uintptr_t api, int dev, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+	dbc_api *a = DBC_TABLE(api);
 	DBC_ON(a, dev, DBC_CALL(a, cudaMemcpyAsync, ((void *)dst, (const void *)src, n, DBC_MEMCPY_DEFAULT, (void *)s)));
 }
-int dbc_memset_async(dbc_api *a, int dev, uintptr_t dst, int v, size_t n, uintptr_t s) {
+int dbc_memset_async(uintptr_t api, int dev, uintptr_t dst, int v, size_t n, uintptr_t s) {
+	dbc_api *a = DBC_TABLE(api);
 	DBC_ON(a, dev, DBC_CALL(a, cudaMemsetAsync, ((void *)dst, v, n, (void *)s)));
 }
 
@@ -227,14 +237,16 @@ int dbc_pool_get_int(dbc_api *a, int dev, uintptr_t pool, int attr, int *v) {
 int dbc_pool_trim(dbc_api *a, int dev, uintptr_t pool, size_t keep) {
 	DBC_ON(a, dev, DBC_CALL(a, cudaMemPoolTrimTo, ((void *)pool, keep)));
 }
-int dbc_malloc_from_pool(dbc_api *a, int dev, uintptr_t *out, size_t n, uintptr_t pool, uintptr_t s) {
+dbc_pool_alloc dbc_malloc_from_pool(uintptr_t api, int dev, size_t n, uintptr_t pool, uintptr_t s) {
+	dbc_api *a = DBC_TABLE(api);
 	void *p = NULL;
 	int e = dbc_set_device(a, dev);
 	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaMallocFromPoolAsync, (&p, n, (void *)pool, (void *)s));
-	*out = (uintptr_t)p;
-	return dbc_done(a, e);
+	dbc_pool_alloc r = {(uintptr_t)p, dbc_done(a, e)};
+	return r;
 }
-int dbc_free_async(dbc_api *a, int dev, uintptr_t p, uintptr_t s) {
+int dbc_free_async(uintptr_t api, int dev, uintptr_t p, uintptr_t s) {
+	dbc_api *a = DBC_TABLE(api);
 	DBC_ON(a, dev, DBC_CALL(a, cudaFreeAsync, ((void *)p, (void *)s)));
 }
 

@@ -3,7 +3,6 @@
 package cudart
 
 /*
-#cgo noescape dbc_malloc_from_pool
 #cgo nocallback dbc_malloc_from_pool
 #cgo nocallback dbc_free_async
 #cgo nocallback dbc_memset_async
@@ -59,6 +58,7 @@ const (
 type Runtime struct {
 	lib            *dl.Library
 	api            *C.dbc_api
+	table          C.uintptr_t // api as an integer, for the hot path's calls (cudart_calls.h)
 	caps           Capabilities
 	runtimeVersion int
 	driverVersion  int
@@ -117,7 +117,7 @@ func open() (*Runtime, error) {
 		C.free(unsafe.Pointer(api))
 		return nil, &LoadError{Cause: err}
 	}
-	rt := &Runtime{lib: lib, api: api}
+	rt := &Runtime{lib: lib, api: api, table: C.uintptr_t(uintptr(unsafe.Pointer(api)))}
 	C.dbc_init_setter(api)
 	rt.caps.Absent = absent
 	rt.caps.MemoryPools, rt.caps.KernelLaunch, rt.caps.MemcpyBatch, rt.caps.IPC = true, true, true, true
@@ -435,12 +435,12 @@ func (d *Device) StreamDestroy(s Stream) error {
 
 // StreamSynchronize is cudaStreamSynchronize.
 func (d *Device) StreamSynchronize(s Stream) error {
-	return d.fail("cudaStreamSynchronize", C.dbc_stream_sync(d.rt.api, d.ord, C.uintptr_t(s)))
+	return d.fail("cudaStreamSynchronize", C.dbc_stream_sync(d.rt.table, d.ord, C.uintptr_t(s)))
 }
 
 // StreamWaitEvent is cudaStreamWaitEvent: work enqueued on s later waits for ev.
 func (d *Device) StreamWaitEvent(s Stream, ev Event) error {
-	return d.fail("cudaStreamWaitEvent", C.dbc_stream_wait_event(d.rt.api, d.ord, C.uintptr_t(s), C.uintptr_t(ev)))
+	return d.fail("cudaStreamWaitEvent", C.dbc_stream_wait_event(d.rt.table, d.ord, C.uintptr_t(s), C.uintptr_t(ev)))
 }
 
 // StreamWaitValueGEQ is cuStreamWaitValue32 with CU_STREAM_WAIT_VALUE_GEQ:
@@ -465,12 +465,12 @@ func (d *Device) EventCreate() (Event, error) {
 
 // EventRecord is cudaEventRecord.
 func (d *Device) EventRecord(ev Event, s Stream) error {
-	return d.fail("cudaEventRecord", C.dbc_event_record(d.rt.api, d.ord, C.uintptr_t(ev), C.uintptr_t(s)))
+	return d.fail("cudaEventRecord", C.dbc_event_record(d.rt.table, d.ord, C.uintptr_t(ev), C.uintptr_t(s)))
 }
 
 // EventQuery reports without blocking whether the work before ev has run.
 func (d *Device) EventQuery(ev Event) (bool, error) {
-	code := C.dbc_event_query(d.rt.api, d.ord, C.uintptr_t(ev))
+	code := C.dbc_event_query(d.rt.table, d.ord, C.uintptr_t(ev))
 	if code == codeNotReady {
 		return false, nil
 	}
@@ -531,7 +531,7 @@ func (d *Device) MemcpyAsync(dst, src uintptr, n int64, s Stream) error {
 	if err != nil {
 		return err
 	}
-	return d.fail("cudaMemcpyAsync", C.dbc_memcpy_async(d.rt.api, d.ord, C.uintptr_t(dst), C.uintptr_t(src), sz, C.uintptr_t(s)))
+	return d.fail("cudaMemcpyAsync", C.dbc_memcpy_async(d.rt.table, d.ord, C.uintptr_t(dst), C.uintptr_t(src), sz, C.uintptr_t(s)))
 }
 
 // MemsetAsync is cudaMemsetAsync.
@@ -540,7 +540,7 @@ func (d *Device) MemsetAsync(dst uintptr, val byte, n int64, s Stream) error {
 	if err != nil {
 		return err
 	}
-	return d.fail("cudaMemsetAsync", C.dbc_memset_async(d.rt.api, d.ord, C.uintptr_t(dst), C.int(val), sz, C.uintptr_t(s)))
+	return d.fail("cudaMemsetAsync", C.dbc_memset_async(d.rt.table, d.ord, C.uintptr_t(dst), C.int(val), sz, C.uintptr_t(s)))
 }
 
 // HostAlloc is cudaHostAlloc: page-locked host memory, outside the Go heap.
@@ -663,11 +663,11 @@ func (d *Device) MallocFromPoolAsync(n int64, p MemPool, s Stream) (uintptr, err
 	if err != nil {
 		return 0, err
 	}
-	var ptr C.uintptr_t
-	if err := d.fail("cudaMallocFromPoolAsync", C.dbc_malloc_from_pool(d.rt.api, d.ord, &ptr, sz, C.uintptr_t(p), C.uintptr_t(s))); err != nil {
+	r := C.dbc_malloc_from_pool(d.rt.table, d.ord, sz, C.uintptr_t(p), C.uintptr_t(s))
+	if err := d.fail("cudaMallocFromPoolAsync", r.err); err != nil {
 		return 0, err
 	}
-	return uintptr(ptr), nil
+	return uintptr(r.ptr), nil
 }
 
 // FreeAsync is cudaFreeAsync: the memory returns to its pool in the order of s.
@@ -675,5 +675,5 @@ func (d *Device) FreeAsync(ptr uintptr, s Stream) error {
 	if err := d.needPools("cudaFreeAsync"); err != nil {
 		return err
 	}
-	return d.fail("cudaFreeAsync", C.dbc_free_async(d.rt.api, d.ord, C.uintptr_t(ptr), C.uintptr_t(s)))
+	return d.fail("cudaFreeAsync", C.dbc_free_async(d.rt.table, d.ord, C.uintptr_t(ptr), C.uintptr_t(s)))
 }
