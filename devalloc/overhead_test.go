@@ -84,29 +84,36 @@ func BenchmarkOverhead(b *testing.B) { benchOverhead(b, openNull) }
 // cycle on allocators that open makes, one per sub-benchmark and closed by
 // its cleanup.
 func benchOverhead(b *testing.B, open func(testing.TB) *Allocator) {
-	for _, memset := range []bool{false, true} {
-		name := "op=alloc-free"
-		if memset {
-			name = "op=alloc-memset-free"
-		}
-		b.Run(name, func(b *testing.B) {
-			a := open(b)
-			s := a.DefaultStream()
-			for b.Loop() {
-				buf, err := a.Alloc(4096, s)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if memset {
-					if err := s.Memset(buf, 0, 4096, 1); err != nil {
+	// 4 KiB is served by the same-stream reuse on the CUDA pool; 32 MiB is
+	// past its bound, so its Alloc and Free each reach the driver.
+	for _, size := range []int64{4 << 10, 32 << 20} {
+		for _, memset := range []bool{false, true} {
+			name := "op=alloc-free"
+			if memset {
+				name = "op=alloc-memset-free"
+			}
+			if size > 4<<10 {
+				name += "/size=32MiB"
+			}
+			b.Run(name, func(b *testing.B) {
+				a := open(b)
+				s := a.DefaultStream()
+				for b.Loop() {
+					buf, err := a.Alloc(size, s)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if memset {
+						if err := s.Memset(buf, 0, 4096, 1); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := buf.Free(); err != nil {
 						b.Fatal(err)
 					}
 				}
-				if err := buf.Free(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			})
+		}
 	}
 	b.Run("op=cycle/buffers=2020", func(b *testing.B) {
 		a := open(b)
