@@ -296,7 +296,10 @@ type Received struct {
 }
 
 // From is the buffer received from rank src, or nil when src sent nothing.
-// Its views' Desc().Dest is 0: a received layout has no destination.
+// A received layout has no destination: its Dest and its views'
+// Desc().Dest are packing.NoDest, and Exchange refuses it as a send buffer.
+// To forward blocks, copy them into a send buffer (AllocSend) of a plan
+// for the new destination.
 func (r *Received) From(src int) *packing.Coalesced {
 	if r == nil || src < 0 || src >= len(r.bySource) {
 		return nil
@@ -951,6 +954,10 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 			continue
 		}
 		d := c.Dest()
+		if d == packing.NoDest {
+			errs = append(errs, fmt.Errorf("msg: send buffer %d has no destination rank: a received or joined layout is not a send buffer; copy its blocks into one of a plan for the destination (AllocSend): %w", i, ErrInvalid))
+			continue
+		}
 		if d < 0 || d >= x.size {
 			errs = append(errs, fmt.Errorf("msg: send buffer %d is for rank %d, outside a communicator of %d ranks: %w", i, d, x.size, ErrInvalid))
 			continue

@@ -246,6 +246,36 @@ func TestLayoutReuse(t *testing.T) {
 	}
 }
 
+// TestForwardReceivedRefused checks that a received buffer passed back to
+// Exchange is refused by name, instead of going to rank 0, and that the
+// exchanger and the buffers stay usable.
+func TestForwardReceivedRefused(t *testing.T) {
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	s := a.DefaultStream()
+	tr := selfTraffic(41)
+	bufs := sendAll(t, a, tr, rank, size)
+	tr.fill(t, s, rank, bufs)
+	r, err := x.Exchange(bufs)
+	require.NoError(t, err)
+	got := r.From(rank)
+	require.NotNil(t, got)
+	require.Equal(t, packing.NoDest, got.Dest())
+	_, err = x.Exchange([]*packing.Coalesced{got})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "send buffer 0 has no destination rank")
+	tr.verify(t, s, rank, size, r)
+	require.NoError(t, r.Free())
+	tr.iter = 1
+	tr.fill(t, s, rank, bufs)
+	r, err = x.Exchange(bufs)
+	require.NoError(t, err, "the exchanger works after the refusal")
+	tr.verify(t, s, rank, size, r)
+	require.NoError(t, r.Free())
+}
+
 // TestSelfLayout checks that the message to self, copied without a
 // manifest, is viewed as a peer's would be: the sender's blocks in offset
 // order, at the sender's offsets, with no destination; and that its layout
@@ -283,7 +313,7 @@ func TestSelfLayout(t *testing.T) {
 		require.Equal(t, want, entries, "the sender's blocks, in offset order, at its offsets")
 		require.Equal(t, wantBytes, gotBytes)
 		for _, v := range got.All() {
-			require.Zero(t, v.Desc().Dest, "a received layout has no destination")
+			require.Equal(t, packing.NoDest, v.Desc().Dest, "a received layout has no destination")
 		}
 		require.NoError(t, r.Free())
 	}

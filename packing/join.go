@@ -23,7 +23,7 @@ type joinInfo struct {
 // plan's indices, which are p's) uses the joined plan; Coalesced.Parts
 // then gives each group of p over the same buffer, to send. Each prefix
 // must be a non-negative multiple of p's Align, so that every group keeps
-// its alignment. The joined group has no destination of its own (Dest -1).
+// its alignment. The joined group has no destination of its own (NoDest).
 // A plan made by FromManifest has a single group and cannot be joined.
 func (p *Plan) Joined(prefix func(g int) int64) (*Plan, error) {
 	if p == nil {
@@ -64,7 +64,7 @@ func (p *Plan) Joined(prefix func(g int) int64) (*Plan, error) {
 			q.offs[i] = off + starts[p.class(i).Group]
 		}
 	}
-	q.group0[0] = Group{Dest: -1, Blocks: p.Len(), Bytes: end, Classes: order}
+	q.group0[0] = Group{Dest: NoDest, Blocks: p.Len(), Bytes: end, Classes: order}
 	q.groups = q.group0[:]
 	return q, nil
 }

@@ -51,6 +51,11 @@ const MaxBytes = 1 << 50
 // maxDim keeps every dimension usable by a 32-bit BLAS.
 const maxDim = math.MaxInt32
 
+// NoDest is the destination of a group that goes to no rank: the one group
+// of a received layout (FromManifest, Detached) and of a joined one
+// (Plan.Joined). msg refuses such a buffer as a send buffer.
+const NoDest = -1
+
 // maxDest bounds destination ranks.
 const maxDest = math.MaxInt32
 
@@ -899,9 +904,10 @@ func (cl *Class) place(off int64, last *int64) {
 }
 
 // endManifest makes p's classes one group of size bytes, with no
-// destination, and clears the stride of the classes that are not regular.
+// destination (NoDest), and clears the stride of the classes that are not
+// regular.
 func (p *Plan) endManifest(size int64) {
-	g := Group{Blocks: len(p.meta), Bytes: size}
+	g := Group{Dest: NoDest, Blocks: len(p.meta), Bytes: size}
 	for c := range p.classes {
 		if !p.classes[c].Regular {
 			p.classes[c].Stride = 0

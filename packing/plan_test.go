@@ -275,6 +275,8 @@ func TestFromManifest(t *testing.T) {
 	for i := range descs {
 		a, offA, _ := p.Block(i)
 		b, offB, _ := q.Block(i)
+		require.Equal(t, NoDest, b.Dest, "a received layout has no destination")
+		b.Dest = a.Dest
 		require.Equal(t, a, b)
 		require.Equal(t, offA, offB)
 	}
@@ -680,7 +682,7 @@ func TestDetached(t *testing.T) {
 				d, off, err := got.Block(i)
 				require.NoError(t, err)
 				require.Equal(t, e.Offset, off)
-				require.Zero(t, d.Dest)
+				require.Equal(t, NoDest, d.Dest, "a received layout has no destination")
 			}
 		}
 		_, err := p.Detached(len(p.Groups()))
