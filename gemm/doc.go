@@ -10,8 +10,12 @@
 // C^T = op(B)^T * op(A)^T: B first, the operations unchanged, m and n
 // swapped. No data is transposed. Op is NoTrans or Trans (no conjugate
 // transpose: a conjugated operand has no column-major equivalent without a
-// copy). Triples name blocks by their position in the operand's group
-// (Coalesced.View's index), and a plan has one dtype. When a C block appears
+// copy). Products name blocks by id (Problem.Blocks, BlockTriple: the ids
+// of packing.Desc) or by their position in the operand's group
+// (Problem.Triples, Triple: Coalesced.View's index, what a walk of the
+// views in order has at hand; the plan works in positions and resolves ids
+// once). A plan has one dtype: a problem of float64 blocks and one of
+// complex128 blocks are two plans. When a C block appears
 // in several triples, the result is beta*C + the sum of all its products:
 // the triples are split into conflict-free waves (a C block's n-th
 // occurrence goes in wave n-1, in list order), beta applies in wave 0 and

@@ -27,8 +27,16 @@ func (o Op) String() string {
 	return "N"
 }
 
-// Triple names one product by group position in the A, B and C buffers:
-// C[C] += alpha * op(A[A]) * op(B[B]).
+// BlockTriple names one product by block id: C[C] += alpha * op(A[A]) *
+// op(B[B]), where A, B and C are the ids (packing.Desc.ID) of blocks in the
+// problem's A, B and C buffers. It is how a tensor code names its
+// contractions; the plan resolves the ids once.
+type BlockTriple struct{ A, B, C uint64 }
+
+// Triple names one product by group position in the A, B and C buffers
+// (the index of Coalesced.View and Locate), the form NewPlan works in: a
+// code that walks the buffers' views in order already has positions, and
+// passing them skips the resolution of ids.
 type Triple struct{ A, B, C int }
 
 // Problem is a contraction list over coalesced operands.
@@ -44,12 +52,17 @@ type Triple struct{ A, B, C int }
 // second in wave 1, and so on in list order; Beta applies in wave 0 only and
 // later waves accumulate with beta = 1. Alpha and Beta must be real for real
 // dtypes. A, B and C may be the same Coalesced, but no C block may share
-// memory with an A or B block of the problem. NewPlan does not keep
-// Triples: the caller may reuse the slice once it returns.
+// memory with an A or B block of the problem.
+//
+// The products are given by block id (Blocks) or by position (Triples),
+// one list or the other; "list order" is the order of the one given, and
+// errors name a product by its index there. NewPlan keeps neither: the
+// caller may reuse the slice once it returns.
 type Problem struct {
 	A, B, C        *packing.Coalesced
 	TransA, TransB Op
 	Alpha, Beta    complex128
+	Blocks         []BlockTriple
 	Triples        []Triple
 }
 
@@ -237,11 +250,21 @@ func NewPlan(pr Problem, opts Options) (*Plan, error) {
 	if opts.Strategy < Auto || opts.Strategy > Kernel {
 		return nil, fmt.Errorf("gemm: strategy %v: %w", opts.Strategy, ErrInvalid)
 	}
+	if len(pr.Blocks) > 0 {
+		if len(pr.Triples) > 0 {
+			return nil, fmt.Errorf("gemm: %d products by block id and %d by position: give one list: %w", len(pr.Blocks), len(pr.Triples), ErrInvalid)
+		}
+		triples, err := resolveBlocks(&pr)
+		if err != nil {
+			return nil, err
+		}
+		pr.Triples = triples
+	}
 	p := &Plan{prob: pr, strategy: opts.Strategy, layouts: [3]layoutRef{layoutOf(pr.A), layoutOf(pr.B), layoutOf(pr.C)}}
 	if err := p.build(smallMaxOf(opts)); err != nil {
 		return nil, err
 	}
-	p.prob.Triples = nil // the caller's: positions keeps what errors need
+	p.prob.Triples, p.prob.Blocks = nil, nil // the caller's: positions keeps what errors need
 	plansBuilt.Add(1)
 	return p, nil
 }
@@ -355,6 +378,68 @@ func checkScalars(dt packing.DType, n int, alpha, beta complex128) error {
 
 // locateError is the error of triple i, one of whose blocks Locate did
 // not find: the first operand's, in the order A, B, C.
+// resolveBlocks turns the products of pr given by block id into group
+// positions, one lookup per id through each operand's plan (packing's
+// Plan.Index) and, for a plan of several groups, its group's members.
+func resolveBlocks(pr *Problem) ([]Triple, error) {
+	ops := [3]*packing.Coalesced{pr.A, pr.B, pr.C}
+	var pos [3]func(uint64) (int, bool)
+	for o, c := range ops {
+		for e := range o { // operands of one plan and group share one map
+			if ops[e].Plan() == c.Plan() && ops[e].Group() == c.Group() {
+				pos[o] = pos[e]
+				break
+			}
+		}
+		if pos[o] != nil {
+			continue
+		}
+		f, err := positionsOf(c)
+		if err != nil {
+			return nil, err
+		}
+		pos[o] = f
+	}
+	out := make([]Triple, len(pr.Blocks))
+	for i, b := range pr.Blocks {
+		ids := [3]uint64{b.A, b.B, b.C}
+		var k [3]int
+		for o, id := range ids {
+			var ok bool
+			if k[o], ok = pos[o](id); !ok {
+				return nil, fmt.Errorf("gemm: product %d (A id %d, B id %d, C id %d): no block with id %d in the %s buffer: %w",
+					i, b.A, b.B, b.C, id, [3]string{"A", "B", "C"}[o], ErrOutOfRange)
+			}
+		}
+		out[i] = Triple{A: k[0], B: k[1], C: k[2]}
+	}
+	return out, nil
+}
+
+// positionsOf returns the group position of a block id in c.
+func positionsOf(c *packing.Coalesced) (func(uint64) (int, bool), error) {
+	p := c.Plan()
+	if len(p.Groups()) == 1 {
+		return p.Index, nil // group positions are plan indices
+	}
+	members, err := p.Members(c.Group())
+	if err != nil {
+		return nil, fmt.Errorf("gemm: %w: %w", ErrInvalid, err)
+	}
+	at := make(map[int32]int, len(members))
+	for k, i := range members {
+		at[i] = k
+	}
+	return func(id uint64) (int, bool) {
+		i, ok := p.Index(id)
+		if !ok {
+			return 0, false
+		}
+		k, ok := at[int32(i)]
+		return k, ok
+	}, nil
+}
+
 func locateError(pr *Problem, i int, t Triple) error {
 	for _, o := range []struct {
 		c    *packing.Coalesced

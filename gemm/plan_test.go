@@ -202,6 +202,62 @@ func TestPlanBadInput(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestPlanByBlockID checks that products named by block id plan as the
+// same products named by group position, for operands of one group and for
+// a group of a plan of several (where positions are not plan indices), and
+// that a bad list is refused by name.
+func TestPlanByBlockID(t *testing.T) {
+	a := openHost(t)
+	defer func() { require.NoError(t, a.Sync()) }()
+	const n = 60
+	A := alloc(t, a, uniform(n, packing.Float64, 2, 3))
+	B := alloc(t, a, uniform(n, packing.Float64, 3, 4))
+	// C's blocks go to three ranks in turn: group 1 holds ids 1, 4, 7, ...
+	// at positions 0, 1, 2, ...
+	cdescs := uniform(3*n, packing.Float64, 2, 4)
+	for i := range cdescs {
+		cdescs[i].ID = uint64(1000 + i)
+		cdescs[i].Dest = i % 3
+	}
+	cp, err := packing.NewPlan(cdescs, packing.Options{})
+	require.NoError(t, err)
+	groups, err := packing.AllocGroups(a, cp, a.DefaultStream())
+	require.NoError(t, err)
+	C := groups[1]
+	for _, g := range groups {
+		t.Cleanup(func() { _ = g.Free() })
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	byID := make([]BlockTriple, 2*n)
+	byPos := make([]Triple, 2*n)
+	for i := range byID {
+		ka, kb, kc := rng.IntN(n), rng.IntN(n), rng.IntN(n)
+		byID[i] = BlockTriple{A: uint64(ka), B: uint64(kb), C: uint64(1000 + 3*kc + 1)}
+		byPos[i] = Triple{ka, kb, kc}
+	}
+	pid, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Blocks: byID}, Options{})
+	require.NoError(t, err)
+	ppos, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: byPos}, Options{})
+	require.NoError(t, err)
+	require.Equal(t, ppos.positions, pid.positions)
+	require.Equal(t, ppos.Summary(), pid.Summary())
+
+	_, err = NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Blocks: byID, Triples: byPos}, Options{})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "give one list")
+	bad := slices.Clone(byID)
+	bad[5].C = 1000 // a block of group 0, not C's
+	_, err = NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Blocks: bad}, Options{})
+	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorContains(t, err, "product 5")
+	require.ErrorContains(t, err, "no block with id 1000 in the C buffer")
+	bad = slices.Clone(byID)
+	bad[7].A = n // past A's ids
+	_, err = NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Blocks: bad}, Options{})
+	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorContains(t, err, "in the A buffer")
+}
+
 // TestRunOnAliasedOperands: a plan made on separate buffers and run with C
 // on its A buffer is refused, naming the triple whose C block is read as
 // an input, as NewPlan would have named it.
