@@ -419,7 +419,8 @@ func (c *Coalesced) Free() error {
 // arrays, so making views costs nothing per block beyond the plan itself. It
 // owns no memory: Addr and the host slices are valid until the Coalesced is
 // freed, and any access through them must be declared on the Coalesced
-// (Read/Write, then Access.Done).
+// (Read/Write, then Access.Done). Host code that must also run on a GPU,
+// where these slices do not exist, uses Coalesced.OnHost instead.
 type View struct {
 	c *Coalesced
 	i int // plan index
@@ -567,12 +568,16 @@ func (v View) hostPtr(want DType) (unsafe.Pointer, error) {
 		return nil, fmt.Errorf("packing: block id %d holds %s, not %s: %w", v.ID(), v.DType(), want, ErrInvalid)
 	}
 	if v.c.host == nil {
-		return nil, fmt.Errorf("packing: block id %d is in %s memory: %w", v.ID(), v.c.buf.Location(), ErrNotHostAccessible)
+		return nil, fmt.Errorf("packing: block id %d is in %s memory (Coalesced.OnHost gives host slices on every backend): %w", v.ID(), v.c.buf.Location(), ErrNotHostAccessible)
 	}
 	return unsafe.Add(v.c.host, v.Offset()), nil
 }
 
 // Raw is the block's bytes on host-accessible memory (host backend, pinned).
+// On device memory it fails with ErrNotHostAccessible, as the typed slices
+// below do: code that must also run on a GPU reads and writes blocks
+// through Coalesced.OnHost, whose HostBlocks gives the same slices, by
+// block position, on every backend.
 func (v View) Raw() ([]byte, error) {
 	p, err := v.hostPtr(0)
 	if err != nil {
@@ -582,7 +587,8 @@ func (v View) Raw() ([]byte, error) {
 }
 
 // Float32s is the block's elements, row-major, for a Float32 block on
-// host-accessible memory.
+// host-accessible memory (see Raw, and Coalesced.OnHost for code that must
+// also run on a GPU).
 func (v View) Float32s() ([]float32, error) {
 	p, err := v.hostPtr(Float32)
 	if err != nil {
@@ -591,7 +597,8 @@ func (v View) Float32s() ([]float32, error) {
 	return unsafe.Slice((*float32)(p), v.Len()), nil
 }
 
-// Float64s is the block's elements for a Float64 block.
+// Float64s is the block's elements for a Float64 block, on host-accessible
+// memory only, as Float32s.
 func (v View) Float64s() ([]float64, error) {
 	p, err := v.hostPtr(Float64)
 	if err != nil {
@@ -600,7 +607,8 @@ func (v View) Float64s() ([]float64, error) {
 	return unsafe.Slice((*float64)(p), v.Len()), nil
 }
 
-// Complex64s is the block's elements for a Complex64 block.
+// Complex64s is the block's elements for a Complex64 block, on host-accessible
+// memory only, as Float32s.
 func (v View) Complex64s() ([]complex64, error) {
 	p, err := v.hostPtr(Complex64)
 	if err != nil {
@@ -609,7 +617,8 @@ func (v View) Complex64s() ([]complex64, error) {
 	return unsafe.Slice((*complex64)(p), v.Len()), nil
 }
 
-// Complex128s is the block's elements for a Complex128 block.
+// Complex128s is the block's elements for a Complex128 block, on host-accessible
+// memory only, as Float32s.
 func (v View) Complex128s() ([]complex128, error) {
 	p, err := v.hostPtr(Complex128)
 	if err != nil {

@@ -49,6 +49,16 @@
 // the plan a receiver rebuilds, made from the sender's plan without the
 // checks (for a group a rank delivers to itself).
 //
+// Host code reads and fills blocks with Coalesced.OnHost, which runs a
+// function on the blocks as typed Go slices (HostBlocks) in the order of a
+// stream, the same on every backend: in place under a Hold where Go
+// addresses the memory (the host backend, pinned memory), and on device
+// memory through a pinned staging copy, brought in on the stream first and,
+// for a write, copied back on it, the staging buffer freed in stream order
+// after that copy. The slices are valid only while the function runs. Code
+// written on a laptop with OnHost runs unchanged on a GPU; View's typed
+// slices work on host-accessible memory only.
+//
 // # Pack and unpack
 //
 // A Mover copies blocks between their scattered locations (one Ref, a
