@@ -290,6 +290,15 @@ func (x *Exchanger) ChunkBytes() int64 {
 // source rank, whose views are the blocks that rank sent, in the sender's
 // offset order, inside the pooled buffer the message was received into.
 // The buffers are the caller's: free them (Free frees all) once done.
+//
+// When Exchange returns, some of the data may still be on its way into
+// these buffers: the copy of the message to self and the moves of staged
+// device messages are enqueued on the exchanger's stream, not waited for.
+// The ledger records them as the buffers' writers, so read the blocks
+// through it: Coalesced.OnHost (typed slices on every backend, after those
+// copies), or work declared on a stream, or a Hold after its Wait. A read
+// of the memory straight after Exchange, outside the ledger, may see it
+// before those copies land.
 type Received struct {
 	bySource []*packing.Coalesced
 	epoch    uint64

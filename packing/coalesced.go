@@ -355,7 +355,8 @@ func (c *Coalesced) Plan() *Plan { return c.plan }
 // Group is the index in Plan.Groups of the group this buffer holds.
 func (c *Coalesced) Group() int { return c.group }
 
-// Dest is the destination rank of the group.
+// Dest is the destination rank of the group, or NoDest for a received or
+// joined layout.
 func (c *Coalesced) Dest() int { return c.plan.groups[c.group].Dest }
 
 // Len is the number of blocks.
