@@ -47,23 +47,22 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// Run only enqueues: a read hold waits for the products before Go reads C.
-	h, err := C.Buffer().Hold(devalloc.Read)
+	// Run only enqueues: OnHost reads C after the products, in stream order.
+	err = C.OnHost(s, devalloc.Read, func(h *packing.HostBlocks) error {
+		for k := range h.Len() {
+			f, err := h.Float64s(k)
+			if err != nil {
+				return err
+			}
+			fmt.Println(f)
+		}
+		return nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := h.Wait(); err != nil {
-		log.Fatal(err)
-	}
-	for _, v := range C.All() {
-		f, err := v.Float64s()
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Println(f)
-	}
 
-	err = errors.Join(h.Release(), plan.Close(), eng.Close(), A.Free(), B.Free(), C.Free(), a.Close())
+	err = errors.Join(plan.Close(), eng.Close(), A.Free(), B.Free(), C.Free(), a.Close())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -74,21 +73,16 @@ func Example() {
 
 // operand allocates a buffer laid out by layout and fills its blocks, in
 // order, with values, from Go in the order of the allocator's default
-// stream (a write declared on the buffer, then a host function). The
-// function's error surfaces at the stream's next Synchronize.
+// stream.
 func operand(a *devalloc.Allocator, layout *packing.Plan, values ...float64) *packing.Coalesced {
 	s := a.DefaultStream()
 	c, err := packing.Alloc(a, layout, s)
 	if err != nil {
 		log.Fatal(err)
 	}
-	w, err := c.Write(s)
-	if err != nil {
-		log.Fatal(err)
-	}
-	err = s.Enqueue(func() error {
-		for _, v := range c.All() {
-			f, err := v.Float64s()
+	err = c.OnHost(s, devalloc.Write, func(h *packing.HostBlocks) error {
+		for k := range h.Len() {
+			f, err := h.Float64s(k)
 			if err != nil {
 				return err
 			}
@@ -96,7 +90,7 @@ func operand(a *devalloc.Allocator, layout *packing.Plan, values ...float64) *pa
 		}
 		return nil
 	})
-	if err := errors.Join(err, w.Done(), s.Synchronize()); err != nil {
+	if err != nil {
 		log.Fatal(err)
 	}
 	return c

@@ -51,26 +51,25 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	got := recv.From(prev)
-	// The receive is the buffer's last writer: a read hold waits for it.
-	h, err := got.Buffer().Hold(devalloc.Read)
+	// OnHost reads after the receive, the buffer's last writer.
+	err = recv.From(prev).OnHost(a.DefaultStream(), devalloc.Read, func(h *packing.HostBlocks) error {
+		for k := range h.Len() {
+			d, errD := h.Desc(k)
+			f, errF := h.Float64s(k)
+			if err := errors.Join(errD, errF); err != nil {
+				return err
+			}
+			fmt.Printf("block %d (%dx%d): %v\n", d.ID, d.Rows, d.Cols, f)
+		}
+		return nil
+	})
 	if err != nil {
 		log.Fatal(err)
-	}
-	if err := h.Wait(); err != nil {
-		log.Fatal(err)
-	}
-	for _, v := range got.All() {
-		f, err := v.Float64s()
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Printf("block %d (%dx%d): %v\n", v.ID(), v.Rows(), v.Cols(), f)
 	}
 	st := x.Stats()
 	fmt.Println("messages:", st.Messages+st.SelfCopies)
 
-	err = errors.Join(h.Release(), recv.Free(), send[0].Free(), x.Close(), a.Close())
+	err = errors.Join(recv.Free(), send[0].Free(), x.Close(), a.Close())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -81,18 +80,13 @@ func Example() {
 }
 
 // fill writes values into c's blocks in order, from Go in the order of the
-// allocator's default stream (a write declared on the buffer, then a host
-// function), which Exchange's own work on the buffer follows. The
-// function's error surfaces at the stream's next Synchronize.
+// allocator's default stream, which Exchange's own work on the buffer
+// follows.
 func fill(c *packing.Coalesced, values ...float64) {
 	s := c.Buffer().Allocator().DefaultStream()
-	w, err := c.Write(s)
-	if err != nil {
-		log.Fatal(err)
-	}
-	err = s.Enqueue(func() error {
-		for _, v := range c.All() {
-			f, err := v.Float64s()
+	err := c.OnHost(s, devalloc.Write, func(h *packing.HostBlocks) error {
+		for k := range h.Len() {
+			f, err := h.Float64s(k)
 			if err != nil {
 				return err
 			}
@@ -100,7 +94,7 @@ func fill(c *packing.Coalesced, values ...float64) {
 		}
 		return nil
 	})
-	if err := errors.Join(err, w.Done(), s.Synchronize()); err != nil {
+	if err != nil {
 		log.Fatal(err)
 	}
 }
