@@ -29,6 +29,8 @@
 #         bench      ranktest -bench gemm, pack on the GPU (JSON lines)
 #         mpi        cluster MPI tests under mpirun -n 2, msg's under -n 3, on the GPU
 #         msgcheck   msg's fault matrix and node-local windows under memcheck (-n 3)
+#         examples   msg's runnable examples, unchanged, on the CUDA backend under mpirun -n 1 and
+#                    -n 2, then Example_contraction under memcheck (-n 2)
 #         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU; then the host
 #                    packed / raw goal as docs/PERFORMANCE.md measures it (2000
 #                    exchanges of packed, persistent, packed-mpi and raw in turns), three times,
@@ -139,7 +141,7 @@ sanitize() { # sanitize TOOL
     (cd gemm && $cs "${common[@]}" "$OLDPWD/$BIN/gemm.test" -test.count=1 -test.run 'ContractionsSizes/cuda' -test.timeout 200s)
     return
   fi
-  (cd packing && $cs "${common[@]}" "$OLDPWD/$BIN/packing.test" -test.count=1 -test.run 'CUDA|Device|Kernel' -test.timeout 120s) &&
+  (cd packing && $cs "${common[@]}" "$OLDPWD/$BIN/packing.test" -test.count=1 -test.run 'CUDA|Device|Kernel|OnHostGPU' -test.timeout 120s) &&
     (cd gemm && $cs "${common[@]}" "$OLDPWD/$BIN/gemm.test" -test.count=1 -test.run 'Contractions|SharedBuffer|RunOn|TwoStreams' -test.timeout 200s)
 }
 
@@ -151,7 +153,7 @@ run() {
   export BIN LOG
   export -f gotest sanitize allocsummary exchsummary
   local steps=("$@")
-  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck alloc bench mpi msgcheck exchange solve goals mpibench soak)
+  [ ${#steps[@]} -eq 0 ] && steps=(abi cudart devalloc loaders packing gemm memcheck racecheck alloc bench mpi msgcheck examples exchange solve goals mpibench soak)
   mkdir -p "$LOG"
   : >"$LOG/summary.txt"
   failed=()
@@ -183,6 +185,9 @@ run() {
       msgcheck)
         # The staged and node-local paths of msg, fault matrix included, under memcheck on every rank.
         step msg-memcheck 400 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 3 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run 'TestFaultMatrix|TestNodeLocalWindows|TestSendBuffersOfAnotherAllocator|TestJoinedSendBuffers' -test.timeout 380s" ;;
+      examples)
+        step examples 180 "cd msg && for n in 1 2; do DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n \$n ../$BIN/msg-mpi.test -test.count=1 -test.run Example -test.v || exit 1; done"
+        step examples-memcheck 240 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run Example_contraction -test.v" ;;
       exchange)
         step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl"
         step bench-exchange-host 120 "for r in 1 2 3; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -bench exchange -mode packed,persistent,packed-mpi,raw -iters 2000 > $LOG/exchange-host-\$r.jsonl || exit 1; done"
