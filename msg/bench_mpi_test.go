@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/msg/rawmpi"
+	"github.com/distbuf/distbuf/internal/rawmpi"
 	"github.com/distbuf/distbuf/packing"
 )
 

@@ -16,7 +16,7 @@
 #             cluster at 1, 2 and 4 ranks (every call and wait of the
 #             binding, a send to self included), msg at 2 and 3 (exchanges;
 #             at 3 the fault matrix, whose timeouts and aborts end waits
-#             early), msg/rawmpi and cluster/internal/mpibench at 2.
+#             early), internal/rawmpi and cluster/internal/mpibench at 2.
 #   tcp       the same binaries over TCP alone: --mca pml ob1 --mca btl
 #             self,tcp, so no shared memory and no single-copy (CMA), the
 #             path between nodes. The pml is named because the btl list
@@ -25,12 +25,12 @@
 #             cluster at 2 and 4 (one rank would talk only to itself),
 #             msg at 2 and 3 (the fault matrix: TCP's eager limit is 64 KiB
 #             where shared memory's is 4 KiB, so the oversize and truncated
-#             messages take other protocol paths), msg/rawmpi and mpibench
+#             messages take other protocol paths), internal/rawmpi and mpibench
 #             at 2.
 #   mpich     binaries built against MPICH (-tags "mpi mpich", pkg-config
 #             "mpich") and run by mpiexec.mpich: the binding's every C call
 #             compiled against MPICH's mpi.h (integer handles where Open MPI
-#             has pointers) and run. cluster at 2 and 4, msg, msg/rawmpi and
+#             has pointers) and run. cluster at 2 and 4, msg, internal/rawmpi and
 #             mpibench at 2: about 20 s of runs here. Not at 1 rank: with
 #             Debian's MPICH 4.0.2 (ch4:ucx) a receive from self that one
 #             thread waits on in MPI_Wait never completes when another
@@ -68,9 +68,9 @@ race=-race
 [ "${MPI_RACE:-1}" = 0 ] && race=
 
 # The extra passes' runs, "package:rank counts" (see above for why).
-funneled_runs=("cluster:1 2 4" "msg:2 3" "msg/rawmpi:2" "cluster/internal/mpibench:2")
-tcp_runs=("cluster:2 4" "msg:2 3" "msg/rawmpi:2" "cluster/internal/mpibench:2")
-mpich_runs=("cluster:2 4" "msg:2" "msg/rawmpi:2" "cluster/internal/mpibench:2")
+funneled_runs=("cluster:1 2 4" "msg:2 3" "internal/rawmpi:2" "cluster/internal/mpibench:2")
+tcp_runs=("cluster:2 4" "msg:2 3" "internal/rawmpi:2" "cluster/internal/mpibench:2")
+mpich_runs=("cluster:2 4" "msg:2" "internal/rawmpi:2" "cluster/internal/mpibench:2")
 
 # Environment the tests read, passed to every rank (Open MPI passes only
 # what -x names; Hydra passes the whole environment by default).

@@ -9,8 +9,8 @@ import (
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/nccl"
+	"github.com/distbuf/distbuf/internal/rawmpi"
 	"github.com/distbuf/distbuf/msg"
-	"github.com/distbuf/distbuf/msg/rawmpi"
 	"github.com/distbuf/distbuf/packing"
 )
 

@@ -10,6 +10,6 @@
 // host or pinned buffers, C memory. The call returns once both requests
 // have completed, so nothing is held afterwards.
 //
-// It is not under msg/internal because cmd/ranktest, which runs the
-// benchmark, could not import it from there.
+// It is internal to the module, and outside msg/internal so that
+// cmd/ranktest, which runs the benchmark, can import it.
 package rawmpi
