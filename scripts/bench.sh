@@ -46,6 +46,9 @@ for name in alloc gemm pack; do
   bin/ranktest-mpi -backend "${BACKEND:-auto}" -bench "$name" >"$out/$name.jsonl"
 done
 
-go run ./internal/benchplot -title "solve, $ranks ranks, this machine" -o docs/img/solve-host.png "$out/solve.jsonl"
-go run ./internal/benchplot -bench exchange -title "exchange of 256 B blocks, $ranks ranks, this machine" -o docs/img/exchange-host.png "$out/exchange.jsonl"
+# The plotter is a module of its own (tools/), so that the library's
+# go.mod needs only what the library uses.
+go -C tools build -o "$PWD/bin/benchplot" ./benchplot
+bin/benchplot -title "solve, $ranks ranks, this machine" -o docs/img/solve-host.png "$out/solve.jsonl"
+bin/benchplot -bench exchange -title "exchange of 256 B blocks, $ranks ranks, this machine" -o docs/img/exchange-host.png "$out/exchange.jsonl"
 echo "bench: results in $out, plots in docs/img" >&2

@@ -2,7 +2,11 @@
 // the JSON lines that `make bench` (and the GPU runs) write: time against
 // block count, one line per mode, on log-log axes.
 //
-//	go run ./internal/benchplot -title "this machine" -o docs/img/solve-host.png out/bench/solve.jsonl
+//	go -C tools build -o "$PWD/bin/benchplot" ./benchplot
+//	bin/benchplot -title "this machine" -o docs/img/solve-host.png out/bench/solve.jsonl
+//
+// It is a module of its own (tools/go.mod), so that the library's go.mod
+// needs only what the library uses.
 //
 // Input lines are either ranktest -json summaries (mode, blocks,
 // median_solve_us) or ranktest -bench result lines (mode, n, median_us).
