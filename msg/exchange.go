@@ -425,9 +425,14 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 // rank: see the package documentation, "Failures".
 //
 // The send buffers must not be written until Exchange returns; then they
-// are the caller's again. Buffers from AllocSend, or any host-accessible
-// Coalesced with at least PayloadOffset(Len) bytes before its Start, are
-// sent without a copy; device memory without a CUDA-aware MPI is staged.
+// are the caller's again. Allocate them with AllocSend (or JoinSend's
+// layout): each has room for its manifest before the blocks, and works on
+// every backend. A message is sent from its buffer itself, without a copy,
+// when the buffer is host memory, or device memory handed to a CUDA-aware
+// MPI; such a buffer needs at least PayloadOffset(Len) bytes before its
+// Start, and one without that room (packing.Alloc, AllocGroups) is refused
+// with ErrInvalid, naming AllocSend. Device memory without a CUDA-aware MPI
+// is staged through pinned memory, room or not.
 //
 // On error nothing is returned: every received buffer is freed, and the
 // error joins what went wrong per peer (WireError values naming peer, tag

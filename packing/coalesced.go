@@ -56,7 +56,9 @@ func Alloc(a *devalloc.Allocator, p *Plan, s *devalloc.Stream) (*Coalesced, erro
 }
 
 // AllocGroups allocates one buffer per destination group, in the order of
-// Plan.Groups: one allocator call per group.
+// Plan.Groups: one allocator call per group. Buffers to exchange with msg
+// come from msg.AllocSend instead, which leaves room for the message's
+// manifest before the blocks.
 func AllocGroups(a *devalloc.Allocator, p *Plan, s *devalloc.Stream) ([]*Coalesced, error) {
 	if p == nil {
 		return nil, fmt.Errorf("packing: alloc groups: nil plan: %w", ErrInvalid)
