@@ -432,7 +432,8 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 // MPI; such a buffer needs at least PayloadOffset(Len) bytes before its
 // Start, and one without that room (packing.Alloc, AllocGroups) is refused
 // with ErrInvalid, naming AllocSend. Device memory without a CUDA-aware MPI
-// is staged through pinned memory, room or not.
+// is staged through pinned memory, room or not, and the message to this
+// rank itself is a copy that needs no room.
 //
 // On error nothing is returned: every received buffer is freed, and the
 // error joins what went wrong per peer (WireError values naming peer, tag

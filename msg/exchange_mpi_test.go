@@ -281,6 +281,37 @@ func TestPersistentPattern(t *testing.T) {
 }
 
 // pairTraffic has rank 0 send to rank 1 only.
+// TestSendBufferWithoutRoomRefused checks that host send buffers without
+// room for the manifest (packing.AllocGroups) are refused by name, as
+// Exchange's doc says, on every rank, and that AllocSend's buffers of the
+// same plan then go through.
+func TestSendBufferWithoutRoomRefused(t *testing.T) {
+	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	if size < 2 {
+		t.Skip("a message to this rank itself is a copy and needs no room")
+	}
+	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	s := a.DefaultStream()
+	tr := traffic{seed: 43, density: 1, maxBlocks: 20, dims: []int{2}, dtypes: mixedTypes}
+	plan := tr.plan(t, rank, size)
+	bare, err := packing.AllocGroups(a, plan, s)
+	require.NoError(t, err)
+	tr.fill(t, s, rank, bare)
+	_, err = x.Exchange(bare)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "msg.AllocSend")
+	for _, b := range bare {
+		require.NoError(t, b.Free())
+	}
+	bufs := sendAll(t, a, tr, rank, size)
+	r, err := x.Exchange(bufs)
+	require.NoError(t, err, "the exchanger works after the refusal")
+	tr.verify(t, s, rank, size, r)
+	require.NoError(t, r.Free())
+}
+
 func pairTraffic(seed uint64) traffic {
 	return traffic{seed: seed, density: 1, maxBlocks: 40, dims: []int{2, 3}, dtypes: mixedTypes}
 }
