@@ -2,6 +2,7 @@ package gemm
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -379,65 +380,26 @@ func checkScalars(dt packing.DType, n int, alpha, beta complex128) error {
 // locateError is the error of triple i, one of whose blocks Locate did
 // not find: the first operand's, in the order A, B, C.
 // resolveBlocks turns the products of pr given by block id into group
-// positions, one lookup per id through each operand's plan (packing's
-// Plan.Index) and, for a plan of several groups, its group's members.
+// positions (packing's Coalesced.Position).
 func resolveBlocks(pr *Problem) ([]Triple, error) {
 	ops := [3]*packing.Coalesced{pr.A, pr.B, pr.C}
-	var pos [3]func(uint64) (int, bool)
-	for o, c := range ops {
-		for e := range o { // operands of one plan and group share one map
-			if ops[e].Plan() == c.Plan() && ops[e].Group() == c.Group() {
-				pos[o] = pos[e]
-				break
-			}
-		}
-		if pos[o] != nil {
-			continue
-		}
-		f, err := positionsOf(c)
-		if err != nil {
-			return nil, err
-		}
-		pos[o] = f
-	}
 	out := make([]Triple, len(pr.Blocks))
 	for i, b := range pr.Blocks {
 		ids := [3]uint64{b.A, b.B, b.C}
 		var k [3]int
 		for o, id := range ids {
-			var ok bool
-			if k[o], ok = pos[o](id); !ok {
-				return nil, fmt.Errorf("gemm: product %d (A id %d, B id %d, C id %d): no block with id %d in the %s buffer: %w",
-					i, b.A, b.B, b.C, id, [3]string{"A", "B", "C"}[o], ErrOutOfRange)
+			var err error
+			if k[o], err = ops[o].Position(id); err != nil {
+				name := [3]string{"A", "B", "C"}[o]
+				if errors.Is(err, packing.ErrOutOfRange) {
+					return nil, fmt.Errorf("gemm: product %d (A id %d, B id %d, C id %d): no block with id %d in the %s buffer: %w", i, b.A, b.B, b.C, id, name, ErrOutOfRange)
+				}
+				return nil, fmt.Errorf("gemm: product %d: the %s buffer: %w", i, name, err)
 			}
 		}
 		out[i] = Triple{A: k[0], B: k[1], C: k[2]}
 	}
 	return out, nil
-}
-
-// positionsOf returns the group position of a block id in c.
-func positionsOf(c *packing.Coalesced) (func(uint64) (int, bool), error) {
-	p := c.Plan()
-	if len(p.Groups()) == 1 {
-		return p.Index, nil // group positions are plan indices
-	}
-	members, err := p.Members(c.Group())
-	if err != nil {
-		return nil, fmt.Errorf("gemm: %w: %w", ErrInvalid, err)
-	}
-	at := make(map[int32]int, len(members))
-	for k, i := range members {
-		at[i] = k
-	}
-	return func(id uint64) (int, bool) {
-		i, ok := p.Index(id)
-		if !ok {
-			return 0, false
-		}
-		k, ok := at[int32(i)]
-		return k, ok
-	}, nil
 }
 
 func locateError(pr *Problem, i int, t Triple) error {

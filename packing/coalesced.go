@@ -518,6 +518,32 @@ func (c *Coalesced) Lookup(id uint64) (View, error) {
 	return View{c: c, i: i}, nil
 }
 
+// Position is the group position of the block with the given id: the index
+// View, Locate and HostBlocks' typed methods take, and gemm's Triple names.
+func (c *Coalesced) Position(id uint64) (int, error) {
+	if err := c.check(); err != nil {
+		return 0, err
+	}
+	if k, ok := c.position(id); ok {
+		return k, nil
+	}
+	return 0, fmt.Errorf("packing: no block with id %d in coalesced buffer #%d: %w", id, c.buf.ID(), ErrOutOfRange)
+}
+
+// position is Position without the checks of c. The first call on a plan
+// builds a map of its ids (Plan.Index).
+func (c *Coalesced) position(id uint64) (int, bool) {
+	i, ok := c.plan.Index(id)
+	if !ok || c.plan.class(i).Group != c.group {
+		return 0, false
+	}
+	if c.members == nil {
+		return i, true
+	}
+	// members lists the group's plan indices in increasing order.
+	return slices.BinarySearch(c.members, int32(i))
+}
+
 // All iterates over the views in group-position order, the cheapest way to
 // walk a buffer's blocks (nothing is allocated). Over a freed buffer it
 // yields nothing: check Len or use View for an error.

@@ -58,8 +58,17 @@ func TestCoalescedGroupsOneAllocationEach(t *testing.T) {
 		for k, v := range views {
 			require.Equal(t, descs[4*k+g].ID, v.ID(), "group positions follow list order")
 			require.Equal(t, g, v.Desc().Dest)
+			at, err := c.Position(v.ID())
+			require.NoError(t, err)
+			require.Equal(t, k, at, "Position is the view's group position")
 		}
+		_, err = c.Position(descs[(g+1)%4].ID)
+		require.ErrorIs(t, err, ErrOutOfRange, "a block of another group")
+		_, err = c.Position(1 << 62)
+		require.ErrorIs(t, err, ErrOutOfRange, "no such id")
 		require.NoError(t, c.Free())
+		_, err = c.Position(views[0].ID())
+		require.ErrorIs(t, err, ErrFreed)
 	}
 }
 

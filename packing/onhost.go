@@ -3,7 +3,6 @@ package packing
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -212,21 +211,13 @@ func (h *HostBlocks) live() error {
 }
 
 // Index returns the group position of the block with the given id, for the
-// typed methods. The first call on a plan builds a map of its ids
-// (Plan.Index).
+// typed methods (Coalesced.Position).
 func (h *HostBlocks) Index(id uint64) (int, error) {
 	if err := h.live(); err != nil {
 		return 0, err
 	}
-	c := h.mem
-	if i, ok := c.plan.Index(id); ok && c.plan.class(i).Group == c.group {
-		if c.members == nil {
-			return i, nil
-		}
-		// members lists the group's plan indices in increasing order.
-		if k, found := slices.BinarySearch(c.members, int32(i)); found {
-			return k, nil
-		}
+	if k, ok := h.mem.position(id); ok {
+		return k, nil
 	}
 	return 0, fmt.Errorf("packing: no block with id %d in coalesced buffer #%d: %w", id, h.buf, ErrOutOfRange)
 }
