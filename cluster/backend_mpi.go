@@ -680,7 +680,7 @@ func backendAwait(rs []*Request, sts []Status, errs []error, idx []int, p *await
 		res.done++
 	}
 	if a.matched != 0 {
-		// The handle moves to a C cell of its own, as Improbe's do.
+		// The handle moves to a C cell of its own, as a matched message's does.
 		cell := C.dist_message_new()
 		if cell == nil {
 			res.err = fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)

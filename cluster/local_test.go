@@ -22,7 +22,7 @@ func checkLauncherLocalRank(t *testing.T, w *cluster.Comm) {
 
 func checkCUDAAwareOn(t *testing.T) {
 	if _, err := cluster.CUDAAware(); !errors.Is(err, distbuf.ErrBadConfig) {
-		t.Fatalf("%s=1 without MPI: %v, want ErrBadEnv", "DISTBUF_MPI_CUDA_AWARE", err)
+		t.Fatalf("%s=1 without MPI: %v, want ErrBadConfig", "DISTBUF_MPI_CUDA_AWARE", err)
 	}
 }
 

@@ -23,7 +23,7 @@ func TestWorld(t *testing.T) {
 	}
 	l := w.Local()
 	if l.Rank() != w.Local().Rank() || l.Size() != w.Local().Size() {
-		t.Fatalf("Local() is rank %d of %d, LocalRank/LocalSize say %d of %d", l.Rank(), l.Size(), w.Local().Rank(), w.Local().Size())
+		t.Fatalf("Local() is rank %d of %d, Local().Rank()/Size() say %d of %d", l.Rank(), l.Size(), w.Local().Rank(), w.Local().Size())
 	}
 	// Every rank is seen exactly once.
 	ranks := make([]int64, w.Size())
@@ -41,7 +41,7 @@ func TestWorld(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n[0] != int64(w.Local().Size()) {
-		t.Fatalf("local communicator holds %d ranks, LocalSize says %d", n[0], w.Local().Size())
+		t.Fatalf("local communicator holds %d ranks, Local().Size() says %d", n[0], w.Local().Size())
 	}
 	checkLauncherLocalRank(t, w)
 }
@@ -176,7 +176,7 @@ func TestTruncatedReceive(t *testing.T) {
 				}
 			}
 			if !errors.Is(err, distbuf.ErrInvalid) || !errors.Is(err, cluster.ErrMPI) {
-				t.Fatalf("truncated receive: %v, want ErrTruncate", err)
+				t.Fatalf("truncated receive: %v, want ErrInvalid and ErrMPI", err)
 			}
 			var me *cluster.MPIError
 			if !errors.As(err, &me) || me.Class != "MPI_ERR_TRUNCATE" || me.Message == "" {
@@ -234,7 +234,7 @@ func TestBadArguments(t *testing.T) {
 		t.Fatal(err)
 	} else if !aware {
 		if _, err := w.Isend(fakeDevice{}, 0, 0); !errors.Is(err, distbuf.ErrUnavailable) {
-			t.Errorf("Isend of device memory to an MPI that is not CUDA-aware: %v, want ErrDeviceMemory", err)
+			t.Errorf("Isend of device memory to an MPI that is not CUDA-aware: %v, want ErrUnavailable", err)
 		}
 	}
 	released := cluster.PinBytes(make([]byte, 8))
@@ -403,7 +403,7 @@ func TestRequestMisuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := cluster.Waitall([]*cluster.Request{rr, rr}); !errors.Is(err, distbuf.ErrConflict) {
-		t.Fatalf("Waitall listing a request twice: %v, want ErrInUse", err)
+		t.Fatalf("Waitall listing a request twice: %v, want ErrConflict", err)
 	}
 	if _, _, err := cluster.Await([]*cluster.Request{rr, nil, rr}, nil, nil, 0); !errors.Is(err, distbuf.ErrConflict) {
 		t.Fatalf("Await listing a request twice: %v, want ErrConflict", err)
@@ -412,7 +412,7 @@ func TestRequestMisuse(t *testing.T) {
 		t.Fatalf("Attach(nil): %v", err)
 	}
 	if err := cluster.Finalize(); !errors.Is(err, distbuf.ErrConflict) {
-		t.Fatalf("Finalize with a receive pending: %v, want ErrPending", err)
+		t.Fatalf("Finalize with a receive pending: %v, want ErrConflict", err)
 	}
 	if !cluster.Initialized() {
 		t.Fatal("a refused Finalize shut MPI down")

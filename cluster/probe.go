@@ -57,11 +57,11 @@ func (m *Message) claim(op string) error {
 	return nil
 }
 
-// Recv starts receiving the message into the first Status().Bytes bytes of
-// mem (MPI_Imrecv). mem must hold the whole message: a smaller region is
-// refused with an error matching distbuf.ErrInvalid and nothing is posted, so the
-// message can still be received elsewhere or discarded. As for Irecv, mem
-// must stay valid until the request completes.
+// Recv starts receiving the message into the first Status().Bytes bytes of mem
+// (MPI_Imrecv). mem must hold the whole message: a smaller region is refused
+// with an error matching distbuf.ErrInvalid and nothing is posted, so the
+// message can still be received elsewhere or discarded. As for Irecv, mem must
+// stay valid until the request completes.
 func (m *Message) Recv(mem Memory) (*Request, error) {
 	if err := m.begin("Message.Recv"); err != nil {
 		return nil, err
@@ -92,9 +92,10 @@ func (m *Message) Recv(mem Memory) (*Request, error) {
 }
 
 // Discard starts receiving the message into scratch memory of its length,
-// owned by the request and freed when it completes: the message is taken
-// off the wire and dropped. It fails (distbuf.ErrOutOfMemory) when no scratch memory of
-// that length can be had, leaving the message to a later Recv or Discard.
+// owned by the request and freed when it completes: the message is taken off
+// the wire and dropped. It fails (distbuf.ErrOutOfMemory) when no scratch
+// memory of that length can be had, leaving the message to a later Recv or
+// Discard.
 func (m *Message) Discard() (*Request, error) {
 	if err := m.begin("Message.Discard"); err != nil {
 		return nil, err

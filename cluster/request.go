@@ -71,10 +71,10 @@ func pendingError() error {
 }
 
 // Request is a pending nonblocking send or receive. It completes when Wait,
-// Waitall or Await observes it complete; then what was attached to
-// it is released and its memory is no longer referenced. A request is used
-// by one call at a time: a second concurrent call (or a request listed
-// twice) gets distbuf.ErrConflict rather than a data race inside MPI.
+// Waitall or Await observes it complete; then what was attached to it is
+// released and its memory is no longer referenced. A request is used by one
+// call at a time: a second concurrent call (or a request listed twice) gets
+// distbuf.ErrConflict rather than a data race inside MPI.
 type Request struct {
 	impl   reqImpl
 	posted bool // made by Isend or Irecv, not a zero Request

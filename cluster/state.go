@@ -100,12 +100,12 @@ func InitWith(o Options) error {
 	return nil
 }
 
-// Finalize shuts MPI down (MPI_Finalize, on the thread that initialised
-// it). It returns distbuf.ErrConflict, and leaves MPI running, while any request has
-// not been completed by Wait, Waitall or Await. It waits for calls
-// still running on other goroutines; a Probe or collective that never
-// completes keeps it waiting, as it would keep MPI_Finalize waiting. After
-// Finalize every call returns an error matching distbuf.ErrClosed.
+// Finalize shuts MPI down (MPI_Finalize, on the thread that initialised it).
+// It returns distbuf.ErrConflict, and leaves MPI running, while any request
+// has not been completed by Wait, Waitall or Await. It waits for calls still
+// running on other goroutines; a wait or collective that never completes keeps
+// it waiting, as it would keep MPI_Finalize waiting. After Finalize every call
+// returns an error matching distbuf.ErrClosed.
 func Finalize() error {
 	state.mu.Lock()
 	defer state.mu.Unlock()
