@@ -8,21 +8,25 @@ import (
 )
 
 // Errors. Every error this package returns matches, with errors.Is, one of
-// the module's shared sentinels or one of the two below, whose meanings
-// are this package's alone:
+// the module's shared sentinels or one of this package's own two,
+// ErrNotInitialized and ErrMPI, whose meanings are cluster's alone:
 //
 //   - distbuf.ErrInvalid: a rank or tag outside its range, a bad argument
-//     (mismatched lengths, a nil request, a negative color), a receive
-//     smaller than its message, a size MPI cannot describe.
+//     (mismatched lengths, a nil request, a negative color, a second Init),
+//     a receive smaller than its message, a size MPI cannot describe.
 //   - distbuf.ErrClosed: a communicator used after Free, any call after
 //     Finalize.
 //   - distbuf.ErrFreed: a PinnedBytes used after Release.
 //   - distbuf.ErrConflict: a request used by two calls at once, or
 //     Finalize while requests or matched messages are still open.
-//   - distbuf.ErrUnavailable: no visible GPU, or device memory given to an
-//     MPI that is not CUDA-aware.
+//   - distbuf.ErrUnavailable: no visible GPU, device memory given to an MPI
+//     that is not CUDA-aware, or an MPI without the thread level
+//     ThreadMultiple requires.
 //   - distbuf.ErrOutOfMemory: no scratch memory to discard a message.
 //   - distbuf.ErrBadConfig: a malformed DISTBUF_* environment variable.
+//
+// A Memory whose Region fails is refused with that error wrapped, so it
+// matches what its owner reports (devalloc's use after Free, say).
 var (
 	// ErrNotInitialized is returned by every call made before Init, and
 	// by every call after an Init that failed (wrapping that failure).

@@ -134,7 +134,8 @@ type Probe struct {
 // call. On timeout neither happens and the error is nil: what a timeout
 // means is the caller's to say. A negative timeout waits without limit,
 // zero tests once. The error Await returns is about the call itself (MPI
-// unusable, a request in use), and then nothing completed.
+// unusable, a request in use, a failed probe); a request's own failure is
+// returned by its Wait.
 //
 // Await never blocks inside MPI: it tests the requests and
 // probes in C for short slices (yielding to other goroutines between them),

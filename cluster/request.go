@@ -256,8 +256,8 @@ func enterPosted(pending []*Request) error {
 
 // Waitall waits for every request (nil entries are skipped) and returns
 // the errors of those that failed, each naming its index. Every request is
-// complete when it returns, failed ones included; statuses are available
-// from Request.Status.
+// complete when it returns, failed ones included; each one's status comes
+// from its Wait, which then returns at once.
 func Waitall(reqs []*Request) error {
 	if err := acquireAll(reqs); err != nil {
 		return err
