@@ -131,7 +131,7 @@ func deliver(s, r *localReq) {
 
 func (q *localReq) result(op string) (Status, error) {
 	if q.trunc != "" {
-		return q.status, &MPIError{Op: op, Code: -1, Class: ClassTruncate, Message: q.trunc}
+		return q.status, &MPIError{Op: op, Code: -1, Class: classTruncate, Message: q.trunc}
 	}
 	return q.status, nil
 }
@@ -155,57 +155,11 @@ func backendWait(r *Request) (Status, error) {
 	return r.impl.lr.result("MPI_Wait")
 }
 
-func backendTest(r *Request) (Status, bool, error) {
-	select {
-	case <-r.impl.lr.done:
-		st, err := r.impl.lr.result("MPI_Test")
-		return st, true, err
-	default:
-		return Status{}, false, nil
-	}
-}
-
 func backendWaitall(rs []*Request, sts []Status, errs []error) {
 	for i, r := range rs {
 		<-r.impl.lr.done
 		sts[i], errs[i] = r.impl.lr.result("MPI_Waitall")
 	}
-}
-
-func backendWaitsome(rs []*Request, sts []Status, errs []error, idx []int) (int, error) {
-	for {
-		k := 0
-		for i, r := range rs {
-			select {
-			case <-r.impl.lr.done:
-				sts[i], errs[i] = r.impl.lr.result("MPI_Waitsome")
-				idx[k] = i
-				k++
-			default:
-			}
-		}
-		if k > 0 {
-			return k, nil
-		}
-		// Nothing yet: sleep until any of them completes.
-		cases := make([]reflect.SelectCase, len(rs))
-		for i, r := range rs {
-			cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.impl.lr.done)}
-		}
-		reflect.Select(cases)
-	}
-}
-
-func backendTestany(rs []*Request) (int, Status, error) {
-	for i, r := range rs {
-		select {
-		case <-r.impl.lr.done:
-			st, err := r.impl.lr.result("MPI_Testany")
-			return i, st, err
-		default:
-		}
-	}
-	return -1, Status{}, nil
 }
 
 func (lc *localComm) probe(tag int) (Status, bool, chan struct{}) {
@@ -235,14 +189,6 @@ func (lc *localComm) match(tag int) (*localReq, chan struct{}) {
 
 func sendStatus(s *localReq) Status { return Status{Source: 0, Tag: s.tag, Bytes: s.n} }
 
-func backendImprobe(c commImpl, _, tag int) (Status, msgImpl, bool, error) {
-	s, _ := c.lc.match(tag)
-	if s == nil {
-		return Status{}, msgImpl{}, false, nil
-	}
-	return sendStatus(s), msgImpl{s}, true, nil
-}
-
 func backendImrecv(m msgImpl, addr uintptr, lay byteLayout, r *Request) error {
 	q := &localReq{addr: addr, n: lay.bytes(), tag: m.send.tag, done: make(chan struct{})}
 	r.impl.lr = q
@@ -271,7 +217,7 @@ func backendAwait(rs []*Request, sts []Status, errs []error, idx []int, p *await
 		for i, r := range rs {
 			select {
 			case <-r.impl.lr.done:
-				sts[i], errs[i] = r.impl.lr.result("MPI_Waitsome")
+				sts[i], errs[i] = r.impl.lr.result("MPI_Testsome")
 				idx[res.done] = i
 				res.done++
 			default:
@@ -308,21 +254,6 @@ func backendAwait(rs []*Request, sts []Status, errs []error, idx []int, p *await
 // backendAbort ends the process: it is the whole world.
 func backendAbort(code int) { os.Exit(code) }
 
-func backendProbe(c commImpl, _, tag int) (Status, error) {
-	for {
-		st, ok, arrived := c.lc.probe(tag)
-		if ok {
-			return st, nil
-		}
-		<-arrived
-	}
-}
-
-func backendIprobe(c commImpl, _, tag int) (Status, bool, error) {
-	st, ok, _ := c.lc.probe(tag)
-	return st, ok, nil
-}
-
 // Collectives over one rank: the data is already where it belongs, or
 // needs one copy.
 
@@ -347,15 +278,5 @@ func backendAlltoallInt64(_ commImpl, in, out []int64) error {
 
 func backendAllgather(_ commImpl, in, out []byte, _ byteLayout) error {
 	copy(out, in)
-	return nil
-}
-
-func backendAllgatherInt64(_ commImpl, in, out []int64) error {
-	copy(out, in)
-	return nil
-}
-
-func backendAllgatherv(_ commImpl, in, out []byte, _, displs []int32) error {
-	copy(out[displs[0]:], in)
 	return nil
 }

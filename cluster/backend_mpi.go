@@ -26,24 +26,12 @@ package cluster
 #cgo nocallback dist_test_for
 #cgo noescape dist_test_all_for
 #cgo nocallback dist_test_all_for
-#cgo noescape dist_iprobe_for
-#cgo nocallback dist_iprobe_for
 #cgo noescape dist_test
 #cgo nocallback dist_test
 #cgo noescape dist_waitall
 #cgo nocallback dist_waitall
-#cgo noescape dist_testany
-#cgo nocallback dist_testany
-#cgo noescape dist_waitsome
-#cgo nocallback dist_waitsome
-#cgo noescape dist_probe
-#cgo nocallback dist_probe
-#cgo noescape dist_iprobe
-#cgo nocallback dist_iprobe
 #cgo noescape dist_layout_type_info
 #cgo nocallback dist_layout_type_info
-#cgo noescape dist_improbe
-#cgo nocallback dist_improbe
 #cgo noescape dist_imrecv
 #cgo nocallback dist_imrecv
 #cgo noescape dist_await
@@ -57,6 +45,8 @@ import (
 	"runtime"
 	"time"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
 )
 
 const haveMPI = true
@@ -116,34 +106,34 @@ func mpiErr(op string, rc C.int) error {
 	return e
 }
 
-func classOf(cls C.int) ErrorClass {
+func classOf(cls C.int) string {
 	switch cls {
 	case C.MPI_ERR_TRUNCATE:
-		return ClassTruncate
+		return classTruncate
 	case C.MPI_ERR_RANK:
-		return ClassRank
+		return classRank
 	case C.MPI_ERR_TAG:
-		return ClassTag
+		return classTag
 	case C.MPI_ERR_COUNT:
-		return ClassCount
+		return "MPI_ERR_COUNT"
 	case C.MPI_ERR_BUFFER:
-		return ClassBuffer
+		return "MPI_ERR_BUFFER"
 	case C.MPI_ERR_COMM:
-		return ClassComm
+		return "MPI_ERR_COMM"
 	case C.MPI_ERR_TYPE:
-		return ClassType
+		return "MPI_ERR_TYPE"
 	case C.MPI_ERR_REQUEST:
-		return ClassRequest
+		return "MPI_ERR_REQUEST"
 	case C.MPI_ERR_ROOT:
-		return ClassRoot
+		return "MPI_ERR_ROOT"
 	case C.MPI_ERR_ARG:
-		return ClassArg
+		return "MPI_ERR_ARG"
 	case C.MPI_ERR_NO_MEM:
-		return ClassNoMem
+		return "MPI_ERR_NO_MEM"
 	case C.MPI_ERR_INTERN:
-		return ClassIntern
+		return "MPI_ERR_INTERN"
 	}
-	return ClassOther
+	return fmt.Sprintf("MPI error class %d", int(cls))
 }
 
 func threadLevelName(l C.int) string {
@@ -176,7 +166,7 @@ func backendInit(mode ThreadMode) (initInfo, error) {
 	})
 	if already != 0 {
 		main.stop(func() {})
-		return initInfo{}, fmt.Errorf("cluster: MPI was initialized or finalized outside this package: %w", ErrInitialized)
+		return initInfo{}, fmt.Errorf("cluster: MPI was initialized or finalized outside this package: %w", distbuf.ErrInvalid)
 	}
 	info := initInfo{attempted: true, provided: threadLevelName(provided)}
 	if initErr != nil {
@@ -186,7 +176,7 @@ func backendInit(mode ThreadMode) (initInfo, error) {
 	multiple := provided >= C.MPI_THREAD_MULTIPLE && mode != ThreadFunneled
 	if mode == ThreadMultiple && !multiple {
 		main.stop(func() { C.dist_finalize() })
-		return info, fmt.Errorf("cluster: ThreadMultiple required but MPI provides only %s: %w", info.provided, ErrInitFailed)
+		return info, fmt.Errorf("cluster: ThreadMultiple required but MPI provides only %s: %w", info.provided, distbuf.ErrUnavailable)
 	}
 	mpiEngine.main = main
 	info.thread = ThreadMultiple
@@ -417,28 +407,6 @@ func backendWait(r *Request) (Status, error) {
 	return goStatus(&st), mpiErr("MPI_Wait", rc)
 }
 
-func testFunneled(f *funnel, h *C.MPI_Request, isRecv C.int) (C.dist_status, C.int, C.int) {
-	var st C.dist_status
-	var rc, flag C.int
-	f.run(func() { rc = C.dist_test(h, isRecv, &flag, &st) })
-	return st, flag, rc
-}
-
-func backendTest(r *Request) (Status, bool, error) {
-	var st C.dist_status
-	var rc, flag C.int
-	if f := mpiEngine.fun; f != nil {
-		st, flag, rc = testFunneled(f, r.impl.h, cBool(!r.send))
-	} else {
-		rc = C.dist_test(r.impl.h, cBool(!r.send), &flag, &st)
-	}
-	if flag == 0 {
-		return Status{}, false, nil
-	}
-	r.impl.h = nil
-	return goStatus(&st), true, mpiErr("MPI_Test", rc)
-}
-
 func backendWaitall(rs []*Request, sts []Status, errs []error) {
 	n := len(rs)
 	var hsBuf [smallBatch]*C.MPI_Request
@@ -505,154 +473,6 @@ func waitallFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int, cst0 []C.di
 		return len(left) == 0
 	})
 	copy(cst0, cst)
-}
-
-// backendWaitsome completes at least one of rs, all pending: polling as
-// Wait does (blocking at once when a message is large), or on the funnel
-// thread between other calls. Completed ones are listed in idx[:k] by
-// position in rs, with their statuses and errors at those positions.
-func backendWaitsome(rs []*Request, sts []Status, errs []error, idx []int) (k int, err error) {
-	n := len(rs)
-	var hsBuf [smallBatch]*C.MPI_Request
-	var recvBuf [smallBatch]C.int
-	var cstBuf [smallBatch]C.dist_status
-	var idxBuf [smallBatch]C.int
-	hs, recv, cst, cidx := hsBuf[:0], recvBuf[:0], cstBuf[:0], idxBuf[:0]
-	if n > smallBatch {
-		hs, recv, cst, cidx = make([]*C.MPI_Request, 0, n), make([]C.int, 0, n), make([]C.dist_status, 0, n), make([]C.int, 0, n)
-	}
-	var largest int64
-	for _, r := range rs {
-		hs, recv = append(hs, r.impl.h), append(recv, cBool(!r.send))
-		largest = max(largest, r.size)
-	}
-	cst, cidx = cst[:n], cidx[:n]
-	var rc, done C.int
-	switch f := mpiEngine.fun; {
-	case f != nil:
-		rc, done = waitsomeFunneled(f, hs, recv, cst, cidx)
-	case largest >= blockingBytes:
-		rc = C.dist_waitsome(C.int(n), &hs[0], &recv[0], &cst[0], 0, 1, &cidx[0], &done)
-	default:
-		rc, done = waitsomePolling(hs, recv, cst, cidx)
-	}
-	for _, i := range cidx[:done] {
-		rs[i].impl.h = nil
-		sts[i] = goStatus(&cst[i])
-		errs[i] = mpiErr("MPI_Waitsome", C.int(cst[i].err))
-		idx[k] = int(i)
-		k++
-	}
-	if done == 0 {
-		return 0, mpiErr("MPI_Waitsome", rc)
-	}
-	return k, nil
-}
-
-func waitsomePolling(hs []*C.MPI_Request, recv []C.int, cst []C.dist_status, idx []C.int) (rc, done C.int) {
-	n := C.int(len(hs))
-	for range pollSlices {
-		if rc = C.dist_waitsome(n, &hs[0], &recv[0], &cst[0], pollSlice, 0, &idx[0], &done); done > 0 || rc != C.MPI_SUCCESS {
-			return rc, done
-		}
-		runtime.Gosched()
-	}
-	rc = C.dist_waitsome(n, &hs[0], &recv[0], &cst[0], 0, 1, &idx[0], &done)
-	return rc, done
-}
-
-// waitsomeFunneled tests the requests between other calls on the funnel
-// thread, for the reason waitallFunneled does, on copies of the arrays.
-func waitsomeFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int, cst0 []C.dist_status, idx0 []C.int) (rc, done C.int) {
-	n := len(hs0)
-	hs := append([]*C.MPI_Request(nil), hs0...)
-	recv := append([]C.int(nil), recv0...)
-	cst := make([]C.dist_status, n)
-	idx := make([]C.int, n)
-	f.until(func() bool {
-		rc = C.dist_waitsome(C.int(n), &hs[0], &recv[0], &cst[0], 0, 0, &idx[0], &done)
-		return done > 0 || rc != C.MPI_SUCCESS
-	})
-	copy(cst0, cst)
-	copy(idx0, idx)
-	return rc, done
-}
-
-func backendTestany(rs []*Request) (int, Status, error) {
-	n := len(rs)
-	var hsBuf [smallBatch]*C.MPI_Request
-	var recvBuf [smallBatch]C.int
-	hs, recv := hsBuf[:0], recvBuf[:0]
-	if n > smallBatch {
-		hs, recv = make([]*C.MPI_Request, 0, n), make([]C.int, 0, n)
-	}
-	for _, r := range rs {
-		hs, recv = append(hs, r.impl.h), append(recv, cBool(!r.send))
-	}
-	var st C.dist_status
-	var rc, k C.int
-	if f := mpiEngine.fun; f != nil {
-		st, k, rc = testanyFunneled(f, hs, recv)
-	} else {
-		rc = C.dist_testany(C.int(n), &hs[0], &recv[0], &k, &st)
-	}
-	err := mpiErr("MPI_Testany", rc)
-	if k < 0 {
-		return -1, Status{}, err
-	}
-	rs[k].impl.h = nil
-	return int(k), goStatus(&st), err
-}
-
-func testanyFunneled(f *funnel, hs0 []*C.MPI_Request, recv0 []C.int) (C.dist_status, C.int, C.int) {
-	hs := append([]*C.MPI_Request(nil), hs0...)
-	recv := append([]C.int(nil), recv0...)
-	var st C.dist_status
-	var rc, k C.int
-	f.run(func() { rc = C.dist_testany(C.int(len(hs)), &hs[0], &recv[0], &k, &st) })
-	return st, k, rc
-}
-
-func backendProbe(c commImpl, source, tag int) (Status, error) {
-	var st C.dist_status
-	var rc C.int
-	if f := mpiEngine.fun; f != nil {
-		f.until(func() bool {
-			var flag C.int
-			rc = C.dist_iprobe(c.h, C.int(source), C.int(tag), &flag, &st)
-			return flag != 0 || rc != C.MPI_SUCCESS
-		})
-	} else {
-		rc = probePolling(c.h, C.int(source), C.int(tag), &st)
-	}
-	if err := mpiErr("MPI_Probe", rc); err != nil {
-		return Status{}, err
-	}
-	return goStatus(&st), nil
-}
-
-func probePolling(c *C.MPI_Comm, source, tag C.int, st *C.dist_status) C.int {
-	for range pollSlices {
-		var flag C.int
-		if rc := C.dist_iprobe_for(c, source, tag, pollSlice, &flag, st); rc != C.MPI_SUCCESS || flag != 0 {
-			return rc
-		}
-		runtime.Gosched()
-	}
-	return C.dist_probe(c, source, tag, st)
-}
-
-func backendIprobe(c commImpl, source, tag int) (Status, bool, error) {
-	var st C.dist_status
-	var rc, flag C.int
-	onMPI(func() { rc = C.dist_iprobe(c.h, C.int(source), C.int(tag), &flag, &st) })
-	if err := mpiErr("MPI_Iprobe", rc); err != nil {
-		return Status{}, false, err
-	}
-	if flag == 0 {
-		return Status{}, false, nil
-	}
-	return goStatus(&st), true, nil
 }
 
 // collective runs one collective. Under MPI_THREAD_MULTIPLE it is the
@@ -742,20 +562,6 @@ func backendAllgather(c commImpl, in, out []byte, lay byteLayout) error {
 	}, pi, po)
 }
 
-func backendAllgatherInt64(c commImpl, in, out []int64) error {
-	pi, po := ptr(in), ptr(out)
-	return collective("MPI_Allgather", func(nb *C.MPI_Request) C.int {
-		return C.dist_allgather_int64(c.h, (*C.int64_t)(pi), (*C.int64_t)(po), C.int(len(in)), nb)
-	}, pi, po)
-}
-
-func backendAllgatherv(c commImpl, in, out []byte, counts, displs []int32) error {
-	pi, po, pc, pd := ptr(in), ptr(out), ptr(counts), ptr(displs)
-	return collective("MPI_Allgatherv", func(nb *C.MPI_Request) C.int {
-		return C.dist_allgatherv(c.h, pi, C.int(len(in)), po, (*C.int)(pc), (*C.int)(pd), nb)
-	}, pi, po, pc, pd)
-}
-
 // layoutTypeInfo builds the datatype for a layout and reports its size and
 // extent, so tests can check the large-message arithmetic without moving
 // gigabytes.
@@ -767,21 +573,6 @@ func layoutTypeInfo(l byteLayout) (size, extent int64, err error) {
 		return 0, 0, err
 	}
 	return int64(s), int64(e), nil
-}
-
-func backendImprobe(c commImpl, source, tag int) (Status, msgImpl, bool, error) {
-	cell := C.dist_message_new()
-	if cell == nil {
-		return Status{}, msgImpl{}, false, fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)
-	}
-	var st C.dist_status
-	var rc, flag C.int
-	onMPI(func() { rc = C.dist_improbe(c.h, C.int(source), C.int(tag), &flag, cell, &st) })
-	if err := mpiErr("MPI_Improbe", rc); err != nil || flag == 0 {
-		C.dist_message_free(cell)
-		return Status{}, msgImpl{}, false, err
-	}
-	return goStatus(&st), msgImpl{cell}, true, nil
 }
 
 func imrecv(m msgImpl, addr uintptr, lay byteLayout) (*C.MPI_Request, C.int) {
@@ -815,7 +606,7 @@ func backendDiscard(m msgImpl, lay byteLayout, r *Request) error {
 	var p unsafe.Pointer
 	if n := lay.bytes(); n > 0 {
 		if p = C.malloc(C.size_t(n)); p == nil {
-			return fmt.Errorf("cluster: Message.Discard: no scratch memory for %d bytes: %w", n, ErrMemory)
+			return fmt.Errorf("cluster: Message.Discard: no scratch memory for %d bytes: %w", n, distbuf.ErrOutOfMemory)
 		}
 	}
 	h, rc := imrecv(m, uintptr(p), lay)
@@ -884,12 +675,12 @@ func backendAwait(rs []*Request, sts []Status, errs []error, idx []int, p *await
 	for _, i := range cidx[:a.done] {
 		rs[i].impl.h = nil
 		sts[i] = goStatus(&cst[i])
-		errs[i] = mpiErr("MPI_Waitsome", C.int(cst[i].err))
+		errs[i] = mpiErr("MPI_Testsome", C.int(cst[i].err))
 		idx[res.done] = int(i)
 		res.done++
 	}
 	if a.matched != 0 {
-		// The handle moves to a C cell of its own, as Improbe's do.
+		// The handle moves to a C cell of its own, as a matched message's does.
 		cell := C.dist_message_new()
 		if cell == nil {
 			res.err = fmt.Errorf("cluster: allocating a message handle: %w", ErrMPI)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 )
 
@@ -20,7 +21,7 @@ func TestBarrierBcast(t *testing.T) {
 			if w.Rank() == root {
 				fillPattern(buf, root, -1, n)
 			}
-			if err := w.Bcast(buf, root); err != nil {
+			if err := cluster.Bcast(w, buf, root); err != nil {
 				t.Fatal(err)
 			}
 			sameBytes(t, fmt.Sprintf("Bcast of %d bytes from %d", n, root), buf, pattern(root, -1, n, n))
@@ -59,11 +60,11 @@ func TestAllreduce(t *testing.T) {
 	for _, op := range []cluster.Op{cluster.Sum, cluster.Min, cluster.Max} {
 		t.Run("type=int64/op="+op.String(), func(t *testing.T) {
 			in, out := vals(r), make([]int64, n)
-			if err := w.AllreduceInt64(in, out, op); err != nil {
+			if err := cluster.Allreduce(w, in, out, op); err != nil {
 				t.Fatal(err)
 			}
 			checkInts(t, out, want[op])
-			if err := w.AllreduceInt64(in, in, op); err != nil { // in place
+			if err := cluster.Allreduce(w, in, in, op); err != nil { // in place
 				t.Fatal(err)
 			}
 			checkInts(t, in, want[op])
@@ -90,7 +91,7 @@ func TestAllreduce(t *testing.T) {
 				}
 				wantF[i] = acc
 			}
-			if err := w.AllreduceFloat64(in, out, op); err != nil {
+			if err := cluster.Allreduce(w, in, out, op); err != nil {
 				t.Fatal(err)
 			}
 			for i := range out {
@@ -101,13 +102,13 @@ func TestAllreduce(t *testing.T) {
 		})
 	}
 	x := make([]int64, 4)
-	if err := w.AllreduceInt64(x[:3], x[1:], cluster.Sum); !errors.Is(err, cluster.ErrInvalid) {
+	if err := cluster.Allreduce(w, x[:3], x[1:], cluster.Sum); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Fatalf("overlapping in and out: %v", err)
 	}
-	if err := w.AllreduceInt64(x, x[:2], cluster.Sum); !errors.Is(err, cluster.ErrInvalid) {
+	if err := cluster.Allreduce(w, x, x[:2], cluster.Sum); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Fatalf("length mismatch: %v", err)
 	}
-	if err := w.AllreduceInt64(x, x, cluster.Op(9)); !errors.Is(err, cluster.ErrInvalid) {
+	if err := cluster.Allreduce(w, x, x, cluster.Op(9)); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Fatalf("bad operator: %v", err)
 	}
 }
@@ -128,7 +129,7 @@ func TestAlltoallInt64(t *testing.T) {
 	for j := range in {
 		in[j] = int64(w.Rank())<<32 | int64(j)
 	}
-	if err := w.AlltoallInt64(in, out); err != nil {
+	if err := cluster.Alltoall(w, in, out); err != nil {
 		t.Fatal(err)
 	}
 	for j := range out {
@@ -136,7 +137,7 @@ func TestAlltoallInt64(t *testing.T) {
 			t.Fatalf("out[%d] = %#x, want %#x", j, out[j], want)
 		}
 	}
-	if err := w.AlltoallInt64(in[:p-1], out); !errors.Is(err, cluster.ErrInvalid) {
+	if err := cluster.Alltoall(w, in[:p-1], out); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Fatalf("short in: %v", err)
 	}
 }
@@ -146,14 +147,14 @@ func TestAllgather(t *testing.T) {
 	p, r := w.Size(), w.Rank()
 	const n = 777
 	out := make([]byte, p*n)
-	if err := w.Allgather(pattern(r, -2, 0, n), out); err != nil {
+	if err := cluster.Allgather(w, pattern(r, -2, 0, n), out); err != nil {
 		t.Fatal(err)
 	}
 	for j := range p {
 		sameBytes(t, fmt.Sprintf("Allgather part %d", j), out[j*n:(j+1)*n], pattern(j, -2, 0, n))
 	}
 	ints := make([]int64, 2*p)
-	if err := w.AllgatherInt64([]int64{int64(r), -int64(r)}, ints); err != nil {
+	if err := cluster.Allgather(w, []int64{int64(r), -int64(r)}, ints); err != nil {
 		t.Fatal(err)
 	}
 	for j := range p {
@@ -161,42 +162,64 @@ func TestAllgather(t *testing.T) {
 			t.Fatalf("AllgatherInt64 = %v", ints)
 		}
 	}
-	// Allgatherv with a different length per rank, one of them empty.
-	counts := make([]int, p)
-	total := 0
-	for j := range counts {
-		counts[j] = (j * 37) % 101
-		total += counts[j]
-	}
-	vout := make([]byte, total)
-	if err := w.Allgatherv(pattern(r, -3, 0, counts[r]), vout, counts); err != nil {
+	floats := make([]float64, p)
+	if err := cluster.Allgather(w, []float64{float64(r) + 0.5}, floats); err != nil {
 		t.Fatal(err)
 	}
-	off := 0
-	for j, c := range counts {
-		sameBytes(t, fmt.Sprintf("Allgatherv part %d", j), vout[off:off+c], pattern(j, -3, 0, c))
-		off += c
+	for j := range p {
+		if floats[j] != float64(j)+0.5 {
+			t.Fatalf("Allgather of float64 = %v", floats)
+		}
 	}
-	if err := w.Allgather(make([]byte, 3), make([]byte, 3*p+1)); !errors.Is(err, cluster.ErrInvalid) {
+	if err := cluster.Allgather(w, make([]byte, 3), make([]byte, 3*p+1)); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Fatalf("Allgather with a wrong out length: %v", err)
 	}
-	bad := append([]int(nil), counts...)
-	bad[r]++
-	if err := w.Allgatherv(pattern(r, -3, 0, counts[r]), vout, bad); !errors.Is(err, cluster.ErrInvalid) {
-		t.Fatalf("Allgatherv with counts[rank] != len(in): %v", err)
+	if err := cluster.Allgather(w, ints[:2], ints); !errors.Is(err, distbuf.ErrInvalid) {
+		t.Fatalf("Allgather with in inside out: %v", err)
 	}
-	if p > 1 {
-		// Every other rank's count is 2^31-1: the displacements overflow.
-		huge := make([]int, p)
-		for j := range huge {
-			if j != r {
-				huge[j] = math.MaxInt32
-			}
+}
+
+// TestTypedCollectives checks the element types that travel as bytes or
+// as int64s: each value must arrive bit for bit.
+func TestTypedCollectives(t *testing.T) {
+	w := testComm(t)
+	p, r := w.Size(), w.Rank()
+	for root := range p {
+		v := []int64{0, 0, 0}
+		if r == root {
+			v = []int64{int64(root), -1 << 62, math.MaxInt64}
 		}
-		huge[(r+1)%p]++
-		if err := w.Allgatherv(nil, nil, huge); !errors.Is(err, cluster.ErrTooLarge) {
-			t.Fatalf("Allgatherv past int displacements: %v", err)
+		if err := cluster.Bcast(w, v, root); err != nil {
+			t.Fatal(err)
 		}
+		if v[0] != int64(root) || v[1] != -1<<62 || v[2] != math.MaxInt64 {
+			t.Fatalf("Bcast of int64 from %d: %v", root, v)
+		}
+		f := []float64{0}
+		if r == root {
+			f[0] = math.Pi * float64(root+1)
+		}
+		if err := cluster.Bcast(w, f, root); err != nil {
+			t.Fatal(err)
+		}
+		if f[0] != math.Pi*float64(root+1) {
+			t.Fatalf("Bcast of float64 from %d: %v", root, f)
+		}
+	}
+	in, out := make([]float64, p), make([]float64, p)
+	for j := range in {
+		in[j] = float64(r) + float64(j)/1024 + math.SmallestNonzeroFloat64
+	}
+	if err := cluster.Alltoall(w, in, out); err != nil {
+		t.Fatal(err)
+	}
+	for j := range out {
+		if want := float64(j) + float64(r)/1024 + math.SmallestNonzeroFloat64; out[j] != want {
+			t.Fatalf("Alltoall of float64: out[%d] = %v, want %v", j, out[j], want)
+		}
+	}
+	if err := cluster.Bcast(w, in, p); !errors.Is(err, distbuf.ErrInvalid) {
+		t.Fatalf("Bcast from rank %d of %d: %v", p, p, err)
 	}
 }
 
@@ -207,7 +230,7 @@ func TestDupSplitLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Rank() != w.Rank() || d.Size() != w.Size() || d.LocalSize() != w.LocalSize() {
+	if d.Rank() != w.Rank() || d.Size() != w.Size() || d.Local().Size() != w.Local().Size() {
 		t.Fatalf("Dup is rank %d of %d", d.Rank(), d.Size())
 	}
 	// Same peer and tag on both communicators: each message stays in its own.
@@ -246,7 +269,7 @@ func TestDupSplitLocal(t *testing.T) {
 		t.Fatalf("Split part has %d ranks, want %d", s.Size(), wantSize)
 	}
 	members := make([]int64, s.Size())
-	if err := s.AllgatherInt64([]int64{int64(w.Rank())}, members); err != nil {
+	if err := cluster.Allgather(s, []int64{int64(w.Rank())}, members); err != nil {
 		t.Fatal(err)
 	}
 	for i, m := range members {
@@ -281,13 +304,13 @@ func TestDupSplitLocal(t *testing.T) {
 		if err := c.Free(); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Barrier(); !errors.Is(err, cluster.ErrCommFreed) {
+		if err := c.Barrier(); !errors.Is(err, distbuf.ErrClosed) {
 			t.Fatalf("Barrier on a freed communicator: %v", err)
 		}
-		if err := c.Local().Barrier(); !errors.Is(err, cluster.ErrCommFreed) {
+		if err := c.Local().Barrier(); !errors.Is(err, distbuf.ErrClosed) {
 			t.Fatalf("Barrier on a freed communicator's local part: %v", err)
 		}
-		if err := c.Free(); !errors.Is(err, cluster.ErrCommFreed) {
+		if err := c.Free(); !errors.Is(err, distbuf.ErrClosed) {
 			t.Fatalf("second Free: %v", err)
 		}
 	}

@@ -3,6 +3,8 @@ package cluster
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/distbuf/distbuf"
 )
 
 type commKind int
@@ -53,14 +55,14 @@ func newComm(impl commImpl, kind commKind) (*Comm, error) {
 
 func (c *Comm) enter(op string) error {
 	if c == nil {
-		return fmt.Errorf("cluster: %s on a nil communicator: %w", op, ErrInvalid)
+		return fmt.Errorf("cluster: %s on a nil communicator: %w", op, distbuf.ErrInvalid)
 	}
 	if err := enter(); err != nil {
 		return err
 	}
 	if c.freed.Load() {
 		exit()
-		return fmt.Errorf("cluster: %s: %w", op, ErrCommFreed)
+		return fmt.Errorf("cluster: %s: %w", op, distbuf.ErrClosed)
 	}
 	return nil
 }
@@ -70,12 +72,6 @@ func (c *Comm) Rank() int { return c.rank }
 
 // Size is the number of ranks in c.
 func (c *Comm) Size() int { return c.size }
-
-// LocalRank is this process's rank among the ranks of c on the same node.
-func (c *Comm) LocalRank() int { return c.local.rank }
-
-// LocalSize is the number of ranks of c on the same node.
-func (c *Comm) LocalSize() int { return c.local.size }
 
 // Local is the node-local part of c (MPI_Comm_split_type with
 // MPI_COMM_TYPE_SHARED, keyed by rank). It is freed with c.
@@ -110,7 +106,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	}
 	defer exit()
 	if color < 0 && color != Undefined {
-		return nil, fmt.Errorf("cluster: Split color %d (want >= 0 or Undefined): %w", color, ErrInvalid)
+		return nil, fmt.Errorf("cluster: Split color %d (want >= 0 or Undefined): %w", color, distbuf.ErrInvalid)
 	}
 	impl, null, err := backendSplit(c.impl, color, key)
 	if err != nil || null {
@@ -126,7 +122,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 
 // Free releases a communicator from Dup or Split and its local part
 // (MPI_Comm_free, collective). World and local parts are not freed this
-// way. Any later use returns ErrCommFreed.
+// way. Any later use returns distbuf.ErrClosed.
 func (c *Comm) Free() error {
 	if err := c.enter("Free"); err != nil {
 		return err
@@ -134,12 +130,12 @@ func (c *Comm) Free() error {
 	defer exit()
 	switch c.kind {
 	case kindWorld:
-		return fmt.Errorf("cluster: Free of World: %w", ErrInvalid)
+		return fmt.Errorf("cluster: Free of World: %w", distbuf.ErrInvalid)
 	case kindLocal:
-		return fmt.Errorf("cluster: Free of a local communicator (it is freed with its parent): %w", ErrInvalid)
+		return fmt.Errorf("cluster: Free of a local communicator (it is freed with its parent): %w", distbuf.ErrInvalid)
 	}
 	if !c.freed.CompareAndSwap(false, true) {
-		return fmt.Errorf("cluster: Free: %w", ErrCommFreed)
+		return fmt.Errorf("cluster: Free: %w", distbuf.ErrClosed)
 	}
 	c.local.freed.Store(true)
 	errL := backendFree(c.local.impl)
@@ -153,14 +149,14 @@ func (c *Comm) checkPeer(op string, rank int, wildcard bool) error {
 	if rank >= 0 && rank < c.size || wildcard && rank == AnySource {
 		return nil
 	}
-	return fmt.Errorf("cluster: %s: rank %d outside a communicator of %d ranks: %w", op, rank, c.size, ErrRank)
+	return fmt.Errorf("cluster: %s: rank %d outside a communicator of %d ranks: %w", op, rank, c.size, distbuf.ErrInvalid)
 }
 
 func (c *Comm) checkTag(op string, tag int, wildcard bool) error {
 	if tag >= 0 && tag <= state.maxTag || wildcard && tag == AnyTag {
 		return nil
 	}
-	return fmt.Errorf("cluster: %s: tag %d outside 0..%d: %w", op, tag, state.maxTag, ErrTag)
+	return fmt.Errorf("cluster: %s: tag %d outside 0..%d: %w", op, tag, state.maxTag, distbuf.ErrInvalid)
 }
 
 // Isend starts sending the whole of m to rank dest with tag (MPI_Isend).
@@ -204,7 +200,7 @@ func (c *Comm) checkP2P(op string, m Memory, peer, tag int, recv bool) (region, 
 
 // Irecv starts receiving into m a message from source (or AnySource) with
 // tag (or AnyTag) (MPI_Irecv). The message may be shorter than m; a longer
-// one fails with ErrTruncate when the request completes.
+// one fails with distbuf.ErrInvalid when the request completes.
 func (c *Comm) Irecv(m Memory, source, tag int) (*Request, error) {
 	if err := c.enter("Irecv"); err != nil {
 		return nil, err
@@ -220,38 +216,4 @@ func (c *Comm) Irecv(m Memory, source, tag int) (*Request, error) {
 	}
 	track(r)
 	return r, nil
-}
-
-// Probe blocks until a message from source (or AnySource) with tag (or
-// AnyTag) can be received, and describes it without receiving it
-// (MPI_Probe). With several goroutines receiving from the same source and
-// tag, another may receive the probed message first.
-func (c *Comm) Probe(source, tag int) (Status, error) {
-	if err := c.enter("Probe"); err != nil {
-		return Status{}, err
-	}
-	defer exit()
-	if err := c.checkPeer("Probe", source, true); err != nil {
-		return Status{}, err
-	}
-	if err := c.checkTag("Probe", tag, true); err != nil {
-		return Status{}, err
-	}
-	return backendProbe(c.impl, source, tag)
-}
-
-// Iprobe is Probe without blocking (MPI_Iprobe): ok is false when no
-// matching message is there yet.
-func (c *Comm) Iprobe(source, tag int) (st Status, ok bool, err error) {
-	if err := c.enter("Iprobe"); err != nil {
-		return Status{}, false, err
-	}
-	defer exit()
-	if err := c.checkPeer("Iprobe", source, true); err != nil {
-		return Status{}, false, err
-	}
-	if err := c.checkTag("Iprobe", tag, true); err != nil {
-		return Status{}, false, err
-	}
-	return backendIprobe(c.impl, source, tag)
 }

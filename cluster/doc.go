@@ -1,8 +1,10 @@
 // Package cluster is the MPI layer every rank uses: initialisation, the
 // world and derived communicators (with their node-local parts), the
-// mapping of local ranks to GPUs, nonblocking point-to-point messages and
-// the few collectives the layers above need. It is a thin cgo binding over
-// MPI's C API and imports nothing from this module.
+// mapping of local ranks to GPUs, the few collectives a solver needs
+// (Bcast, Allgather, Allreduce, Alltoall, Barrier), ending the job (Abort),
+// and the nonblocking point-to-point messages package msg sends its
+// exchanges with. It is a thin cgo binding over MPI's C API and imports
+// from this module only the root package's sentinel errors.
 //
 // # Builds
 //
@@ -21,10 +23,11 @@
 // Init may be called once, from any goroutine: MPI is initialised on a
 // dedicated OS thread locked for the life of the process, which also calls
 // MPI_Finalize, as MPI requires. Every call before Init returns
-// ErrNotInitialized and every call after Finalize ErrFinalized; nothing
-// crashes. Finalize refuses (ErrPending) while a request has not been
-// completed. Communicators from Dup and Split are the caller's to Free;
-// World and local parts are not.
+// ErrNotInitialized and every call after Finalize an error matching
+// distbuf.ErrClosed; nothing crashes. Finalize refuses (an error matching
+// distbuf.ErrConflict) while a request has not been completed.
+// Communicators from Dup and Split are the caller's to Free; World and
+// local parts are not.
 //
 // Point-to-point calls take Memory: a region that MPI may hold after the
 // call returns, so C-owned, mmap'd, CUDA or pinned memory, never an
@@ -33,29 +36,31 @@
 // until the request completes. Attach a devalloc Hold (Read for a send,
 // Write for a receive) to the request so the buffer is neither freed nor
 // reused before then; the call that observes completion (Wait, Waitall,
-// Waitsome, Test, Testany) releases it. A request that is dropped while pending stays
+// Await) releases it. A request that is dropped while pending stays
 // reachable from an internal list, with its memory, so a forgotten request
 // leaks rather than letting the garbage collector reclaim memory MPI still
 // writes. Device memory is refused unless CUDAAware reports true.
 //
-// A receiver that does not trust a sender's length matches the message
-// first (Comm.Improbe, or Await with a Probe: MPI_Improbe), reads its
-// length from Message.Status, and then receives it whole into memory that
-// holds it (Message.Recv, MPI_Imrecv, which refuses smaller memory) or
-// drops it (Message.Discard, into C scratch memory the request frees). It
-// never posts a receive smaller than the message: Open MPI 4.1 writes a
-// message longer than the posted receive past the receive buffer when the
-// message is above its eager limit, instead of truncating it. A matched
-// message must be received or discarded; Finalize refuses while one is
-// not.
+// A receiver that does not trust a sender's length matches the message first
+// (Await with a Probe: MPI_Improbe), reads its length from Message.Status, and
+// then receives it whole into memory that holds it (Message.Recv, MPI_Imrecv,
+// which refuses smaller memory) or drops it (Message.Discard, into C scratch
+// memory the request frees). It never posts a receive smaller than the
+// message: Open MPI 4.1 writes a message longer than the posted receive past
+// the receive buffer when the message is above its eager limit, instead of
+// truncating it. A matched message must be received or discarded; Finalize
+// refuses while one is not.
 //
 // Await waits for the completion of requests and, at once, for a matched
 // message, up to a deadline; it tests and probes in short C slices instead
-// of blocking inside MPI, so that the deadline holds.
+// of blocking inside MPI, so that the deadline holds. A timeout of zero
+// tests once; a negative one waits without limit.
 //
-// Collectives take Go slices: they block, and MPI does not keep the slices
-// past the call (in the funnelled design they are pinned while the
-// nonblocking collective that carries them is in flight).
+// Collectives take Go slices (of bytes, int64 or float64, as each allows; they
+// are generic functions because Go methods cannot have type parameters): they
+// block, and MPI does not keep the slices past the call (in the funnelled
+// design they are pinned while the nonblocking collective that carries them is
+// in flight).
 //
 // Messages of more than 2^31-1 bytes go as one element of a derived
 // datatype (blocks of 2^30 bytes and a tail), so sizes up to 2^61 bytes
@@ -90,10 +95,17 @@
 //
 // # Errors
 //
-// MPI runs with MPI_ERRORS_RETURN. Its error codes become *MPIError, which
-// carries MPI_Error_string and a portable class and matches ErrMPI, and
-// ErrTruncate, ErrRank or ErrTag by class. Ranks and tags are checked
-// before MPI sees them. Every error matches one of the sentinel errors.
+// Errors say "cluster: <problem>" and match, with errors.Is, one of the
+// module's shared sentinels (github.com/distbuf/distbuf: ErrInvalid for a
+// bad rank, tag, argument or size, ErrClosed for a freed communicator or
+// any call after Finalize, ErrUnavailable for no GPU or device memory
+// without a CUDA-aware MPI, ErrBadConfig for a malformed environment
+// variable, and the others errors.go lists) or one of this package's two:
+// ErrNotInitialized, and ErrMPI for an error code from MPI itself. MPI
+// runs with MPI_ERRORS_RETURN; its codes become *MPIError, which carries
+// MPI_Error_string and the portable class (MPI_ERR_TRUNCATE, ...) and
+// matches ErrMPI, and distbuf.ErrInvalid for a truncated receive, a bad
+// rank or a bad tag. Ranks and tags are checked before MPI sees them.
 //
 // An error that one rank has and its peers cannot learn from a collective
 // they are in ends the job: print it, naming the rank, and call Abort
@@ -102,9 +114,15 @@
 //
 // # Environment
 //
-//   - DISTBUF_MPI_THREAD: auto (default), multiple or funneled.
-//   - DISTBUF_MPI_CUDA_AWARE: 0 or 1 overrides the library's query.
-//   - DISTBUF_GPU_MAP ("0,1,...", one ordinal per local rank) or
-//     DISTBUF_DEVICE (one ordinal for all) override the round-robin
-//     placement of DeviceFor.
+// Read on every call that needs them; a malformed value is an error
+// matching distbuf.ErrBadConfig that names the variable and its value.
+//
+//   - DISTBUF_MPI_THREAD: auto (default), multiple or funneled: the
+//     threading design Init uses when Options.Thread is ThreadAuto.
+//   - DISTBUF_MPI_CUDA_AWARE: 0 or 1 overrides the library's query
+//     (CUDAAware); 1 is an error in the build without MPI.
+//   - DISTBUF_GPU_MAP ("0,1,1,0": one GPU ordinal per local rank, covering
+//     this rank) or DISTBUF_DEVICE (one ordinal for every rank of the node)
+//     override Comm.Device's round-robin placement; setting both is an
+//     error, as is an ordinal outside the visible GPUs.
 package cluster

@@ -26,7 +26,7 @@ func Example() {
 	}
 	// Sum one value over every rank: the world's size.
 	total := []int64{0}
-	if err := world.AllreduceInt64([]int64{1}, total, cluster.Sum); err != nil {
+	if err := cluster.Allreduce(world, []int64{1}, total, cluster.Sum); err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", world.Rank(), err)
 		cluster.Abort(1)
 	}
@@ -67,13 +67,16 @@ func ExampleComm_Isend() {
 	if err := cluster.Waitall([]*cluster.Request{recv, send}); err != nil {
 		log.Fatal(err)
 	}
-	st, _ := recv.Status()
+	st, err := recv.Wait() // complete already: its status at once
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Printf("%q from self: %v, tag %d\n", in[:st.Bytes], st.Source == self, st.Tag)
 	// Output: "hello" from self: true, tag 7
 }
 
 // A receiver that does not trust the sender's length matches the message
-// first (Await with a Probe, or Improbe), reads its length, and only then
+// first (Await with a Probe), reads its length, and only then
 // gives memory that holds it all.
 func ExampleMessage_Recv() {
 	world, err := cluster.World() // after cluster.Init, once per process

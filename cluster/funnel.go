@@ -12,7 +12,7 @@ import (
 // Blocking MPI calls would stall every other goroutine's calls behind them
 // (and can deadlock two ranks that each wait for the other's next send), so
 // the funnel never blocks in MPI: until() registers a poll (MPI_Test,
-// MPI_Iprobe) that the thread runs between the other calls it is handed,
+// MPI_Testsome) that the thread runs between the other calls it is handed,
 // until the poll reports completion.
 type funnel struct {
 	ops  chan *funnelOp

@@ -126,3 +126,23 @@ func (c *countingReleaser) Release() error { c.n++; return nil }
 type fakeDevice struct{}
 
 func (fakeDevice) Region() (uintptr, int64, bool, error) { return 0xdead0000, 4096, true, nil }
+
+// completed completes r if it has completed (Await testing once) and
+// reports whether it did; r's status and error then come from Wait.
+func completed(r *cluster.Request) (bool, error) {
+	done, _, err := cluster.Await([]*cluster.Request{r}, nil, nil, 0)
+	return len(done) > 0, err
+}
+
+// waitsome waits, without a deadline, until at least one of reqs has
+// completed.
+func waitsome(reqs []*cluster.Request, done []int) ([]int, error) {
+	done, _, err := cluster.Await(reqs, done, nil, -1)
+	return done, err
+}
+
+// improbe matches a message from source with tag on c if one has arrived.
+func improbe(c *cluster.Comm, source, tag int) (*cluster.Message, bool, error) {
+	_, m, err := cluster.Await(nil, nil, &cluster.Probe{Comm: c, Source: source, Tag: tag}, 0)
+	return m, m != nil, err
+}

@@ -3,6 +3,8 @@ package cluster
 import (
 	"fmt"
 	"math"
+
+	"github.com/distbuf/distbuf"
 )
 
 // MPI counts are C ints. A message of more than math.MaxInt32 bytes is sent
@@ -27,11 +29,11 @@ type byteLayout struct {
 func layoutFor(n int64) (byteLayout, error) {
 	switch {
 	case n < 0:
-		return byteLayout{}, fmt.Errorf("cluster: negative size %d: %w", n, ErrInvalid)
+		return byteLayout{}, fmt.Errorf("cluster: negative size %d: %w", n, distbuf.ErrInvalid)
 	case n <= math.MaxInt32:
 		return byteLayout{tail: int32(n)}, nil
 	case n > maxMessageBytes:
-		return byteLayout{}, fmt.Errorf("cluster: %d bytes exceed the largest describable message (%d): %w", n, maxMessageBytes, ErrTooLarge)
+		return byteLayout{}, fmt.Errorf("cluster: %d bytes exceed the largest describable message (%d): %w", n, maxMessageBytes, distbuf.ErrInvalid)
 	}
 	return byteLayout{
 		blockBytes: largeBlockBytes,

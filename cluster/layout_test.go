@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/distbuf/distbuf"
 )
 
 // layoutCases are the sizes around every boundary of the large-message
@@ -38,13 +40,13 @@ func TestLayoutArithmetic(t *testing.T) {
 		}
 	}
 	for _, n := range []int64{-1, math.MinInt64} {
-		if _, err := layoutFor(n); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("layoutFor(%d): %v, want ErrInvalid", n, err)
+		if _, err := layoutFor(n); !errors.Is(err, distbuf.ErrInvalid) {
+			t.Fatalf("layoutFor(%d): %v, want distbuf.ErrInvalid", n, err)
 		}
 	}
 	for _, n := range []int64{maxMessageBytes + 1, math.MaxInt64} {
-		if _, err := layoutFor(n); !errors.Is(err, ErrTooLarge) {
-			t.Fatalf("layoutFor(%d): %v, want ErrTooLarge", n, err)
+		if _, err := layoutFor(n); !errors.Is(err, distbuf.ErrInvalid) {
+			t.Fatalf("layoutFor(%d): %v, want distbuf.ErrInvalid", n, err)
 		}
 	}
 }

@@ -8,20 +8,21 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 )
 
 func unsetenv(name string) { os.Unsetenv(name) }
 
 func checkLauncherLocalRank(t *testing.T, w *cluster.Comm) {
-	if w.Rank() != 0 || w.Size() != 1 || w.LocalRank() != 0 || w.LocalSize() != 1 {
-		t.Fatalf("in-process world is rank %d of %d (local %d of %d), want 0 of 1", w.Rank(), w.Size(), w.LocalRank(), w.LocalSize())
+	if w.Rank() != 0 || w.Size() != 1 || w.Local().Rank() != 0 || w.Local().Size() != 1 {
+		t.Fatalf("in-process world is rank %d of %d (local %d of %d), want 0 of 1", w.Rank(), w.Size(), w.Local().Rank(), w.Local().Size())
 	}
 }
 
 func checkCUDAAwareOn(t *testing.T) {
-	if _, err := cluster.CUDAAware(); !errors.Is(err, cluster.ErrBadEnv) {
-		t.Fatalf("%s=1 without MPI: %v, want ErrBadEnv", cluster.EnvCUDAAware, err)
+	if _, err := cluster.CUDAAware(); !errors.Is(err, distbuf.ErrBadConfig) {
+		t.Fatalf("%s=1 without MPI: %v, want ErrBadConfig", "DISTBUF_MPI_CUDA_AWARE", err)
 	}
 }
 
@@ -34,7 +35,7 @@ func TestSelfSendWaitsForReceive(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if _, done, err := sr.Test(); done || err != nil {
+		if done, err := completed(sr); done || err != nil {
 			t.Fatalf("unmatched self-send completed: %v %v", done, err)
 		}
 	}
@@ -43,7 +44,7 @@ func TestSelfSendWaitsForReceive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, done, err := sr.Test(); !done || err != nil {
+	if done, err := completed(sr); !done || err != nil {
 		t.Fatalf("matched self-send: done %v err %v", done, err)
 	}
 	st := wait(t, rr)

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
 )
 
 // Memory is a region that MPI may hold past the call that posts a request:
@@ -55,7 +57,7 @@ func (p *PinnedBytes) Region() (addr uintptr, size int64, device bool, err error
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.live {
-		return 0, 0, false, fmt.Errorf("cluster: PinnedBytes used after Release: %w", ErrMemory)
+		return 0, 0, false, fmt.Errorf("cluster: PinnedBytes used after Release: %w", distbuf.ErrFreed)
 	}
 	if len(p.b) == 0 {
 		return 0, 0, false, nil
@@ -68,7 +70,7 @@ func (p *PinnedBytes) Release() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.live {
-		return fmt.Errorf("cluster: PinnedBytes released twice: %w", ErrInvalid)
+		return fmt.Errorf("cluster: PinnedBytes released twice: %w", distbuf.ErrInvalid)
 	}
 	p.live = false
 	p.pinner.Unpin()
@@ -86,14 +88,14 @@ type subRegion struct {
 
 func (s subRegion) Region() (uintptr, int64, bool, error) {
 	if s.m == nil {
-		return 0, 0, false, fmt.Errorf("cluster: Sub of nil Memory: %w", ErrInvalid)
+		return 0, 0, false, fmt.Errorf("cluster: Sub of nil Memory: %w", distbuf.ErrInvalid)
 	}
 	addr, size, dev, err := s.m.Region()
 	if err != nil {
 		return 0, 0, false, err
 	}
 	if s.off < 0 || s.n < 0 || s.off > size || s.n > size-s.off {
-		return 0, 0, false, fmt.Errorf("cluster: Sub(off=%d, n=%d) outside a region of %d bytes: %w", s.off, s.n, size, ErrInvalid)
+		return 0, 0, false, fmt.Errorf("cluster: Sub(off=%d, n=%d) outside a region of %d bytes: %w", s.off, s.n, size, distbuf.ErrInvalid)
 	}
 	return addr + uintptr(s.off), s.n, dev, nil
 }
@@ -106,14 +108,14 @@ type region struct {
 
 func checkMemory(m Memory, op string) (region, error) {
 	if m == nil {
-		return region{}, fmt.Errorf("cluster: %s: nil Memory: %w", op, ErrInvalid)
+		return region{}, fmt.Errorf("cluster: %s: nil Memory: %w", op, distbuf.ErrInvalid)
 	}
 	addr, size, device, err := m.Region()
 	if err != nil {
-		return region{}, fmt.Errorf("cluster: %s: %w: %w", op, ErrMemory, err)
+		return region{}, fmt.Errorf("cluster: %s: memory not usable by MPI: %w", op, err)
 	}
 	if size < 0 || (addr == 0 && size > 0) {
-		return region{}, fmt.Errorf("cluster: %s: region %#x+%d: %w", op, addr, size, ErrMemory)
+		return region{}, fmt.Errorf("cluster: %s: region %#x+%d is not memory MPI can use: %w", op, addr, size, distbuf.ErrInvalid)
 	}
 	if device {
 		aware, err := CUDAAware()
@@ -122,7 +124,7 @@ func checkMemory(m Memory, op string) (region, error) {
 		}
 		if !aware {
 			return region{}, fmt.Errorf("cluster: %s: %d bytes at device address %#x (stage through pinned host memory or set %s=1 for a CUDA-aware MPI): %w",
-				op, size, addr, EnvCUDAAware, ErrDeviceMemory)
+				op, size, addr, envCUDAAware, distbuf.ErrUnavailable)
 		}
 	}
 	return region{addr: addr, size: size}, nil

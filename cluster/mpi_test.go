@@ -20,8 +20,8 @@ func unsetenv(name string) { syscall.Unsetenv(name) }
 // launcher says, when it says anything.
 func checkLauncherLocalRank(t *testing.T, w *cluster.Comm) {
 	for name, got := range map[string]int{
-		"OMPI_COMM_WORLD_LOCAL_RANK": w.LocalRank(),
-		"OMPI_COMM_WORLD_LOCAL_SIZE": w.LocalSize(),
+		"OMPI_COMM_WORLD_LOCAL_RANK": w.Local().Rank(),
+		"OMPI_COMM_WORLD_LOCAL_SIZE": w.Local().Size(),
 		"OMPI_COMM_WORLD_RANK":       w.Rank(),
 		"OMPI_COMM_WORLD_SIZE":       w.Size(),
 	} {
@@ -37,7 +37,7 @@ func checkLauncherLocalRank(t *testing.T, w *cluster.Comm) {
 
 func checkCUDAAwareOn(t *testing.T) {
 	if aware, err := cluster.CUDAAware(); err != nil || !aware {
-		t.Fatalf("%s=1: %v, %v", cluster.EnvCUDAAware, aware, err)
+		t.Fatalf("%s=1: %v, %v", "DISTBUF_MPI_CUDA_AWARE", aware, err)
 	}
 }
 
@@ -53,7 +53,7 @@ func TestThreadLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := cluster.ThreadMultiple
-	if m, _ := cluster.ParseThreadMode(os.Getenv(cluster.EnvThread)); m == cluster.ThreadFunneled {
+	if m, _ := cluster.ParseThreadMode(os.Getenv("DISTBUF_MPI_THREAD")); m == cluster.ThreadFunneled {
 		want = cluster.ThreadFunneled
 	}
 	if mode != want {
@@ -81,8 +81,8 @@ func TestGoPanicsStayRecoverable(t *testing.T) {
 }
 
 func TestCUDAQuery(t *testing.T) {
-	t.Setenv(cluster.EnvCUDAAware, "")
-	unsetenv(cluster.EnvCUDAAware)
+	t.Setenv("DISTBUF_MPI_CUDA_AWARE", "")
+	unsetenv("DISTBUF_MPI_CUDA_AWARE")
 	aware, err := cluster.CUDAAware()
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestHugeMessage(t *testing.T) {
 	if in == nil {
 		return
 	}
-	if st, _ := reqs[0].Status(); st != (cluster.Status{Source: src, Tag: tag, Bytes: hugeBytes}) {
+	if st, _ := reqs[0].Wait(); st != (cluster.Status{Source: src, Tag: tag, Bytes: hugeBytes}) {
 		t.Fatalf("status %+v, want %d bytes from %d", st, int64(hugeBytes), src)
 	}
 	want := make([]byte, hugeBlock)

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 )
@@ -16,16 +18,16 @@ func TestWorld(t *testing.T) {
 	if w.Size() < 1 || w.Rank() < 0 || w.Rank() >= w.Size() {
 		t.Fatalf("rank %d of %d", w.Rank(), w.Size())
 	}
-	if w.LocalSize() < 1 || w.LocalSize() > w.Size() || w.LocalRank() < 0 || w.LocalRank() >= w.LocalSize() {
-		t.Fatalf("local rank %d of %d in a world of %d", w.LocalRank(), w.LocalSize(), w.Size())
+	if w.Local().Size() < 1 || w.Local().Size() > w.Size() || w.Local().Rank() < 0 || w.Local().Rank() >= w.Local().Size() {
+		t.Fatalf("local rank %d of %d in a world of %d", w.Local().Rank(), w.Local().Size(), w.Size())
 	}
 	l := w.Local()
-	if l.Rank() != w.LocalRank() || l.Size() != w.LocalSize() {
-		t.Fatalf("Local() is rank %d of %d, LocalRank/LocalSize say %d of %d", l.Rank(), l.Size(), w.LocalRank(), w.LocalSize())
+	if l.Rank() != w.Local().Rank() || l.Size() != w.Local().Size() {
+		t.Fatalf("Local() is rank %d of %d, Local().Rank()/Size() say %d of %d", l.Rank(), l.Size(), w.Local().Rank(), w.Local().Size())
 	}
 	// Every rank is seen exactly once.
 	ranks := make([]int64, w.Size())
-	if err := w.AllgatherInt64([]int64{int64(w.Rank())}, ranks); err != nil {
+	if err := cluster.Allgather(w, []int64{int64(w.Rank())}, ranks); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range ranks {
@@ -35,11 +37,11 @@ func TestWorld(t *testing.T) {
 	}
 	// The local communicator really counts the ranks it contains.
 	n := []int64{1}
-	if err := l.AllreduceInt64(n, n, cluster.Sum); err != nil {
+	if err := cluster.Allreduce(l, n, n, cluster.Sum); err != nil {
 		t.Fatal(err)
 	}
-	if n[0] != int64(w.LocalSize()) {
-		t.Fatalf("local communicator holds %d ranks, LocalSize says %d", n[0], w.LocalSize())
+	if n[0] != int64(w.Local().Size()) {
+		t.Fatalf("local communicator holds %d ranks, Local().Size() says %d", n[0], w.Local().Size())
 	}
 	checkLauncherLocalRank(t, w)
 }
@@ -63,11 +65,11 @@ func TestRingExchange(t *testing.T) {
 			if err := cluster.Waitall([]*cluster.Request{rr, sr}); err != nil {
 				t.Fatal(err)
 			}
-			st, done := rr.Status()
-			if !done || st != (cluster.Status{Source: left, Tag: tag, Bytes: int64(n)}) {
-				t.Fatalf("receive status %+v (done %v), want source %d tag %d bytes %d", st, done, left, tag, n)
+			// Wait on a completed request returns its status at once.
+			if st := wait(t, rr); st != (cluster.Status{Source: left, Tag: tag, Bytes: int64(n)}) {
+				t.Fatalf("receive status %+v, want source %d tag %d bytes %d", st, left, tag, n)
 			}
-			if st, _ := sr.Status(); st != (cluster.Status{Source: -1, Tag: tag, Bytes: int64(n)}) {
+			if st := wait(t, sr); st != (cluster.Status{Source: -1, Tag: tag, Bytes: int64(n)}) {
 				t.Fatalf("send status %+v", st)
 			}
 			sameBytes(t, "received", in.Bytes(), pattern(left, w.Rank(), tag, n))
@@ -98,7 +100,7 @@ func TestSubRegion(t *testing.T) {
 	}
 	sameBytes(t, "middle", dst[n:2*n], pattern(left, w.Rank(), tag, n))
 	sameBytes(t, "around", append(dst[:n:n], dst[2*n:]...), make([]byte, 2*n))
-	if _, err := w.Isend(cluster.Sub(out, 2*n, n+1), right, tag); !errors.Is(err, cluster.ErrInvalid) {
+	if _, err := w.Isend(cluster.Sub(out, 2*n, n+1), right, tag); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Fatalf("Sub past the end: %v, want ErrInvalid", err)
 	}
 }
@@ -139,42 +141,10 @@ func TestAnySource(t *testing.T) {
 	}
 }
 
-func TestProbe(t *testing.T) {
-	w := testComm(t)
-	left, right := ring(w)
-	const tag, n = 21, 5000
-	if _, ok, err := w.Iprobe(left, 999); err != nil || ok {
-		t.Fatalf("Iprobe of a tag nobody sends: ok=%v err=%v", ok, err)
-	}
-	sr, err := w.Isend(pinned(t, pattern(w.Rank(), right, tag, n)), right, tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := w.Probe(left, cluster.AnyTag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st != (cluster.Status{Source: left, Tag: tag, Bytes: n}) {
-		t.Fatalf("Probe status %+v", st)
-	}
-	st2, ok, err := w.Iprobe(cluster.AnySource, tag)
-	if err != nil || !ok || st2 != st {
-		t.Fatalf("Iprobe after Probe: %+v ok=%v err=%v, want %+v", st2, ok, err, st)
-	}
-	buf := pinned(t, make([]byte, st.Bytes))
-	rr, err := w.Irecv(buf, st.Source, st.Tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait(t, rr)
-	wait(t, sr)
-	sameBytes(t, "probed message", buf.Bytes(), pattern(left, w.Rank(), tag, n))
-}
-
 func TestTruncatedReceive(t *testing.T) {
 	w := testComm(t)
 	left, right := ring(w)
-	for _, how := range []string{"Wait", "Waitall", "Waitsome", "Test"} {
+	for _, how := range []string{"Wait", "Waitall", "Await", "Await once"} {
 		t.Run("by="+how, func(t *testing.T) {
 			const tag = 31
 			sr, err := w.Isend(pinned(t, pattern(w.Rank(), right, tag, 100)), right, tag)
@@ -190,26 +160,29 @@ func TestTruncatedReceive(t *testing.T) {
 				_, err = rr.Wait()
 			case "Waitall":
 				err = cluster.Waitall([]*cluster.Request{rr})
-			case "Waitsome":
+			case "Await":
 				// The call succeeds; the request carries the failure.
-				done, werr := cluster.Waitsome([]*cluster.Request{nil, rr}, nil)
+				done, werr := waitsome([]*cluster.Request{nil, rr}, nil)
 				if werr != nil || !slices.Equal(done, []int{1}) {
-					t.Fatalf("Waitsome on a truncated receive: %v, %v; want [1] and no error", done, werr)
+					t.Fatalf("Await on a truncated receive: %v, %v; want [1] and no error", done, werr)
 				}
 				_, err = rr.Wait()
-			case "Test":
-				for done := false; !done; {
-					_, done, err = rr.Test()
+			case "Await once":
+				for done := false; !done && err == nil; {
+					done, err = completed(rr)
+				}
+				if err == nil {
+					_, err = rr.Wait()
 				}
 			}
-			if !errors.Is(err, cluster.ErrTruncate) || !errors.Is(err, cluster.ErrMPI) {
-				t.Fatalf("truncated receive: %v, want ErrTruncate", err)
+			if !errors.Is(err, distbuf.ErrInvalid) || !errors.Is(err, cluster.ErrMPI) {
+				t.Fatalf("truncated receive: %v, want ErrInvalid and ErrMPI", err)
 			}
 			var me *cluster.MPIError
-			if !errors.As(err, &me) || me.Class != cluster.ClassTruncate || me.Message == "" {
+			if !errors.As(err, &me) || me.Class != "MPI_ERR_TRUNCATE" || me.Message == "" {
 				t.Fatalf("error %v: want an *MPIError of class MPI_ERR_TRUNCATE with MPI's message", err)
 			}
-			if _, err2 := rr.Wait(); !errors.Is(err2, cluster.ErrTruncate) {
+			if _, err2 := rr.Wait(); !errors.Is(err2, distbuf.ErrInvalid) {
 				t.Fatalf("second Wait on the failed request: %v, want the same error", err2)
 			}
 			wait(t, sr)
@@ -232,23 +205,23 @@ func TestBadArguments(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"Isend to Size()", second(w.Isend(buf, w.Size(), 0)), cluster.ErrRank},
-		{"Isend to AnySource", second(w.Isend(buf, cluster.AnySource, 0)), cluster.ErrRank},
-		{"Irecv from -5", second(w.Irecv(buf, -5, 0)), cluster.ErrRank},
-		{"Probe from Size()+3", second(w.Probe(w.Size()+3, 0)), cluster.ErrRank},
-		{"Bcast root Size()", w.Bcast(make([]byte, 4), w.Size()), cluster.ErrRank},
-		{"Isend tag -1", second(w.Isend(buf, 0, -1)), cluster.ErrTag},
-		{"Isend tag MaxTag+1", second(w.Isend(buf, 0, maxTag+1)), cluster.ErrTag},
-		{"Irecv tag -7", second(w.Irecv(buf, 0, -7)), cluster.ErrTag},
-		{"Isend nil memory", second(w.Isend(nil, 0, 0)), cluster.ErrInvalid},
-		{"Split color -2", second(w.Split(-2, 0)), cluster.ErrInvalid},
-		{"Free World", mustWorld(t).Free(), cluster.ErrInvalid},
-		{"Free Local", w.Local().Free(), cluster.ErrInvalid},
-		{"nil Comm", second((*cluster.Comm)(nil).Isend(buf, 0, 0)), cluster.ErrInvalid},
-		{"Wait nil", second((*cluster.Request)(nil).Wait()), cluster.ErrInvalid},
-		{"Wait zero Request", second(new(cluster.Request).Wait()), cluster.ErrInvalid},
-		{"Waitall zero Request", cluster.Waitall([]*cluster.Request{nil, {}}), cluster.ErrInvalid},
-		{"Attach to zero Request", new(cluster.Request).Attach(&countingReleaser{}), cluster.ErrInvalid},
+		{"Isend to Size()", second(w.Isend(buf, w.Size(), 0)), distbuf.ErrInvalid},
+		{"Isend to AnySource", second(w.Isend(buf, cluster.AnySource, 0)), distbuf.ErrInvalid},
+		{"Irecv from -5", second(w.Irecv(buf, -5, 0)), distbuf.ErrInvalid},
+		{"Await probing Size()+3", third(cluster.Await(nil, nil, &cluster.Probe{Comm: w, Source: w.Size() + 3}, 0)), distbuf.ErrInvalid},
+		{"Bcast root Size()", cluster.Bcast(w, make([]byte, 4), w.Size()), distbuf.ErrInvalid},
+		{"Isend tag -1", second(w.Isend(buf, 0, -1)), distbuf.ErrInvalid},
+		{"Isend tag MaxTag+1", second(w.Isend(buf, 0, maxTag+1)), distbuf.ErrInvalid},
+		{"Irecv tag -7", second(w.Irecv(buf, 0, -7)), distbuf.ErrInvalid},
+		{"Isend nil memory", second(w.Isend(nil, 0, 0)), distbuf.ErrInvalid},
+		{"Split color -2", second(w.Split(-2, 0)), distbuf.ErrInvalid},
+		{"Free World", mustWorld(t).Free(), distbuf.ErrInvalid},
+		{"Free Local", w.Local().Free(), distbuf.ErrInvalid},
+		{"nil Comm", second((*cluster.Comm)(nil).Isend(buf, 0, 0)), distbuf.ErrInvalid},
+		{"Wait nil", second((*cluster.Request)(nil).Wait()), distbuf.ErrInvalid},
+		{"Wait zero Request", second(new(cluster.Request).Wait()), distbuf.ErrInvalid},
+		{"Waitall zero Request", cluster.Waitall([]*cluster.Request{nil, {}}), distbuf.ErrInvalid},
+		{"Attach to zero Request", new(cluster.Request).Attach(&countingReleaser{}), distbuf.ErrInvalid},
 	}
 	for _, c := range cases {
 		if !errors.Is(c.err, c.want) {
@@ -260,45 +233,46 @@ func TestBadArguments(t *testing.T) {
 	if aware, err := cluster.CUDAAware(); err != nil {
 		t.Fatal(err)
 	} else if !aware {
-		if _, err := w.Isend(fakeDevice{}, 0, 0); !errors.Is(err, cluster.ErrDeviceMemory) {
-			t.Errorf("Isend of device memory to an MPI that is not CUDA-aware: %v, want ErrDeviceMemory", err)
+		if _, err := w.Isend(fakeDevice{}, 0, 0); !errors.Is(err, distbuf.ErrUnavailable) {
+			t.Errorf("Isend of device memory to an MPI that is not CUDA-aware: %v, want ErrUnavailable", err)
 		}
 	}
 	released := cluster.PinBytes(make([]byte, 8))
 	if err := released.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Isend(released, 0, 0); !errors.Is(err, cluster.ErrMemory) {
-		t.Errorf("Isend of released PinnedBytes: %v, want ErrMemory", err)
+	if _, err := w.Isend(released, 0, 0); !errors.Is(err, distbuf.ErrFreed) {
+		t.Errorf("Isend of released PinnedBytes: %v, want ErrFreed", err)
 	}
-	if err := released.Release(); !errors.Is(err, cluster.ErrInvalid) {
+	if err := released.Release(); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Errorf("second Release: %v, want ErrInvalid", err)
 	}
 }
 
 func second[T any](_ T, err error) error { return err }
 
+func third[T, U any](_ T, _ U, err error) error { return err }
+
 func TestCUDAAwareOverride(t *testing.T) {
 	w := testComm(t)
-	t.Setenv(cluster.EnvCUDAAware, "0")
+	t.Setenv("DISTBUF_MPI_CUDA_AWARE", "0")
 	if aware, err := cluster.CUDAAware(); err != nil || aware {
-		t.Fatalf("with %s=0: %v, %v", cluster.EnvCUDAAware, aware, err)
+		t.Fatalf("with DISTBUF_MPI_CUDA_AWARE=0: %v, %v", aware, err)
 	}
-	if _, err := w.Isend(fakeDevice{}, 0, 0); !errors.Is(err, cluster.ErrDeviceMemory) {
+	if _, err := w.Isend(fakeDevice{}, 0, 0); !errors.Is(err, distbuf.ErrUnavailable) {
 		t.Fatalf("device memory with CUDA-awareness off: %v", err)
 	}
 	for _, bad := range []string{"2", "yes", ""} {
-		t.Setenv(cluster.EnvCUDAAware, bad)
+		t.Setenv("DISTBUF_MPI_CUDA_AWARE", bad)
 		_, err := cluster.CUDAAware()
-		var ee *cluster.EnvError
-		if !errors.Is(err, cluster.ErrBadEnv) || !errors.As(err, &ee) || ee.Name != cluster.EnvCUDAAware {
-			t.Fatalf("%s=%q: %v, want an EnvError naming it", cluster.EnvCUDAAware, bad, err)
+		if !errors.Is(err, distbuf.ErrBadConfig) || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("DISTBUF_MPI_CUDA_AWARE=%q", bad)) {
+			t.Fatalf("DISTBUF_MPI_CUDA_AWARE=%q: %v, want ErrBadConfig naming the variable and its value", bad, err)
 		}
-		if _, err := w.Isend(fakeDevice{}, 0, 0); !errors.Is(err, cluster.ErrBadEnv) {
-			t.Fatalf("device Isend with %s=%q: %v, want ErrBadEnv", cluster.EnvCUDAAware, bad, err)
+		if _, err := w.Isend(fakeDevice{}, 0, 0); !errors.Is(err, distbuf.ErrBadConfig) {
+			t.Fatalf("device Isend with DISTBUF_MPI_CUDA_AWARE=%q: %v, want ErrBadConfig", bad, err)
 		}
 	}
-	t.Setenv(cluster.EnvCUDAAware, "1")
+	t.Setenv("DISTBUF_MPI_CUDA_AWARE", "1")
 	checkCUDAAwareOn(t)
 }
 
@@ -319,7 +293,7 @@ func postRecvs(t *testing.T, w *cluster.Comm, src, tag0, k int) ([]*cluster.Requ
 	return recvs, bufs
 }
 
-func TestWaitallTestany(t *testing.T) {
+func TestWaitallAwait(t *testing.T) {
 	w := testComm(t)
 	left, right := ring(w)
 	const k = 6
@@ -332,27 +306,28 @@ func TestWaitallTestany(t *testing.T) {
 		}
 		sends = append(sends, r)
 	}
+	// Await testing once, polled: each request is reported once, when it
+	// completes.
 	seen := map[int]bool{}
 	for len(seen) < k {
-		idx, st, ok, err := cluster.Testany(recvs)
-		if err != nil {
-			t.Fatal(err)
+		done, m, err := cluster.Await(recvs, nil, nil, 0)
+		if err != nil || m != nil {
+			t.Fatal(m, err)
 		}
-		if !ok {
-			continue
+		for _, idx := range done {
+			if idx < 1 || idx > k || seen[idx] {
+				t.Fatalf("Await returned index %d (seen %v)", idx, seen)
+			}
+			seen[idx] = true
+			i := idx - 1
+			if st := wait(t, recvs[idx]); st != (cluster.Status{Source: left, Tag: 40 + i, Bytes: int64(64 * (i + 1))}) {
+				t.Fatalf("status %+v for request %d", st, idx)
+			}
+			sameBytes(t, fmt.Sprintf("message %d", i), bufs[i].Bytes(), pattern(left, w.Rank(), 40+i, 64*(i+1)))
 		}
-		if idx < 1 || idx > k || seen[idx] {
-			t.Fatalf("Testany returned index %d (seen %v)", idx, seen)
-		}
-		seen[idx] = true
-		i := idx - 1
-		if st != (cluster.Status{Source: left, Tag: 40 + i, Bytes: int64(64 * (i + 1))}) {
-			t.Fatalf("Testany status %+v for request %d", st, idx)
-		}
-		sameBytes(t, fmt.Sprintf("message %d", i), bufs[i].Bytes(), pattern(left, w.Rank(), 40+i, 64*(i+1)))
 	}
-	if idx, _, ok, err := cluster.Testany(recvs); idx != -1 || !ok || err != nil {
-		t.Fatalf("Testany with nothing pending: %d %v %v, want -1 true nil", idx, ok, err)
+	if done, m, err := cluster.Await(recvs, nil, nil, -1); len(done) != 0 || m != nil || err != nil {
+		t.Fatalf("Await with nothing pending: %v %v %v, want nothing at once", done, m, err)
 	}
 	if err := cluster.Waitall(sends); err != nil {
 		t.Fatal(err)
@@ -362,15 +337,15 @@ func TestWaitallTestany(t *testing.T) {
 	}
 }
 
-// TestWaitsome completes receives as they arrive, some sent only after
+// TestAwaitSome completes receives as they arrive, some sent only after
 // earlier ones were seen, so that a call returns with part of the list
 // still pending; every request completes exactly once, with its status.
-func TestWaitsome(t *testing.T) {
+func TestAwaitSome(t *testing.T) {
 	w := testComm(t)
 	left, right := ring(w)
 	const k = 6
 	recvs, bufs := postRecvs(t, w, left, 60, k)
-	// The first half now; the rest once Waitsome has returned them.
+	// The first half now; the rest once Await has returned them.
 	var sends []*cluster.Request
 	send := func(i int) {
 		r, err := w.Isend(pinned(t, pattern(w.Rank(), right, 60+i, 64*(i+1))), right, 60+i)
@@ -387,22 +362,21 @@ func TestWaitsome(t *testing.T) {
 	for len(seen) < k {
 		var err error
 		before := len(done)
-		if done, err = cluster.Waitsome(recvs, done); err != nil {
+		if done, err = waitsome(recvs, done); err != nil {
 			t.Fatal(err)
 		}
 		got := done[before:]
 		if len(got) == 0 || !slices.IsSorted(got) {
-			t.Fatalf("Waitsome returned %v", got)
+			t.Fatalf("Await returned %v", got)
 		}
 		for _, idx := range got {
 			if idx < 1 || idx > k || seen[idx] {
-				t.Fatalf("Waitsome returned index %d (seen %v)", idx, seen)
+				t.Fatalf("Await returned index %d (seen %v)", idx, seen)
 			}
 			seen[idx] = true
 			i := idx - 1
-			st, ok := recvs[idx].Status()
-			if !ok || st != (cluster.Status{Source: left, Tag: 60 + i, Bytes: int64(64 * (i + 1))}) {
-				t.Fatalf("status %+v (completed %v) for request %d", st, ok, idx)
+			if st := wait(t, recvs[idx]); st != (cluster.Status{Source: left, Tag: 60 + i, Bytes: int64(64 * (i + 1))}) {
+				t.Fatalf("status %+v for request %d", st, idx)
 			}
 			sameBytes(t, fmt.Sprintf("message %d", i), bufs[i].Bytes(), pattern(left, w.Rank(), 60+i, 64*(i+1)))
 		}
@@ -412,8 +386,8 @@ func TestWaitsome(t *testing.T) {
 			}
 		}
 	}
-	if again, err := cluster.Waitsome(recvs, nil); len(again) != 0 || err != nil {
-		t.Fatalf("Waitsome with nothing pending: %v %v, want nothing", again, err)
+	if again, err := waitsome(recvs, nil); len(again) != 0 || err != nil {
+		t.Fatalf("Await with nothing pending: %v %v, want nothing", again, err)
 	}
 	if err := cluster.Waitall(sends); err != nil {
 		t.Fatal(err)
@@ -428,20 +402,17 @@ func TestRequestMisuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.Waitall([]*cluster.Request{rr, rr}); !errors.Is(err, cluster.ErrInUse) {
-		t.Fatalf("Waitall listing a request twice: %v, want ErrInUse", err)
+	if err := cluster.Waitall([]*cluster.Request{rr, rr}); !errors.Is(err, distbuf.ErrConflict) {
+		t.Fatalf("Waitall listing a request twice: %v, want ErrConflict", err)
 	}
-	if _, _, _, err := cluster.Testany([]*cluster.Request{rr, nil, rr}); !errors.Is(err, cluster.ErrInUse) {
-		t.Fatalf("Testany listing a request twice: %v, want ErrInUse", err)
+	if _, _, err := cluster.Await([]*cluster.Request{rr, nil, rr}, nil, nil, 0); !errors.Is(err, distbuf.ErrConflict) {
+		t.Fatalf("Await listing a request twice: %v, want ErrConflict", err)
 	}
-	if _, err := cluster.Waitsome([]*cluster.Request{rr, rr}, nil); !errors.Is(err, cluster.ErrInUse) {
-		t.Fatalf("Waitsome listing a request twice: %v, want ErrInUse", err)
-	}
-	if err := rr.Attach(nil); !errors.Is(err, cluster.ErrInvalid) {
+	if err := rr.Attach(nil); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Fatalf("Attach(nil): %v", err)
 	}
-	if err := cluster.Finalize(); !errors.Is(err, cluster.ErrPending) {
-		t.Fatalf("Finalize with a receive pending: %v, want ErrPending", err)
+	if err := cluster.Finalize(); !errors.Is(err, distbuf.ErrConflict) {
+		t.Fatalf("Finalize with a receive pending: %v, want ErrConflict", err)
 	}
 	if !cluster.Initialized() {
 		t.Fatal("a refused Finalize shut MPI down")
@@ -521,7 +492,7 @@ func TestConcurrentGoroutines(t *testing.T) {
 func TestAttachDevallocHold(t *testing.T) {
 	w := testComm(t)
 	left, right := ring(w)
-	for _, observe := range []string{"Wait", "Test", "Testany"} {
+	for _, observe := range []string{"Wait", "Await once", "Await"} {
 		t.Run("by="+observe, func(t *testing.T) {
 			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
 			if err != nil {
@@ -627,23 +598,20 @@ func TestAttachDevallocHold(t *testing.T) {
 					t.Fatalf("PendingFrees after the Isend completed = %d, want 1", got)
 				}
 				wait(t, rr)
-			case "Test":
+			case "Await once":
 				for _, r := range []*cluster.Request{sr, rr} {
 					for done := false; !done; {
-						if _, done, err = r.Test(); err != nil {
+						if done, err = completed(r); err != nil {
 							t.Fatal(err)
 						}
 					}
 				}
-			case "Testany":
+			case "Await":
 				reqs := []*cluster.Request{sr, rr}
-				for k := 0; k < 2; {
-					_, _, ok, err := cluster.Testany(reqs)
-					if err != nil {
+				var done []int
+				for len(done) < 2 {
+					if done, err = waitsome(reqs, done); err != nil {
 						t.Fatal(err)
-					}
-					if ok {
-						k++
 					}
 				}
 			}
@@ -667,7 +635,7 @@ func TestLateMessage(t *testing.T) {
 	w := testComm(t)
 	left, right := ring(w)
 	const n = 100
-	for _, how := range []string{"Wait", "Waitall", "Probe"} {
+	for _, how := range []string{"Wait", "Waitall", "Await"} {
 		t.Run("by="+how, func(t *testing.T) {
 			tag := 70 + len(how)
 			in := pinned(t, make([]byte, n))
@@ -692,13 +660,14 @@ func TestLateMessage(t *testing.T) {
 				} else {
 					err = cluster.Waitall([]*cluster.Request{rr})
 				}
-			case "Probe":
-				var st cluster.Status
-				if st, err = w.Probe(left, tag); err == nil && st.Bytes != n {
-					t.Fatalf("Probe status %+v", st)
+			case "Await":
+				var m *cluster.Message
+				_, m, err = cluster.Await(nil, nil, &cluster.Probe{Comm: w, Source: left, Tag: tag}, -1)
+				if err == nil && m.Status().Bytes != n {
+					t.Fatalf("matched status %+v", m.Status())
 				}
 				var rr *cluster.Request
-				if rr, err = w.Irecv(in, left, tag); err == nil {
+				if rr, err = m.Recv(in); err == nil {
 					_, err = rr.Wait()
 				}
 			}

@@ -5,34 +5,34 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/distbuf/distbuf"
 )
 
-// DeviceFor maps a local rank (the rank within the node, Comm.LocalRank) to
-// a GPU ordinal among the visible GPUs: round robin, localRank % visible,
-// unless the environment says otherwise. visible is the number of GPUs the
-// process sees (after CUDA_VISIBLE_DEVICES); this package does not call
-// CUDA, so the caller passes it.
+// deviceFor maps a local rank (the rank within the node) to a GPU ordinal
+// among the visible GPUs: round robin, localRank % visible, unless the
+// environment says otherwise.
 //
 // DISTBUF_GPU_MAP="0,1,1,0" gives the ordinal of each local rank in turn (it
 // must have an entry for this rank); DISTBUF_DEVICE="N" puts every rank on
 // ordinal N. Setting both is an error, as is an ordinal outside
-// 0..visible-1. DeviceFor needs no Init.
-func DeviceFor(localRank, visible int) (int, error) {
+// 0..visible-1.
+func deviceFor(localRank, visible int) (int, error) {
 	if localRank < 0 {
-		return 0, fmt.Errorf("cluster: DeviceFor: local rank %d: %w", localRank, ErrInvalid)
+		return 0, fmt.Errorf("cluster: Device: local rank %d: %w", localRank, distbuf.ErrInvalid)
 	}
 	if visible <= 0 {
-		return 0, fmt.Errorf("cluster: DeviceFor: %d visible GPUs: %w", visible, ErrNoDevice)
+		return 0, fmt.Errorf("cluster: Device: %d visible GPUs: %w", visible, distbuf.ErrUnavailable)
 	}
-	mapping, haveMap := os.LookupEnv(EnvGPUMap)
-	device, haveDevice := os.LookupEnv(EnvDevice)
+	mapping, haveMap := os.LookupEnv(envGPUMap)
+	device, haveDevice := os.LookupEnv(envDevice)
 	if haveMap && haveDevice {
-		return 0, &EnvError{Name: EnvGPUMap, Value: mapping, Reason: "set together with " + EnvDevice + "; set only one"}
+		return 0, envError(envGPUMap, mapping, "set together with "+envDevice+"; set only one")
 	}
 	if haveDevice {
 		d, err := parseOrdinal(device, visible)
 		if err != nil {
-			return 0, &EnvError{Name: EnvDevice, Value: device, Reason: err.Error()}
+			return 0, envError(envDevice, device, err.Error())
 		}
 		return d, nil
 	}
@@ -42,13 +42,12 @@ func DeviceFor(localRank, visible int) (int, error) {
 		for i, f := range fields {
 			d, err := parseOrdinal(f, visible)
 			if err != nil {
-				return 0, &EnvError{Name: EnvGPUMap, Value: mapping, Reason: fmt.Sprintf("entry %d: %v", i, err)}
+				return 0, envError(envGPUMap, mapping, fmt.Sprintf("entry %d: %v", i, err))
 			}
 			ords[i] = d
 		}
 		if localRank >= len(ords) {
-			return 0, &EnvError{Name: EnvGPUMap, Value: mapping,
-				Reason: fmt.Sprintf("%d entries, but local rank %d needs entry %d", len(ords), localRank, localRank)}
+			return 0, envError(envGPUMap, mapping, fmt.Sprintf("%d entries, but local rank %d needs entry %d", len(ords), localRank, localRank))
 		}
 		return ords[localRank], nil
 	}
@@ -66,10 +65,17 @@ func parseOrdinal(s string, visible int) (int, error) {
 	return d, nil
 }
 
-// Device is DeviceFor(c.LocalRank(), visible).
+// Device is the GPU ordinal this rank should use among the visible GPUs:
+// round robin over the ranks of c on this node (c.Local().Rank() %
+// visible), unless DISTBUF_GPU_MAP or DISTBUF_DEVICE says otherwise (see
+// the package documentation). visible is the number of GPUs the process
+// sees (after CUDA_VISIBLE_DEVICES); this package does not call CUDA, so
+// the caller passes it. No visible GPU is an error matching
+// distbuf.ErrUnavailable, a malformed variable one matching
+// distbuf.ErrBadConfig.
 func (c *Comm) Device(visible int) (int, error) {
 	if c == nil {
-		return 0, fmt.Errorf("cluster: Device on a nil communicator: %w", ErrInvalid)
+		return 0, fmt.Errorf("cluster: Device on a nil communicator: %w", distbuf.ErrInvalid)
 	}
-	return DeviceFor(c.LocalRank(), visible)
+	return deviceFor(c.local.rank, visible)
 }

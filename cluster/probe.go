@@ -5,14 +5,16 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/distbuf/distbuf"
 )
 
-// Message is a message matched by Improbe or Await: MPI has taken it out
+// Message is a message matched by Await: MPI has taken it out
 // of the queue of messages waiting to be received (MPI_Improbe), so no
 // other receive can take it, and its length is known before any memory is
 // offered for it. Exactly one of Recv or Discard must then be called: until
 // then the sender's request may not complete, and Finalize refuses
-// (ErrPending).
+// (distbuf.ErrConflict).
 //
 // Receiving by matched probe is how a receiver that does not trust the
 // sender's length avoids posting a receive smaller than the message: some
@@ -46,20 +48,20 @@ func (m *Message) begin(op string) error {
 // claim marks the message as being received, once.
 func (m *Message) claim(op string) error {
 	if m == nil {
-		return fmt.Errorf("cluster: %s of a nil Message: %w", op, ErrInvalid)
+		return fmt.Errorf("cluster: %s of a nil Message: %w", op, distbuf.ErrInvalid)
 	}
 	if !m.used.CompareAndSwap(false, true) {
 		return fmt.Errorf("cluster: %s: the message from rank %d (tag %d, %d bytes) was already received or discarded: %w",
-			op, m.status.Source, m.status.Tag, m.status.Bytes, ErrInvalid)
+			op, m.status.Source, m.status.Tag, m.status.Bytes, distbuf.ErrInvalid)
 	}
 	return nil
 }
 
-// Recv starts receiving the message into the first Status().Bytes bytes of
-// mem (MPI_Imrecv). mem must hold the whole message: a smaller region is
-// refused with an error matching ErrTruncate and nothing is posted, so the
-// message can still be received elsewhere or discarded. As for Irecv, mem
-// must stay valid until the request completes.
+// Recv starts receiving the message into the first Status().Bytes bytes of mem
+// (MPI_Imrecv). mem must hold the whole message: a smaller region is refused
+// with an error matching distbuf.ErrInvalid and nothing is posted, so the
+// message can still be received elsewhere or discarded. As for Irecv, mem must
+// stay valid until the request completes.
 func (m *Message) Recv(mem Memory) (*Request, error) {
 	if err := m.begin("Message.Recv"); err != nil {
 		return nil, err
@@ -68,7 +70,7 @@ func (m *Message) Recv(mem Memory) (*Request, error) {
 	reg, err := checkMemory(mem, "Message.Recv")
 	if err == nil && reg.size < m.status.Bytes {
 		err = fmt.Errorf("cluster: Message.Recv: the message from rank %d (tag %d) has %d bytes, the memory %d; nothing was posted: %w",
-			m.status.Source, m.status.Tag, m.status.Bytes, reg.size, ErrTruncate)
+			m.status.Source, m.status.Tag, m.status.Bytes, reg.size, distbuf.ErrInvalid)
 	}
 	var lay byteLayout
 	if err == nil {
@@ -90,9 +92,10 @@ func (m *Message) Recv(mem Memory) (*Request, error) {
 }
 
 // Discard starts receiving the message into scratch memory of its length,
-// owned by the request and freed when it completes: the message is taken
-// off the wire and dropped. It fails (ErrMemory) when no scratch memory of
-// that length can be had, leaving the message to a later Recv or Discard.
+// owned by the request and freed when it completes: the message is taken off
+// the wire and dropped. It fails (distbuf.ErrOutOfMemory) when no scratch
+// memory of that length can be had, leaving the message to a later Recv or
+// Discard.
 func (m *Message) Discard() (*Request, error) {
 	if err := m.begin("Message.Discard"); err != nil {
 		return nil, err
@@ -113,28 +116,6 @@ func (m *Message) Discard() (*Request, error) {
 	return r, nil
 }
 
-// Improbe matches the next message from source (or AnySource) with tag (or
-// AnyTag) on c if one has arrived (MPI_Improbe): ok is false when none has.
-// See Message.
-func (c *Comm) Improbe(source, tag int) (m *Message, ok bool, err error) {
-	if err := c.enter("Improbe"); err != nil {
-		return nil, false, err
-	}
-	defer exit()
-	if err := c.checkPeer("Improbe", source, true); err != nil {
-		return nil, false, err
-	}
-	if err := c.checkTag("Improbe", tag, true); err != nil {
-		return nil, false, err
-	}
-	st, impl, ok, err := backendImprobe(c.impl, source, tag)
-	if err != nil || !ok {
-		return nil, false, err
-	}
-	unreceived.Add(1)
-	return &Message{impl: impl, status: st}, true, nil
-}
-
 // Probe names the messages Await matches: from Source (or AnySource) with
 // Tag (or AnyTag) on Comm.
 type Probe struct {
@@ -144,15 +125,19 @@ type Probe struct {
 
 // Await waits until at least one of reqs has completed or, when p is not
 // nil, a message p names has arrived, or until timeout has passed:
-// whichever comes first. Completed requests are handled as by Waitsome
-// (their indices appended to done, in increasing order; nil entries and
-// requests already complete are skipped). A message that arrived is
-// matched as by Improbe and returned; the caller must Recv or Discard it.
-// Both may happen in one call. On timeout neither happens and the error is
-// nil: what a timeout means is the caller's to say. A negative timeout
-// waits without limit, zero tests once.
+// whichever comes first. Every request that has completed is completed
+// (what was attached to it released) and its index appended to done, in
+// increasing order; nil entries and requests already complete are skipped,
+// and each one's status and error then come from Request.Wait, which
+// returns at once. A message that arrived is matched (MPI_Improbe) and
+// returned; the caller must Recv or Discard it. Both may happen in one
+// call. On timeout neither happens and the error is nil: what a timeout
+// means is the caller's to say. A negative timeout waits without limit,
+// zero tests once. The error Await returns is about the call itself (MPI
+// unusable, a request in use, a failed probe); a request's own failure is
+// returned by its Wait.
 //
-// Unlike Waitsome, Await never blocks inside MPI: it tests the requests and
+// Await never blocks inside MPI: it tests the requests and
 // probes in C for short slices (yielding to other goroutines between them),
 // so that the deadline holds, and so that a receiver can learn each
 // message's length before giving memory for it while its own sends

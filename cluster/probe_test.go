@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 )
 
@@ -23,9 +24,9 @@ func TestMatchedProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 		var m *cluster.Message
-		within(t, 30*time.Second, "Improbe", func() {
+		within(t, 30*time.Second, "Await", func() {
 			for ok := false; !ok; {
-				if m, ok, err = w.Improbe(left, tag); err != nil {
+				if m, ok, err = improbe(w, left, tag); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -33,7 +34,7 @@ func TestMatchedProbe(t *testing.T) {
 		if st := m.Status(); st != (cluster.Status{Source: left, Tag: tag, Bytes: int64(n)}) {
 			t.Fatalf("matched status %+v, want %d bytes from %d tag %d", st, n, left, tag)
 		}
-		if _, ok, err := w.Improbe(left, tag); ok || err != nil {
+		if _, ok, err := improbe(w, left, tag); ok || err != nil {
 			t.Fatalf("the matched message was matched again: %v %v", ok, err)
 		}
 		// Canaries on both sides of the region the message goes to.
@@ -44,18 +45,18 @@ func TestMatchedProbe(t *testing.T) {
 		}
 		whole := pinned(t, mem)
 		if n > 0 {
-			if _, err := m.Recv(cluster.Sub(whole, canary, int64(n-1))); !errors.Is(err, cluster.ErrTruncate) {
-				t.Fatalf("Recv into %d bytes of a %d-byte message: %v, want ErrTruncate", n-1, n, err)
+			if _, err := m.Recv(cluster.Sub(whole, canary, int64(n-1))); !errors.Is(err, distbuf.ErrInvalid) {
+				t.Fatalf("Recv into %d bytes of a %d-byte message: %v, want ErrInvalid", n-1, n, err)
 			}
 		}
 		rr, err := m.Recv(cluster.Sub(whole, canary, int64(n+7)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Recv(whole); !errors.Is(err, cluster.ErrInvalid) {
+		if _, err := m.Recv(whole); !errors.Is(err, distbuf.ErrInvalid) {
 			t.Fatalf("second Recv: %v, want ErrInvalid", err)
 		}
-		if _, err := m.Discard(); !errors.Is(err, cluster.ErrInvalid) {
+		if _, err := m.Discard(); !errors.Is(err, distbuf.ErrInvalid) {
 			t.Fatalf("Discard after Recv: %v, want ErrInvalid", err)
 		}
 		if st := wait(t, rr); st.Bytes != int64(n) || st.Source != left {
@@ -125,13 +126,13 @@ func TestDiscardAndAwait(t *testing.T) {
 		}
 	})
 	wait(t, dr)
-	if _, ok, err := w.Iprobe(cluster.AnySource, cluster.AnyTag); ok || err != nil {
+	if _, ok, err := improbe(w, cluster.AnySource, cluster.AnyTag); ok || err != nil {
 		t.Fatalf("a message is left after the discard: %v %v", ok, err)
 	}
-	if _, err := got.Recv(pinned(t, make([]byte, n))); !errors.Is(err, cluster.ErrInvalid) {
+	if _, err := got.Recv(pinned(t, make([]byte, n))); !errors.Is(err, distbuf.ErrInvalid) {
 		t.Fatalf("Recv after Discard: %v, want ErrInvalid", err)
 	}
-	if _, _, err := cluster.Await(nil, nil, &cluster.Probe{Comm: w, Source: w.Size(), Tag: tag}, 0); !errors.Is(err, cluster.ErrRank) {
-		t.Fatalf("Await probing rank %d: %v, want ErrRank", w.Size(), err)
+	if _, _, err := cluster.Await(nil, nil, &cluster.Probe{Comm: w, Source: w.Size(), Tag: tag}, 0); !errors.Is(err, distbuf.ErrInvalid) {
+		t.Fatalf("Await probing rank %d: %v, want ErrInvalid", w.Size(), err)
 	}
 }

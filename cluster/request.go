@@ -3,10 +3,11 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/distbuf/distbuf"
 )
 
 // pendingRequests lists every request MPI may still use. Being listed
@@ -50,7 +51,7 @@ func untrack(r *Request) {
 // pendingError describes the requests not yet completed, if any.
 func pendingError() error {
 	if n := unreceived.Load(); n > 0 {
-		return fmt.Errorf("cluster: %d matched messages neither received nor discarded (Message.Recv or Message.Discard them first): %w", n, ErrPending)
+		return fmt.Errorf("cluster: %d matched messages neither received nor discarded (Message.Recv or Message.Discard them first): %w", n, distbuf.ErrConflict)
 	}
 	p := &pendingRequests
 	p.mu.Lock()
@@ -65,15 +66,15 @@ func pendingError() error {
 	if p.n > len(some) {
 		some = append(some, "...")
 	}
-	return fmt.Errorf("cluster: %d requests not completed (Wait, Waitall, Waitsome, Test or Testany them first): %s: %w",
-		p.n, strings.Join(some, "; "), ErrPending)
+	return fmt.Errorf("cluster: %d requests not completed (Wait, Waitall or Await them first): %s: %w",
+		p.n, strings.Join(some, "; "), distbuf.ErrConflict)
 }
 
 // Request is a pending nonblocking send or receive. It completes when Wait,
-// Waitall, Waitsome, Test or Testany observes it complete; then what was attached to
-// it is released and its memory is no longer referenced. A request is used
-// by one call at a time: a second concurrent call (or a request listed
-// twice) gets ErrInUse rather than a data race inside MPI.
+// Waitall or Await observes it complete; then what was attached to it is
+// released and its memory is no longer referenced. A request is used by one
+// call at a time: a second concurrent call (or a request listed twice) gets
+// distbuf.ErrConflict rather than a data race inside MPI.
 type Request struct {
 	impl   reqImpl
 	posted bool // made by Isend or Irecv, not a zero Request
@@ -97,10 +98,10 @@ type Request struct {
 
 func (r *Request) acquire() error {
 	if r == nil {
-		return fmt.Errorf("cluster: nil request: %w", ErrInvalid)
+		return fmt.Errorf("cluster: nil request: %w", distbuf.ErrInvalid)
 	}
 	if !r.busy.CompareAndSwap(false, true) {
-		return fmt.Errorf("cluster: request (%s): %w", r.describe(), ErrInUse)
+		return fmt.Errorf("cluster: request (%s): %w", r.describe(), distbuf.ErrConflict)
 	}
 	return nil
 }
@@ -110,7 +111,7 @@ func (r *Request) unlock() { r.busy.Store(false) }
 // checkPosted rejects a Request that no Isend or Irecv made.
 func (r *Request) checkPosted() error {
 	if !r.posted {
-		return fmt.Errorf("cluster: a Request not made by Isend or Irecv: %w", ErrInvalid)
+		return fmt.Errorf("cluster: a Request not made by Isend or Irecv: %w", distbuf.ErrInvalid)
 	}
 	return nil
 }
@@ -158,7 +159,7 @@ func (r *Request) Attach(h Releaser) error {
 	}
 	defer r.unlock()
 	if h == nil {
-		return fmt.Errorf("cluster: Attach(nil): %w", ErrInvalid)
+		return fmt.Errorf("cluster: Attach(nil): %w", distbuf.ErrInvalid)
 	}
 	if err := r.checkPosted(); err != nil {
 		return err
@@ -174,7 +175,7 @@ func (r *Request) Attach(h Releaser) error {
 }
 
 // Wait blocks until the request completes and returns its status. A
-// receive longer than its buffer returns an error matching ErrTruncate.
+// receive longer than its buffer returns an error matching distbuf.ErrInvalid.
 // Waiting again on a completed request returns the same result.
 func (r *Request) Wait() (Status, error) {
 	if err := r.acquire(); err != nil {
@@ -197,41 +198,7 @@ func (r *Request) Wait() (Status, error) {
 	return r.status, r.err
 }
 
-// Test reports whether the request has completed, completing it if so.
-func (r *Request) Test() (Status, bool, error) {
-	if err := r.acquire(); err != nil {
-		return Status{}, false, err
-	}
-	defer r.unlock()
-	if r.done {
-		return r.status, true, r.err
-	}
-	if err := enter(); err != nil {
-		return Status{}, false, err
-	}
-	if err := r.checkPosted(); err != nil {
-		exit()
-		return Status{}, false, err
-	}
-	st, ok, err := backendTest(r)
-	exit()
-	if !ok {
-		return Status{}, false, nil
-	}
-	r.complete(st, err)
-	return r.status, true, r.err
-}
-
-// Status is the request's status once it has completed.
-func (r *Request) Status() (Status, bool) {
-	if r.acquire() != nil {
-		return Status{}, false
-	}
-	defer r.unlock()
-	return r.status, r.done
-}
-
-// smallBatch is how many requests Waitall, Waitsome and Testany handle
+// smallBatch is how many requests Waitall and Await handle
 // without allocating.
 const smallBatch = 16
 
@@ -289,8 +256,8 @@ func enterPosted(pending []*Request) error {
 
 // Waitall waits for every request (nil entries are skipped) and returns
 // the errors of those that failed, each naming its index. Every request is
-// complete when it returns, failed ones included; statuses are available
-// from Request.Status.
+// complete when it returns, failed ones included; each one's status comes
+// from its Wait, which then returns at once.
 func Waitall(reqs []*Request) error {
 	if err := acquireAll(reqs); err != nil {
 		return err
@@ -333,47 +300,6 @@ func Waitall(reqs []*Request) error {
 	return errors.Join(errs...)
 }
 
-// Waitsome blocks until at least one of reqs has completed (nil entries
-// and requests already completed are skipped), completes every one that
-// has, and appends their indices to done, in increasing order. With none
-// pending it returns done as it is, at once (MPI_Waitsome's
-// MPI_UNDEFINED). As after Waitall, each completed request's status and
-// error come from Wait or Status; the error Waitsome returns is about the
-// call itself (MPI unusable, a request in use), and then none completed.
-//
-// Unlike Waitall it returns as soon as anything completes, so a caller can
-// handle each message as it arrives, or post more requests, while MPI
-// blocks instead of being polled.
-func Waitsome(reqs []*Request, done []int) ([]int, error) {
-	if err := acquireAll(reqs); err != nil {
-		return done, err
-	}
-	defer unlockAll(reqs)
-	var pendBuf [smallBatch]*Request
-	var whereBuf [smallBatch]int
-	pending, where := pendingOf(reqs, pendBuf[:0], whereBuf[:0])
-	n := len(pending)
-	if n == 0 {
-		return done, nil
-	}
-	if err := enterPosted(pending); err != nil {
-		return done, err
-	}
-	var b completions
-	sts, errs, idx := b.slices(n)
-	k, err := backendWaitsome(pending, sts, errs, idx)
-	exit()
-	if err != nil {
-		return done, err
-	}
-	slices.Sort(idx[:k])
-	for _, j := range idx[:k] {
-		pending[j].complete(sts[j], errs[j])
-		done = append(done, where[j])
-	}
-	return done, nil
-}
-
 // completions holds, on its user's stack for a small batch, the statuses,
 // errors and indices of the requests a wait completes.
 type completions struct {
@@ -388,32 +314,4 @@ func (b *completions) slices(n int) ([]Status, []error, []int) {
 		return make([]Status, n), make([]error, n), make([]int, n)
 	}
 	return b.stBuf[:n], b.errBuf[:n], b.idxBuf[:n]
-}
-
-// Testany completes at most one pending request. It returns the index of
-// the request it completed and its status, with ok true. With ok false
-// none has completed yet. When no request is pending (all nil or already
-// complete) it returns index -1 with ok true, as MPI_Testany does.
-func Testany(reqs []*Request) (index int, st Status, ok bool, err error) {
-	if err := acquireAll(reqs); err != nil {
-		return -1, Status{}, false, err
-	}
-	defer unlockAll(reqs)
-	var pendBuf [smallBatch]*Request
-	var whereBuf [smallBatch]int
-	pending, where := pendingOf(reqs, pendBuf[:0], whereBuf[:0])
-	if len(pending) == 0 {
-		return -1, Status{}, true, nil
-	}
-	if err := enterPosted(pending); err != nil {
-		return -1, Status{}, false, err
-	}
-	k, st, err := backendTestany(pending)
-	exit()
-	if k < 0 {
-		return -1, Status{}, false, err
-	}
-	r := pending[k]
-	r.complete(st, err)
-	return where[k], r.status, true, r.err
 }

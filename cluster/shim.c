@@ -403,13 +403,12 @@ int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status
 	return MPI_SUCCESS;
 }
 
-// await_core is dist_waitsome and dist_await: it tests the requests with
-// MPI_Testsome (which drives progress once per call for all of them) and,
-// when probe_comm is set, matches the next message with MPI_Improbe, until
-// something completed or matched or spin_ns have passed; then, if block is
-// set and nothing happened, it waits in MPI_Waitsome (never with a probe).
-static int await_core(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
-                      int64_t spin_ns, int block, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst) {
+// dist_await tests the requests with MPI_Testsome (which drives progress
+// once per call for all of them) and, when probe_comm is set, matches the
+// next message with MPI_Improbe, until something completed or matched or
+// spin_ns have passed.
+int dist_await(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
+               int64_t spin_ns, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst) {
 	MPI_Request rbuf[STACK_REQS];
 	MPI_Status sbuf[STACK_REQS];
 	int ibuf[STACK_REQS], mbuf[STACK_REQS];
@@ -459,10 +458,6 @@ static int await_core(int n, MPI_Request **reqs, const int *is_recv, dist_status
 			}
 			if (now_ns() >= end) break;
 		}
-		if (block && !probe_comm && m > 0 && (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) && (out == MPI_UNDEFINED || out == 0)) {
-			out = MPI_UNDEFINED;
-			rc = MPI_Waitsome(m, r, &out, got, s);
-		}
 	}
 	if (m > 0 && rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
 		// Not tied to one request: every pending one ends with it.
@@ -498,46 +493,6 @@ static int await_core(int n, MPI_Request **reqs, const int *is_recv, dist_status
 	return rc != MPI_SUCCESS ? rc : probe_rc;
 }
 
-int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done) {
-	return await_core(n, reqs, is_recv, sts, NULL, 0, 0, spin_ns, block, idx, done, NULL, NULL, NULL);
-}
-
-int dist_await(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
-               int64_t spin_ns, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst) {
-	return await_core(n, reqs, is_recv, sts, probe_comm, source, tag, spin_ns, 0, idx, done, msg, matched, mst);
-}
-
-int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st) {
-	MPI_Request rbuf[STACK_REQS];
-	MPI_Request *r = rbuf;
-	if (n > STACK_REQS) {
-		r = malloc((size_t)n * sizeof *r);
-		if (!r) return MPI_ERR_NO_MEM;
-	}
-	for (int i = 0; i < n; i++) r[i] = *reqs[i];
-	MPI_Status s;
-	int k = MPI_UNDEFINED, flag = 0;
-	int rc = MPI_Testany(n, r, &k, &flag, &s);
-	for (int i = 0; i < n; i++) *reqs[i] = r[i];
-	if (n > STACK_REQS) free(r);
-	*index = -1;
-	if (k != MPI_UNDEFINED && k >= 0 && k < n) {
-		*index = k;
-		fill_status(&s, is_recv[k] && rc == MPI_SUCCESS, st);
-		free(reqs[k]);
-		reqs[k] = NULL;
-	}
-	st->err = rc;
-	return rc;
-}
-
-int dist_probe(MPI_Comm *c, int source, int tag, dist_status *st) {
-	MPI_Status s;
-	int rc = MPI_Probe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *c, &s);
-	if (rc == MPI_SUCCESS) fill_status(&s, 1, st);
-	return rc;
-}
-
 MPI_Message *dist_message_new(void) {
 	MPI_Message *m = malloc(sizeof *m);
 	if (m) *m = MPI_MESSAGE_NULL;
@@ -546,35 +501,11 @@ MPI_Message *dist_message_new(void) {
 
 void dist_message_free(MPI_Message *m) { free(m); }
 
-int dist_improbe(MPI_Comm *c, int source, int tag, int *flag, MPI_Message *msg, dist_status *st) {
-	MPI_Status s;
-	*flag = 0;
-	int rc = MPI_Improbe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *c, flag, msg, &s);
-	if (rc == MPI_SUCCESS && *flag) fill_status(&s, 1, st);
-	return rc;
-}
-
 MPI_Request *dist_imrecv(MPI_Message *msg, uintptr_t buf, dist_layout lay, int *rc) {
 	return post(POST_MRECV, NULL, msg, buf, lay, 0, 0, rc);
 }
 
 int dist_abort(int code) { return MPI_Abort(MPI_COMM_WORLD, code); }
-
-int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st) {
-	MPI_Status s;
-	*flag = 0;
-	int rc = MPI_Iprobe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, *c, flag, &s);
-	if (rc == MPI_SUCCESS && *flag) fill_status(&s, 1, st);
-	return rc;
-}
-
-int dist_iprobe_for(MPI_Comm *c, int source, int tag, int64_t spin_ns, int *flag, dist_status *st) {
-	int64_t end = now_ns() + spin_ns;
-	for (;;) {
-		int rc = dist_iprobe(c, source, tag, flag, st);
-		if (rc != MPI_SUCCESS || *flag || now_ns() >= end) return rc;
-	}
-}
 
 int dist_barrier(MPI_Comm *c, MPI_Request *nb) {
 	return nb ? MPI_Ibarrier(*c, nb) : MPI_Barrier(*c);
@@ -612,16 +543,6 @@ int dist_allgather(MPI_Comm *c, const void *in, void *out, dist_layout lay, MPI_
 	rc = nb ? MPI_Iallgather(in, count, t, out, count, t, *c, nb) : MPI_Allgather(in, count, t, out, count, t, *c);
 	if (created) MPI_Type_free(&t);
 	return rc;
-}
-
-int dist_allgather_int64(MPI_Comm *c, const int64_t *in, int64_t *out, int count, MPI_Request *nb) {
-	return nb ? MPI_Iallgather(in, count, MPI_INT64_T, out, count, MPI_INT64_T, *c, nb)
-	          : MPI_Allgather(in, count, MPI_INT64_T, out, count, MPI_INT64_T, *c);
-}
-
-int dist_allgatherv(MPI_Comm *c, const void *in, int count, void *out, const int *counts, const int *displs, MPI_Request *nb) {
-	return nb ? MPI_Iallgatherv(in, count, MPI_BYTE, out, counts, displs, MPI_BYTE, *c, nb)
-	          : MPI_Allgatherv(in, count, MPI_BYTE, out, counts, displs, MPI_BYTE, *c);
 }
 
 void dist_yield(void) { sched_yield(); }

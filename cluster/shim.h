@@ -46,7 +46,7 @@ int dist_comm_free(MPI_Comm *c);
 
 // A request handle lives in its own malloc'd cell from posting until the
 // call that observes its completion (wait, a successful test, waitall,
-// testany) frees it.
+// await) frees it.
 MPI_Request *dist_request_new(void);
 void dist_request_free(MPI_Request *req);
 
@@ -61,34 +61,24 @@ int dist_test_for(MPI_Request *req, int is_recv, int64_t spin_ns, int *flag, dis
 // NULL; dist_test_all_for stops after spin_ns with *left requests pending.
 int dist_waitall(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts);
 int dist_test_all_for(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int *left);
-int dist_testany(int n, MPI_Request **reqs, const int *is_recv, int *index, dist_status *st);
-// dist_waitsome completes at least one of the requests (NULL entries
-// skipped), testing them for spin_ns and then, if block is set, waiting in
-// MPI_Waitsome: each completed one gets its status and code in sts[i], its
-// cell freed, reqs[i] set to NULL and i listed in idx; *done is how many.
-// Without block *done may be 0; with none pending it is 0 at once.
-int dist_waitsome(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, int64_t spin_ns, int block, int *idx, int *done);
-int dist_probe(MPI_Comm *c, int source, int tag, dist_status *st);
 // Matched probes: a message handle lives in its own malloc'd cell from the
 // probe that matches it until the receive that takes it is posted.
 MPI_Message *dist_message_new(void);
 void dist_message_free(MPI_Message *m);
-// Sets *flag and, on a match, *msg (a cell from dist_message_new) and *st.
-int dist_improbe(MPI_Comm *c, int source, int tag, int *flag, MPI_Message *msg, dist_status *st);
 // Posts the receive of a matched message (MPI_Imrecv) into buf; *msg
 // becomes MPI_MESSAGE_NULL. NULL with *rc set on failure.
 MPI_Request *dist_imrecv(MPI_Message *msg, uintptr_t buf, dist_layout lay, int *rc);
 // dist_await tests the requests (NULL entries skipped) and, when probe_comm
 // is not NULL, matches the next message from source with tag on it, until
-// something completed or matched or spin_ns have passed. Completed
-// requests are handled as by dist_waitsome; a matched message is stored in
-// *msg with *matched set and its status in *mst.
+// something completed or matched or spin_ns have passed. Each completed
+// request gets its status and code in sts[i], its cell freed, reqs[i] set
+// to NULL and i listed in idx; *done is how many (possibly 0). A matched
+// message is stored in *msg (a cell from dist_message_new) with *matched
+// set and its status in *mst.
 int dist_await(int n, MPI_Request **reqs, const int *is_recv, dist_status *sts, MPI_Comm *probe_comm, int source, int tag,
                int64_t spin_ns, int *idx, int *done, MPI_Message *msg, int *matched, dist_status *mst);
 // MPI_Abort on MPI_COMM_WORLD: ends every process of the job.
 int dist_abort(int code);
-int dist_iprobe(MPI_Comm *c, int source, int tag, int *flag, dist_status *st);
-int dist_iprobe_for(MPI_Comm *c, int source, int tag, int64_t spin_ns, int *flag, dist_status *st);
 
 // Collectives: blocking when nb is NULL, otherwise started as the
 // nonblocking variant with its request stored in *nb.
@@ -97,8 +87,6 @@ int dist_bcast(MPI_Comm *c, void *buf, dist_layout lay, int root, MPI_Request *n
 int dist_allreduce(MPI_Comm *c, const void *in, void *out, int count, int dtype, int op, MPI_Request *nb);
 int dist_alltoall_int64(MPI_Comm *c, const int64_t *in, int64_t *out, MPI_Request *nb);
 int dist_allgather(MPI_Comm *c, const void *in, void *out, dist_layout lay, MPI_Request *nb);
-int dist_allgather_int64(MPI_Comm *c, const int64_t *in, int64_t *out, int count, MPI_Request *nb);
-int dist_allgatherv(MPI_Comm *c, const void *in, int count, void *out, const int *counts, const int *displs, MPI_Request *nb);
 
 // The datatype a layout builds, for tests: its size and extent in bytes.
 int dist_layout_type_info(dist_layout lay, int64_t *size, int64_t *extent);

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/distbuf/distbuf"
 )
 
 const (
@@ -38,9 +40,9 @@ func phaseError() error {
 	case phaseUninit:
 		return ErrNotInitialized
 	case phaseFailed:
-		return fmt.Errorf("%w: %w", ErrInitFailed, state.initErr)
+		return fmt.Errorf("cluster: MPI initialization failed: %w: %w", ErrNotInitialized, state.initErr)
 	}
-	return ErrFinalized
+	return fmt.Errorf("cluster: MPI already finalized: %w", distbuf.ErrClosed)
 }
 
 func enter() error {
@@ -61,15 +63,15 @@ func Init() error { return InitWith(Options{}) }
 // stays locked until Finalize, so it may be called from any goroutine. It
 // installs MPI_ERRORS_RETURN on the world and self communicators and builds
 // World and its node-local communicator. It may be called once per
-// process; a second call returns ErrInitialized.
+// process; a second call returns an error matching distbuf.ErrInvalid.
 func InitWith(o Options) error {
 	state.mu.Lock()
 	defer state.mu.Unlock()
 	switch state.phase.Load() {
 	case phaseReady, phaseFinalizing:
-		return ErrInitialized
+		return fmt.Errorf("cluster: Init already called: %w", distbuf.ErrInvalid)
 	case phaseFinalized:
-		return fmt.Errorf("cluster: Init after Finalize (MPI cannot be restarted): %w", ErrFinalized)
+		return fmt.Errorf("cluster: Init after Finalize (MPI cannot be restarted): %w", distbuf.ErrClosed)
 	case phaseFailed:
 		return phaseError()
 	}
@@ -98,12 +100,12 @@ func InitWith(o Options) error {
 	return nil
 }
 
-// Finalize shuts MPI down (MPI_Finalize, on the thread that initialised
-// it). It returns ErrPending, and leaves MPI running, while any request has
-// not been completed by Wait, Waitall, Waitsome, Test or Testany. It waits for calls
-// still running on other goroutines; a Probe or collective that never
-// completes keeps it waiting, as it would keep MPI_Finalize waiting. After
-// Finalize every call returns ErrFinalized.
+// Finalize shuts MPI down (MPI_Finalize, on the thread that initialised it).
+// It returns distbuf.ErrConflict, and leaves MPI running, while any request
+// has not been completed by Wait, Waitall or Await. It waits for calls still
+// running on other goroutines; a wait or collective that never completes keeps
+// it waiting, as it would keep MPI_Finalize waiting. After Finalize every call
+// returns an error matching distbuf.ErrClosed.
 func Finalize() error {
 	state.mu.Lock()
 	defer state.mu.Unlock()
@@ -151,9 +153,6 @@ func Abort(code int) {
 	os.Exit(code)
 }
 
-// Initialized reports whether Init succeeded and Finalize has not run.
-func Initialized() bool { return state.phase.Load() == phaseReady }
-
 // World is the communicator of every rank (MPI_COMM_WORLD).
 func World() (*Comm, error) {
 	if err := enter(); err != nil {
@@ -161,16 +160,6 @@ func World() (*Comm, error) {
 	}
 	defer exit()
 	return state.world, nil
-}
-
-// Threading reports the design in use (ThreadMultiple or ThreadFunneled)
-// and the thread level MPI provided, e.g. "MPI_THREAD_MULTIPLE".
-func Threading() (ThreadMode, string, error) {
-	if err := enter(); err != nil {
-		return 0, "", err
-	}
-	defer exit()
-	return state.thread, state.provided, nil
 }
 
 // MaxTag is the largest tag MPI accepts (the MPI_TAG_UB attribute).
@@ -192,7 +181,7 @@ func CUDAAware() (bool, error) {
 		return false, err
 	}
 	defer exit()
-	v, ok := os.LookupEnv(EnvCUDAAware)
+	v, ok := os.LookupEnv(envCUDAAware)
 	if !ok {
 		return state.cudaQuery, nil
 	}
@@ -201,12 +190,12 @@ func CUDAAware() (bool, error) {
 		return false, nil
 	case "1":
 		if !haveMPI {
-			return false, &EnvError{Name: EnvCUDAAware, Value: v,
-				Reason: "this build has no MPI (built without the mpi tag); the in-process world cannot read device memory"}
+			return false, envError(envCUDAAware, v,
+				"this build has no MPI (built without the mpi tag); the in-process world cannot read device memory")
 		}
 		return true, nil
 	}
-	return false, &EnvError{Name: EnvCUDAAware, Value: v, Reason: "want 0 or 1"}
+	return false, envError(envCUDAAware, v, "want 0 or 1")
 }
 
 // initInfo is what a backend reports from Init.

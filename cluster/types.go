@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/distbuf/distbuf"
 )
 
 // Wildcards and the null color. They are this package's values; the MPI
 // build translates them to MPI_ANY_SOURCE, MPI_ANY_TAG and MPI_UNDEFINED.
 const (
-	AnySource = -1 // Irecv, Probe, Iprobe: match any source rank
-	AnyTag    = -1 // Irecv, Probe, Iprobe: match any tag
+	AnySource = -1 // Irecv, Probe: match any source rank
+	AnyTag    = -1 // Irecv, Probe: match any tag
 	Undefined = -1 // Split color: this rank joins no new communicator
 )
 
@@ -46,17 +48,12 @@ func (o Op) String() string {
 
 func (o Op) valid() bool { return o == Sum || o == Min || o == Max }
 
-// Environment variables read by this package.
+// The environment variables this package reads (doc.go describes them).
 const (
-	// EnvThread selects the threading design: "multiple", "funneled" or
-	// "auto" (the default); Options.Thread takes precedence.
-	EnvThread = "DISTBUF_MPI_THREAD"
-	// EnvCUDAAware overrides the CUDA-awareness query: "0" or "1".
-	EnvCUDAAware = "DISTBUF_MPI_CUDA_AWARE"
-	// EnvGPUMap lists a GPU ordinal per local rank, e.g. "0,1,1,0".
-	EnvGPUMap = "DISTBUF_GPU_MAP"
-	// EnvDevice puts every rank of the node on one GPU ordinal.
-	EnvDevice = "DISTBUF_DEVICE"
+	envThread    = "DISTBUF_MPI_THREAD"
+	envCUDAAware = "DISTBUF_MPI_CUDA_AWARE"
+	envGPUMap    = "DISTBUF_GPU_MAP"
+	envDevice    = "DISTBUF_DEVICE"
 )
 
 // ThreadMode is how Go's goroutines reach MPI.
@@ -87,8 +84,8 @@ func (m ThreadMode) String() string {
 	return fmt.Sprintf("ThreadMode(%d)", int(m))
 }
 
-// ParseThreadMode parses "auto", "multiple" or "funneled".
-func ParseThreadMode(s string) (ThreadMode, error) {
+// parseThreadMode parses "auto", "multiple" or "funneled".
+func parseThreadMode(s string) (ThreadMode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "auto":
 		return ThreadAuto, nil
@@ -97,7 +94,7 @@ func ParseThreadMode(s string) (ThreadMode, error) {
 	case "funneled", "funnelled":
 		return ThreadFunneled, nil
 	}
-	return ThreadAuto, fmt.Errorf("cluster: thread mode %q (want auto, multiple or funneled): %w", s, ErrInvalid)
+	return ThreadAuto, fmt.Errorf("cluster: thread mode %q (want auto, multiple or funneled): %w", s, distbuf.ErrInvalid)
 }
 
 // Options configures Init. The zero value asks for the thread mode named
@@ -109,17 +106,17 @@ type Options struct {
 func (o Options) threadMode() (ThreadMode, error) {
 	if o.Thread != ThreadAuto {
 		if o.Thread < ThreadAuto || o.Thread > ThreadFunneled {
-			return 0, fmt.Errorf("cluster: Options.Thread %v: %w", o.Thread, ErrInvalid)
+			return 0, fmt.Errorf("cluster: Options.Thread %v: %w", o.Thread, distbuf.ErrInvalid)
 		}
 		return o.Thread, nil
 	}
-	v, ok := os.LookupEnv(EnvThread)
+	v, ok := os.LookupEnv(envThread)
 	if !ok {
 		return ThreadAuto, nil
 	}
-	m, err := ParseThreadMode(v)
+	m, err := parseThreadMode(v)
 	if err != nil {
-		return 0, &EnvError{Name: EnvThread, Value: v, Reason: "want auto, multiple or funneled"}
+		return 0, envError(envThread, v, "want auto, multiple or funneled")
 	}
 	return m, nil
 }

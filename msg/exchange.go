@@ -163,7 +163,7 @@ func New(o Options) (*Exchanger, error) {
 		failed = -int64(x.rank)
 	}
 	all := []int64{int64(o.Tag), chunk, useNCCL, -int64(o.Tag), -chunk, -useNCCL, failed}
-	if err := comm.AllreduceInt64(all, all, cluster.Max); err != nil {
+	if err := cluster.Allreduce(comm, all, all, cluster.Max); err != nil {
 		return undo(errors.Join(localErr, fmt.Errorf("msg: new: %w", err)))
 	}
 	switch {
@@ -598,7 +598,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		if x.hooks.announce != nil {
 			x.hooks.announce(e.sendSize)
 		}
-		if err := x.comm.AlltoallInt64(e.sendSize, recvSize); err != nil {
+		if err := cluster.Alltoall(x.comm, e.sendSize, recvSize); err != nil {
 			// The collective itself failed: nothing was posted, nothing can be.
 			return nil, errors.Join(localErr, fmt.Errorf("msg: count exchange: %w", err))
 		}
@@ -808,7 +808,7 @@ func (e *exchange) agree() {
 			e.agreeOut[d] = c
 		}
 	}
-	if err := x.comm.AlltoallInt64(e.agreeOut, e.agreeIn); err != nil {
+	if err := cluster.Alltoall(x.comm, e.agreeOut, e.agreeIn); err != nil {
 		e.fail(fmt.Errorf("msg: agreement: %w", err))
 		e.settle()
 		return

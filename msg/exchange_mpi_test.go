@@ -486,7 +486,7 @@ func TestHandWrittenPeer(t *testing.T) {
 			}
 			sizes, got := make([]int64, size), make([]int64, size)
 			sizes[1] = announced
-			require.NoError(t, x.comm.AlltoallInt64(sizes, got))
+			require.NoError(t, cluster.Alltoall(x.comm, sizes, got))
 			for _, n := range got {
 				require.Zero(t, n, "nobody sends to rank 0")
 			}
@@ -506,7 +506,7 @@ func TestHandWrittenPeer(t *testing.T) {
 			if tc.name == "abort notice" {
 				agree[1] = -1 - 1
 			}
-			require.NoError(t, x.comm.AlltoallInt64(agree, got))
+			require.NoError(t, cluster.Alltoall(x.comm, agree, got))
 			for s, v := range got {
 				if s != 1 || tc.sentinel == nil {
 					require.Zero(t, v, "rank %d sent nothing to rank 0 and did not fail", s)

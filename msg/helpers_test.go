@@ -114,7 +114,7 @@ func (v variant) openWith(t *testing.T, conf *devalloc.Config) *devalloc.Allocat
 		if v.aware {
 			aware = "1"
 		}
-		t.Setenv(cluster.EnvCUDAAware, aware)
+		t.Setenv("DISTBUF_MPI_CUDA_AWARE", aware)
 	}
 	if v.transport != "" {
 		t.Setenv(EnvTransport, v.transport)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"
@@ -283,7 +284,7 @@ func setupIPC(x *Exchanger, wantNCCL bool) (*ipcLink, string, error) {
 		}
 	}
 	all := make([]int64, ipcSetupWords*local.Size())
-	if err := local.AllgatherInt64(row, all); err != nil {
+	if err := cluster.Allgather(local, row, all); err != nil {
 		l.destroyEvents()
 		return nil, "", fmt.Errorf("msg: new: node-local setup: %w", err)
 	}

@@ -66,7 +66,7 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 	} else if d := a.Device(); d < slots-1 {
 		v[1+d] = 1
 	}
-	if err := comm.AllreduceInt64(v, v, cluster.Sum); err != nil {
+	if err := cluster.Allreduce(comm, v, v, cluster.Sum); err != nil {
 		return nil, "", fmt.Errorf("msg: nccl: %w", err)
 	}
 	if v[0] > 0 {
@@ -91,7 +91,7 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 	if idErr != nil {
 		msgBuf[0] = 1
 	}
-	if err := comm.Bcast(msgBuf, 0); err != nil {
+	if err := cluster.Bcast(comm, msgBuf, 0); err != nil {
 		return nil, "", fmt.Errorf("msg: nccl: %w", err)
 	}
 	if msgBuf[0] != 0 {
@@ -173,7 +173,7 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 	}
 	recvSize := e.recvSize
 	e.announce(byDest, localErr != nil)
-	if err := x.comm.AlltoallInt64(e.sendSize, recvSize); err != nil {
+	if err := cluster.Alltoall(x.comm, e.sendSize, recvSize); err != nil {
 		return nil, errors.Join(localErr, release(), fmt.Errorf("msg: count exchange: %w", err))
 	}
 	x.stats.CountExchanges++
@@ -189,7 +189,7 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 	if len(e.errs) > 0 && !e.onlyPeerAborts() {
 		vote[0] = -int64(x.rank)
 	}
-	if err := x.comm.AllreduceInt64(vote, vote, cluster.Max); err != nil {
+	if err := cluster.Allreduce(x.comm, vote, vote, cluster.Max); err != nil {
 		e.fail(fmt.Errorf("msg: nccl vote: %w", err))
 		e.fail(release())
 		return e.deliver(byDest, recvSize)

@@ -147,7 +147,7 @@ func setupReads(x *Exchanger, local *cluster.Comm, rows []int64, probe *readsPro
 		}
 	}
 	all := []int64{0}
-	err := local.AllreduceInt64([]int64{ok}, all, cluster.Min)
+	err := cluster.Allreduce(local, []int64{ok}, all, cluster.Min)
 	if err != nil {
 		return fmt.Errorf("msg: new: node-local reads: %w", err)
 	}

@@ -38,11 +38,11 @@ func TestReadPeers(t *testing.T) {
 			}
 			x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: tc.transport, PayloadChecksum: true})
 			peers, why := x.ReadPeers()
-			if tc.transport == TransportMPI || comm.LocalSize() < 2 {
+			if tc.transport == TransportMPI || comm.Local().Size() < 2 {
 				require.Empty(t, peers)
 				require.NotEmpty(t, why)
 			} else {
-				require.Len(t, peers, comm.LocalSize()-1, "every other rank of this node: %s", why)
+				require.Len(t, peers, comm.Local().Size()-1, "every other rank of this node: %s", why)
 			}
 			tr := traffic{seed: 77, density: 1, maxBlocks: 30, dims: []int{1, 4, 9}, dtypes: mixedTypes}
 			for it := range uint64(3) {
@@ -75,7 +75,7 @@ func TestReadPeersHoldSendBuffers(t *testing.T) {
 	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
 	x := newExchanger(t, Options{Comm: comm, Alloc: a})
 	if peers, why := x.ReadPeers(); len(peers) == 0 {
-		if comm.LocalSize() > 1 {
+		if comm.Local().Size() > 1 {
 			t.Fatalf("no read peers: %s", why)
 		}
 		t.Skip("a rank alone on its node reads nobody")

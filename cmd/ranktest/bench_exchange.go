@@ -162,7 +162,7 @@ func (e *exchangeSetup) wire() int64    { return int64(msg.PayloadOffset(e.n)) +
 // repetition.
 func (e *exchangeSetup) slowest(xs []float64) ([]float64, error) {
 	out := make([]float64, len(xs))
-	return out, e.comm.AllreduceFloat64(xs, out, cluster.Max)
+	return out, cluster.Allreduce(e.comm, xs, out, cluster.Max)
 }
 
 // timed runs f between two barriers' worth of synchronisation and returns
@@ -277,7 +277,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		},
 		// The collective of the agreement that ends every exchange (and of
 		// the count exchange): one Alltoall of an int64 per rank.
-		"alltoall": func() error { return comm.AlltoallInt64(counts[:2], counts[2:]) },
+		"alltoall": func() error { return cluster.Alltoall(comm, counts[:2], counts[2:]) },
 	}
 	measured := append([]string(nil), modes...)
 	if contains(modes, "raw") {
@@ -604,7 +604,7 @@ func ncclExchange(c *benchContext, e *exchangeSetup, reps int, unusable string) 
 			return nil, "", err
 		}
 	}
-	if err := e.comm.Bcast(id, 0); err != nil {
+	if err := cluster.Bcast(e.comm, id, 0); err != nil {
 		return nil, "", err
 	}
 	comm, err := lib.NewComm(id, e.comm.Size(), e.comm.Rank(), a.Device())

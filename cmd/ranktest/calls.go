@@ -59,7 +59,7 @@ func (c *callTimes) collect(world *cluster.Comm) (map[string]entryCalls, error) 
 		v[2*i], v[2*i+1] = float64(counts[name]), float64(ns[name])
 	}
 	v[len(v)-1] = float64(c.n)
-	if err := world.AllreduceFloat64(v, v, cluster.Sum); err != nil {
+	if err := cluster.Allreduce(world, v, v, cluster.Sum); err != nil {
 		return nil, err
 	}
 	solves := v[len(v)-1] // over all ranks: the mean per rank and solve

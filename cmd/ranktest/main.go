@@ -211,7 +211,7 @@ func agreeOnSettings(cfg config, world *cluster.Comm) error {
 		in[i] = s.value
 	}
 	all := make([]int64, k*world.Size())
-	if err := world.AllgatherInt64(in, all); err != nil {
+	if err := cluster.Allgather(world, in, all); err != nil {
 		return fmt.Errorf("comparing the settings of the ranks: %w", err)
 	}
 	var errs []error

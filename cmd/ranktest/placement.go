@@ -36,7 +36,7 @@ func warnSharedGPU(world *cluster.Comm, a *devalloc.Allocator, out io.Writer) er
 		}
 	}
 	rows := make([]int64, 3*local.Size())
-	if err := local.AllgatherInt64(row, rows); err != nil {
+	if err := cluster.Allgather(local, row, rows); err != nil {
 		return fmt.Errorf("placement: %w", err)
 	}
 	if local.Rank() != 0 {

@@ -227,8 +227,8 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	lo, hi, sum := slices.Clone(vals), slices.Clone(vals), slices.Clone(vals)
 	counts := []int64{total.allocCalls, total.gemmLaunches, total.messages, total.bytesMoved, total.verifyFailures,
 		st.ReservedPeak, reservedWarm, st.ReservedCurrent, sv.plansBuilt, total.runtimeCalls}
-	err := errors.Join(world.AllreduceFloat64(lo, lo, cluster.Min), world.AllreduceFloat64(hi, hi, cluster.Max),
-		world.AllreduceFloat64(sum, sum, cluster.Sum), world.AllreduceInt64(counts, counts, cluster.Sum))
+	err := errors.Join(cluster.Allreduce(world, lo, lo, cluster.Min), cluster.Allreduce(world, hi, hi, cluster.Max),
+		cluster.Allreduce(world, sum, sum, cluster.Sum), cluster.Allreduce(world, counts, counts, cluster.Sum))
 	if err != nil {
 		return err
 	}
@@ -236,12 +236,12 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	// Placement: the device of every rank, and whether ranks of one node
 	// share one although the node has enough.
 	devices := make([]int64, world.Size())
-	if err := world.AllgatherInt64([]int64{placementOf(a)}, devices); err != nil {
+	if err := cluster.Allgather(world, []int64{placementOf(a)}, devices); err != nil {
 		return err
 	}
 	// Ranks may land on different backends (a node without a GPU, say).
 	lo64, hi64 := []int64{int64(a.Kind())}, []int64{int64(a.Kind())}
-	if err := errors.Join(world.AllreduceInt64(lo64, lo64, cluster.Min), world.AllreduceInt64(hi64, hi64, cluster.Max)); err != nil {
+	if err := errors.Join(cluster.Allreduce(world, lo64, lo64, cluster.Min), cluster.Allreduce(world, hi64, hi64, cluster.Max)); err != nil {
 		return err
 	}
 	var byEntry map[string]entryCalls

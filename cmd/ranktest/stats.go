@@ -152,7 +152,7 @@ func (s *solveStats) flush() error {
 	for _, v := range s.batch {
 		flat = append(flat, v[:]...)
 	}
-	if err := s.world.AllreduceFloat64(flat, flat, cluster.Max); err != nil {
+	if err := cluster.Allreduce(s.world, flat, flat, cluster.Max); err != nil {
 		return err
 	}
 	for i, fresh := range s.fresh {
