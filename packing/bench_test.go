@@ -126,7 +126,7 @@ func walkViews(descs []Desc, buf *devalloc.Buffer) error {
 		return err
 	}
 	for _, v := range c.All() {
-		sink += v.Addr() + uintptr(v.Rows()*v.Cols())
+		sink += v.addr() + uintptr(v.Desc().Rows*v.Desc().Cols)
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ func BenchmarkPlanViewIndex(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			sink += v.Addr() + uintptr(v.Rows()*v.Cols())
+			sink += v.addr() + uintptr(v.Desc().Rows*v.Desc().Cols)
 		}
 		return nil
 	})
@@ -169,7 +169,7 @@ func BenchmarkPlanViewSlice(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		_, err = c.Views()
+		_, err = views(c)
 		return err
 	})
 }
@@ -212,7 +212,7 @@ func BenchmarkPackHost(b *testing.B) {
 	for i, j := range rand.New(rand.NewPCG(3, 3)).Perm(n) {
 		refs[i] = Ref{Buf: src, Off: int64(2*j) * size}
 	}
-	m, err := NewMover(s, c, refs, CopyHost)
+	m, err := newMover(s, c, refs, copyHost)
 	if err != nil {
 		b.Fatal(err)
 	}
