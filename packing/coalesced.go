@@ -340,18 +340,23 @@ func (c *Coalesced) Len() int { return c.n }
 // Size is the number of bytes of the layout (the message payload).
 func (c *Coalesced) Size() int64 { return c.size }
 
-// Start is the byte offset in Buffer at which the layout begins: 0 unless
-// the buffer came from AllocPrefixed or WrapAt. View offsets count from it.
+// Start is the byte offset in Buffer at which the layout begins: Alloc's
+// Prefix, Wrap's offset, or a part's place in its joined buffer (Parts).
+// View offsets count from it.
 func (c *Coalesced) Start() int64 { return c.start }
 
 // Buffer is the underlying allocation; the layout occupies
-// [Start, Start+Size) of it. Declare work on views with its Read and Write
-// (or with the Coalesced's own); do not Free it directly.
+// [Start, Start+Size) of it. Declare work on the blocks with its Read and
+// Write (then Access.Done), hold it for host work with its Hold, and ask it
+// where the memory lives (Location); do not Free it directly.
 func (c *Coalesced) Buffer() *devalloc.Buffer { return c.buf }
 
 // Free releases the buffer once, after every completion recorded on it (the
-// devalloc ledger). Every later use of the Coalesced or its views returns
-// distbuf.ErrFreed, a second Free included.
+// devalloc ledger): it frees it, or, for a Coalesced made by Wrap with a
+// release, calls release. Every later use of the Coalesced or its views
+// returns distbuf.ErrFreed, a second Free included. A part of a joined
+// buffer (Parts) owns nothing: its Free is refused with
+// distbuf.ErrInvalid.
 func (c *Coalesced) Free() error {
 	if c == nil {
 		return fmt.Errorf("packing: free of nil coalesced buffer: %w", distbuf.ErrInvalid)
