@@ -104,7 +104,7 @@ func Alloc(a *devalloc.Allocator, p *Plan, s *devalloc.Stream, opts ...AllocOpti
 		return nil, err
 	}
 	if src.plan != p || src.group != g {
-		return nil, fmt.Errorf("packing: alloc: CopyOf holds group %d of another plan or group than group %d: %w", src.group, g, distbuf.ErrInvalid)
+		return nil, fmt.Errorf("packing: alloc: CopyOf is laid out by another plan or group (group %d) than the one allocated (group %d): %w", src.group, g, distbuf.ErrInvalid)
 	}
 	c, err := allocLayout(a, p, g, o.Prefix, s, o.Pinned, false)
 	if err != nil {
@@ -177,7 +177,8 @@ func allocLayout(a *devalloc.Allocator, p *Plan, g int, start int64, s *devalloc
 // release gives back: its Free calls release once, after which it and its
 // views report distbuf.ErrFreed. A nil release hands buf over: Free frees
 // it. Where several Coalesced share one buffer (the receive buffer of
-// several messages), each is given the release of its own reference.
+// several messages), each is given the release of its own reference. On
+// error Wrap takes nothing: buf, and the reference, stay the caller's.
 func Wrap(buf *devalloc.Buffer, off int64, p *Plan, g int, release func() error) (*Coalesced, error) {
 	if buf == nil || p == nil {
 		return nil, fmt.Errorf("packing: wrap: nil buffer or plan: %w", distbuf.ErrInvalid)

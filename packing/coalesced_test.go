@@ -45,7 +45,7 @@ func TestCoalescedGroupsOneAllocationEach(t *testing.T) {
 	p, err := NewPlan(descs, Options{})
 	require.NoError(t, err)
 	_, err = Alloc(a, p, s)
-	require.ErrorIs(t, err, distbuf.ErrInvalid, "a multi-destination plan needs AllocGroups")
+	requireProblem(t, err, "msg.AllocSend", "a multi-destination plan needs an explicit group")
 	before := a.Stats()
 	cs, err := allocGroups(a, p, s)
 	require.NoError(t, err)
