@@ -192,7 +192,7 @@ func (e *Engine) RunOn(p *Plan, o Operands) (err error) {
 		return nil
 	}
 	for _, c := range []*packing.Coalesced{o.A, o.B, o.C} {
-		loc := c.Location()
+		loc := c.Buffer().Location()
 		if e.device && loc != devalloc.OnDevice && !e.anyMemory || !e.device && !loc.HostAccessible() {
 			return fmt.Errorf("gemm: %s memory on a %s engine: %w", loc, map[bool]string{true: "CUDA", false: "host"}[e.device], ErrUnavailable)
 		}

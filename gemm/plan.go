@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -391,7 +392,7 @@ func resolveBlocks(pr *Problem) ([]Triple, error) {
 			var err error
 			if k[o], err = ops[o].Position(id); err != nil {
 				name := [3]string{"A", "B", "C"}[o]
-				if errors.Is(err, packing.ErrOutOfRange) {
+				if errors.Is(err, distbuf.ErrInvalid) {
 					return nil, fmt.Errorf("gemm: product %d (A id %d, B id %d, C id %d): no block with id %d in the %s buffer: %w", i, b.A, b.B, b.C, id, name, ErrOutOfRange)
 				}
 				return nil, fmt.Errorf("gemm: product %d: the %s buffer: %w", i, name, err)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
@@ -221,12 +222,9 @@ func TestPlanByBlockID(t *testing.T) {
 	}
 	cp, err := packing.NewPlan(cdescs, packing.Options{})
 	require.NoError(t, err)
-	groups, err := packing.AllocGroups(a, cp, a.DefaultStream())
+	C, err := packing.Alloc(a, cp, a.DefaultStream(), packing.AllocOptions{Group: 1})
 	require.NoError(t, err)
-	C := groups[1]
-	for _, g := range groups {
-		t.Cleanup(func() { _ = g.Free() })
-	}
+	t.Cleanup(func() { _ = C.Free() })
 	rng := rand.New(rand.NewPCG(3, 4))
 	byID := make([]BlockTriple, 2*n)
 	byPos := make([]Triple, 2*n)
@@ -319,7 +317,7 @@ func TestRunAfterFree(t *testing.T) {
 	require.NoError(t, A.Free())
 	require.NoError(t, C.Free())
 	_, err = NewPlan(Problem{A: A, B: A, C: C, Alpha: 1, Triples: []Triple{{0, 0, 0}}}, Options{})
-	require.ErrorIs(t, err, packing.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 }
 
 // TestEncodeStack checks the stack's two encoders against each other: the

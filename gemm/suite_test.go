@@ -93,7 +93,7 @@ func makeOperandAt(t *testing.T, s *devalloc.Stream, descs []packing.Desc, rng *
 // random values of the blocks descs into it.
 func packOperand(t *testing.T, s *devalloc.Stream, p *packing.Plan, g int, descs []packing.Desc, rng *rand.Rand, prefix int64) *operand {
 	t.Helper()
-	c, err := packing.AllocPrefixed(s.Allocator(), p, g, prefix, s)
+	c, err := packing.Alloc(s.Allocator(), p, s, packing.AllocOptions{Group: g, Prefix: prefix})
 	require.NoError(t, err)
 	return fillOperand(t, s, c, descs, rng)
 }

@@ -18,7 +18,7 @@
 // # Sending
 //
 // AllocSend allocates one buffer per destination group of a packing plan,
-// with room for the manifest before the blocks (packing.AllocPrefixed).
+// with room for the manifest before the blocks (packing.AllocOptions.Prefix).
 // Exchange writes the manifest there and sends the region from the
 // manifest to the end of the blocks as the message: the buffer that holds
 // the blocks is the message. On host-accessible memory the manifest is
@@ -50,8 +50,8 @@
 // sender's copies wait until the readers of its last exchange are done,
 // the receiver's copy waits until the sender's copies are. A rank's copies
 // into its window, for every peer, are one cudaMemcpyBatchAsync, or where
-// the GPU is shared through MPS one launch of packing's copy kernel
-// (packing.CopySpans), one kernel on the device where the batch call's
+// the GPU is shared through MPS one launch of the gather kernel
+// (internal/gather, packing's too), one kernel on the device where the batch call's
 // time grows with its copies; its copies from its peers' windows are one
 // such call per wait of the data phase that delivered notices. New decides
 // the pairs collectively over the node (NodeLocalPeers lists them); a rank
@@ -129,7 +129,7 @@
 // manifest is then decoded and checked (read back from the device first
 // when the buffer is device memory; decoded from the pinned chunks when
 // staged), the payload checksum verified when present, and
-// packing.FromManifest plus packing.WrapAt turn the buffer into a
+// packing.FromManifest plus packing.Wrap turn the buffer into a
 // Coalesced whose views start after the manifest. A message whose entries
 // are byte for byte those of the last message from its source (a sweep
 // repeating its layout) reuses that message's plan instead of decoding the
@@ -187,7 +187,8 @@
 // use of their views, declared on the Coalesced as for any other. The
 // messages that arrive through node-local windows, when there are several,
 // share one receive buffer (one allocation an exchange), which each of
-// their Coalesced owns with the others (packing.WrapShared): it is freed
+// their Coalesced owns with the others (a reference each, given back by
+// its Free through packing.Wrap's release): it is freed
 // with the last of them. A staged
 // receive buffer's last writer is the copy into it on the exchanger's
 // receive stream, ordered before any access declared on the buffer. Pinned

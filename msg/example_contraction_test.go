@@ -69,7 +69,7 @@ func Example_contraction() {
 	ok := true
 	for src := range size {
 		check(recv.From(src).OnHost(s, devalloc.Read, func(h *packing.HostBlocks) error {
-			k, err := h.Index(uint64(100 + rank))
+			k, err := recv.From(src).Position(uint64(100 + rank))
 			if err != nil {
 				return err
 			}

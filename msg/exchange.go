@@ -10,6 +10,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/refbuf"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -430,7 +431,7 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 // every backend. A message is sent from its buffer itself, without a copy,
 // when the buffer is host memory, or device memory handed to a CUDA-aware
 // MPI; such a buffer needs at least PayloadOffset(Len) bytes before its
-// Start, and one without that room (packing.Alloc, AllocGroups) is refused
+// Start, and one without that room (packing.Alloc) is refused
 // with ErrInvalid, naming AllocSend. Device memory without a CUDA-aware MPI
 // is staged through pinned memory, room or not, and the message to this
 // rank itself is a copy that needs no room.
@@ -477,7 +478,7 @@ type exchange struct {
 	// joint is the one receive buffer of the messages that come through
 	// node-local windows (allocJoint), jointOff each source's place in it
 	// (-1: none); the exchange holds a reference until it ends.
-	joint    *packing.Share
+	joint    *refbuf.Shared
 	jointOff []int64
 	// readHolds keep this rank's send buffers, and readCopies the host
 	// copies of device ones, for the peers that read them, until the

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
@@ -156,9 +157,9 @@ func TestManyBlocks(t *testing.T) {
 				require.Equal(t, per, c.Len())
 				got := readBlocks(t, s, c)
 				for _, v := range c.All() {
-					require.Equal(t, uint64(rank), v.ID()>>40)
-					if string(got[v.ID()]) != string(tr.content(src, v.ID(), v.Bytes())) {
-						t.Fatalf("block %d from rank %d differs", v.ID(), src)
+					require.Equal(t, uint64(rank), v.Desc().ID>>40)
+					if string(got[v.Desc().ID]) != string(tr.content(src, v.Desc().ID, v.Desc().Bytes())) {
+						t.Fatalf("block %d from rank %d differs", v.Desc().ID, src)
 					}
 				}
 			}
@@ -282,7 +283,7 @@ func TestPersistentPattern(t *testing.T) {
 
 // pairTraffic has rank 0 send to rank 1 only.
 // TestSendBufferWithoutRoomRefused checks that host send buffers without
-// room for the manifest (packing.AllocGroups) are refused by name, as
+// room for the manifest (packing.Alloc of each group) are refused by name, as
 // Exchange's doc says, on every rank, and that AllocSend's buffers of the
 // same plan then go through.
 func TestSendBufferWithoutRoomRefused(t *testing.T) {
@@ -296,10 +297,9 @@ func TestSendBufferWithoutRoomRefused(t *testing.T) {
 	s := a.DefaultStream()
 	tr := traffic{seed: 43, density: 1, maxBlocks: 20, dims: []int{2}, dtypes: mixedTypes}
 	plan := tr.plan(t, rank, size)
-	bare, err := packing.AllocGroups(a, plan, s)
-	require.NoError(t, err)
+	bare := allocBare(t, a, plan, s)
 	tr.fill(t, s, rank, bare)
-	_, err = x.Exchange(bare)
+	_, err := x.Exchange(bare)
 	require.ErrorIs(t, err, ErrInvalid)
 	require.ErrorContains(t, err, "msg.AllocSend")
 	for _, b := range bare {
@@ -454,14 +454,17 @@ func TestHandWrittenPeer(t *testing.T) {
 					require.NoError(t, err)
 					c := r.From(0)
 					require.Equal(t, 2, c.Len())
-					v, err := c.Lookup(6)
+					k, err := c.Position(6)
 					require.NoError(t, err)
-					f, err := v.Float32s()
-					require.NoError(t, err)
-					require.Len(t, f, 4)
-					raw, err := v.Raw()
-					require.NoError(t, err)
-					require.Equal(t, []byte{32, 33, 34, 35}, raw[:4])
+					require.NoError(t, c.OnHost(c.Buffer().Allocator().DefaultStream(), devalloc.Read, func(h *packing.HostBlocks) error {
+						f, err := h.Float32s(k)
+						require.NoError(t, err)
+						require.Len(t, f, 4)
+						raw, err := h.Bytes(k)
+						require.NoError(t, err)
+						require.Equal(t, []byte{32, 33, 34, 35}, raw[:4])
+						return nil
+					}))
 					require.NoError(t, r.Free())
 					return
 				}
@@ -736,8 +739,8 @@ func TestChunkedMessages(t *testing.T) {
 				require.Equal(t, 2500, c.Len())
 				got := readBlocks(t, s, c)
 				for _, v := range c.All() {
-					if string(got[v.ID()]) != string(tr.content(src, v.ID(), v.Bytes())) {
-						t.Fatalf("block %d from rank %d differs", v.ID(), src)
+					if string(got[v.Desc().ID]) != string(tr.content(src, v.Desc().ID, v.Desc().Bytes())) {
+						t.Fatalf("block %d from rank %d differs", v.Desc().ID, src)
 					}
 				}
 			}
@@ -824,7 +827,7 @@ func exchangeRepeatedly(a *devalloc.Allocator, x *Exchanger, rank, size int, g u
 		for _, c := range bufs {
 			src := make([][]byte, c.Len())
 			for k, v := range c.All() {
-				src[k] = tr.content(rank, v.ID(), v.Bytes())
+				src[k] = tr.content(rank, v.Desc().ID, v.Desc().Bytes())
 			}
 			if err := packing.PackHost(a.DefaultStream(), c, src); err != nil {
 				free()
@@ -857,11 +860,15 @@ func exchangeRepeatedly(a *devalloc.Allocator, x *Exchanger, rank, size int, g u
 				return err
 			}
 			for _, d := range want {
-				v, err := c.Lookup(d.ID)
+				k, err := c.Position(d.ID)
 				if err != nil {
 					return fmt.Errorf("exchange %d: %w", it, err)
 				}
-				got := mem[c.Start()+v.Offset():][:v.Bytes()]
+				v, err := c.View(k)
+				if err != nil {
+					return fmt.Errorf("exchange %d: %w", it, err)
+				}
+				got := mem[c.Start()+v.Offset():][:v.Desc().Bytes()]
 				if string(got) != string(tr.content(src, d.ID, d.Bytes())) {
 					return fmt.Errorf("exchange %d: block %d from rank %d differs", it, d.ID, src)
 				}
@@ -946,7 +953,7 @@ func TestJoinedSendBuffers(t *testing.T) {
 						require.NoError(t, err, "iteration %d", it)
 						tr.verify(t, s, rank, size, r)
 						require.NoError(t, r.Free())
-						require.ErrorIs(t, parts[0].Free(), packing.ErrInvalid, "the parts are the joined buffer's")
+						require.ErrorIs(t, parts[0].Free(), distbuf.ErrInvalid, "the parts are the joined buffer's")
 						require.NoError(t, joined.Free())
 					}
 					if pattern {

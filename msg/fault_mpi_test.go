@@ -358,8 +358,8 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 		require.NotNil(t, c, "from rank %d", src)
 		got := readBlocks(t, a.DefaultStream(), c)
 		for _, b := range c.All() {
-			if string(got[b.ID()]) != string(tr.content(src, b.ID(), b.Bytes())) {
-				t.Fatalf("block %d from rank %d differs after the fault", b.ID(), src)
+			if string(got[b.Desc().ID]) != string(tr.content(src, b.Desc().ID, b.Desc().Bytes())) {
+				t.Fatalf("block %d from rank %d differs after the fault", b.Desc().ID, src)
 			}
 		}
 	}

@@ -219,7 +219,7 @@ func (tr traffic) fill(t testing.TB, s *devalloc.Stream, rank int, bufs []*packi
 	for _, c := range bufs {
 		src := make([][]byte, c.Len())
 		for k, v := range c.All() {
-			src[k] = tr.content(rank, v.ID(), v.Bytes())
+			src[k] = tr.content(rank, v.Desc().ID, v.Desc().Bytes())
 		}
 		require.NoError(t, packing.PackHost(s, c, src))
 	}
@@ -241,14 +241,16 @@ func (tr traffic) verify(t testing.TB, s *devalloc.Stream, rank, size int, r *Re
 		requireZeroPadding(t, payload, c, src)
 		got := readBlocks(t, s, c)
 		for _, v := range c.All() {
-			require.Zero(t, v.Offset()%v.DType().Size(), "element alignment")
+			require.Zero(t, v.Offset()%v.Desc().DType.Size(), "element alignment")
 		}
 		for _, d := range want {
-			v, err := c.Lookup(d.ID)
+			k, err := c.Position(d.ID)
 			require.NoError(t, err, "block %d from rank %d", d.ID, src)
-			require.Equal(t, d.DType, v.DType())
-			require.Equal(t, d.Rows, v.Rows())
-			require.Equal(t, d.Cols, v.Cols())
+			v, err := c.View(k)
+			require.NoError(t, err)
+			require.Equal(t, d.DType, v.Desc().DType)
+			require.Equal(t, d.Rows, v.Desc().Rows)
+			require.Equal(t, d.Cols, v.Desc().Cols)
 			if b := got[d.ID]; string(b) != string(tr.content(src, d.ID, d.Bytes())) {
 				t.Fatalf("rank %d: block %d from rank %d differs", rank, d.ID, src)
 			}
@@ -262,7 +264,7 @@ func readBlocks(t testing.TB, s *devalloc.Stream, c *packing.Coalesced) map[uint
 	payload := readPayload(t, s, c)
 	out := make(map[uint64][]byte, c.Len())
 	for _, v := range c.All() {
-		out[v.ID()] = payload[v.Offset() : v.Offset()+v.Bytes()]
+		out[v.Desc().ID] = payload[v.Offset() : v.Offset()+v.Desc().Bytes()]
 	}
 	return out
 }
@@ -276,7 +278,7 @@ func readPayload(t testing.TB, s *devalloc.Stream, c *packing.Coalesced) []byte 
 	t.Helper()
 	buf := c.Buffer()
 	src, off := buf, c.Start()
-	if !c.Location().HostAccessible() {
+	if !c.Buffer().Location().HostAccessible() {
 		pin, err := buf.Allocator().AllocPinned(max(c.Size(), 1), s)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, pin.Free()) }()
@@ -303,7 +305,7 @@ func requireZeroPadding(t testing.TB, payload []byte, c *packing.Coalesced, src 
 				t.Fatalf("padding byte %d of the message from rank %d is %#x, not 0", i, src, payload[i])
 			}
 		}
-		end = v.Offset() + v.Bytes()
+		end = v.Offset() + v.Desc().Bytes()
 	}
 }
 
@@ -330,4 +332,17 @@ func sendAll(t *testing.T, a *devalloc.Allocator, tr traffic, rank, size int) []
 		}
 	})
 	return bufs
+}
+
+// allocBare allocates every group of p without room for the manifest: send
+// buffers that Exchange refuses (they are not msg.AllocSend's).
+func allocBare(t *testing.T, a *devalloc.Allocator, p *packing.Plan, s *devalloc.Stream) []*packing.Coalesced {
+	t.Helper()
+	var out []*packing.Coalesced
+	for g := range p.Groups() {
+		c, err := packing.Alloc(a, p, s, packing.AllocOptions{Group: g})
+		require.NoError(t, err)
+		out = append(out, c)
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/refbuf"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -43,7 +44,7 @@ type inMsg struct {
 
 	buf      *devalloc.Buffer
 	base     int64          // where the message starts in buf: 0 but in canary tests and in joint
-	joint    *packing.Share // buf is the exchange's joint buffer (allocJoint), not the message's own
+	joint    *refbuf.Shared // buf is the exchange's joint buffer (allocJoint), not the message's own
 	share    *sharedRelease // direct: the buffer's write hold, one share per piece
 	shared   sharedRelease  // what share points to
 	chunks   []inChunk      // by piece; none while draining
@@ -104,7 +105,7 @@ const jointAlign = 256
 // allocJoint takes one receive buffer for every message that comes through
 // a node-local window, when there are several: one allocation and, once
 // every result is freed, one free for all those peers instead of one each.
-// Each message's result shares the buffer (packing.WrapShared). When the
+// Each message's result holds a reference to the buffer (refbuf). When the
 // buffer cannot be had, each message gets its own. Canary tests' guards
 // surround each message in it, as they surround a buffer of its own.
 func (e *exchange) allocJoint(recvSize []int64) {
@@ -148,7 +149,7 @@ func (e *exchange) allocJoint(recvSize []int64) {
 			}
 		}
 	}
-	e.joint, _ = packing.NewShare(buf)
+	e.joint, _ = refbuf.New(buf)
 }
 
 // allocIn takes the message's buffer (and, unless it is staged, a write
@@ -738,9 +739,13 @@ func (e *exchange) wrapResult(in *inMsg, plan *packing.Plan, p int64) {
 	var c *packing.Coalesced
 	var err error
 	if in.joint != nil {
-		c, err = packing.WrapShared(in.joint, in.base+p, plan, 0)
+		if err = in.joint.Acquire(); err == nil {
+			if c, err = packing.Wrap(in.joint.Buffer(), in.base+p, plan, 0, in.joint.Release); err != nil {
+				_ = in.joint.Release()
+			}
+		}
 	} else {
-		c, err = packing.WrapAt(in.buf, in.base+p, plan, 0)
+		c, err = packing.Wrap(in.buf, in.base+p, plan, 0, nil)
 	}
 	if err != nil {
 		in.failed = e.inErr(in, "payload", err)

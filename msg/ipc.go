@@ -7,10 +7,11 @@ import (
 	"math"
 	"slices"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
-	"github.com/distbuf/distbuf/packing"
+	"github.com/distbuf/distbuf/internal/gather"
 )
 
 // Node-local device messages (docs/WIRE.md, "Node-local device messages").
@@ -89,9 +90,9 @@ type ipcLink struct {
 	// every peer at the end of the data phase (flushFromWindows), instead
 	// of one or two runtime calls and an event per peer.
 	toWindow, fromWindows copyBatch
-	// kernelCopies sends batches to packing's copy kernel. Where the device
-	// is shared through MPS the ranks' device operations queue behind one
-	// another, and one launch per batch beats a copy per message (8 ranks
+	// kernelCopies sends batches to the gather kernel (internal/gather).
+	// Where the device is shared through MPS the ranks' device operations
+	// queue behind one another, and one launch per batch beats a copy per message (8 ranks
 	// on an H200: 909-985 -> 738-823 us a solve); without MPS the
 	// processes take the GPU in turns and cudaMemcpyBatchAsync measured
 	// faster (2 ranks: 599-629 against 675-695 us; docs/PERFORMANCE.md).
@@ -125,13 +126,13 @@ func (b *copyBatch) undo(at [2]int) error {
 // flush enqueues the copies on s and ends the accesses after them; only
 // outs and ins stay, for the caller, who then empties the batch (reset).
 // Several copies go in one cudaMemcpyBatchAsync, or under MPS in one
-// launch of packing's copy kernel (see kernelCopies); a lone copy is one
-// cudaMemcpyAsync. A non-nil fail (a test's) stands for the copies' error.
+// launch of the gather kernel (internal/gather; see kernelCopies); a lone
+// copy is one cudaMemcpyAsync. A non-nil fail (a test's) stands for the copies' error.
 func (b *copyBatch) flush(l *ipcLink, s *devalloc.Stream, fail error) error {
 	dev, cs := l.dev, cudart.Stream(s.Handle())
 	err := fail
 	if err == nil && len(b.dsts) > 1 && l.kernelCopies {
-		if err = packing.CopySpans(s, b.dsts, b.srcs, b.sizes); errors.Is(err, packing.ErrUnavailable) {
+		if err = gather.CopySpans(s, b.dsts, b.srcs, b.sizes); errors.Is(err, distbuf.ErrUnavailable) {
 			l.kernelCopies, err = false, nil // nothing was enqueued: the runtime's copies instead
 		} else {
 			b.dsts = b.dsts[:0] // enqueued, or failed

@@ -7,9 +7,10 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
-	"github.com/distbuf/distbuf/packing"
+	"github.com/distbuf/distbuf/internal/gather"
 	"github.com/stretchr/testify/require"
 )
 
@@ -181,7 +182,7 @@ func TestJointReceiveBuffer(t *testing.T) {
 		}
 	}
 	require.Equal(t, live-1, a.Stats().LiveBuffers, "the last result frees it")
-	require.ErrorIs(t, r.From(peers[0]).Free(), packing.ErrFreed)
+	require.ErrorIs(t, r.From(peers[0]).Free(), distbuf.ErrFreed)
 }
 
 // TestWindowCopiesBatched: an exchange's copies into this rank's window
@@ -189,13 +190,13 @@ func TestJointReceiveBuffer(t *testing.T) {
 // peers there are, and its copies from the peers' windows one call per
 // wait that delivered notices: at most one per peer, where they were three
 // per peer, one at a time. That call is a cudaMemcpyBatchAsync, or, as
-// under MPS, one launch of packing's copy kernel.
+// under MPS, one launch of the gather kernel (internal/gather).
 func TestWindowCopiesBatched(t *testing.T) {
 	x, a, rank, size := nodeLocalExchanger(t)
 	s := a.DefaultStream()
 	tr := traffic{seed: 17, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
 	require.Equal(t, x.ipc.dev.MPSEnabled(), x.ipc.kernelCopies, "the kernel takes the batches where the GPU is shared through MPS")
-	kernelLoads := packing.KernelStatus(a.Device()) == nil
+	kernelLoads := gather.Status(a.Device()) == nil
 	for _, kernel := range []bool{false, true} {
 		for round := range 2 {
 			x.ipc.kernelCopies = kernel // as under MPS, or not

@@ -301,7 +301,7 @@ func (e *exchange) departures(byDest []*outMsg) error {
 // (returned as tmp, for the caller to free).
 func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp *devalloc.Buffer, err error) {
 	x, c := e.x, m.c
-	device := !c.Location().HostAccessible()
+	device := !c.Buffer().Location().HostAccessible()
 	if err := e.prepareInPlace(m); err != nil {
 		return 0, nil, nil, err
 	}

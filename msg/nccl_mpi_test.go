@@ -146,9 +146,9 @@ func TestNCCLPinnedSend(t *testing.T) {
 		require.NoError(t, err)
 		buf, err := a.AllocPinned(pre+max(grp.Bytes, 1), s)
 		require.NoError(t, err)
-		c, err := packing.WrapAt(buf, pre, p, g)
+		c, err := packing.Wrap(buf, pre, p, g, nil)
 		require.NoError(t, err)
-		require.True(t, c.Location().HostAccessible())
+		require.True(t, c.Buffer().Location().HostAccessible())
 		bufs = append(bufs, c)
 	}
 	tr.fill(t, s, rank, bufs)

@@ -63,7 +63,9 @@ func (e *exchange) prepareOut(m *outMsg) error {
 }
 
 // inPlace reports whether m is sent from its send buffer itself.
-func (e *exchange) inPlace(m *outMsg) bool { return m.c.Location().HostAccessible() || e.aware }
+func (e *exchange) inPlace(m *outMsg) bool {
+	return m.c.Buffer().Location().HostAccessible() || e.aware
+}
 
 // writeManifests writes, in schedule order, the manifest of every message
 // sent in place, before prepareInPlace takes any read hold for a send:
@@ -94,7 +96,7 @@ func (e *exchange) writeManifest(m *outMsg) error {
 		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend or msg.JoinSend): %w", start, p, ErrInvalid))
 	}
 	h := e.header(m.dest)
-	if !c.Location().HostAccessible() {
+	if !c.Buffer().Location().HostAccessible() {
 		a, s := e.copier(buf)
 		if x.o.PayloadChecksum {
 			err := readDevice(a, s, buf, start, l, func(b []byte) error {
@@ -306,7 +308,7 @@ func (e *exchange) newRaw(dest, step int, pieces [][]byte) *outMsg {
 // prepared host message.
 func (e *exchange) replacePieces(m *outMsg) *outMsg {
 	c := m.c
-	if !c.Location().HostAccessible() {
+	if !c.Buffer().Location().HostAccessible() {
 		return m
 	}
 	p := int64(m.man.payloadOffset())

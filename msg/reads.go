@@ -202,7 +202,7 @@ func (e *exchange) prepareRead(m *outMsg) error {
 	buf := c.Buffer()
 	p, start := int64(m.man.payloadOffset()), c.Start()
 	var addr uintptr
-	if c.Location().HostAccessible() {
+	if c.Buffer().Location().HostAccessible() {
 		if !m.manifestDone {
 			m.manifestErr, m.manifestDone = e.writeManifest(m), true
 		}

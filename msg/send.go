@@ -29,7 +29,7 @@ func SendPrefix(p *packing.Plan, g int) (int64, error) {
 
 // AllocSend allocates the send buffers of plan p, one per destination
 // group in the order of p.Groups, each with room for its manifest before
-// the blocks (packing.AllocPrefixed): the buffer holding the blocks is then
+// the blocks (packing.AllocOptions.Prefix): the buffer holding the blocks is then
 // the whole message, and sending it copies nothing. Fill the views in the
 // order of s (or declare the work with Read/Write), then pass the buffers
 // to Exchange. They stay the caller's: free them, or refill them for the
@@ -44,7 +44,7 @@ func AllocSend(a *devalloc.Allocator, p *packing.Plan, s *devalloc.Stream) ([]*p
 		pre, err := SendPrefix(p, g)
 		if err == nil {
 			var c *packing.Coalesced
-			if c, err = packing.AllocPrefixed(a, p, g, pre, s); err == nil {
+			if c, err = packing.Alloc(a, p, s, packing.AllocOptions{Group: g, Prefix: pre}); err == nil {
 				out = append(out, c)
 				continue
 			}
@@ -132,7 +132,8 @@ func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry
 	}
 	common, mixed := DType(0), false
 	for k, v := range c.All() {
-		e := Entry{ID: v.ID(), Offset: uint64(v.Offset()), Rows: uint32(v.Rows()), Cols: uint32(v.Cols()), DType: DType(v.DType())}
+		d := v.Desc()
+		e := Entry{ID: d.ID, Offset: uint64(v.Offset()), Rows: uint32(d.Rows), Cols: uint32(d.Cols), DType: DType(d.DType)}
 		if k == 0 {
 			common = e.DType
 		} else if e.DType != common {
@@ -140,9 +141,9 @@ func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry
 		}
 		pos := k
 		if regular {
-			ci := p.Class(v.PlanIndex())
+			ci, off, _ := c.Locate(k)
 			cl := &classes[ci]
-			pos = first[ci] + int((v.Offset()-cl.Offset)/cl.Stride)
+			pos = first[ci] + int((off-cl.Offset)/cl.Stride)
 		}
 		entries[pos] = e
 	}

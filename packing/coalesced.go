@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 )
 
@@ -30,9 +31,9 @@ type Coalesced struct {
 	// owner is the joined buffer a part belongs to (Parts); nil for a
 	// Coalesced that owns its buffer.
 	owner *Coalesced
-	// share is the buffer's shared ownership (WrapShared); nil when the
-	// Coalesced owns its buffer alone.
-	share *Share
+	// release gives the buffer back on Free instead of freeing it (Wrap);
+	// nil when the Coalesced owns its buffer.
+	release func() error
 }
 
 // isFreed reports whether the buffer is gone: freed, or, for a part, its
@@ -41,96 +42,79 @@ func (c *Coalesced) isFreed() bool {
 	return c.freed.Load() || (c.owner != nil && c.owner.freed.Load())
 }
 
-// Alloc allocates the buffer of a single-group plan with one allocator call,
+// AllocOptions are the variants of Alloc. The zero value allocates group 0
+// of the plan in the allocator's own memory (device memory on the CUDA
+// backend) and clears its padding.
+type AllocOptions struct {
+	// Group is the group to lay out, an index in Plan.Groups. Buffers of a
+	// plan of several destination groups come from msg.AllocSend when they
+	// are to be exchanged (it sets Group and Prefix: Group exists for it),
+	// or as one buffer through Plan.Joined.
+	Group int
+	// Prefix reserves bytes before the layout in the same allocation: room
+	// for a message header, so that the buffer holding the blocks is also
+	// the whole message and sending it copies nothing (msg.AllocSend's
+	// manifest). It must be a non-negative multiple of the plan's Align,
+	// so that the blocks keep their alignment in memory. Coalesced.Start
+	// reports it; its bytes are the caller's, undefined until written.
+	Prefix int64
+	// Pinned lays the group out in page-locked host memory, from the
+	// allocator's pinned pool: a staging buffer that host code fills in
+	// place, then moved to the device by an Alloc with CopyOf.
+	Pinned bool
+	// CopyOf, when set, fills the new buffer by one copy of CopyOf's
+	// layout in the order of s, instead of clearing its padding (CopyOf's
+	// padding is zero, and comes with the copy): one allocator call and one
+	// copy, the upload of operands packed in pinned memory. CopyOf must be
+	// laid out by the same plan and group.
+	CopyOf *Coalesced
+}
+
+// Alloc allocates the buffer of one group of p with one allocator call,
 // usable in the order of s, and zeroes its padding in the order of s. Block
-// contents are undefined until written. A plan with several destination
-// groups needs AllocGroups.
-func Alloc(a *devalloc.Allocator, p *Plan, s *devalloc.Stream) (*Coalesced, error) {
+// contents are undefined until written. Without options p must have a
+// single group; opts, at most one, choose the group and the variants.
+func Alloc(a *devalloc.Allocator, p *Plan, s *devalloc.Stream, opts ...AllocOptions) (*Coalesced, error) {
 	if p == nil {
-		return nil, fmt.Errorf("packing: alloc: nil plan: %w", ErrInvalid)
+		return nil, fmt.Errorf("packing: alloc: nil plan: %w", distbuf.ErrInvalid)
 	}
-	if len(p.groups) != 1 {
-		return nil, fmt.Errorf("packing: alloc: plan has %d destination groups, use AllocGroups: %w", len(p.groups), ErrInvalid)
-	}
-	return allocGroup(a, p, 0, s, false)
-}
-
-// AllocGroups allocates one buffer per destination group, in the order of
-// Plan.Groups: one allocator call per group. Buffers to exchange with msg
-// come from msg.AllocSend instead, which leaves room for the message's
-// manifest before the blocks.
-func AllocGroups(a *devalloc.Allocator, p *Plan, s *devalloc.Stream) ([]*Coalesced, error) {
-	if p == nil {
-		return nil, fmt.Errorf("packing: alloc groups: nil plan: %w", ErrInvalid)
-	}
-	out := make([]*Coalesced, 0, len(p.groups))
-	for g := range p.groups {
-		c, err := allocGroup(a, p, g, s, false)
-		if err != nil {
-			for _, done := range out {
-				_ = done.Free()
-			}
-			return nil, err
+	var o AllocOptions
+	switch len(opts) {
+	case 0:
+		if len(p.groups) != 1 {
+			return nil, fmt.Errorf("packing: alloc: plan has %d destination groups: allocate send buffers with msg.AllocSend, or join the groups (Plan.Joined): %w", len(p.groups), distbuf.ErrInvalid)
 		}
-		out = append(out, c)
+	case 1:
+		o = opts[0]
+	default:
+		return nil, fmt.Errorf("packing: alloc: %d AllocOptions: want at most one: %w", len(opts), distbuf.ErrInvalid)
 	}
-	return out, nil
-}
-
-// AllocPinned lays out group g of the plan in page-locked host memory: a
-// staging buffer that Go code fills through the views and that Transfer
-// moves to the device in one copy.
-func AllocPinned(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream) (*Coalesced, error) {
-	if p == nil {
-		return nil, fmt.Errorf("packing: alloc pinned: nil plan: %w", ErrInvalid)
-	}
+	g := o.Group
 	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: alloc pinned: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
+		return nil, fmt.Errorf("packing: alloc: group %d out of range: the plan has %d: %w", g, len(p.groups), distbuf.ErrInvalid)
 	}
-	return allocGroup(a, p, g, s, true)
-}
-
-// AllocCopy allocates a buffer laid out as src (its plan and group) from a,
-// usable in the order of s, and fills it with src's layout by one copy in
-// that order: the device copy of operands packed in pinned memory. The
-// copy brings src's padding, which is zero, so nothing is cleared first:
-// one allocator call and one copy, where Alloc and Transfer also clear.
-func AllocCopy(a *devalloc.Allocator, src *Coalesced, s *devalloc.Stream) (*Coalesced, error) {
-	if src == nil {
-		return nil, fmt.Errorf("packing: alloc copy: nil source: %w", ErrInvalid)
+	if err := p.checkStart("alloc", o.Prefix); err != nil {
+		return nil, err
 	}
+	if o.CopyOf == nil {
+		return allocLayout(a, p, g, o.Prefix, s, o.Pinned, true)
+	}
+	src := o.CopyOf
 	if err := src.check(); err != nil {
 		return nil, err
 	}
-	c, err := allocLayout(a, src.plan, src.group, 0, s, false, false)
+	if src.plan != p || src.group != g {
+		return nil, fmt.Errorf("packing: alloc: CopyOf is laid out by another plan or group (group %d) than the one allocated (group %d): %w", src.group, g, distbuf.ErrInvalid)
+	}
+	c, err := allocLayout(a, p, g, o.Prefix, s, o.Pinned, false)
 	if err != nil {
 		return nil, err
 	}
-	if err := Transfer(s, c, src); err != nil {
+	if err := transfer(s, c, src); err != nil {
 		_ = c.buf.Free()
 		return nil, err
 	}
 	return c, nil
-}
-
-// AllocPrefixed allocates the buffer of group g with prefix bytes reserved
-// before the layout, in one allocator call: room for a message header, so
-// that the buffer holding the blocks is also the whole message and sending
-// it copies nothing. The views start at Start() == prefix; the prefix is the
-// caller's and its bytes are undefined until written. prefix must be a
-// non-negative multiple of the plan's Align, so the blocks keep their
-// alignment in memory.
-func AllocPrefixed(a *devalloc.Allocator, p *Plan, g int, prefix int64, s *devalloc.Stream) (*Coalesced, error) {
-	if p == nil {
-		return nil, fmt.Errorf("packing: alloc prefixed: nil plan: %w", ErrInvalid)
-	}
-	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: alloc prefixed: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
-	}
-	if err := p.checkStart("alloc prefixed", prefix); err != nil {
-		return nil, err
-	}
-	return allocGroupAt(a, p, g, prefix, s, false)
 }
 
 // checkStart validates where a layout may begin in a buffer: a multiple of
@@ -142,7 +126,7 @@ func (p *Plan) checkStart(op string, start int64) error {
 		align = maxElemSize
 	}
 	if start < 0 || start > MaxBytes || start%align != 0 {
-		return fmt.Errorf("packing: %s: start %d: want a multiple of %d in [0, 2^50]: %w", op, start, align, ErrBadAlign)
+		return fmt.Errorf("packing: %s: start %d misaligned or out of range: want a multiple of %d in [0, 2^50]: %w", op, start, align, distbuf.ErrInvalid)
 	}
 	return nil
 }
@@ -151,23 +135,15 @@ func (p *Plan) checkStart(op string, start int64) error {
 // multiple of it keeps every block's elements aligned.
 const maxElemSize = 16
 
-func allocGroup(a *devalloc.Allocator, p *Plan, g int, s *devalloc.Stream, pinned bool) (*Coalesced, error) {
-	return allocGroupAt(a, p, g, 0, s, pinned)
-}
-
-func allocGroupAt(a *devalloc.Allocator, p *Plan, g int, start int64, s *devalloc.Stream, pinned bool) (*Coalesced, error) {
-	return allocLayout(a, p, g, start, s, pinned, true)
-}
-
 // allocLayout allocates group g of p after start bytes; clearPadding zeroes
-// the padding in the order of s (AllocCopy's copy brings zero padding).
+// the padding in the order of s (a copy of a layout brings zero padding).
 func allocLayout(a *devalloc.Allocator, p *Plan, g int, start int64, s *devalloc.Stream, pinned, clearPadding bool) (*Coalesced, error) {
 	if a == nil {
-		return nil, fmt.Errorf("packing: alloc: nil allocator: %w", ErrInvalid)
+		return nil, fmt.Errorf("packing: alloc: nil allocator: %w", distbuf.ErrInvalid)
 	}
 	size := p.groups[g].Bytes
 	if start > MaxBytes-size {
-		return nil, fmt.Errorf("packing: alloc group %d: %d bytes after a %d-byte prefix exceed 2^50: %w", g, size, start, ErrOverflow)
+		return nil, fmt.Errorf("packing: alloc group %d: too large: %d bytes after a %d-byte prefix exceed 2^50: %w", g, size, start, distbuf.ErrInvalid)
 	}
 	// An empty group still gets a (minimal) buffer so that every group is
 	// one buffer and one message.
@@ -193,34 +169,32 @@ func allocLayout(a *devalloc.Allocator, p *Plan, g int, start int64, s *devalloc
 	return c, nil
 }
 
-// Wrap makes the views of group g of plan p over an existing buffer, such as
-// a received message, without copying. The buffer must hold at least the
-// group's bytes. The Coalesced takes ownership: its Free frees buf.
-func Wrap(buf *devalloc.Buffer, p *Plan, g int) (*Coalesced, error) {
+// Wrap makes the Coalesced of group g of plan p over an existing buffer,
+// such as a received message, without copying: the layout begins at byte
+// off of buf (a received message's payload, after its header), which must
+// hold the group's bytes from there. off must be a multiple of the plan's
+// Align (of 16 for a plan from FromManifest). The Coalesced owns what
+// release gives back: its Free calls release once, after which it and its
+// views report distbuf.ErrFreed. A nil release hands buf over: Free frees
+// it. Where several Coalesced share one buffer (the receive buffer of
+// several messages), each is given the release of its own reference. On
+// error Wrap takes nothing: buf, and the reference, stay the caller's.
+func Wrap(buf *devalloc.Buffer, off int64, p *Plan, g int, release func() error) (*Coalesced, error) {
 	if buf == nil || p == nil {
-		return nil, fmt.Errorf("packing: wrap: nil buffer or plan: %w", ErrInvalid)
+		return nil, fmt.Errorf("packing: wrap: nil buffer or plan: %w", distbuf.ErrInvalid)
 	}
 	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: wrap: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
+		return nil, fmt.Errorf("packing: wrap: group %d out of range: the plan has %d: %w", g, len(p.groups), distbuf.ErrInvalid)
 	}
-	return wrap(buf, 0, p, g)
-}
-
-// WrapAt is Wrap for a layout that begins at byte off of buf, such as the
-// payload of a received message after its header: the views start there and
-// Start reports off. off must be a multiple of the plan's Align (of 16 for a
-// plan from FromManifest). The Coalesced takes ownership of buf.
-func WrapAt(buf *devalloc.Buffer, off int64, p *Plan, g int) (*Coalesced, error) {
-	if buf == nil || p == nil {
-		return nil, fmt.Errorf("packing: wrap at: nil buffer or plan: %w", ErrInvalid)
-	}
-	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: wrap at: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
-	}
-	if err := p.checkStart("wrap at", off); err != nil {
+	if err := p.checkStart("wrap", off); err != nil {
 		return nil, err
 	}
-	return wrap(buf, off, p, g)
+	c, err := wrap(buf, off, p, g)
+	if err != nil {
+		return nil, err
+	}
+	c.release = release
+	return c, nil
 }
 
 func wrap(buf *devalloc.Buffer, start int64, p *Plan, g int) (*Coalesced, error) {
@@ -230,11 +204,11 @@ func wrap(buf *devalloc.Buffer, start int64, p *Plan, g int) (*Coalesced, error)
 	}
 	need := p.groups[g].Bytes
 	if size < need || start > size-need {
-		return nil, fmt.Errorf("packing: wrap: buffer #%d holds %d bytes, the layout needs %d from byte %d: %w", buf.ID(), size, need, start, ErrOutOfRange)
+		return nil, fmt.Errorf("packing: wrap: buffer #%d holds %d bytes, the layout needs %d from byte %d: %w", buf.ID(), size, need, start, distbuf.ErrInvalid)
 	}
 	c := &Coalesced{plan: p, group: g, buf: buf, start: start, base: addr + uintptr(start), size: need, n: p.groups[g].Blocks}
 	if len(p.groups) > 1 {
-		c.members, _ = p.Members(g)
+		c.members, _ = p.groupMembers(g)
 	}
 	if buf.Location().HostAccessible() {
 		mem, err := buf.Bytes()
@@ -343,10 +317,10 @@ func (c *Coalesced) enqueueWrite(s *devalloc.Stream, fn func()) error {
 
 func (c *Coalesced) check() error {
 	if c == nil {
-		return fmt.Errorf("packing: nil coalesced buffer: %w", ErrInvalid)
+		return fmt.Errorf("packing: nil coalesced buffer: %w", distbuf.ErrInvalid)
 	}
 	if c.isFreed() {
-		return fmt.Errorf("packing: coalesced buffer #%d: %w", c.buf.ID(), ErrFreed)
+		return fmt.Errorf("packing: coalesced buffer #%d: %w", c.buf.ID(), distbuf.ErrFreed)
 	}
 	return nil
 }
@@ -367,49 +341,35 @@ func (c *Coalesced) Len() int { return c.n }
 // Size is the number of bytes of the layout (the message payload).
 func (c *Coalesced) Size() int64 { return c.size }
 
-// Start is the byte offset in Buffer at which the layout begins: 0 unless
-// the buffer came from AllocPrefixed or WrapAt. View offsets count from it.
+// Start is the byte offset in Buffer at which the layout begins: Alloc's
+// Prefix, Wrap's offset, or a part's place in its joined buffer (Parts).
+// View offsets count from it.
 func (c *Coalesced) Start() int64 { return c.start }
 
 // Buffer is the underlying allocation; the layout occupies
-// [Start, Start+Size) of it. Declare work on views with its Read and Write
-// (or with the Coalesced's own); do not Free it directly.
+// [Start, Start+Size) of it. Declare work on the blocks with its Read and
+// Write (then Access.Done), hold it for host work with its Hold, and ask it
+// where the memory lives (Location); do not Free it directly.
 func (c *Coalesced) Buffer() *devalloc.Buffer { return c.buf }
 
-// Location says where the memory lives.
-func (c *Coalesced) Location() devalloc.Location { return c.buf.Location() }
-
-// Read declares that work about to be enqueued on s reads any of the views.
-func (c *Coalesced) Read(s *devalloc.Stream) (*devalloc.Access, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	return c.buf.Read(s)
-}
-
-// Write declares that work about to be enqueued on s writes any of the views.
-func (c *Coalesced) Write(s *devalloc.Stream) (*devalloc.Access, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	return c.buf.Write(s)
-}
-
 // Free releases the buffer once, after every completion recorded on it (the
-// devalloc ledger). Every later use of the Coalesced or its views returns
-// ErrFreed, a second Free included.
+// devalloc ledger): it frees it, or, for a Coalesced made by Wrap with a
+// release, calls release. Every later use of the Coalesced or its views
+// returns distbuf.ErrFreed, a second Free included. A part of a joined
+// buffer (Parts) owns nothing: its Free is refused with
+// distbuf.ErrInvalid.
 func (c *Coalesced) Free() error {
 	if c == nil {
-		return fmt.Errorf("packing: free of nil coalesced buffer: %w", ErrInvalid)
+		return fmt.Errorf("packing: free of nil coalesced buffer: %w", distbuf.ErrInvalid)
 	}
 	if c.owner != nil {
-		return fmt.Errorf("packing: free of a part of joined buffer #%d: free the joined buffer: %w", c.buf.ID(), ErrInvalid)
+		return fmt.Errorf("packing: free of a part of joined buffer #%d: free the joined buffer: %w", c.buf.ID(), distbuf.ErrInvalid)
 	}
 	if c.freed.Swap(true) {
-		return fmt.Errorf("packing: double free of coalesced buffer #%d: %w", c.buf.ID(), ErrFreed)
+		return fmt.Errorf("packing: double free of coalesced buffer #%d: %w", c.buf.ID(), distbuf.ErrFreed)
 	}
-	if c.share != nil {
-		return c.share.drop()
+	if c.release != nil {
+		return c.release()
 	}
 	if err := c.buf.Free(); err != nil {
 		return fmt.Errorf("packing: free: %w", err)
@@ -418,12 +378,12 @@ func (c *Coalesced) Free() error {
 }
 
 // View is one block inside a Coalesced: a handle of two words that reads
-// the block's id, offset, shape, dtype and address from the plan's flat
-// arrays, so making views costs nothing per block beyond the plan itself. It
-// owns no memory: Addr and the host slices are valid until the Coalesced is
-// freed, and any access through them must be declared on the Coalesced
-// (Read/Write, then Access.Done). Host code that must also run on a GPU,
-// where these slices do not exist, uses Coalesced.OnHost instead.
+// the block's descriptor and offset from the plan's flat arrays, so making
+// views costs nothing per block beyond the plan itself. It owns no memory.
+// Host code reads and writes the blocks through Coalesced.OnHost, the same
+// on every backend; device code finds a block at Buffer's address plus
+// Start plus Offset, and declares its work on Buffer (Read/Write, then
+// Access.Done).
 type View struct {
 	c *Coalesced
 	i int // plan index
@@ -431,43 +391,22 @@ type View struct {
 
 func (v View) cls() *Class { return v.c.plan.class(v.i) }
 
-// ID is the block's id.
-func (v View) ID() uint64 { return v.c.plan.id(v.i) }
+// Desc is the block's descriptor: id, dtype, shape, and the destination
+// of its group (NoDest for a received or joined layout).
+func (v View) Desc() Desc {
+	cl := v.cls()
+	return Desc{ID: v.id(), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: v.c.Dest()}
+}
 
 // Offset is the block's byte offset in the layout, counted from the
 // Coalesced's Start.
 func (v View) Offset() int64 { return v.c.plan.offset(v.i) }
 
-// Addr is the block's address: a device pointer on device memory, a host
-// address otherwise. It is valid until the Coalesced is freed.
-func (v View) Addr() uintptr { return v.c.base + uintptr(v.c.plan.offset(v.i)) }
-
-// Rows is the number of rows.
-func (v View) Rows() int { return v.cls().Rows }
-
-// Cols is the number of columns.
-func (v View) Cols() int { return v.cls().Cols }
-
-// DType is the element type.
-func (v View) DType() DType { return v.cls().DType }
-
-// Bytes is the size of the block's elements.
-func (v View) Bytes() int64 { return v.cls().BlockBytes }
-
-// Len is the number of elements.
-func (v View) Len() int { cl := v.cls(); return cl.Rows * cl.Cols }
-
-// PlanIndex is the block's index in the plan's descriptor list.
-func (v View) PlanIndex() int { return v.i }
-
-// Coalesced is the buffer the view belongs to.
-func (v View) Coalesced() *Coalesced { return v.c }
-
-// Desc is the block's descriptor.
-func (v View) Desc() Desc {
-	cl := v.cls()
-	return Desc{ID: v.ID(), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: v.c.Dest()}
-}
+func (v View) id() uint64    { return v.c.plan.id(v.i) }
+func (v View) dtype() DType  { return v.cls().DType }
+func (v View) bytes() int64  { return v.cls().BlockBytes }
+func (v View) length() int   { cl := v.cls(); return cl.Rows * cl.Cols }
+func (v View) addr() uintptr { return v.c.base + uintptr(v.c.plan.offset(v.i)) }
 
 // View returns the block at group position k.
 func (c *Coalesced) View(k int) (View, error) {
@@ -503,23 +442,12 @@ func (c *Coalesced) viewError(k int) error {
 	if err := c.check(); err != nil { // nil or freed
 		return err
 	}
-	return fmt.Errorf("packing: view %d of a buffer with %d blocks: %w", k, c.Len(), ErrOutOfRange)
-}
-
-// Lookup returns the view of the block with the given id.
-func (c *Coalesced) Lookup(id uint64) (View, error) {
-	if err := c.check(); err != nil {
-		return View{}, err
-	}
-	i, ok := c.plan.Index(id)
-	if !ok || c.plan.class(i).Group != c.group {
-		return View{}, fmt.Errorf("packing: no block with id %d in this buffer: %w", id, ErrOutOfRange)
-	}
-	return View{c: c, i: i}, nil
+	return fmt.Errorf("packing: view %d of a buffer with %d blocks: %w", k, c.Len(), distbuf.ErrInvalid)
 }
 
 // Position is the group position of the block with the given id: the index
-// View, Locate and HostBlocks' typed methods take, and gemm's Triple names.
+// View, Locate and HostBlocks' methods take, and gemm's Triple names. The
+// first call on a plan builds a map of its ids.
 func (c *Coalesced) Position(id uint64) (int, error) {
 	if err := c.check(); err != nil {
 		return 0, err
@@ -527,13 +455,12 @@ func (c *Coalesced) Position(id uint64) (int, error) {
 	if k, ok := c.position(id); ok {
 		return k, nil
 	}
-	return 0, fmt.Errorf("packing: no block with id %d in coalesced buffer #%d: %w", id, c.buf.ID(), ErrOutOfRange)
+	return 0, fmt.Errorf("packing: no block with id %d in coalesced buffer #%d: %w", id, c.buf.ID(), distbuf.ErrInvalid)
 }
 
-// position is Position without the checks of c. The first call on a plan
-// builds a map of its ids (Plan.Index).
+// position is Position without the checks of c.
 func (c *Coalesced) position(id uint64) (int, bool) {
-	i, ok := c.plan.Index(id)
+	i, ok := c.plan.index(id)
 	if !ok || c.plan.class(i).Group != c.group {
 		return 0, false
 	}
@@ -567,91 +494,4 @@ func (c *Coalesced) All() iter.Seq2[int, View] {
 			}
 		}
 	}
-}
-
-// Views returns every view in group-position order.
-func (c *Coalesced) Views() ([]View, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	out := make([]View, c.n)
-	for k := range out {
-		i := k
-		if c.members != nil {
-			i = int(c.members[k])
-		}
-		out[k] = View{c: c, i: i}
-	}
-	return out, nil
-}
-
-// hostPtr returns the block's host address after checking that it may be used.
-func (v View) hostPtr(want DType) (unsafe.Pointer, error) {
-	if v.c == nil {
-		return nil, fmt.Errorf("packing: zero View: %w", ErrInvalid)
-	}
-	if err := v.c.check(); err != nil {
-		return nil, err
-	}
-	if want != 0 && v.DType() != want {
-		return nil, fmt.Errorf("packing: block id %d holds %s, not %s: %w", v.ID(), v.DType(), want, ErrInvalid)
-	}
-	if v.c.host == nil {
-		return nil, fmt.Errorf("packing: block id %d is in %s memory (Coalesced.OnHost gives host slices on every backend): %w", v.ID(), v.c.buf.Location(), ErrNotHostAccessible)
-	}
-	return unsafe.Add(v.c.host, v.Offset()), nil
-}
-
-// Raw is the block's bytes on host-accessible memory (host backend, pinned).
-// On device memory it fails with ErrNotHostAccessible, as the typed slices
-// below do: code that must also run on a GPU reads and writes blocks
-// through Coalesced.OnHost, whose HostBlocks gives the same slices, by
-// block position, on every backend.
-func (v View) Raw() ([]byte, error) {
-	p, err := v.hostPtr(0)
-	if err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*byte)(p), v.Bytes()), nil
-}
-
-// Float32s is the block's elements, row-major, for a Float32 block on
-// host-accessible memory (see Raw, and Coalesced.OnHost for code that must
-// also run on a GPU).
-func (v View) Float32s() ([]float32, error) {
-	p, err := v.hostPtr(Float32)
-	if err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*float32)(p), v.Len()), nil
-}
-
-// Float64s is the block's elements for a Float64 block, on host-accessible
-// memory only, as Float32s.
-func (v View) Float64s() ([]float64, error) {
-	p, err := v.hostPtr(Float64)
-	if err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*float64)(p), v.Len()), nil
-}
-
-// Complex64s is the block's elements for a Complex64 block, on host-accessible
-// memory only, as Float32s.
-func (v View) Complex64s() ([]complex64, error) {
-	p, err := v.hostPtr(Complex64)
-	if err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*complex64)(p), v.Len()), nil
-}
-
-// Complex128s is the block's elements for a Complex128 block, on host-accessible
-// memory only, as Float32s.
-func (v View) Complex128s() ([]complex128, error) {
-	p, err := v.hostPtr(Complex128)
-	if err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*complex128)(p), v.Len()), nil
 }

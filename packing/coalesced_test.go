@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/stretchr/testify/require"
 )
@@ -44,31 +45,31 @@ func TestCoalescedGroupsOneAllocationEach(t *testing.T) {
 	p, err := NewPlan(descs, Options{})
 	require.NoError(t, err)
 	_, err = Alloc(a, p, s)
-	require.ErrorIs(t, err, ErrInvalid, "a multi-destination plan needs AllocGroups")
+	requireProblem(t, err, "msg.AllocSend", "a multi-destination plan needs an explicit group")
 	before := a.Stats()
-	cs, err := AllocGroups(a, p, s)
+	cs, err := allocGroups(a, p, s)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, a.Stats().AllocCalls-before.AllocCalls, "one allocation per destination, not per block")
 	require.EqualValues(t, 4, a.Stats().BackendCalls-before.BackendCalls)
 	for g, c := range cs {
 		require.Equal(t, g, c.Dest())
 		require.Equal(t, 750, c.Len())
-		views, err := c.Views()
+		views, err := views(c)
 		require.NoError(t, err)
 		for k, v := range views {
-			require.Equal(t, descs[4*k+g].ID, v.ID(), "group positions follow list order")
+			require.Equal(t, descs[4*k+g].ID, v.id(), "group positions follow list order")
 			require.Equal(t, g, v.Desc().Dest)
-			at, err := c.Position(v.ID())
+			at, err := c.Position(v.id())
 			require.NoError(t, err)
 			require.Equal(t, k, at, "Position is the view's group position")
 		}
 		_, err = c.Position(descs[(g+1)%4].ID)
-		require.ErrorIs(t, err, ErrOutOfRange, "a block of another group")
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "a block of another group")
 		_, err = c.Position(1 << 62)
-		require.ErrorIs(t, err, ErrOutOfRange, "no such id")
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "no such id")
 		require.NoError(t, c.Free())
-		_, err = c.Position(views[0].ID())
-		require.ErrorIs(t, err, ErrFreed)
+		_, err = c.Position(views[0].id())
+		require.ErrorIs(t, err, distbuf.ErrFreed)
 	}
 }
 
@@ -106,18 +107,18 @@ func TestCoalescedPaddingZero(t *testing.T) {
 				require.NoError(t, s.Synchronize())
 				c, err := Alloc(a, p, s)
 				require.NoError(t, err)
-				views, err := c.Views()
+				views, err := views(c)
 				require.NoError(t, err)
 				// Fill every block with 0xFF; everything else must read zero.
 				fill := make([][]byte, len(views))
 				for k, v := range views {
-					fill[k] = bytes.Repeat([]byte{0xFF}, int(v.Bytes()))
+					fill[k] = bytes.Repeat([]byte{0xFF}, int(v.bytes()))
 				}
 				require.NoError(t, PackHost(s, c, fill))
 				mem := readAll(t, s, c.Buffer())[:c.Size()]
 				inBlock := make([]bool, len(mem))
 				for _, v := range views {
-					for b := v.Offset(); b < v.Offset()+v.Bytes(); b++ {
+					for b := v.Offset(); b < v.Offset()+v.bytes(); b++ {
 						inBlock[b] = true
 					}
 				}
@@ -154,58 +155,58 @@ func TestViewsAndAccessors(t *testing.T) {
 	for k, d := range descs {
 		v, err := c.View(k)
 		require.NoError(t, err)
-		_, off, _ := p.Block(k)
-		require.Equal(t, d.ID, v.ID())
+		_, off, _ := p.block(k)
+		require.Equal(t, d.ID, v.id())
 		require.Equal(t, off, v.Offset())
-		require.Equal(t, base+uintptr(off), v.Addr())
-		require.Equal(t, [3]any{d.DType, d.Rows, d.Cols}, [3]any{v.DType(), v.Rows(), v.Cols()})
-		require.Equal(t, d.Bytes(), v.Bytes())
-		raw, err := v.Raw()
+		require.Equal(t, base+uintptr(off), v.addr())
+		require.Equal(t, [3]any{d.DType, d.Rows, d.Cols}, [3]any{v.dtype(), v.Desc().Rows, v.Desc().Cols})
+		require.Equal(t, d.Bytes(), v.bytes())
+		raw, err := viewSlice[byte](v, 0)
 		require.NoError(t, err)
 		require.Len(t, raw, int(d.Bytes()))
 	}
 	v0, _ := c.View(0)
-	f64, err := v0.Float64s()
+	f64, err := viewSlice[float64](v0, Float64)
 	require.NoError(t, err)
 	require.Len(t, f64, 6)
 	f64[5] = math.Pi
-	raw, _ := v0.Raw()
+	raw, _ := viewSlice[byte](v0, 0)
 	require.Equal(t, math.Float64bits(math.Pi), binary.LittleEndian.Uint64(raw[40:]))
-	_, err = v0.Float32s()
-	require.ErrorIs(t, err, ErrInvalid, "dtype mismatch")
+	_, err = viewSlice[float32](v0, Float32)
+	require.ErrorIs(t, err, distbuf.ErrInvalid, "dtype mismatch")
 	v1, _ := c.View(1)
-	f32, err := v1.Float32s()
+	f32, err := viewSlice[float32](v1, Float32)
 	require.NoError(t, err)
 	require.Len(t, f32, 4)
 	v2, _ := c.View(2)
-	c64, err := v2.Complex64s()
+	c64, err := viewSlice[complex64](v2, Complex64)
 	require.NoError(t, err)
 	require.Len(t, c64, 4)
-	v3, err := c.Lookup(10)
+	v3, err := viewByID(c, 10)
 	require.NoError(t, err)
-	c128, err := v3.Complex128s()
+	c128, err := viewSlice[complex128](v3, Complex128)
 	require.NoError(t, err)
 	require.Len(t, c128, 1)
-	_, err = c.Lookup(99)
-	require.ErrorIs(t, err, ErrOutOfRange)
+	_, err = viewByID(c, 99)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	_, err = c.View(4)
-	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	_, err = c.View(-1)
-	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 
 	// Use after free: the Coalesced, every view, a second Free.
 	require.NoError(t, c.Free())
 	_, err = c.View(0)
-	require.ErrorIs(t, err, ErrFreed)
-	_, err = v0.Float64s()
-	require.ErrorIs(t, err, ErrFreed)
-	_, err = v3.Raw()
-	require.ErrorIs(t, err, ErrFreed)
-	_, err = c.Views()
-	require.ErrorIs(t, err, ErrFreed)
-	_, err = c.Write(s)
-	require.ErrorIs(t, err, ErrFreed)
-	require.ErrorIs(t, c.Free(), ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
+	_, err = viewSlice[float64](v0, Float64)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
+	_, err = viewSlice[byte](v3, 0)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
+	_, err = views(c)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
+	_, err = c.Buffer().Write(s)
+	require.ErrorIs(t, err, devalloc.ErrFreed, "the buffer went with the Coalesced")
+	require.ErrorIs(t, c.Free(), distbuf.ErrFreed)
 }
 
 func TestDeviceViewsHaveNoHostSlice(t *testing.T) {
@@ -217,9 +218,9 @@ func TestDeviceViewsHaveNoHostSlice(t *testing.T) {
 	require.NoError(t, err)
 	v, err := c.View(0)
 	require.NoError(t, err)
-	require.NotZero(t, v.Addr())
-	_, err = v.Float64s()
-	require.ErrorIs(t, err, ErrNotHostAccessible)
+	require.NotZero(t, v.addr())
+	_, err = viewSlice[float64](v, Float64)
+	require.ErrorIs(t, err, distbuf.ErrNotHostAccessible)
 	require.NoError(t, c.Free())
 }
 
@@ -238,11 +239,11 @@ func TestFreeAfterLastViewCompletion(t *testing.T) {
 	require.NoError(t, err)
 	v, err := c.View(0)
 	require.NoError(t, err)
-	f, err := v.Float64s()
+	f, err := viewSlice[float64](v, Float64)
 	require.NoError(t, err)
 	gate := make(chan struct{})
 	wrote := make(chan struct{})
-	w, err := c.Write(s2)
+	w, err := c.Buffer().Write(s2)
 	require.NoError(t, err)
 	require.NoError(t, s2.Enqueue(func() error {
 		<-gate
@@ -264,7 +265,7 @@ func TestFreeAfterLastViewCompletion(t *testing.T) {
 	require.NoError(t, a.Sync())
 	require.EqualValues(t, before.LiveBuffers-1, a.Stats().LiveBuffers, "released once, after the view's work")
 	_, err = c.View(0)
-	require.ErrorIs(t, err, ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 }
 
 func TestWrapReceivedBuffer(t *testing.T) {
@@ -292,7 +293,7 @@ func TestWrapReceivedBuffer(t *testing.T) {
 			q, err := FromManifest(entries, size)
 			require.NoError(t, err)
 			before := a.Stats()
-			recv, err := Wrap(recvBuf, q, 0)
+			recv, err := Wrap(recvBuf, 0, q, 0, nil)
 			require.NoError(t, err)
 			require.Equal(t, before.AllocCalls, a.Stats().AllocCalls, "wrapping allocates nothing")
 			out := make([][]byte, len(descs))
@@ -308,10 +309,10 @@ func TestWrapReceivedBuffer(t *testing.T) {
 			// A buffer too small for the layout.
 			small, err := a.Alloc(size/2, s)
 			require.NoError(t, err)
-			_, err = Wrap(small, q, 0)
-			require.ErrorIs(t, err, ErrOutOfRange)
-			_, err = Wrap(small, q, 1)
-			require.ErrorIs(t, err, ErrOutOfRange)
+			_, err = Wrap(small, 0, q, 0, nil)
+			require.ErrorIs(t, err, distbuf.ErrInvalid)
+			_, err = Wrap(small, 0, q, 1, nil)
+			require.ErrorIs(t, err, distbuf.ErrInvalid)
 			require.NoError(t, small.Free())
 			require.NoError(t, sender.Free())
 		})
@@ -355,30 +356,30 @@ func TestMillionBlocksOneAllocation(t *testing.T) {
 	c, err := Alloc(a, p, s)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, a.Stats().BackendCalls-before.BackendCalls)
-	views, err := c.Views()
+	views, err := views(c)
 	require.NoError(t, err)
 	require.Len(t, views, 1_000_000)
 	base, err := c.Buffer().Addr()
 	require.NoError(t, err)
 	last := views[len(views)-1]
-	require.LessOrEqual(t, last.Addr()+uintptr(last.Bytes()), base+uintptr(c.Size()))
+	require.LessOrEqual(t, last.addr()+uintptr(last.bytes()), base+uintptr(c.Size()))
 	// Write every block through its view, read a few back.
-	w, err := c.Write(s)
+	w, err := c.Buffer().Write(s)
 	require.NoError(t, err)
 	require.NoError(t, s.Enqueue(func() error {
 		for _, v := range views {
-			f, err := v.Float32s()
+			f, err := viewSlice[float32](v, Float32)
 			if err != nil {
 				return err
 			}
-			f[len(f)-1] = float32(v.ID())
+			f[len(f)-1] = float32(v.id())
 		}
 		return nil
 	}))
 	require.NoError(t, w.Done())
 	require.NoError(t, s.Synchronize())
 	for _, k := range []int{0, 1, 499_999, 999_999} {
-		f, err := views[k].Float32s()
+		f, err := viewSlice[float32](views[k], Float32)
 		require.NoError(t, err)
 		require.Equal(t, float32(k), f[len(f)-1])
 	}
@@ -394,16 +395,16 @@ func TestAllViews(t *testing.T) {
 	}
 	p, err := NewPlan(descs, Options{})
 	require.NoError(t, err)
-	cs, err := AllocGroups(a, p, a.DefaultStream())
+	cs, err := allocGroups(a, p, a.DefaultStream())
 	require.NoError(t, err)
 	for g, c := range cs {
-		want, err := c.Views()
+		want, err := views(c)
 		require.NoError(t, err)
 		var got []View
 		for k, v := range c.All() {
 			require.Equal(t, len(got), k)
 			got = append(got, v)
-			require.Equal(t, descs[2*k+g].ID, v.ID())
+			require.Equal(t, descs[2*k+g].ID, v.id())
 		}
 		require.Equal(t, want, got)
 		for range c.All() {
@@ -430,7 +431,7 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 			require.NoError(t, err)
 			const prefix = 512
 			before := a.Stats()
-			c, err := AllocPrefixed(a, p, 1, prefix, s)
+			c, err := Alloc(a, p, s, AllocOptions{Group: 1, Prefix: prefix})
 			require.NoError(t, err)
 			require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "prefix and layout are one allocation")
 			require.EqualValues(t, prefix, c.Start())
@@ -439,15 +440,15 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 			require.Equal(t, 1, c.Dest())
 			base, err := c.Buffer().Addr()
 			require.NoError(t, err)
-			members, err := p.Members(1)
+			members, err := p.groupMembers(1)
 			require.NoError(t, err)
 			src := make([][]byte, c.Len())
 			for k := range src {
 				v, err := c.View(k)
 				require.NoError(t, err)
-				require.Equal(t, base+prefix+uintptr(v.Offset()), v.Addr(), "views start after the prefix")
-				require.Equal(t, descs[members[k]].ID, v.ID())
-				src[k] = bytes.Repeat([]byte{byte(k + 1)}, int(v.Bytes()))
+				require.Equal(t, base+prefix+uintptr(v.Offset()), v.addr(), "views start after the prefix")
+				require.Equal(t, descs[members[k]].ID, v.id())
+				src[k] = bytes.Repeat([]byte{byte(k + 1)}, int(v.bytes()))
 			}
 			// Write the prefix and the blocks; the prefix must survive the
 			// padding clear and the packing.
@@ -468,7 +469,7 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 			cp, err := a.Alloc(c.Buffer().Size(), s)
 			require.NoError(t, err)
 			require.NoError(t, s.Copy(cp, 0, c.Buffer(), 0, cp.Size()))
-			w, err := WrapAt(cp, prefix, p, 1)
+			w, err := Wrap(cp, prefix, p, 1, nil)
 			require.NoError(t, err)
 			require.EqualValues(t, prefix, w.Start())
 			out := make([][]byte, w.Len())
@@ -480,9 +481,9 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 			require.Equal(t, src, out)
 
 			// Transfer between layouts at different starts.
-			flat, err := AllocGroups(a, p, s)
+			flat, err := allocGroups(a, p, s)
 			require.NoError(t, err)
-			require.NoError(t, Transfer(s, flat[1], w))
+			require.NoError(t, transfer(s, flat[1], w))
 			for k := range out {
 				clear(out[k])
 			}
@@ -494,16 +495,16 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 			}
 
 			// Bad starts.
-			_, err = AllocPrefixed(a, p, 0, 100, s)
-			require.ErrorIs(t, err, ErrBadAlign, "a prefix that would misalign the classes")
-			_, err = AllocPrefixed(a, p, 0, -256, s)
-			require.ErrorIs(t, err, ErrBadAlign)
-			_, err = AllocPrefixed(a, p, 2, 256, s)
-			require.ErrorIs(t, err, ErrOutOfRange)
-			_, err = WrapAt(cp, 8, p, 1)
-			require.ErrorIs(t, err, ErrBadAlign)
-			_, err = WrapAt(cp, prefix+256, p, 1)
-			require.ErrorIs(t, err, ErrOutOfRange, "the layout would run past the buffer")
+			_, err = Alloc(a, p, s, AllocOptions{Group: 0, Prefix: 100})
+			requireProblem(t, err, problemAlign, "a prefix that would misalign the classes")
+			_, err = Alloc(a, p, s, AllocOptions{Prefix: -256})
+			requireProblem(t, err, problemAlign)
+			_, err = Alloc(a, p, s, AllocOptions{Group: 2, Prefix: 256})
+			require.ErrorIs(t, err, distbuf.ErrInvalid)
+			_, err = Wrap(cp, 8, p, 1, nil)
+			requireProblem(t, err, problemAlign)
+			_, err = Wrap(cp, prefix+256, p, 1, nil)
+			require.ErrorIs(t, err, distbuf.ErrInvalid, "the layout would run past the buffer")
 			require.NoError(t, w.Free())
 			require.NoError(t, c.Free())
 		})
@@ -522,13 +523,13 @@ func TestWrapAtManifestPlan(t *testing.T) {
 	require.NoError(t, err)
 	buf, err := a.Alloc(16+48, s)
 	require.NoError(t, err)
-	_, err = WrapAt(buf, 8, q, 0)
-	require.ErrorIs(t, err, ErrBadAlign, "complex128 elements need 16-byte alignment")
-	c, err := WrapAt(buf, 16, q, 0)
+	_, err = Wrap(buf, 8, q, 0, nil)
+	requireProblem(t, err, problemAlign, "complex128 elements need 16-byte alignment")
+	c, err := Wrap(buf, 16, q, 0, nil)
 	require.NoError(t, err)
-	v, err := c.Lookup(4)
+	v, err := viewByID(c, 4)
 	require.NoError(t, err)
-	f, err := v.Float32s()
+	f, err := viewSlice[float32](v, Float32)
 	require.NoError(t, err)
 	mem, err := buf.Bytes()
 	require.NoError(t, err)
@@ -579,7 +580,7 @@ func TestLocate(t *testing.T) {
 			require.NoError(t, err)
 			class, off, ok := c.Locate(k)
 			require.True(t, ok)
-			require.Equal(t, c.Plan().Class(v.PlanIndex()), class, "block %d", k)
+			require.Equal(t, c.Plan().classIndex(v.i), class, "block %d", k)
 			require.Equal(t, v.Offset(), off, "block %d", k)
 		}
 		for _, k := range []int{-1, c.Len(), 1 << 40} {
@@ -593,7 +594,7 @@ func TestLocate(t *testing.T) {
 	}
 	p, err := NewPlan(descs, Options{})
 	require.NoError(t, err)
-	cs, err := AllocGroups(a, p, s)
+	cs, err := allocGroups(a, p, s)
 	require.NoError(t, err)
 	for _, c := range cs {
 		same(t, c)
@@ -610,7 +611,7 @@ func TestLocate(t *testing.T) {
 	require.NoError(t, err)
 	buf, err := a.Alloc(96, s)
 	require.NoError(t, err)
-	cm, err := Wrap(buf, q, 0)
+	cm, err := Wrap(buf, 0, q, 0, nil)
 	require.NoError(t, err)
 	same(t, cm)
 	for _, c := range append(cs, c1, cm) {

@@ -1,5 +1,8 @@
 // Package packing lays out many small blocks in one buffer: one allocation,
 // one strided batch per shape class, one message per destination rank.
+// It owns layouts (Plan) and the buffers it allocates or wraps
+// (Coalesced); it allocates through devalloc, and the buffers are freed
+// in devalloc's stream order.
 //
 // # Layout
 //
@@ -22,63 +25,83 @@
 //
 // # Buffers, views and lifetimes
 //
-// Alloc (AllocGroups for several destinations) makes a Coalesced with one
-// devalloc allocation per group, whatever the number of blocks; AllocCopy
-// makes one laid out as another and filled from it by one copy (operands
-// packed in pinned memory, moved to the device). A View is a
-// two-word handle on one block: id, offset, shape, dtype, address, and on
-// host-accessible memory typed slices (Float64s...). Views own nothing;
-// Coalesced.All walks them without allocating, View(k) checks its index,
-// and Locate(k) gives a block's class and offset alone, for planners.
-// Work on views is declared on the Coalesced (Read/Write, then Access.Done,
-// the devalloc ledger), so Free, called once, releases the memory only after
-// the last completion of any view's work. After Free, the Coalesced and every
-// view report ErrFreed. Wrap turns an existing buffer, such as a received
-// message, into a Coalesced without copying, WrapAt one whose layout starts
-// after a header, and AllocPrefixed reserves room for a header before a
-// group's layout (Coalesced.Start says where the layout begins). Plan.Joined
-// lays every group out in one buffer, each after a prefix, as one
-// single-group plan with the same plan indices: one allocation, one padding
-// clear and one operand for work that fills every destination at once;
-// Coalesced.Parts gives the groups over it, owning nothing, valid while the
-// joined buffer is, whose Free ends them. WrapShared makes Coalesced that
-// own one buffer together (a Share), freed with the last of them: the
-// receive buffer of several messages. FromManifest rebuilds the plan
-// of a received manifest after checking it (bounds, alignment, overlaps,
-// duplicate ids); Manifest lists what a receiver needs, and Detached is
-// the plan a receiver rebuilds, made from the sender's plan without the
-// checks (for a group a rank delivers to itself).
+// Alloc is the one allocation: a Coalesced holding one group of a plan in
+// one devalloc allocation, whatever the number of blocks, with its padding
+// cleared. A Coalesced owns its buffer and Free, called once, gives it
+// back after the last completion the devalloc ledger recorded on it; after
+// Free the Coalesced and every view report distbuf.ErrFreed. Work on the
+// blocks is declared on Buffer (Read/Write, then Access.Done), so that Free
+// never releases memory still in use.
+//
+// A plan with one group (one Dest for every block) is what Alloc takes
+// without options. The buffers of a plan with several destination groups,
+// to exchange, come from msg.AllocSend, which reserves room for each
+// message's manifest before the blocks (AllocOptions Group and Prefix are
+// the primitive it is built on); Plan.Joined lays every group out in one
+// buffer instead, each after a prefix, as a single-group plan with the same
+// plan indices: one allocation, one padding clear and one gemm operand for
+// work that fills every destination at once, and Coalesced.Parts gives
+// each group over it, owning nothing, valid while the joined buffer is.
+// AllocOptions.Pinned lays a group out in page-locked host memory, and
+// AllocOptions.CopyOf fills a new buffer by one copy of another of the same
+// layout: operands packed on the host in pinned memory, then uploaded.
+//
+// A View is a two-word handle on one block, owning nothing: its Desc (id,
+// dtype, shape, destination) and its Offset from the Coalesced's Start.
+// Coalesced.All walks the views without allocating, View(k) checks its
+// position, Position(id) finds a block's position by id, and Locate(k)
+// gives a block's class and offset alone, for planners.
+//
+// Wrap makes a Coalesced over a buffer that already holds a layout, such
+// as a received message, without copying; its Free frees that buffer, or
+// calls the release it was given where several share one buffer.
+// FromManifest rebuilds the plan of a received manifest after checking it
+// (bounds, alignment, overlaps, duplicate ids); Plan.Manifest lists what a
+// receiver needs, and Plan.Detached is the plan a receiver rebuilds, made
+// from the sender's plan without the checks (for a group a rank delivers
+// to itself).
+//
+// # Host access
 //
 // Host code reads and fills blocks with Coalesced.OnHost, which runs a
-// function on the blocks as typed Go slices (HostBlocks) in the order of a
-// stream, the same on every backend: in place under a Hold where Go
-// addresses the memory (the host backend, pinned memory), and on device
-// memory through a pinned staging copy, brought in on the stream first and,
-// for a write, copied back on it, the staging buffer freed in stream order
-// after that copy. The slices are valid only while the function runs. Code
-// written on a laptop with OnHost runs unchanged on a GPU; View's typed
-// slices work on host-accessible memory only.
+// function on the blocks as typed Go slices (HostBlocks, by position) in
+// the order of a stream, the same on every backend: in place under a Hold
+// where Go addresses the memory (the host backend, pinned memory), and on
+// device memory through a pinned staging copy, brought in on the stream
+// first and, for a write, copied back on it, the staging buffer freed in
+// stream order after that copy. The slices are valid only while the
+// function runs. Code written on a laptop with OnHost runs unchanged on a
+// GPU. PackHost and UnpackHost copy whole Go byte slices, one per block,
+// in and out in the order of a stream without waiting for it; on a device
+// they go through pinned memory and one copy.
 //
 // # Pack and unpack
 //
 // A Mover copies blocks between their scattered locations (one Ref, a
 // buffer and offset, per block) and the Coalesced, in stream order with
-// ledger declarations on every buffer involved. On host memory the copies
+// ledger declarations on every buffer involved, as often as asked: it
+// checks the Refs and builds its tables once. On host memory the copies
 // run on goroutines (errgroup), balanced by bytes. On device memory a
-// gather/scatter kernel reads an offset table (scattered address, block
-// address, bytes; uploaded once per Mover) and moves 16 bytes per thread
-// when alignment allows. The kernel is CUDA C++ kept in this package and
-// compiled at run time by NVRTC for the device's own architecture, then
-// loaded with cudaLibraryLoadData and launched with cudaLaunchKernel (CUDA
-// 12.8+): no toolkit is needed at build time and no PTX is shipped, at the
-// cost of one compilation (tens of milliseconds) per process and device.
-// When NVRTC or the launch API is missing, CopyAuto falls back to one
+// gather/scatter kernel (internal/gather) reads an offset table (scattered
+// address, block address, bytes; uploaded once per Mover) and moves 16
+// bytes per thread when alignment allows. The kernel is CUDA C++ compiled
+// at run time by NVRTC for the device's own architecture, then loaded with
+// cudaLibraryLoadData and launched with cudaLaunchKernel (CUDA 12.8+): no
+// toolkit is needed at build time and no PTX is shipped, at the cost of one
+// compilation (tens of milliseconds) per process and device. When NVRTC or
+// the launch API is missing, a Mover falls back to one
 // cudaMemcpyBatchAsync (CUDA 12.8+, 13 signature chosen by the runtime
-// version), else to one cudaMemcpyAsync per block, and says why in
-// Mover.FallbackReason. CopySpans runs the same kernel over any list of
-// spans, its list read from pinned memory: one launch, where the time of a
-// cudaMemcpyBatchAsync grows with its copies (msg's window copies under
-// MPS). PackHost and UnpackHost take Go slices; on a device
-// they pack into pinned memory and move it with one copy, as Transfer does
-// for a buffer packed on the host with AllocPinned.
+// version), else to one cudaMemcpyAsync per block, and Mover.Method says
+// which and why.
+//
+// # Errors
+//
+// Errors name the problem after "packing: " and match a sentinel of the
+// root package distbuf with errors.Is: distbuf.ErrInvalid for a bad
+// argument (a bad shape or dtype, a duplicate id, a layout too large, a
+// misaligned offset or prefix, an index out of range, overlapping blocks;
+// BlockError names the descriptor or manifest entry at fault),
+// distbuf.ErrFreed for use after Free, distbuf.ErrUnavailable for a device
+// copy this machine cannot do (no CUDA runtime, a runtime too old). Errors
+// of devalloc pass through wrapped.
 package packing

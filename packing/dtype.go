@@ -15,7 +15,7 @@ const (
 // elemSizes is indexed by DType; 0 marks an unknown type.
 var elemSizes = [...]int64{0, 4, 8, 8, 16}
 
-// Size is the number of bytes of one element, 0 for an unknown type.
+// Size is the number of bytes of one element, 0 for an unknown type (a DType outside the four constants).
 func (d DType) Size() int64 {
 	if int(d) >= len(elemSizes) {
 		return 0
@@ -23,8 +23,8 @@ func (d DType) Size() int64 {
 	return elemSizes[d]
 }
 
-// Valid reports whether d is one of the four element types.
-func (d DType) Valid() bool { return d.Size() != 0 }
+// valid reports whether d is one of the four element types.
+func (d DType) valid() bool { return d.Size() != 0 }
 
 // IsComplex reports whether d is Complex64 or Complex128.
 func (d DType) IsComplex() bool { return d == Complex64 || d == Complex128 }
@@ -41,14 +41,4 @@ func (d DType) String() string {
 		return "complex128"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
-}
-
-// ParseDType accepts the names String returns.
-func ParseDType(s string) (DType, error) {
-	for d := Float32; d <= Complex128; d++ {
-		if d.String() == s {
-			return d, nil
-		}
-	}
-	return 0, fmt.Errorf("packing: dtype %q: want float32, float64, complex64 or complex128: %w", s, ErrBadDType)
 }

@@ -10,8 +10,10 @@ import (
 )
 
 // Plan four blocks of two shapes into one buffer, allocate it with one
-// allocator call, and find blocks by position and by id. Blocks of one
-// shape form a class: one strided batch, starting on a 256-byte boundary.
+// allocator call, fill a block by id from host code and walk the views.
+// Blocks of one shape form a class: one strided batch, starting on a
+// 256-byte boundary. OnHost runs the same on the CUDA backend, through a
+// pinned staging copy.
 func Example() {
 	plan, err := packing.NewPlan([]packing.Desc{
 		{ID: 10, DType: packing.Float64, Rows: 2, Cols: 3},
@@ -31,34 +33,54 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := packing.Alloc(a, plan, a.DefaultStream())
+	s := a.DefaultStream()
+	c, err := packing.Alloc(a, plan, s)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("buffer bytes:", c.Size(), "allocations:", a.Stats().AllocCalls)
 
-	// Locate gives a block's class and offset without making a view.
-	class, off, ok := c.Locate(3)
-	fmt.Println("position 3:", class, off, ok)
-	v, err := c.Lookup(11)
+	k, err := c.Position(11)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("id 11:", v.PlanIndex(), v.Offset(), v.Rows(), v.Cols())
-
-	if err := errors.Join(c.Free(), a.Close()); err != nil {
+	err = c.OnHost(s, devalloc.Write, func(h *packing.HostBlocks) error {
+		x, err := h.Float64s(k)
+		for i := range x {
+			x[i] = float64(i)
+		}
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for k, v := range c.All() {
+		d := v.Desc()
+		fmt.Printf("position %d: id %d, %dx%d at offset %d\n", k, d.ID, d.Rows, d.Cols, v.Offset())
+	}
+	err = c.OnHost(s, devalloc.Read, func(h *packing.HostBlocks) error {
+		x, err := h.Float64s(k)
+		fmt.Println("id 11:", x)
+		return err
+	})
+	if err := errors.Join(err, c.Free(), a.Close()); err != nil {
 		log.Fatal(err)
 	}
 	// Output:
 	// 2x3: 3 blocks from offset 0, stride 48
 	// 4x4: 1 blocks from offset 256, stride 128
 	// buffer bytes: 512 allocations: 1
-	// position 3: 0 96 true
-	// id 11: 1 256 4 4
+	// position 0: id 10, 2x3 at offset 0
+	// position 1: id 11, 4x4 at offset 256
+	// position 2: id 12, 2x3 at offset 48
+	// position 3: id 13, 2x3 at offset 96
+	// id 11: [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]
 }
 
 // Blocks bound for different ranks go to different groups, one buffer (and
 // one message) per destination; each group's layout starts at offset 0.
+// The manifest of a group is what its receiver needs to view the blocks.
+// msg.AllocSend allocates the groups' buffers, to exchange.
 func ExamplePlan_Groups() {
 	plan, err := packing.NewPlan([]packing.Desc{
 		{ID: 1, DType: packing.Float32, Rows: 8, Cols: 8, Dest: 2},
@@ -69,24 +91,17 @@ func ExamplePlan_Groups() {
 		log.Fatal(err)
 	}
 	for g, grp := range plan.Groups() {
-		members, err := plan.Members(g)
+		entries, size, err := plan.Manifest(g)
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Printf("dest %d: %d blocks, %d bytes, plan indices %v\n",
-			grp.Dest, grp.Blocks, grp.Bytes, members)
+		fmt.Printf("dest %d: %d blocks, %d bytes:", grp.Dest, grp.Blocks, size)
+		for _, e := range entries {
+			fmt.Printf(" id %d at %d", e.ID, e.Offset)
+		}
+		fmt.Println()
 	}
-	i, ok := plan.Index(3)
-	if !ok {
-		log.Fatal("no block with id 3")
-	}
-	desc, off, err := plan.Block(i)
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Printf("id 3: dest %d, offset %d, %d bytes\n", desc.Dest, off, desc.Bytes())
 	// Output:
-	// dest 0: 1 blocks, 256 bytes, plan indices [1]
-	// dest 2: 2 blocks, 512 bytes, plan indices [0 2]
-	// id 3: dest 2, offset 256, 256 bytes
+	// dest 0: 1 blocks, 256 bytes: id 2 at 0
+	// dest 2: 2 blocks, 512 bytes: id 1 at 0 id 3 at 256
 }

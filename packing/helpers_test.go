@@ -1,8 +1,11 @@
 package packing
 
 import (
+	"fmt"
 	"testing"
+	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/internal/alloctest"
 	"github.com/distbuf/distbuf/internal/gputest"
 
@@ -45,4 +48,80 @@ func writeAll(t *testing.T, s *devalloc.Stream, b *devalloc.Buffer, data []byte)
 	copy(mem, data)
 	require.NoError(t, s.Copy(b, 0, p, 0, b.Size()))
 	require.NoError(t, p.Free())
+}
+
+// Words that the text of a bad-argument error contains, naming its problem.
+const (
+	problemShape     = "shape"
+	problemDType     = "dtype"
+	problemDuplicate = "duplicate id"
+	problemTooLarge  = "too large"
+	problemAlign     = "misaligned"
+	problemOverlap   = "overlap"
+	problemAny       = "" // any bad argument
+)
+
+// requireProblem checks that err reports a bad argument
+// (distbuf.ErrInvalid) whose text names the problem.
+func requireProblem(t *testing.T, err error, problem string, msgAndArgs ...any) {
+	t.Helper()
+	require.ErrorIs(t, err, distbuf.ErrInvalid, msgAndArgs...)
+	require.ErrorContains(t, err, problem, msgAndArgs...)
+}
+
+// views returns every view of c in group-position order.
+func views(c *Coalesced) ([]View, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	out := make([]View, c.Len())
+	for k := range out {
+		out[k] = c.viewAt(k)
+	}
+	return out, nil
+}
+
+// viewByID returns the view of the block with the given id.
+func viewByID(c *Coalesced, id uint64) (View, error) {
+	k, err := c.Position(id)
+	if err != nil {
+		return View{}, err
+	}
+	return c.View(k)
+}
+
+// viewSlice is the elements of a block of dtype want (0: its bytes) on
+// host-accessible memory, for tests that look at a buffer in place.
+func viewSlice[T any](v View, want DType) ([]T, error) {
+	if err := v.c.check(); err != nil {
+		return nil, err
+	}
+	if want != 0 && v.dtype() != want {
+		return nil, fmt.Errorf("block id %d holds %s, not %s: %w", v.id(), v.dtype(), want, distbuf.ErrInvalid)
+	}
+	if v.c.host == nil {
+		return nil, fmt.Errorf("block id %d is in %s memory: %w", v.id(), v.c.buf.Location(), distbuf.ErrNotHostAccessible)
+	}
+	n := v.length()
+	if want == 0 {
+		n = int(v.bytes())
+	}
+	return unsafe.Slice((*T)(unsafe.Add(v.c.host, v.Offset())), n), nil
+}
+
+// allocGroups allocates every group of p, in the order of p.Groups, without
+// room for a manifest.
+func allocGroups(a *devalloc.Allocator, p *Plan, s *devalloc.Stream) ([]*Coalesced, error) {
+	var out []*Coalesced
+	for g := range p.Groups() {
+		c, err := Alloc(a, p, s, AllocOptions{Group: g})
+		if err != nil {
+			for _, c := range out {
+				_ = c.Free()
+			}
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

@@ -3,9 +3,8 @@ package packing
 import (
 	"fmt"
 	"slices"
-	"sync/atomic"
 
-	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf"
 )
 
 // joinInfo is what a joined plan keeps of the plan it was made from.
@@ -27,10 +26,10 @@ type joinInfo struct {
 // A plan made by FromManifest has a single group and cannot be joined.
 func (p *Plan) Joined(prefix func(g int) int64) (*Plan, error) {
 	if p == nil {
-		return nil, fmt.Errorf("packing: joined: nil plan: %w", ErrInvalid)
+		return nil, fmt.Errorf("packing: joined: nil plan: %w", distbuf.ErrInvalid)
 	}
 	if p.manifest() {
-		return nil, fmt.Errorf("packing: joined: a plan from a manifest: %w", ErrInvalid)
+		return nil, fmt.Errorf("packing: joined: a plan from a manifest: %w", distbuf.ErrInvalid)
 	}
 	starts := make([]int64, len(p.groups))
 	var end int64
@@ -40,10 +39,10 @@ func (p *Plan) Joined(prefix func(g int) int64) (*Plan, error) {
 			pre = prefix(g)
 		}
 		if pre < 0 || pre%p.opts.Align != 0 {
-			return nil, fmt.Errorf("packing: joined: group %d: prefix %d: want a non-negative multiple of %d: %w", g, pre, p.opts.Align, ErrBadAlign)
+			return nil, fmt.Errorf("packing: joined: group %d: prefix %d misaligned: want a non-negative multiple of %d: %w", g, pre, p.opts.Align, distbuf.ErrInvalid)
 		}
 		if pre > MaxBytes-end || p.groups[g].Bytes > MaxBytes-end-pre {
-			return nil, fmt.Errorf("packing: joined: the groups and their prefixes exceed 2^50 bytes: %w", ErrOverflow)
+			return nil, fmt.Errorf("packing: joined: too large: the groups and their prefixes exceed 2^50 bytes: %w", distbuf.ErrInvalid)
 		}
 		starts[g] = end + pre
 		end = starts[g] + p.groups[g].Bytes
@@ -69,10 +68,10 @@ func (p *Plan) Joined(prefix func(g int) int64) (*Plan, error) {
 	return q, nil
 }
 
-// JoinedFrom returns the plan a joined plan was made from and where each of
+// joinedFrom returns the plan a joined plan was made from and where each of
 // its groups begins in the joined layout; ok is false for a plan not made by
 // Joined. The slice is the plan's: do not modify it.
-func (p *Plan) JoinedFrom() (from *Plan, starts []int64, ok bool) {
+func (p *Plan) joinedFrom() (from *Plan, starts []int64, ok bool) {
 	if p == nil || p.join == nil {
 		return nil, nil, false
 	}
@@ -84,15 +83,15 @@ func (p *Plan) JoinedFrom() (from *Plan, starts []int64, ok bool) {
 // its Groups, over this buffer: each begins at its group's place, with the
 // group's prefix before it, and is what a message to that group's
 // destination is made from. A part owns nothing. It is valid while c is:
-// once c is freed every use of a part returns ErrFreed, and a part's own
+// once c is freed every use of a part returns distbuf.ErrFreed, and a part's own
 // Free is refused (free c).
 func (c *Coalesced) Parts() ([]*Coalesced, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	from, starts, ok := c.plan.JoinedFrom()
+	from, starts, ok := c.plan.joinedFrom()
 	if !ok {
-		return nil, fmt.Errorf("packing: parts of buffer #%d: its plan is not a joined one: %w", c.buf.ID(), ErrInvalid)
+		return nil, fmt.Errorf("packing: parts of buffer #%d: its plan is not a joined one: %w", c.buf.ID(), distbuf.ErrInvalid)
 	}
 	parts := make([]*Coalesced, len(starts))
 	for g, at := range starts {
@@ -104,68 +103,4 @@ func (c *Coalesced) Parts() ([]*Coalesced, error) {
 		parts[g] = part
 	}
 	return parts, nil
-}
-
-// Share is one buffer that several Coalesced own together, such as the
-// receive buffer of several messages: each made by WrapShared holds a
-// reference, and the buffer is freed with the last one freed.
-type Share struct {
-	buf  *devalloc.Buffer
-	refs atomic.Int64
-}
-
-// NewShare starts a Share of buf holding the caller's reference: release it
-// with Release once every Coalesced the caller wants is made.
-func NewShare(buf *devalloc.Buffer) (*Share, error) {
-	if buf == nil {
-		return nil, fmt.Errorf("packing: share: nil buffer: %w", ErrInvalid)
-	}
-	sh := &Share{buf: buf}
-	sh.refs.Store(1)
-	return sh, nil
-}
-
-// Buffer is the shared buffer.
-func (sh *Share) Buffer() *devalloc.Buffer { return sh.buf }
-
-// Release drops the caller's reference; the last reference frees the
-// buffer. Call it once.
-func (sh *Share) Release() error { return sh.drop() }
-
-func (sh *Share) drop() error {
-	switch n := sh.refs.Add(-1); {
-	case n == 0:
-		if err := sh.buf.Free(); err != nil {
-			return fmt.Errorf("packing: free of shared buffer: %w", err)
-		}
-	case n < 0:
-		return fmt.Errorf("packing: shared buffer #%d released once too often: %w", sh.buf.ID(), ErrFreed)
-	}
-	return nil
-}
-
-// WrapShared is WrapAt over a shared buffer: the views of group g of p from
-// byte off of sh's buffer, holding a reference to it. Its Free drops the
-// reference, and the buffer goes with the last. Call it while holding a
-// reference (before Release, or from a Coalesced not yet freed).
-func WrapShared(sh *Share, off int64, p *Plan, g int) (*Coalesced, error) {
-	if sh == nil || p == nil {
-		return nil, fmt.Errorf("packing: wrap shared: nil share or plan: %w", ErrInvalid)
-	}
-	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: wrap shared: group %d of %d: %w", g, len(p.groups), ErrOutOfRange)
-	}
-	if err := p.checkStart("wrap shared", off); err != nil {
-		return nil, err
-	}
-	if sh.refs.Load() <= 0 {
-		return nil, fmt.Errorf("packing: wrap shared: buffer #%d: %w", sh.buf.ID(), ErrFreed)
-	}
-	c, err := wrap(sh.buf, off, p, g)
-	if err != nil {
-		return nil, err
-	}
-	sh.refs.Add(1)
-	c.share = sh
-	return c, nil
 }

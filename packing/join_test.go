@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/devalloc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,7 +30,7 @@ func TestJoined(t *testing.T) {
 			prefix := func(g int) int64 { return align * int64(g+1) }
 			j, err := p.Joined(prefix)
 			require.NoError(t, err)
-			from, starts, ok := j.JoinedFrom()
+			from, starts, ok := j.joinedFrom()
 			require.True(t, ok)
 			require.Same(t, p, from)
 			require.Len(t, j.Groups(), 1)
@@ -41,11 +43,11 @@ func TestJoined(t *testing.T) {
 			}
 			require.Equal(t, end, j.Groups()[0].Bytes)
 			for i := range descs {
-				d, off, err := p.Block(i)
+				d, off, err := p.block(i)
 				require.NoError(t, err)
-				jd, joff, err := j.Block(i)
+				jd, joff, err := j.block(i)
 				require.NoError(t, err)
-				g := p.Classes()[p.Class(i)].Group
+				g := p.Classes()[p.classIndex(i)].Group
 				require.Equal(t, starts[g]+off, joff, "block %d", i)
 				require.Equal(t, d.ID, jd.ID)
 				require.Equal(t, [2]int{d.Rows, d.Cols}, [2]int{jd.Rows, jd.Cols})
@@ -72,17 +74,17 @@ func TestJoined(t *testing.T) {
 				require.Equal(t, p.Groups()[g].Dest, part.Dest())
 				require.Equal(t, starts[g], part.Start())
 				require.Same(t, c.Buffer(), part.Buffer())
-				members, err := p.Members(g)
+				members, err := p.groupMembers(g)
 				require.NoError(t, err)
 				for k, i := range members {
 					v, err := part.View(k)
 					require.NoError(t, err)
 					jv, err := c.View(int(i))
 					require.NoError(t, err)
-					require.Equal(t, jv.Addr(), v.Addr(), "group %d position %d", g, k)
-					require.Equal(t, base+uintptr(starts[g]+v.Offset()), v.Addr())
+					require.Equal(t, jv.addr(), v.addr(), "group %d position %d", g, k)
+					require.Equal(t, base+uintptr(starts[g]+v.Offset()), v.addr())
 					at := starts[g] + v.Offset()
-					copy(want[at:at+v.Bytes()], bytes.Repeat([]byte{byte(1 + k%200)}, int(v.Bytes())))
+					copy(want[at:at+v.bytes()], bytes.Repeat([]byte{byte(1 + k%200)}, int(v.bytes())))
 				}
 			}
 			got := readAll(t, s, c.Buffer())[:end]
@@ -95,26 +97,26 @@ func TestJoined(t *testing.T) {
 			writeAll(t, s, c.Buffer(), want)
 			for g, part := range parts {
 				for k, v := range part.All() {
-					jv, err := c.View(int(must(p.Members(g))[k]))
+					jv, err := c.View(int(must(p.groupMembers(g))[k]))
 					require.NoError(t, err)
 					require.Equal(t, jv.Offset(), starts[g]+v.Offset())
 				}
 			}
 
-			require.ErrorIs(t, parts[0].Free(), ErrInvalid, "a part owns nothing")
+			require.ErrorIs(t, parts[0].Free(), distbuf.ErrInvalid, "a part owns nothing")
 			_, err = parts[0].View(0)
 			require.NoError(t, err, "a refused Free leaves the part usable")
 			require.NoError(t, c.Free())
 			for _, part := range parts {
 				_, err := part.View(0)
-				require.ErrorIs(t, err, ErrFreed, "the joined buffer's Free ends its parts")
-				_, err = part.Read(s)
-				require.ErrorIs(t, err, ErrFreed)
+				require.ErrorIs(t, err, distbuf.ErrFreed, "the joined buffer's Free ends its parts")
+				_, err = part.Buffer().Read(s)
+				require.ErrorIs(t, err, devalloc.ErrFreed, "a part's buffer is the joined buffer")
 				_, _, ok := part.Locate(0)
 				require.False(t, ok)
 			}
 			_, err = c.Parts()
-			require.ErrorIs(t, err, ErrFreed)
+			require.ErrorIs(t, err, distbuf.ErrFreed)
 		})
 	}
 }
@@ -132,19 +134,19 @@ func TestJoinedRefused(t *testing.T) {
 	p, err := NewPlan(mixedDescs(20, 3), Options{})
 	require.NoError(t, err)
 	_, err = p.Joined(func(int) int64 { return 8 })
-	require.ErrorIs(t, err, ErrBadAlign, "a prefix that breaks the alignment")
+	requireProblem(t, err, problemAlign, "a prefix that breaks the alignment")
 	_, err = p.Joined(func(int) int64 { return -p.Options().Align })
-	require.ErrorIs(t, err, ErrBadAlign)
+	requireProblem(t, err, problemAlign)
 	_, err = p.Joined(func(int) int64 { return MaxBytes })
-	require.ErrorIs(t, err, ErrOverflow)
+	requireProblem(t, err, problemTooLarge)
 	var nilPlan *Plan
 	_, err = nilPlan.Joined(nil)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	m, err := FromManifest([]Entry{{ID: 1, DType: Float64, Rows: 2, Cols: 2, Offset: 0}}, 32)
 	require.NoError(t, err)
 	_, err = m.Joined(nil)
-	require.ErrorIs(t, err, ErrInvalid, "a manifest plan")
-	_, _, ok := p.JoinedFrom()
+	require.ErrorIs(t, err, distbuf.ErrInvalid, "a manifest plan")
+	_, _, ok := p.joinedFrom()
 	require.False(t, ok)
 
 	a := openHost(t)
@@ -152,13 +154,15 @@ func TestJoinedRefused(t *testing.T) {
 	c, err := Alloc(a, p, a.DefaultStream())
 	require.NoError(t, err)
 	_, err = c.Parts()
-	require.True(t, errors.Is(err, ErrInvalid), "parts of a plan not joined: %v", err)
+	require.True(t, errors.Is(err, distbuf.ErrInvalid), "parts of a plan not joined: %v", err)
 	require.NoError(t, c.Free())
 }
 
-// TestShare: Coalesced made by WrapShared own their buffer together; it is
-// freed with the last of them and the creator's reference.
-func TestShare(t *testing.T) {
+// TestWrapRelease: Coalesced made by Wrap with a release over one buffer
+// (the receive buffer of several messages) give the buffer back through
+// their release, once each, and never free it themselves; their views
+// start at their offsets.
+func TestWrapRelease(t *testing.T) {
 	a := openHost(t)
 	defer closeClean(t, a)
 	s := a.DefaultStream()
@@ -167,34 +171,37 @@ func TestShare(t *testing.T) {
 	size := p.Groups()[0].Bytes
 	buf, err := a.Alloc(2*size, s)
 	require.NoError(t, err)
-	sh, err := NewShare(buf)
+	released := 0
+	release := func() error { released++; return nil }
+	c0, err := Wrap(buf, 0, p, 0, release)
 	require.NoError(t, err)
-	c0, err := WrapShared(sh, 0, p, 0)
+	c1, err := Wrap(buf, size, p, 0, release)
 	require.NoError(t, err)
-	c1, err := WrapShared(sh, size, p, 0)
-	require.NoError(t, err)
-	_, err = WrapShared(sh, 8, p, 0)
-	require.ErrorIs(t, err, ErrBadAlign)
-	_, err = WrapShared(sh, size+8*p.Options().Align, p, 0)
-	require.ErrorIs(t, err, ErrOutOfRange, "past the buffer")
+	_, err = Wrap(buf, 8, p, 0, release)
+	requireProblem(t, err, problemAlign)
+	_, err = Wrap(buf, size+8*p.Options().Align, p, 0, release)
+	require.ErrorIs(t, err, distbuf.ErrInvalid, "past the buffer")
+	_, err = Wrap(buf, 0, p, 1, release)
+	require.ErrorIs(t, err, distbuf.ErrInvalid, "no group 1")
 	live := func() int64 { return a.Stats().LiveBuffers }
-	require.NoError(t, sh.Release())
-	require.EqualValues(t, 1, live())
 	require.NoError(t, c0.Free())
-	require.ErrorIs(t, c0.Free(), ErrFreed)
-	require.EqualValues(t, 1, live(), "c1 still holds the buffer")
+	require.Equal(t, 1, released)
+	require.ErrorIs(t, c0.Free(), distbuf.ErrFreed)
+	require.Equal(t, 1, released, "a second Free releases nothing")
+	require.EqualValues(t, 1, live(), "the buffer is the caller's")
 	v, err := c1.View(0)
 	require.NoError(t, err)
 	base, err := buf.Addr()
 	require.NoError(t, err)
-	require.Equal(t, base+uintptr(size+v.Offset()), v.Addr())
+	require.Equal(t, base+uintptr(size+v.Offset()), v.addr())
 	require.NoError(t, c1.Free())
-	require.Zero(t, live(), "the last reference frees the buffer")
-	_, err = WrapShared(sh, 0, p, 0)
-	require.ErrorIs(t, err, ErrFreed)
-	require.ErrorIs(t, sh.Release(), ErrFreed)
-	_, err = NewShare(nil)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.Equal(t, 2, released)
+	require.EqualValues(t, 1, live())
+	_, err = c1.View(0)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
+	require.NoError(t, buf.Free())
+	_, err = Wrap(nil, 0, p, 0, nil)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 }
 
 // TestPartsOfConsecutiveGroups: the parts of a joined plan, whether each
@@ -224,22 +231,22 @@ func TestPartsOfConsecutiveGroups(t *testing.T) {
 		parts, err := c.Parts()
 		require.NoError(t, err)
 		for g, part := range parts {
-			members, err := p.Members(g)
+			members, err := p.groupMembers(g)
 			require.NoError(t, err)
-			views, err := part.Views()
+			views, err := views(part)
 			require.NoError(t, err)
 			k := 0
 			for pos, v := range part.All() {
 				i := int(members[pos])
-				require.Equal(t, i, v.PlanIndex())
-				require.Equal(t, descs[i].ID, v.ID())
+				require.Equal(t, i, v.i)
+				require.Equal(t, descs[i].ID, v.id())
 				require.Equal(t, v, views[pos])
 				w, err := part.View(pos)
 				require.NoError(t, err)
 				require.Equal(t, v, w)
 				cls, off, ok := part.Locate(pos)
 				require.True(t, ok)
-				require.Equal(t, p.Class(i), cls)
+				require.Equal(t, p.classIndex(i), cls)
 				require.Equal(t, v.Offset(), off)
 				k++
 			}

@@ -6,13 +6,14 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 )
 
 // OnHost runs fn with c's blocks addressable from Go, in the order of s, the
 // same way on every backend: host code that reads or fills blocks, written
-// and tested on the host backend, runs unchanged on a GPU, where the typed
-// slices of View fail with ErrNotHostAccessible.
+// and tested on the host backend, runs unchanged on a GPU. It is the one
+// host access to blocks that packing gives.
 //
 // fn sees the blocks as they are after all work enqueued on s before the
 // call and after the conflicting work the ledger records on other streams
@@ -53,20 +54,20 @@ import (
 // work on c or wait for work that touches c: that work may be waiting for
 // fn. Bad input (a nil or freed c, a nil stream or function, a mode other
 // than Read or Write, a stream of another allocator) returns an error
-// matching ErrInvalid or ErrFreed, and fn is not called.
+// matching distbuf.ErrInvalid or distbuf.ErrFreed, and fn is not called.
 func (c *Coalesced) OnHost(s *devalloc.Stream, mode devalloc.Mode, fn func(h *HostBlocks) error) error {
 	if err := c.check(); err != nil {
 		return err
 	}
 	switch {
 	case s == nil:
-		return fmt.Errorf("packing: on host: nil stream: %w", ErrInvalid)
+		return fmt.Errorf("packing: on host: nil stream: %w", distbuf.ErrInvalid)
 	case fn == nil:
-		return fmt.Errorf("packing: on host: nil function: %w", ErrInvalid)
+		return fmt.Errorf("packing: on host: nil function: %w", distbuf.ErrInvalid)
 	case mode != devalloc.Read && mode != devalloc.Write:
-		return fmt.Errorf("packing: on host: mode %v: want devalloc.Read or devalloc.Write: %w", mode, ErrInvalid)
+		return fmt.Errorf("packing: on host: mode %v: want devalloc.Read or devalloc.Write: %w", mode, distbuf.ErrInvalid)
 	case s.Allocator() != c.buf.Allocator():
-		return fmt.Errorf("packing: on host: stream %d belongs to another allocator than coalesced buffer #%d: %w", s.ID(), c.buf.ID(), ErrInvalid)
+		return fmt.Errorf("packing: on host: stream %d belongs to another allocator than coalesced buffer #%d: %w", s.ID(), c.buf.ID(), distbuf.ErrInvalid)
 	}
 	if c.host != nil {
 		return c.onHostInPlace(s, mode, fn)
@@ -132,7 +133,7 @@ func (c *Coalesced) onHostStaged(s *devalloc.Stream, mode devalloc.Mode, fn func
 			}
 		}()
 	}
-	if err := Transfer(s, stage, c); err != nil {
+	if err := transfer(s, stage, c); err != nil {
 		return err
 	}
 	if err := waitStream(s); err != nil {
@@ -140,7 +141,7 @@ func (c *Coalesced) onHostStaged(s *devalloc.Stream, mode devalloc.Mode, fn func
 	}
 	if mode == devalloc.Write {
 		defer func() {
-			if terr := Transfer(s, c, stage); terr != nil {
+			if terr := transfer(s, c, stage); terr != nil {
 				err = errors.Join(err, terr)
 			}
 		}()
@@ -189,11 +190,11 @@ func runOnHost(c, mem *Coalesced, fn func(*HostBlocks) error) error {
 
 // HostBlocks is the blocks of a Coalesced, addressable from Go, that OnHost
 // hands to its function: typed slices of each block's elements (row-major)
-// by group position, checked against the block's dtype, and the position of
-// a block id. The slices are valid only while that function runs (on device
+// by group position (Coalesced.Position gives a block id's), checked
+// against the block's dtype. The slices are valid only while that function runs (on device
 // memory they are staging memory that goes back to the pool afterwards):
 // keep none. Once the function has returned, every method but Len returns
-// an error matching ErrInvalid. The methods are safe for concurrent use.
+// an error matching distbuf.ErrInvalid. The methods are safe for concurrent use.
 type HostBlocks struct {
 	mem  *Coalesced // the memory fn works on: the Coalesced or its staging copy
 	buf  uint64     // the Coalesced's buffer, to name in errors
@@ -205,21 +206,9 @@ func (h *HostBlocks) Len() int { return h.mem.n }
 
 func (h *HostBlocks) live() error {
 	if h.over.Load() {
-		return fmt.Errorf("packing: blocks of coalesced buffer #%d used after OnHost's function returned: %w", h.buf, ErrInvalid)
+		return fmt.Errorf("packing: blocks of coalesced buffer #%d used after OnHost's function returned: %w", h.buf, distbuf.ErrInvalid)
 	}
 	return nil
-}
-
-// Index returns the group position of the block with the given id, for the
-// typed methods (Coalesced.Position).
-func (h *HostBlocks) Index(id uint64) (int, error) {
-	if err := h.live(); err != nil {
-		return 0, err
-	}
-	if k, ok := h.mem.position(id); ok {
-		return k, nil
-	}
-	return 0, fmt.Errorf("packing: no block with id %d in coalesced buffer #%d: %w", id, h.buf, ErrOutOfRange)
 }
 
 // Desc is the descriptor of the block at group position k: its id, dtype
@@ -236,7 +225,7 @@ func (h *HostBlocks) check(k int) error {
 		return err
 	}
 	if uint(k) >= uint(h.mem.n) {
-		return fmt.Errorf("packing: block %d of coalesced buffer #%d, which has %d: %w", k, h.buf, h.mem.n, ErrOutOfRange)
+		return fmt.Errorf("packing: block %d of coalesced buffer #%d, which has %d: %w", k, h.buf, h.mem.n, distbuf.ErrInvalid)
 	}
 	return nil
 }
@@ -248,8 +237,8 @@ func (h *HostBlocks) block(k int, want DType) (unsafe.Pointer, View, error) {
 		return nil, View{}, err
 	}
 	v := h.mem.viewAt(k)
-	if want != 0 && v.DType() != want {
-		return nil, View{}, fmt.Errorf("packing: block %d (id %d) of coalesced buffer #%d holds %s, not %s: %w", k, v.ID(), h.buf, v.DType(), want, ErrInvalid)
+	if want != 0 && v.dtype() != want {
+		return nil, View{}, fmt.Errorf("packing: block %d (id %d) of coalesced buffer #%d holds %s, not %s: %w", k, v.id(), h.buf, v.dtype(), want, distbuf.ErrInvalid)
 	}
 	return unsafe.Add(h.mem.host, v.Offset()), v, nil
 }
@@ -259,7 +248,7 @@ func hostSlice[T any](h *HostBlocks, k int, want DType) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
-	return unsafe.Slice((*T)(p), v.Len()), nil
+	return unsafe.Slice((*T)(p), v.length()), nil
 }
 
 // Bytes is the bytes of the block at position k, whatever its dtype.
@@ -268,7 +257,7 @@ func (h *HostBlocks) Bytes(k int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return unsafe.Slice((*byte)(p), v.Bytes()), nil
+	return unsafe.Slice((*byte)(p), v.bytes()), nil
 }
 
 // Float32s is the elements of the Float32 block at position k.

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
@@ -193,7 +194,7 @@ func onHostAlloc(t *testing.T, kind string, a *devalloc.Allocator, p *Plan, s *d
 	var c *Coalesced
 	var err error
 	if kind == "pinned" {
-		c, err = AllocPinned(a, p, 0, s)
+		c, err = Alloc(a, p, s, AllocOptions{Group: 0, Pinned: true})
 	} else {
 		c, err = Alloc(a, p, s)
 	}
@@ -215,11 +216,11 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		c := onHostAlloc(t, kind, a, p, s)
 		defer func() { require.NoError(t, c.Free()) }()
 		if kind == "device" {
-			require.Equal(t, devalloc.OnDevice, c.Location())
+			require.Equal(t, devalloc.OnDevice, c.Buffer().Location())
 			v, err := c.View(0)
 			require.NoError(t, err)
-			_, err = v.Raw()
-			require.ErrorIs(t, err, ErrNotHostAccessible, "device memory, so OnHost stages")
+			_, err = viewSlice[byte](v, 0)
+			require.ErrorIs(t, err, distbuf.ErrNotHostAccessible, "device memory, so OnHost stages")
 		}
 		require.NoError(t, c.OnHost(s, devalloc.Write, func(h *HostBlocks) error {
 			require.Equal(t, len(descs), h.Len())
@@ -227,7 +228,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 				got, err := h.Desc(k)
 				require.NoError(t, err)
 				require.Equal(t, d, got)
-				at, err := h.Index(d.ID)
+				at, err := c.Position(d.ID)
 				require.NoError(t, err)
 				require.Equal(t, k, at)
 				raw, err := h.Bytes(k)
@@ -329,7 +330,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		ev, err := s2.Record()
 		require.NoError(t, err)
 		time.Sleep(50 * time.Millisecond)
-		if c.Location() == devalloc.OnDevice {
+		if c.Buffer().Location() == devalloc.OnDevice {
 			done, err := ev.Done()
 			require.NoError(t, err)
 			require.False(t, done, "a copy on another stream ran before OnHost's copy back")
@@ -342,7 +343,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		for k, d := range descs {
 			v, err := c.View(k)
 			require.NoError(t, err)
-			require.Equal(t, rawBytes(pattern(d, 4)), got[v.Offset():v.Offset()+v.Bytes()], "block %d", k)
+			require.Equal(t, rawBytes(pattern(d, 4)), got[v.Offset():v.Offset()+v.bytes()], "block %d", k)
 		}
 		require.NoError(t, dst.Free())
 	})
@@ -391,7 +392,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		// (on device memory, so that the copy back cannot overwrite it);
 		// a read waits for fn in place and is refused on device memory.
 		require.NoError(t, c.OnHost(s, devalloc.Write, func(h *HostBlocks) error {
-			x, err := c.Write(s2)
+			x, err := c.Buffer().Write(s2)
 			if err == nil {
 				require.NoError(t, x.Done())
 			}
@@ -401,8 +402,8 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 				require.NoError(t, hd.Release())
 			}
 			require.ErrorIs(t, err, devalloc.ErrConflict, "a hold during fn")
-			if c.Location() == devalloc.OnDevice {
-				x, err := c.Read(s2)
+			if c.Buffer().Location() == devalloc.OnDevice {
+				x, err := c.Buffer().Read(s2)
 				if err == nil {
 					require.NoError(t, x.Done())
 				}
@@ -416,7 +417,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 	t.Run("Prefixed", func(t *testing.T) {
 		// The layout after a header: only the layout is read and written.
 		const prefix = 512
-		c, err := AllocPrefixed(a, p, 0, prefix, s)
+		c, err := Alloc(a, p, s, AllocOptions{Group: 0, Prefix: prefix})
 		require.NoError(t, err)
 		defer func() { require.NoError(t, c.Free()) }()
 		require.NoError(t, s.Memset(c.Buffer(), 0, prefix, 0xEE))
@@ -427,7 +428,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 			v, err := c.View(k)
 			require.NoError(t, err)
 			at := prefix + v.Offset()
-			require.Equal(t, rawBytes(pattern(d, 5)), mem[at:at+v.Bytes()], "block %d", k)
+			require.Equal(t, rawBytes(pattern(d, 5)), mem[at:at+v.bytes()], "block %d", k)
 		}
 	})
 
@@ -435,7 +436,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		gd := onHostDescs(30, func(i int) int { return i % 3 })
 		gp, err := NewPlan(gd, Options{})
 		require.NoError(t, err)
-		cs, err := AllocGroups(a, gp, s)
+		cs, err := allocGroups(a, gp, s)
 		require.NoError(t, err)
 		defer func() {
 			for _, c := range cs {
@@ -445,26 +446,26 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		c := cs[1]
 		require.NoError(t, c.OnHost(s, devalloc.Write, func(h *HostBlocks) error {
 			for i, d := range gd {
-				k, err := h.Index(d.ID)
+				k, err := c.Position(d.ID)
 				if d.Dest != 1 {
-					require.ErrorIs(t, err, ErrOutOfRange, "block %d of group %d", i, d.Dest)
+					require.ErrorIs(t, err, distbuf.ErrInvalid, "block %d of group %d", i, d.Dest)
 					continue
 				}
 				require.NoError(t, err)
 				v, err := c.View(k)
 				require.NoError(t, err)
-				require.Equal(t, d.ID, v.ID())
+				require.Equal(t, d.ID, v.id())
 				got, err := h.Desc(k)
 				require.NoError(t, err)
 				require.Equal(t, d, got)
 			}
 			return fillAll(h, 6)
 		}))
-		views, err := c.Views()
+		views, err := views(c)
 		require.NoError(t, err)
 		out := make([][]byte, len(views))
 		for k, v := range views {
-			out[k] = make([]byte, v.Bytes())
+			out[k] = make([]byte, v.bytes())
 		}
 		require.NoError(t, UnpackHost(s, c, out))
 		require.NoError(t, s.Synchronize())
@@ -492,7 +493,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 						require.NoError(t, err)
 						continue
 					}
-					require.ErrorIs(t, err, ErrInvalid)
+					require.ErrorIs(t, err, distbuf.ErrInvalid)
 					for _, part := range []string{fmt.Sprintf("block %d (id %d)", k, d.ID), d.DType.String(), dt.String()} {
 						require.Contains(t, err.Error(), part)
 					}
@@ -500,28 +501,24 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 			}
 			for _, k := range []int{-1, h.Len()} {
 				_, err := h.Bytes(k)
-				require.ErrorIs(t, err, ErrOutOfRange)
+				require.ErrorIs(t, err, distbuf.ErrInvalid)
 				_, err = h.Desc(k)
-				require.ErrorIs(t, err, ErrOutOfRange)
-				require.ErrorIs(t, accessors[Float64](h, k), ErrOutOfRange)
+				require.ErrorIs(t, err, distbuf.ErrInvalid)
+				require.ErrorIs(t, accessors[Float64](h, k), distbuf.ErrInvalid)
 			}
-			_, err := h.Index(999999)
-			require.ErrorIs(t, err, ErrOutOfRange)
 			return nil
 		}))
 		// The HostBlocks refuses use once fn has returned.
 		require.Equal(t, len(descs), kept.Len())
 		for k, d := range descs[:4] {
 			err := accessors[d.DType](kept, k)
-			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorIs(t, err, distbuf.ErrInvalid)
 			require.Contains(t, err.Error(), "after OnHost's function returned")
 		}
 		_, err := kept.Bytes(0)
-		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
 		_, err = kept.Desc(0)
-		require.ErrorIs(t, err, ErrInvalid)
-		_, err = kept.Index(descs[0].ID)
-		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
 	})
 
 	t.Run("ErrorAndPanic", func(t *testing.T) {
@@ -532,7 +529,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		// neither may wait for ever behind a hold or access left open.
 		later := func(salt int) func() error {
 			return func() error {
-				x, err := c.Write(s2)
+				x, err := c.Buffer().Write(s2)
 				if err != nil {
 					return err
 				}
@@ -568,7 +565,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 			t.Fatal("OnHost returned after a panic in fn")
 		}()
 		_, err = kept.Bytes(2)
-		require.ErrorIs(t, err, ErrInvalid, "the blocks end with a panic too")
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "the blocks end with a panic too")
 		within(t, 10*time.Second, "work after a panic in fn", later(10))
 		checkAll(t, s, c, 0, map[int]int{0: 7, 1: 10, 2: 9})
 
@@ -631,10 +628,10 @@ func TestOnHostHoldOrdersOtherStreams(t *testing.T) {
 	require.NoError(t, err)
 	var seen float64
 	require.NoError(t, c.OnHost(s, devalloc.Write, func(h *HostBlocks) error {
-		x, err := c.Read(s2)
+		x, err := c.Buffer().Read(s2)
 		require.NoError(t, err)
 		require.NoError(t, s2.Enqueue(func() error {
-			f, err := v.Float64s()
+			f, err := viewSlice[float64](v, Float64)
 			if err == nil {
 				seen = f[0]
 			}
@@ -663,21 +660,21 @@ func TestOnHostBadInput(t *testing.T) {
 	called := false
 	fn := func(*HostBlocks) error { called = true; return nil }
 	var none *Coalesced
-	require.ErrorIs(t, none.OnHost(s, devalloc.Read, fn), ErrInvalid)
-	require.ErrorIs(t, c.OnHost(nil, devalloc.Read, fn), ErrInvalid)
-	require.ErrorIs(t, c.OnHost(s, devalloc.Write, nil), ErrInvalid)
+	require.ErrorIs(t, none.OnHost(s, devalloc.Read, fn), distbuf.ErrInvalid)
+	require.ErrorIs(t, c.OnHost(nil, devalloc.Read, fn), distbuf.ErrInvalid)
+	require.ErrorIs(t, c.OnHost(s, devalloc.Write, nil), distbuf.ErrInvalid)
 	for _, m := range []devalloc.Mode{0, devalloc.Write + 1, -1} {
 		err := c.OnHost(s, m, fn)
-		require.ErrorIs(t, err, ErrInvalid, "mode %v", m)
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "mode %v", m)
 		require.Contains(t, err.Error(), m.String())
 	}
 	b := openHost(t)
 	err = c.OnHost(b.DefaultStream(), devalloc.Read, fn)
-	require.ErrorIs(t, err, ErrInvalid, "a stream of another allocator")
+	require.ErrorIs(t, err, distbuf.ErrInvalid, "a stream of another allocator")
 	require.Contains(t, err.Error(), "another allocator")
 	closeClean(t, b)
 	require.NoError(t, c.Free())
-	require.ErrorIs(t, c.OnHost(s, devalloc.Read, fn), ErrFreed)
-	require.ErrorIs(t, c.OnHost(s, devalloc.Write, fn), ErrFreed)
+	require.ErrorIs(t, c.OnHost(s, devalloc.Read, fn), distbuf.ErrFreed)
+	require.ErrorIs(t, c.OnHost(s, devalloc.Write, fn), distbuf.ErrFreed)
 	require.False(t, called, "fn ran on bad input")
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"golang.org/x/sync/errgroup"
 )
@@ -19,38 +20,38 @@ type Ref struct {
 	Off int64
 }
 
-// CopyMethod is how a Mover moves bytes.
-type CopyMethod int
+// copyMethod is how a Mover moves bytes.
+type copyMethod int
 
 const (
-	// CopyAuto picks CopyHost when every byte is host-accessible, else
-	// CopyKernel when everything is device memory and the kernel can be
-	// built, else CopyBatch when the runtime has it, else CopyPerBlock.
-	CopyAuto CopyMethod = iota
-	// CopyHost copies on the host with goroutines, inside the stream's order.
-	CopyHost
-	// CopyKernel runs the gather/scatter kernel over an offset table.
-	CopyKernel
-	// CopyBatch enqueues one cudaMemcpyBatchAsync.
-	CopyBatch
-	// CopyPerBlock enqueues one cudaMemcpyAsync per block.
-	CopyPerBlock
+	// copyAuto picks copyHost when every byte is host-accessible, else
+	// copyKernel when everything is device memory and the kernel can be
+	// built, else copyBatch when the runtime has it, else copyPerBlock.
+	copyAuto copyMethod = iota
+	// copyHost copies on the host with goroutines, inside the stream's order.
+	copyHost
+	// copyKernel runs the gather/scatter kernel over an offset table.
+	copyKernel
+	// copyBatch enqueues one cudaMemcpyBatchAsync.
+	copyBatch
+	// copyPerBlock enqueues one cudaMemcpyAsync per block.
+	copyPerBlock
 )
 
-func (m CopyMethod) String() string {
+func (m copyMethod) String() string {
 	switch m {
-	case CopyAuto:
+	case copyAuto:
 		return "auto"
-	case CopyHost:
+	case copyHost:
 		return "host"
-	case CopyKernel:
+	case copyKernel:
 		return "kernel"
-	case CopyBatch:
+	case copyBatch:
 		return "memcpy-batch"
-	case CopyPerBlock:
+	case copyPerBlock:
 		return "memcpy-per-block"
 	}
-	return fmt.Sprintf("CopyMethod(%d)", int(m))
+	return fmt.Sprintf("copyMethod(%d)", int(m))
 }
 
 // Mover moves the blocks of a Coalesced to and from their scattered
@@ -60,12 +61,12 @@ func (m CopyMethod) String() string {
 type Mover struct {
 	c        *Coalesced
 	bufs     []*devalloc.Buffer // distinct buffers of the refs
-	method   CopyMethod
+	method   copyMethod
 	fallback string
 	bytes    int64
 	dev      int
 
-	// CopyHost: block and ref host addresses, sizes, and the split of the
+	// copyHost: block and ref host addresses, sizes, and the split of the
 	// blocks among workers (balanced by bytes).
 	blkHost, refHost []unsafe.Pointer
 	parts            []span
@@ -81,35 +82,45 @@ type span struct{ lo, hi int }
 
 // NewMover validates refs (one per block of c, in group-position order, each
 // range inside its buffer, none overlapping another or c's own buffer) and
-// prepares the copy. Setup work (the kernel's table upload) is enqueued on s.
-func NewMover(s *devalloc.Stream, c *Coalesced, refs []Ref, method CopyMethod) (*Mover, error) {
+// prepares the copy. Setup work (the kernel's table upload) is enqueued on
+// s. The Mover copies on the host, with goroutines, when every byte is
+// host-accessible; by the gather kernel when everything is device memory;
+// else, or when the kernel cannot be built, by one cudaMemcpyBatchAsync
+// (CUDA 12.8+), else by one cudaMemcpyAsync per block. Method says which.
+func NewMover(s *devalloc.Stream, c *Coalesced, refs []Ref) (*Mover, error) {
+	return newMover(s, c, refs, copyAuto)
+}
+
+// newMover is NewMover with the copy method chosen (copyAuto: as NewMover
+// chooses), for the tests and benchmarks that compare them.
+func newMover(s *devalloc.Stream, c *Coalesced, refs []Ref, method copyMethod) (*Mover, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	if s == nil {
-		return nil, fmt.Errorf("packing: mover: nil stream: %w", ErrInvalid)
+		return nil, fmt.Errorf("packing: mover: nil stream: %w", distbuf.ErrInvalid)
 	}
 	n := c.Len()
 	if len(refs) != n {
-		return nil, fmt.Errorf("packing: mover: %d refs for %d blocks: %w", len(refs), n, ErrInvalid)
+		return nil, fmt.Errorf("packing: mover: %d refs for %d blocks: %w", len(refs), n, distbuf.ErrInvalid)
 	}
 	m := &Mover{c: c, dev: c.buf.Allocator().Device()}
 	sizes := make([]int64, n)
 	allHost := c.host != nil
-	allDevice := c.Location() == devalloc.OnDevice
+	allDevice := c.buf.Location() == devalloc.OnDevice
 	seen := make(map[*devalloc.Buffer]int)
 	for k, r := range refs {
 		v := c.viewAt(k)
-		sizes[k] = v.Bytes()
+		sizes[k] = v.bytes()
 		if r.Buf == nil {
-			return nil, fmt.Errorf("packing: mover: ref %d (block id %d): nil buffer: %w", k, v.ID(), ErrInvalid)
+			return nil, fmt.Errorf("packing: mover: ref %d (block id %d): nil buffer: %w", k, v.id(), distbuf.ErrInvalid)
 		}
 		if r.Buf == c.buf {
-			return nil, fmt.Errorf("packing: mover: ref %d (block id %d) points into the coalesced buffer itself: %w", k, v.ID(), ErrOverlap)
+			return nil, fmt.Errorf("packing: mover: ref %d (block id %d) overlaps the coalesced buffer: it points into it: %w", k, v.id(), distbuf.ErrInvalid)
 		}
 		if r.Off < 0 || r.Off > r.Buf.Size()-sizes[k] {
 			return nil, fmt.Errorf("packing: mover: ref %d (block id %d): bytes [%d, %d+%d) outside buffer #%d of %d bytes: %w",
-				k, v.ID(), r.Off, r.Off, sizes[k], r.Buf.ID(), r.Buf.Size(), ErrOutOfRange)
+				k, v.id(), r.Off, r.Off, sizes[k], r.Buf.ID(), r.Buf.Size(), distbuf.ErrInvalid)
 		}
 		if _, ok := seen[r.Buf]; !ok {
 			seen[r.Buf] = len(m.bufs)
@@ -123,31 +134,31 @@ func NewMover(s *devalloc.Stream, c *Coalesced, refs []Ref, method CopyMethod) (
 	if err := checkRefsDisjoint(refs, sizes); err != nil {
 		return nil, err
 	}
-	auto := method == CopyAuto
+	auto := method == copyAuto
 	if auto {
 		switch {
 		case allHost:
-			method = CopyHost
+			method = copyHost
 		case allDevice:
-			method = CopyKernel
+			method = copyKernel
 		default:
-			method = CopyBatch
+			method = copyBatch
 		}
 	}
 	var err error
 	switch method {
-	case CopyHost:
+	case copyHost:
 		if !allHost {
-			return nil, fmt.Errorf("packing: mover: host copy of device memory: %w", ErrNotHostAccessible)
+			return nil, fmt.Errorf("packing: mover: host copy of device memory: %w", distbuf.ErrNotHostAccessible)
 		}
 		err = m.prepareHost(refs, sizes)
-	case CopyKernel, CopyBatch, CopyPerBlock:
-		if allHost && c.Location() != devalloc.Pinned {
-			return nil, fmt.Errorf("packing: mover: %s on the host backend: %w", method, ErrUnavailable)
+	case copyKernel, copyBatch, copyPerBlock:
+		if allHost && c.buf.Location() != devalloc.Pinned {
+			return nil, fmt.Errorf("packing: mover: %s on the host backend: %w", method, distbuf.ErrUnavailable)
 		}
-		err = m.prepareDevice(s, refs, sizes, method, auto, method == CopyKernel && !allDevice)
+		err = m.prepareDevice(s, refs, sizes, method, auto, method == copyKernel && !allDevice)
 	default:
-		return nil, fmt.Errorf("packing: mover: copy method %v: %w", method, ErrInvalid)
+		return nil, fmt.Errorf("packing: mover: copy method %v: %w", method, distbuf.ErrInvalid)
 	}
 	if err != nil {
 		return nil, err
@@ -180,14 +191,14 @@ func checkRefsDisjoint(refs []Ref, sizes []int64) error {
 	for k := 1; k < len(order); k++ {
 		p, q := order[k-1], order[k]
 		if refs[p].Buf == refs[q].Buf && refs[p].Off+sizes[p] > refs[q].Off {
-			return fmt.Errorf("packing: mover: refs %d and %d overlap in buffer #%d at byte %d: %w", p, q, refs[q].Buf.ID(), refs[q].Off, ErrOverlap)
+			return fmt.Errorf("packing: mover: refs %d and %d overlap in buffer #%d at byte %d: %w", p, q, refs[q].Buf.ID(), refs[q].Off, distbuf.ErrInvalid)
 		}
 	}
 	return nil
 }
 
 func (m *Mover) prepareHost(refs []Ref, sizes []int64) error {
-	m.method = CopyHost
+	m.method = copyHost
 	n := len(refs)
 	m.blkHost = make([]unsafe.Pointer, n)
 	m.refHost = make([]unsafe.Pointer, n)
@@ -256,14 +267,15 @@ func hostCopyFunc(dst, src []unsafe.Pointer, sizes []uintptr, parts []span) func
 	}
 }
 
-// Method is the copy method in use.
-func (m *Mover) Method() CopyMethod { return m.method }
-
-// FallbackReason says why CopyAuto did not get the kernel, or is empty.
-func (m *Mover) FallbackReason() string { return m.fallback }
-
-// Bytes is the payload one Pack or Unpack moves.
-func (m *Mover) Bytes() int64 { return m.bytes }
+// Method says how the Mover copies: "host", "kernel", "memcpy-batch" or
+// "memcpy-per-block", followed, when the gather kernel was wanted but could
+// not be had, by why.
+func (m *Mover) Method() string {
+	if m.fallback != "" {
+		return m.method.String() + " (" + m.fallback + ")"
+	}
+	return m.method.String()
+}
 
 // Pack copies every ref into its block of the coalesced buffer, in the order
 // of s: it waits for the refs' writers and the buffer's readers through the
@@ -275,7 +287,7 @@ func (m *Mover) Unpack(s *devalloc.Stream) error { return m.run(s, true) }
 
 func (m *Mover) run(s *devalloc.Stream, unpack bool) (err error) {
 	if m.closed {
-		return fmt.Errorf("packing: mover used after Close: %w", ErrInvalid)
+		return fmt.Errorf("packing: mover used after Close: %w", distbuf.ErrInvalid)
 	}
 	if err := m.c.check(); err != nil {
 		return err
@@ -317,7 +329,7 @@ func (m *Mover) run(s *devalloc.Stream, unpack bool) (err error) {
 			return err
 		}
 	}
-	if m.method == CopyHost {
+	if m.method == copyHost {
 		dst, src := m.blkHost, m.refHost
 		if unpack {
 			dst, src = src, dst
@@ -330,7 +342,7 @@ func (m *Mover) run(s *devalloc.Stream, unpack bool) (err error) {
 // Close releases the device table. The Mover cannot be used afterwards.
 func (m *Mover) Close() error {
 	if m.closed {
-		return fmt.Errorf("packing: mover closed twice: %w", ErrInvalid)
+		return fmt.Errorf("packing: mover closed twice: %w", distbuf.ErrInvalid)
 	}
 	m.closed = true
 	if m.table != nil {
@@ -339,36 +351,11 @@ func (m *Mover) Close() error {
 	return nil
 }
 
-// Pack copies refs into dst's blocks once (NewMover, Pack, Close).
-func Pack(s *devalloc.Stream, dst *Coalesced, src []Ref) error {
-	m, err := NewMover(s, dst, src, CopyAuto)
-	if err != nil {
-		return err
-	}
-	if err := m.Pack(s); err != nil {
-		_ = m.Close()
-		return err
-	}
-	return m.Close()
-}
-
-// Unpack copies src's blocks out to refs once.
-func Unpack(s *devalloc.Stream, src *Coalesced, dst []Ref) error {
-	m, err := NewMover(s, src, dst, CopyAuto)
-	if err != nil {
-		return err
-	}
-	if err := m.Unpack(s); err != nil {
-		_ = m.Close()
-		return err
-	}
-	return m.Close()
-}
-
-// Transfer copies src's whole layout into dst with one copy, in the order of
-// s: the host-to-device move of a buffer packed on the host (AllocPinned),
-// or back. Both must hold the same group of the same plan.
-func Transfer(s *devalloc.Stream, dst, src *Coalesced) error {
+// transfer copies src's whole layout into dst with one copy, in the order of
+// s: the move between device memory and a pinned staging copy (OnHost,
+// PackHost, UnpackHost, Alloc's CopyOf), either way. Both must hold the same
+// group of the same plan.
+func transfer(s *devalloc.Stream, dst, src *Coalesced) error {
 	if err := dst.check(); err != nil {
 		return err
 	}
@@ -376,10 +363,10 @@ func Transfer(s *devalloc.Stream, dst, src *Coalesced) error {
 		return err
 	}
 	if dst.plan != src.plan || dst.group != src.group {
-		return fmt.Errorf("packing: transfer between different layouts: %w", ErrInvalid)
+		return fmt.Errorf("packing: transfer between different layouts: %w", distbuf.ErrInvalid)
 	}
 	if dst.buf == src.buf {
-		return fmt.Errorf("packing: transfer of a buffer onto itself: %w", ErrOverlap)
+		return fmt.Errorf("packing: transfer of a buffer onto itself: source and destination overlap: %w", distbuf.ErrInvalid)
 	}
 	if src.size == 0 {
 		return nil
@@ -393,16 +380,16 @@ func Transfer(s *devalloc.Stream, dst, src *Coalesced) error {
 // checkSlices validates one Go slice per block, each exactly a block's size.
 func checkSlices(c *Coalesced, blocks [][]byte) ([]int64, int64, error) {
 	if len(blocks) != c.Len() {
-		return nil, 0, fmt.Errorf("packing: %d slices for %d blocks: %w", len(blocks), c.Len(), ErrInvalid)
+		return nil, 0, fmt.Errorf("packing: %d slices for %d blocks: %w", len(blocks), c.Len(), distbuf.ErrInvalid)
 	}
 	sizes := make([]int64, len(blocks))
 	var total int64
 	for k, b := range blocks {
 		v := c.viewAt(k)
-		if int64(len(b)) != v.Bytes() {
-			return nil, 0, fmt.Errorf("packing: slice %d (block id %d) has %d bytes, the block %d: %w", k, v.ID(), len(b), v.Bytes(), ErrInvalid)
+		if int64(len(b)) != v.bytes() {
+			return nil, 0, fmt.Errorf("packing: slice %d (block id %d) has %d bytes, the block %d: %w", k, v.id(), len(b), v.bytes(), distbuf.ErrInvalid)
 		}
-		sizes[k] = v.Bytes()
+		sizes[k] = v.bytes()
 		total += sizes[k]
 	}
 	return sizes, total, nil
@@ -423,11 +410,11 @@ func PackHost(s *devalloc.Stream, dst *Coalesced, src [][]byte) error {
 	}
 	target := dst
 	if dst.host == nil {
-		if target, err = AllocPinned(dst.buf.Allocator(), dst.plan, dst.group, s); err != nil {
+		if target, err = allocLayout(dst.buf.Allocator(), dst.plan, dst.group, 0, s, true, true); err != nil {
 			return err
 		}
 	}
-	w, err := target.Write(s)
+	w, err := target.buf.Write(s)
 	if err != nil {
 		return err
 	}
@@ -450,7 +437,7 @@ func PackHost(s *devalloc.Stream, dst *Coalesced, src [][]byte) error {
 	}
 	if target != dst {
 		if err == nil {
-			err = Transfer(s, dst, target)
+			err = transfer(s, dst, target)
 		}
 		if ferr := target.Free(); err == nil {
 			err = ferr
@@ -472,15 +459,15 @@ func UnpackHost(s *devalloc.Stream, src *Coalesced, dst [][]byte) error {
 	}
 	from := src
 	if src.host == nil {
-		if from, err = AllocPinned(src.buf.Allocator(), src.plan, src.group, s); err != nil {
+		if from, err = allocLayout(src.buf.Allocator(), src.plan, src.group, 0, s, true, false); err != nil {
 			return err
 		}
-		if err = Transfer(s, from, src); err != nil {
+		if err = transfer(s, from, src); err != nil {
 			_ = from.Free()
 			return err
 		}
 	}
-	r, err := from.Read(s)
+	r, err := from.buf.Read(s)
 	if err == nil {
 		ptrs, dsts, usz := make([]unsafe.Pointer, len(dst)), make([]unsafe.Pointer, len(dst)), make([]uintptr, len(dst))
 		for k := range dst {

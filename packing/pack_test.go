@@ -5,7 +5,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/gather"
 	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
 )
@@ -29,7 +31,7 @@ func scatter(t *testing.T, s *devalloc.Stream, p *Plan, seed uint64) *scattered 
 	order := rng.Perm(n)
 	offs := make([]int64, n)
 	for _, i := range order {
-		d, _, _ := p.Block(i)
+		d, _, _ := p.block(i)
 		b := rng.IntN(3)
 		which[i] = b
 		offs[i] = cursor[b] + int64(rng.IntN(4))*8
@@ -79,16 +81,16 @@ func (sc *scattered) free(t *testing.T) {
 func blocksOf(t *testing.T, s *devalloc.Stream, c *Coalesced) [][]byte {
 	t.Helper()
 	mem := readAll(t, s, c.Buffer())
-	views, err := c.Views()
+	views, err := views(c)
 	require.NoError(t, err)
 	out := make([][]byte, len(views))
 	for k, v := range views {
-		out[k] = mem[v.Offset() : v.Offset()+v.Bytes()]
+		out[k] = mem[v.Offset() : v.Offset()+v.bytes()]
 	}
 	return out
 }
 
-func testPackRoundTrip(t *testing.T, a *devalloc.Allocator, method CopyMethod, n int) {
+func testPackRoundTrip(t *testing.T, a *devalloc.Allocator, method copyMethod, n int) {
 	s := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)
@@ -100,12 +102,12 @@ func testPackRoundTrip(t *testing.T, a *devalloc.Allocator, method CopyMethod, n
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Free()) }()
 	// Pack on another stream: the ledger orders it after the fills on s.
-	m, err := NewMover(s2, c, sc.refs, method)
+	m, err := newMover(s2, c, sc.refs, method)
 	require.NoError(t, err)
-	if method != CopyAuto {
-		require.Equal(t, method, m.Method())
+	if method != copyAuto {
+		require.Equal(t, method.String(), m.Method())
 	}
-	t.Logf("method %v (%s), %d bytes", m.Method(), m.FallbackReason(), m.Bytes())
+	t.Logf("method %s, %d bytes", m.Method(), m.bytes)
 	require.NoError(t, m.Pack(s2))
 	require.Equal(t, sc.data, blocksOf(t, s2, c))
 	// Scribble over the scattered side, then unpack: the original returns.
@@ -115,25 +117,25 @@ func testPackRoundTrip(t *testing.T, a *devalloc.Allocator, method CopyMethod, n
 	require.NoError(t, m.Unpack(s2))
 	require.Equal(t, sc.data, sc.read(t, s2))
 	require.NoError(t, m.Close())
-	require.ErrorIs(t, m.Pack(s), ErrInvalid, "use after Close")
+	require.ErrorIs(t, m.Pack(s), distbuf.ErrInvalid, "use after Close")
 }
 
 func TestPackUnpackHost(t *testing.T) {
 	a := openHost(t)
 	defer closeClean(t, a)
-	t.Run("small", func(t *testing.T) { testPackRoundTrip(t, a, CopyAuto, 50) })
+	t.Run("small", func(t *testing.T) { testPackRoundTrip(t, a, copyAuto, 50) })
 	// Over 512 KiB, so the copies run on parallel goroutines.
-	t.Run("parallel", func(t *testing.T) { testPackRoundTrip(t, a, CopyHost, 20000) })
+	t.Run("parallel", func(t *testing.T) { testPackRoundTrip(t, a, copyHost, 20000) })
 	require.Greater(t, len(splitByBytes([]int64{1 << 20, 1 << 20, 1 << 20}, 3<<20)), 1, "large copies are split among workers")
 }
 
 func TestPackUnpackCUDA(t *testing.T) {
 	a := openCUDA(t)
 	defer closeClean(t, a)
-	for _, m := range []CopyMethod{CopyAuto, CopyKernel, CopyBatch, CopyPerBlock} {
+	for _, m := range []copyMethod{copyAuto, copyKernel, copyBatch, copyPerBlock} {
 		t.Run(m.String(), func(t *testing.T) {
-			if m == CopyKernel {
-				if err := KernelStatus(a.Device()); err != nil {
+			if m == copyKernel {
+				if err := gather.Status(a.Device()); err != nil {
 					gputest.Unavailable(t, "the gather kernel", err)
 				}
 			}
@@ -155,31 +157,31 @@ func TestMoverBadInput(t *testing.T) {
 	cases := []struct {
 		name string
 		refs []Ref
-		want error
+		want string // the problem
 	}{
-		{"too few", []Ref{{src, 0}}, ErrInvalid},
-		{"nil buffer", []Ref{{src, 0}, {nil, 0}}, ErrInvalid},
-		{"past the end", []Ref{{src, 0}, {src, 56}}, ErrOutOfRange},
-		{"negative", []Ref{{src, -8}, {src, 40}}, ErrOutOfRange},
-		{"overlapping refs", []Ref{{src, 0}, {src, 24}}, ErrOverlap},
-		{"into itself", []Ref{{src, 0}, {c.Buffer(), 0}}, ErrOverlap},
+		{"too few", []Ref{{src, 0}}, "1 refs for 2 blocks"},
+		{"nil buffer", []Ref{{src, 0}, {nil, 0}}, "nil buffer"},
+		{"past the end", []Ref{{src, 0}, {src, 56}}, "outside buffer"},
+		{"negative", []Ref{{src, -8}, {src, 40}}, "outside buffer"},
+		{"overlapping refs", []Ref{{src, 0}, {src, 24}}, problemOverlap},
+		{"into itself", []Ref{{src, 0}, {c.Buffer(), 0}}, problemOverlap},
 	}
 	for _, tc := range cases {
-		_, err := NewMover(s, c, tc.refs, CopyAuto)
-		require.ErrorIs(t, err, tc.want, tc.name)
+		_, err := NewMover(s, c, tc.refs)
+		requireProblem(t, err, tc.want, tc.name)
 	}
-	_, err = NewMover(s, c, []Ref{{src, 0}, {src, 32}}, CopyKernel)
-	require.ErrorIs(t, err, ErrUnavailable, "no kernel on host memory")
-	_, err = NewMover(s, c, []Ref{{src, 0}, {src, 32}}, CopyMethod(42))
-	require.ErrorIs(t, err, ErrInvalid)
-	m, err := NewMover(s, c, []Ref{{src, 0}, {src, 32}}, CopyAuto)
+	_, err = newMover(s, c, []Ref{{src, 0}, {src, 32}}, copyKernel)
+	require.ErrorIs(t, err, distbuf.ErrUnavailable, "no kernel on host memory")
+	_, err = newMover(s, c, []Ref{{src, 0}, {src, 32}}, copyMethod(42))
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
+	m, err := newMover(s, c, []Ref{{src, 0}, {src, 32}}, copyAuto)
 	require.NoError(t, err)
 	require.NoError(t, src.Free())
 	require.ErrorIs(t, m.Pack(s), devalloc.ErrFreed, "a freed source is caught")
 	require.NoError(t, c.Free())
-	require.ErrorIs(t, m.Unpack(s), ErrFreed)
+	require.ErrorIs(t, m.Unpack(s), distbuf.ErrFreed)
 	require.NoError(t, m.Close())
-	require.ErrorIs(t, m.Close(), ErrInvalid)
+	require.ErrorIs(t, m.Close(), distbuf.ErrInvalid)
 }
 
 func TestPackHostSlicesAndTransfer(t *testing.T) {
@@ -196,27 +198,30 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 				src[k] = bytes.Repeat([]byte{byte(k % 251), byte(k / 251)}, int(d.Bytes()/2))
 			}
 			// Pack on the host into pinned memory, one copy to the buffer.
-			pin, err := AllocPinned(a, p, 0, s)
+			pin, err := Alloc(a, p, s, AllocOptions{Group: 0, Pinned: true})
 			require.NoError(t, err)
-			require.Equal(t, devalloc.Pinned, pin.Location())
+			require.Equal(t, devalloc.Pinned, pin.Buffer().Location())
 			require.NoError(t, PackHost(s, pin, src))
 			dev, err := Alloc(a, p, s)
 			require.NoError(t, err)
-			require.NoError(t, Transfer(s, dev, pin))
+			require.NoError(t, transfer(s, dev, pin))
 			require.Equal(t, src, blocksOf(t, s, dev))
-			// AllocCopy: the same layout and bytes, padding (zero) included,
+			// CopyOf: the same layout and bytes, padding (zero) included,
 			// in memory that held junk before.
 			junk, err := a.Alloc(dev.Buffer().Size(), s)
 			require.NoError(t, err)
 			require.NoError(t, s.Memset(junk, 0, junk.Size(), 0xAB))
 			require.NoError(t, junk.Free())
-			cp, err := AllocCopy(a, pin, s)
+			cp, err := Alloc(a, p, s, AllocOptions{CopyOf: pin})
 			require.NoError(t, err)
 			require.Same(t, p, cp.Plan())
+			require.Equal(t, a.Kind().IsDevice(), cp.Buffer().Location() == devalloc.OnDevice, "the allocator's own memory")
 			require.Equal(t, readAll(t, s, pin.Buffer())[:pin.Size()], readAll(t, s, cp.Buffer())[:cp.Size()])
 			require.NoError(t, cp.Free())
-			_, err = AllocCopy(a, nil, s)
-			require.ErrorIs(t, err, ErrInvalid)
+			_, err = Alloc(a, p, s, AllocOptions{Group: 1, CopyOf: pin})
+			require.ErrorIs(t, err, distbuf.ErrInvalid, "no group 1")
+			_, err = Alloc(a, p, s, AllocOptions{}, AllocOptions{})
+			require.ErrorIs(t, err, distbuf.ErrInvalid, "two options")
 			// PackHost straight into the buffer, UnpackHost back.
 			for k := range src {
 				src[k][0] ^= 0xFF
@@ -230,22 +235,24 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 			require.NoError(t, s.Synchronize())
 			require.Equal(t, src, out)
 			// Bad input.
-			require.ErrorIs(t, PackHost(s, dev, src[1:]), ErrInvalid)
+			require.ErrorIs(t, PackHost(s, dev, src[1:]), distbuf.ErrInvalid)
 			short := append([][]byte(nil), src...)
 			short[3] = short[3][1:]
-			require.ErrorIs(t, UnpackHost(s, dev, short), ErrInvalid)
+			require.ErrorIs(t, UnpackHost(s, dev, short), distbuf.ErrInvalid)
 			q, err := NewPlan(descs[:10], Options{})
 			require.NoError(t, err)
 			other, err := Alloc(a, q, s)
 			require.NoError(t, err)
-			require.ErrorIs(t, Transfer(s, other, pin), ErrInvalid)
-			require.ErrorIs(t, Transfer(s, pin, pin), ErrOverlap)
+			require.ErrorIs(t, transfer(s, other, pin), distbuf.ErrInvalid)
+			_, err = Alloc(a, q, s, AllocOptions{CopyOf: pin})
+			require.ErrorIs(t, err, distbuf.ErrInvalid, "CopyOf of another plan")
+			requireProblem(t, transfer(s, pin, pin), problemOverlap)
 			require.NoError(t, other.Free())
 			require.NoError(t, pin.Free())
 			require.NoError(t, dev.Free())
-			require.ErrorIs(t, Transfer(s, dev, pin), ErrFreed)
-			_, err = AllocCopy(a, pin, s)
-			require.ErrorIs(t, err, ErrFreed)
+			require.ErrorIs(t, transfer(s, dev, pin), distbuf.ErrFreed)
+			_, err = Alloc(a, p, s, AllocOptions{CopyOf: pin})
+			require.ErrorIs(t, err, distbuf.ErrFreed)
 		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/distbuf/distbuf"
 )
 
 // Desc describes one block: a dense rows x cols matrix of DType elements,
@@ -32,7 +34,7 @@ func (d Desc) Bytes() int64 { return int64(d.Rows) * int64(d.Cols) * d.DType.Siz
 type Options struct {
 	// Align is the alignment in bytes of the first block of every shape class
 	// and the rounding of each group's size: a power of two in [16, 1 MiB].
-	// 0 means DefaultAlign.
+	// 0 means 256 bytes (Plan.Options reports the alignment in use).
 	Align int64
 	// BlockAlign is the alignment of every block inside its class, so the
 	// class stride is the block size rounded up to it: a power of two no
@@ -42,8 +44,8 @@ type Options struct {
 	BlockAlign int64
 }
 
-// DefaultAlign is the alignment of shape classes when Options.Align is 0.
-const DefaultAlign = 256
+// defaultAlign is the alignment of shape classes when Options.Align is 0.
+const defaultAlign = 256
 
 // MaxBytes bounds the size of one group's buffer (the allocator's own limit).
 const MaxBytes = 1 << 50
@@ -61,13 +63,13 @@ const maxDest = math.MaxInt32
 
 func (o Options) resolve() (Options, error) {
 	if o.Align == 0 {
-		o.Align = DefaultAlign
+		o.Align = defaultAlign
 	}
 	if o.Align < 16 || o.Align > 1<<20 || o.Align&(o.Align-1) != 0 {
-		return o, fmt.Errorf("packing: Options.Align %d: want a power of two in [16, 1048576]: %w", o.Align, ErrBadAlign)
+		return o, fmt.Errorf("packing: Options.Align %d misaligned: want a power of two in [16, 1048576]: %w", o.Align, distbuf.ErrInvalid)
 	}
 	if o.BlockAlign < 0 || o.BlockAlign > o.Align || o.BlockAlign&(o.BlockAlign-1) != 0 {
-		return o, fmt.Errorf("packing: Options.BlockAlign %d: want 0 or a power of two no larger than Align (%d): %w", o.BlockAlign, o.Align, ErrBadAlign)
+		return o, fmt.Errorf("packing: Options.BlockAlign %d misaligned: want 0 or a power of two no larger than Align (%d): %w", o.BlockAlign, o.Align, distbuf.ErrInvalid)
 	}
 	return o, nil
 }
@@ -130,7 +132,7 @@ type Plan struct {
 	members     [][]int32 // per group: plan indices in list order (nil for a single group)
 
 	indexOnce sync.Once
-	index     map[uint64]int32
+	ids2index map[uint64]int32
 
 	join *joinInfo // set on a plan made by Joined
 }
@@ -468,7 +470,7 @@ func (cf *classifier) slow(i int, d *Desc) (*uint64, error) {
 	e := cf.tab.find(k)
 	if e.key.rc == 0 {
 		if !fits(d) {
-			return nil, &BlockError{Index: i, ID: d.ID, Reason: fmt.Sprintf("%dx%d %s is more than 2^50 bytes", d.Rows, d.Cols, d.DType), Err: ErrOverflow}
+			return nil, &BlockError{Index: i, ID: d.ID, Reason: fmt.Sprintf("%dx%d %s: too large, more than 2^50 bytes", d.Rows, d.Cols, d.DType)}
 		}
 		if cf.tab.n == cf.maxClasses {
 			return nil, errTooManyClasses
@@ -502,7 +504,7 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 	}
 	n := len(descs)
 	if int64(n) > math.MaxInt32 {
-		return nil, fmt.Errorf("packing: %d blocks: at most 2^31-1 per plan: %w", n, ErrOverflow)
+		return nil, fmt.Errorf("packing: %d blocks: too large: at most 2^31-1 per plan: %w", n, distbuf.ErrInvalid)
 	}
 	// A block's class and rank fit in 32 bits unless the classes outnumber
 	// what the bits that ranks leave can count; then classify again with 64
@@ -601,7 +603,7 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		cl.Group = len(p.groups) - 1
 		cursor = alignUp(cursor, o.Align)
 		if int64(cl.Count) > (MaxBytes-cursor)/cl.Stride {
-			return nil, fmt.Errorf("packing: group for rank %d exceeds 2^50 bytes: %w", g.Dest, ErrOverflow)
+			return nil, fmt.Errorf("packing: group for rank %d too large: more than 2^50 bytes: %w", g.Dest, distbuf.ErrInvalid)
 		}
 		cl.Offset = cursor
 		cursor += cl.Stride * int64(cl.Count)
@@ -652,14 +654,14 @@ func fits(d *Desc) bool {
 func badDesc(i int, d *Desc) error {
 	e := &BlockError{Index: i, ID: d.ID}
 	switch {
-	case !d.DType.Valid():
-		e.Reason, e.Err = fmt.Sprintf("dtype %d", uint8(d.DType)), ErrBadDType
+	case !d.DType.valid():
+		e.Reason = fmt.Sprintf("unknown dtype %d: want float32, float64, complex64 or complex128", uint8(d.DType))
 	case d.Rows <= 0 || d.Cols <= 0:
-		e.Reason, e.Err = fmt.Sprintf("shape %dx%d: dimensions must be positive", d.Rows, d.Cols), ErrBadShape
+		e.Reason = fmt.Sprintf("shape %dx%d: dimensions must be positive", d.Rows, d.Cols)
 	case d.Dest < 0 || d.Dest > maxDest:
-		e.Reason, e.Err = fmt.Sprintf("destination rank %d", d.Dest), ErrInvalid
+		e.Reason = fmt.Sprintf("destination rank %d outside [0, 2^31)", d.Dest)
 	default:
-		e.Reason, e.Err = fmt.Sprintf("shape %dx%d: dimensions must be below 2^31", d.Rows, d.Cols), ErrBadShape
+		e.Reason = fmt.Sprintf("shape %dx%d: dimensions must be below 2^31", d.Rows, d.Cols)
 	}
 	return e
 }
@@ -714,7 +716,7 @@ func checkUniqueIDs(ids []uint64, lo, hi uint64) error {
 	for ids[first] != ids[dup] {
 		first++
 	}
-	return &BlockError{Index: dup, ID: ids[dup], Reason: fmt.Sprintf("id already used by block %d", first), Err: ErrDuplicateID}
+	return &BlockError{Index: dup, ID: ids[dup], Reason: fmt.Sprintf("duplicate id: already used by block %d", first)}
 }
 
 // Options returns the resolved options (defaults filled in).
@@ -730,10 +732,10 @@ func (p *Plan) Groups() []Group { return p.groups }
 // Classes lists the shape classes; Group.Classes says which belong to a group.
 func (p *Plan) Classes() []Class { return p.classes }
 
-// Block returns the descriptor and offset of the block at plan index i.
-func (p *Plan) Block(i int) (Desc, int64, error) {
+// block returns the descriptor and offset of the block at plan index i.
+func (p *Plan) block(i int) (Desc, int64, error) {
 	if i < 0 || i >= p.Len() {
-		return Desc{}, 0, fmt.Errorf("packing: block index %d outside a plan of %d blocks: %w", i, p.Len(), ErrOutOfRange)
+		return Desc{}, 0, fmt.Errorf("packing: block index %d outside a plan of %d blocks: %w", i, p.Len(), distbuf.ErrInvalid)
 	}
 	cl := p.class(i)
 	return Desc{ID: p.id(i), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Dest: p.groups[cl.Group].Dest}, p.offset(i), nil
@@ -751,27 +753,28 @@ func (p *Plan) offset(i int) int64 {
 	return cl.Offset + int64(m&p.rankMask)*cl.Stride
 }
 
-// Class returns the index in Classes of the class of block i.
-func (p *Plan) Class(i int) int { return int(p.meta[i] >> (p.rankBits & 31)) }
+// classIndex returns the index in Classes of the class of block i.
+func (p *Plan) classIndex(i int) int { return int(p.meta[i] >> (p.rankBits & 31)) }
 
-// Index returns the plan index of the block with the given id. The first call
-// builds a map of all ids.
-func (p *Plan) Index(id uint64) (int, bool) {
+// index returns the plan index of the block with the given id. The first
+// call builds a map of all ids.
+func (p *Plan) index(id uint64) (int, bool) {
 	p.indexOnce.Do(func() {
-		p.index = make(map[uint64]int32, p.Len())
+		p.ids2index = make(map[uint64]int32, p.Len())
 		for i := range p.Len() {
-			p.index[p.id(i)] = int32(i)
+			p.ids2index[p.id(i)] = int32(i)
 		}
 	})
-	i, ok := p.index[id]
+	i, ok := p.ids2index[id]
 	return int(i), ok
 }
 
-// Members returns the plan indices of group g's blocks in list order: the
-// block at group position k is Members(g)[k]. Do not modify the result.
-func (p *Plan) Members(g int) ([]int32, error) {
+// groupMembers returns the plan indices of group g's blocks in list order:
+// the block at group position k is groupMembers(g)[k]. Do not modify the
+// result.
+func (p *Plan) groupMembers(g int) ([]int32, error) {
 	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), ErrOutOfRange)
+		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), distbuf.ErrInvalid)
 	}
 	p.buildMembers()
 	if p.members == nil {
@@ -813,7 +816,7 @@ type Entry struct {
 // Manifest lists group g's blocks in group-position order, and the payload
 // size in bytes (the buffer size, padding included).
 func (p *Plan) Manifest(g int) ([]Entry, int64, error) {
-	members, err := p.Members(g)
+	members, err := p.groupMembers(g)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -834,11 +837,11 @@ func (p *Plan) Manifest(g int) ([]Entry, int64, error) {
 // when its blocks happen to sit at a constant stride.
 func FromManifest(entries []Entry, size int64) (*Plan, error) {
 	if size < 0 || size > MaxBytes {
-		return nil, fmt.Errorf("packing: manifest payload of %d bytes: want [0, 2^50]: %w", size, ErrOutOfRange)
+		return nil, fmt.Errorf("packing: manifest payload of %d bytes out of range: want [0, 2^50]: %w", size, distbuf.ErrInvalid)
 	}
 	n := len(entries)
 	if int64(n) > math.MaxInt32 {
-		return nil, fmt.Errorf("packing: manifest of %d blocks: %w", n, ErrOverflow)
+		return nil, fmt.Errorf("packing: manifest of %d blocks: too large: %w", n, distbuf.ErrInvalid)
 	}
 	p := &Plan{ids: make([]uint64, n), meta: make([]uint32, n), offs: make([]int64, n)}
 	var stackTable [stackTableSize]classEntry
@@ -847,18 +850,18 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 	for i := range entries {
 		e := &entries[i]
 		d := Desc{ID: e.ID, DType: e.DType, Rows: e.Rows, Cols: e.Cols}
-		if uint64(d.Rows-1) >= maxDim || uint64(d.Cols-1) >= maxDim || !d.DType.Valid() {
+		if uint64(d.Rows-1) >= maxDim || uint64(d.Cols-1) >= maxDim || !d.DType.valid() {
 			return nil, badDesc(i, &d)
 		}
 		if !fits(&d) {
-			return nil, &BlockError{Index: i, ID: e.ID, Reason: fmt.Sprintf("%dx%d %s is more than 2^50 bytes", d.Rows, d.Cols, d.DType), Err: ErrOverflow}
+			return nil, &BlockError{Index: i, ID: e.ID, Reason: fmt.Sprintf("%dx%d %s: too large, more than 2^50 bytes", d.Rows, d.Cols, d.DType)}
 		}
 		bb := d.Bytes()
 		if e.Offset < 0 || bb > size || e.Offset > size-bb {
-			return nil, &BlockError{Index: i, ID: e.ID, Reason: fmt.Sprintf("bytes [%d, %d+%d) outside a payload of %d bytes", e.Offset, e.Offset, bb, size), Err: ErrOutOfRange}
+			return nil, &BlockError{Index: i, ID: e.ID, Reason: fmt.Sprintf("out of range: bytes [%d, %d+%d) outside a payload of %d bytes", e.Offset, e.Offset, bb, size)}
 		}
 		if e.Offset%d.DType.Size() != 0 {
-			return nil, &BlockError{Index: i, ID: e.ID, Reason: fmt.Sprintf("offset %d not a multiple of the %s element size", e.Offset, d.DType), Err: ErrOutOfRange}
+			return nil, &BlockError{Index: i, ID: e.ID, Reason: fmt.Sprintf("misaligned: offset %d not a multiple of the %s element size", e.Offset, d.DType)}
 		}
 		k := classKey{rc: uint64(d.Rows)<<32 | uint64(d.Cols), dd: uint64(d.DType)}
 		ce := tab.find(k)
@@ -926,7 +929,7 @@ func (p *Plan) endManifest(size int64) {
 // views the copy through.
 func (p *Plan) Detached(g int) (*Plan, error) {
 	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), ErrOutOfRange)
+		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), distbuf.ErrInvalid)
 	}
 	p.buildMembers()
 	var members []int32 // nil: every block, in order (a single-group plan)
@@ -1009,7 +1012,7 @@ func (p *Plan) Detached(g int) (*Plan, error) {
 	}
 	slices.SortFunc(order, func(x, y int32) int { return cmp.Compare(p.offset(int(x)), p.offset(int(y))) })
 	for k, i := range order {
-		q.ids[k], q.offs[k], q.meta[k] = p.id(int(i)), p.offset(int(i)), uint32(p.Class(int(i)))
+		q.ids[k], q.offs[k], q.meta[k] = p.id(int(i)), p.offset(int(i)), uint32(p.classIndex(int(i)))
 	}
 	place := make([]int32, len(p.classes))
 	for i := range place {
@@ -1059,7 +1062,7 @@ func checkDisjoint(p *Plan) error {
 	for k := 1; k < len(offs); k++ {
 		prev, cur := at(k-1), at(k)
 		if end := offs[prev] + p.class(int(prev)).BlockBytes; end > offs[cur] {
-			return &BlockError{Index: int(cur), ID: p.ids[cur], Reason: fmt.Sprintf("bytes from %d overlap block %d (id %d) ending at %d", offs[cur], prev, p.ids[prev], end), Err: ErrOverlap}
+			return &BlockError{Index: int(cur), ID: p.ids[cur], Reason: fmt.Sprintf("overlap: bytes from %d overlap block %d (id %d) ending at %d", offs[cur], prev, p.ids[prev], end)}
 		}
 	}
 	return nil

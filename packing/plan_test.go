@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,9 +39,9 @@ func blockIntervals(t *testing.T, p *Plan) [][]interval {
 	t.Helper()
 	perGroup := make([][]interval, len(p.Groups()))
 	for i := range p.Len() {
-		d, off, err := p.Block(i)
+		d, off, err := p.block(i)
 		require.NoError(t, err)
-		g := p.Classes()[p.Class(i)].Group
+		g := p.Classes()[p.classIndex(i)].Group
 		perGroup[g] = append(perGroup[g], interval{off, off + d.Bytes()})
 	}
 	return perGroup
@@ -53,10 +54,10 @@ func checkLayout(t *testing.T, p *Plan, descs []Desc) {
 	require.Equal(t, len(descs), p.Len())
 	rank := make([]int, len(p.Classes()))
 	for i, d := range descs {
-		got, off, err := p.Block(i)
+		got, off, err := p.block(i)
 		require.NoError(t, err)
 		require.Equal(t, d, got)
-		ci := p.Class(i)
+		ci := p.classIndex(i)
 		cl := p.Classes()[ci]
 		require.True(t, cl.Regular)
 		require.Equal(t, cl.Offset+int64(rank[ci])*cl.Stride, off, "block %d is at its class offset plus rank times stride", i)
@@ -90,7 +91,7 @@ func TestFirstOverlap(t *testing.T) {
 		require.False(t, found)
 	}
 	// Give every block of the last class the class's first place.
-	last := p.Class(p.Len() - 1)
+	last := p.classIndex(p.Len() - 1)
 	require.Greater(t, p.Classes()[last].Count, 1)
 	p.classes[last].Stride = 0
 	overlap := false
@@ -111,8 +112,8 @@ func TestPlanLayout(t *testing.T) {
 	q, err := NewPlan(descs, Options{})
 	require.NoError(t, err)
 	for i := range descs {
-		_, a, _ := p.Block(i)
-		_, b, _ := q.Block(i)
+		_, a, _ := p.block(i)
+		_, b, _ := q.block(i)
 		require.Equal(t, a, b)
 	}
 	// Classes come in first-appearance order, each a contiguous strided run.
@@ -129,13 +130,13 @@ func TestPlanAlignment(t *testing.T) {
 	require.NoError(t, err)
 	checkLayout(t, p, descs)
 	for i := range descs {
-		_, off, _ := p.Block(i)
+		_, off, _ := p.block(i)
 		require.Zero(t, off%256)
 	}
 	for _, o := range []Options{{Align: 100}, {Align: 8}, {Align: 1 << 21}, {Align: -256}, {Align: 256, BlockAlign: 512}, {BlockAlign: 24}, {BlockAlign: -1}} {
 		_, err := NewPlan(descs, o)
-		require.ErrorIs(t, err, ErrBadAlign, "%+v", o)
-		require.ErrorIs(t, err, ErrInvalid)
+		requireProblem(t, err, problemAlign, "%+v", o)
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
 	}
 }
 
@@ -144,22 +145,21 @@ func TestPlanBadInput(t *testing.T) {
 	cases := []struct {
 		name string
 		d    Desc
-		want error
+		want string // the problem
 	}{
-		{"zero rows", Desc{ID: 2, DType: Float64, Rows: 0, Cols: 3}, ErrBadShape},
-		{"negative cols", Desc{ID: 2, DType: Float32, Rows: 3, Cols: -1}, ErrBadShape},
-		{"rows over 2^31", Desc{ID: 2, DType: Float32, Rows: 1 << 31, Cols: 1}, ErrBadShape},
-		{"no dtype", Desc{ID: 2, Rows: 1, Cols: 1}, ErrBadDType},
-		{"unknown dtype", Desc{ID: 2, DType: 9, Rows: 1, Cols: 1}, ErrBadDType},
-		{"negative dest", Desc{ID: 2, DType: Float64, Rows: 1, Cols: 1, Dest: -1}, ErrInvalid},
-		{"block over 2^50 bytes", Desc{ID: 2, DType: Complex128, Rows: 1 << 30, Cols: 1 << 30}, ErrOverflow},
-		{"duplicate id", Desc{ID: 1, DType: Float64, Rows: 1, Cols: 1}, ErrDuplicateID},
+		{"zero rows", Desc{ID: 2, DType: Float64, Rows: 0, Cols: 3}, problemShape},
+		{"negative cols", Desc{ID: 2, DType: Float32, Rows: 3, Cols: -1}, problemShape},
+		{"rows over 2^31", Desc{ID: 2, DType: Float32, Rows: 1 << 31, Cols: 1}, problemShape},
+		{"no dtype", Desc{ID: 2, Rows: 1, Cols: 1}, problemDType},
+		{"unknown dtype", Desc{ID: 2, DType: 9, Rows: 1, Cols: 1}, problemDType},
+		{"negative dest", Desc{ID: 2, DType: Float64, Rows: 1, Cols: 1, Dest: -1}, "destination rank"},
+		{"block over 2^50 bytes", Desc{ID: 2, DType: Complex128, Rows: 1 << 30, Cols: 1 << 30}, problemTooLarge},
+		{"duplicate id", Desc{ID: 1, DType: Float64, Rows: 1, Cols: 1}, problemDuplicate},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := NewPlan([]Desc{ok, ok, c.d}[1:], Options{})
-			require.ErrorIs(t, err, c.want)
-			require.ErrorIs(t, err, ErrInvalid)
+			requireProblem(t, err, c.want)
 			var be *BlockError
 			require.True(t, errors.As(err, &be))
 			require.Equal(t, 1, be.Index)
@@ -169,7 +169,7 @@ func TestPlanBadInput(t *testing.T) {
 	// A group whose blocks add up past 2^50 bytes.
 	big := Desc{DType: Float64, Rows: 1 << 25, Cols: 1 << 22}
 	_, err := NewPlan([]Desc{{ID: 1, DType: big.DType, Rows: big.Rows, Cols: big.Cols}, {ID: 2, DType: big.DType, Rows: big.Rows, Cols: big.Cols}}, Options{})
-	require.ErrorIs(t, err, ErrOverflow)
+	requireProblem(t, err, problemTooLarge)
 }
 
 func TestPlanDuplicateIDs(t *testing.T) {
@@ -188,13 +188,13 @@ func TestPlanDuplicateIDs(t *testing.T) {
 		require.NoError(t, err, "sparse=%v", sparse)
 		descs[4000].ID = descs[17].ID
 		_, err = NewPlan(descs, Options{})
-		require.ErrorIs(t, err, ErrDuplicateID, "sparse=%v", sparse)
+		requireProblem(t, err, problemDuplicate, "sparse=%v", sparse)
 		require.ErrorContains(t, err, "block 4000")
 		require.ErrorContains(t, err, "block 17")
 	}
 	// Id 0 is an ordinary id, also in the sparse path.
 	_, err := NewPlan([]Desc{{ID: 1 << 60, DType: Float64, Rows: 1, Cols: 1}, {ID: 0, DType: Float64, Rows: 1, Cols: 1}, {ID: 0, DType: Float64, Rows: 1, Cols: 1}}, Options{})
-	require.ErrorIs(t, err, ErrDuplicateID)
+	requireProblem(t, err, problemDuplicate)
 }
 
 func TestPlanMillionBlocks(t *testing.T) {
@@ -210,9 +210,9 @@ func TestPlanMillionBlocks(t *testing.T) {
 	// Sampled exact checks: the block's class and rank give its offset.
 	rank := make([]int64, len(p.Classes()))
 	for i, d := range descs {
-		ci := p.Class(i)
+		ci := p.classIndex(i)
 		if i%9973 == 0 {
-			_, off, err := p.Block(i)
+			_, off, err := p.block(i)
 			require.NoError(t, err)
 			cl := p.Classes()[ci]
 			require.Equal(t, cl.Offset+rank[ci]*cl.Stride, off)
@@ -249,7 +249,7 @@ func TestPlanGroupsByDest(t *testing.T) {
 		dests = append(dests, g.Dest)
 	}
 	require.Equal(t, []int{0, 1, 3}, dests)
-	m, err := p.Members(2)
+	m, err := p.groupMembers(2)
 	require.NoError(t, err)
 	require.Equal(t, []int32{0, 2, 3}, m)
 	entries, size, err := p.Manifest(2)
@@ -260,7 +260,7 @@ func TestPlanGroupsByDest(t *testing.T) {
 	require.Equal(t, int64(32), entries[2].Offset, "same class as id 10, next slot")
 	require.Equal(t, int64(256), entries[1].Offset, "a new class starts on the 256-byte boundary")
 	_, _, err = p.Manifest(3)
-	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 }
 
 func TestFromManifest(t *testing.T) {
@@ -273,8 +273,8 @@ func TestFromManifest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, p.Len(), q.Len())
 	for i := range descs {
-		a, offA, _ := p.Block(i)
-		b, offB, _ := q.Block(i)
+		a, offA, _ := p.block(i)
+		b, offB, _ := q.block(i)
 		require.Equal(t, NoDest, b.Dest, "a received layout has no destination")
 		b.Dest = a.Dest
 		require.Equal(t, a, b)
@@ -284,22 +284,22 @@ func TestFromManifest(t *testing.T) {
 		require.True(t, cl.Regular, "a NewPlan layout stays strided")
 	}
 	// Hostile manifests.
-	bad := func(mut func(e []Entry) ([]Entry, int64), want error) {
+	bad := func(mut func(e []Entry) ([]Entry, int64), problem string) {
 		t.Helper()
 		e := append([]Entry(nil), entries...)
 		e, sz := mut(e)
 		_, err := FromManifest(e, sz)
-		require.ErrorIs(t, err, want)
+		requireProblem(t, err, problem)
 	}
-	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset = size; return e, size }, ErrOutOfRange)
-	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset = -8; return e, size }, ErrOutOfRange)
-	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset++; return e, size }, ErrOutOfRange)
-	bad(func(e []Entry) ([]Entry, int64) { e[4].Offset = e[3].Offset; return e, size }, ErrOverlap)
-	bad(func(e []Entry) ([]Entry, int64) { e[4].ID = e[9].ID; return e, size }, ErrDuplicateID)
-	bad(func(e []Entry) ([]Entry, int64) { e[4].Rows = 0; return e, size }, ErrBadShape)
-	bad(func(e []Entry) ([]Entry, int64) { e[4].DType = 7; return e, size }, ErrBadDType)
-	bad(func(e []Entry) ([]Entry, int64) { return e, -1 }, ErrOutOfRange)
-	bad(func(e []Entry) ([]Entry, int64) { return e, 16 }, ErrOutOfRange)
+	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset = size; return e, size }, "out of range")
+	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset = -8; return e, size }, "out of range")
+	bad(func(e []Entry) ([]Entry, int64) { e[3].Offset++; return e, size }, problemAlign)
+	bad(func(e []Entry) ([]Entry, int64) { e[4].Offset = e[3].Offset; return e, size }, problemOverlap)
+	bad(func(e []Entry) ([]Entry, int64) { e[4].ID = e[9].ID; return e, size }, problemDuplicate)
+	bad(func(e []Entry) ([]Entry, int64) { e[4].Rows = 0; return e, size }, problemShape)
+	bad(func(e []Entry) ([]Entry, int64) { e[4].DType = 7; return e, size }, problemDType)
+	bad(func(e []Entry) ([]Entry, int64) { return e, -1 }, "payload of -1 bytes")
+	bad(func(e []Entry) ([]Entry, int64) { return e, 16 }, "out of range")
 	// Irregular but valid: reversed offsets of one class.
 	e := []Entry{{ID: 1, DType: Float64, Rows: 1, Cols: 1, Offset: 16}, {ID: 2, DType: Float64, Rows: 1, Cols: 1, Offset: 0}, {ID: 3, DType: Float64, Rows: 1, Cols: 1, Offset: 8}}
 	q, err = FromManifest(e, 24)
@@ -323,13 +323,13 @@ func FuzzFromManifest(f *testing.F) {
 		}
 		p, err := FromManifest(entries, int64(size))
 		if err != nil {
-			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorIs(t, err, distbuf.ErrInvalid)
 			return
 		}
 		type iv struct{ lo, hi int64 }
 		var ivs []iv
 		for i := range entries {
-			d, off, err := p.Block(i)
+			d, off, err := p.block(i)
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, off, int64(0))
 			require.LessOrEqual(t, off+d.Bytes(), int64(size))
@@ -362,7 +362,7 @@ func TestFromManifestOrderedAndShuffled(t *testing.T) {
 			}
 		}
 		_, err = FromManifest(bad, size)
-		require.ErrorIs(t, err, ErrOverlap)
+		requireProblem(t, err, problemOverlap)
 	}
 }
 
@@ -429,7 +429,7 @@ func requireModelLayout(t *testing.T, descs []Desc, o Options) *Plan {
 		require.Equal(t, bytes[g], gr.Bytes, "group %d", g)
 	}
 	for i, d := range descs {
-		got, off, err := p.Block(i)
+		got, off, err := p.block(i)
 		require.NoError(t, err)
 		require.Equal(t, d, got)
 		require.Equal(t, offs[i], off, "block %d", i)
@@ -474,11 +474,11 @@ func TestPlanManyClasses(t *testing.T) {
 	j, err := p.Joined(func(g int) int64 { return int64(g) * p.Options().Align })
 	require.NoError(t, err)
 	require.NotNil(t, j.offs)
-	_, starts, _ := j.JoinedFrom()
+	_, starts, _ := j.joinedFrom()
 	for i := range descs {
-		_, off, err := p.Block(i)
+		_, off, err := p.block(i)
 		require.NoError(t, err)
-		_, joff, err := j.Block(i)
+		_, joff, err := j.block(i)
 		require.NoError(t, err)
 		if joff != starts[descs[i].Dest]+off {
 			t.Fatalf("block %d: joined offset %d, want %d", i, joff, starts[descs[i].Dest]+off)
@@ -537,7 +537,7 @@ func TestPlanIDOrder(t *testing.T) {
 				require.NoError(t, err, "%s, %d blocks", c.name, n)
 				continue
 			}
-			require.ErrorIs(t, err, ErrDuplicateID, "%s, %d blocks", c.name, n)
+			requireProblem(t, err, problemDuplicate, "%s, %d blocks", c.name, n)
 			var be *BlockError
 			require.True(t, errors.As(err, &be))
 			require.Equal(t, c.dup, be.Index, "%s, %d blocks", c.name, n)
@@ -590,7 +590,7 @@ func TestPlanCountedIDs(t *testing.T) {
 			}
 			if c.dup >= 0 {
 				_, err := NewPlan(descs, Options{})
-				require.ErrorIs(t, err, ErrDuplicateID, "%s, %d blocks", c.name, n)
+				requireProblem(t, err, problemDuplicate, "%s, %d blocks", c.name, n)
 				var be *BlockError
 				require.True(t, errors.As(err, &be))
 				require.Equal(t, c.dup, be.Index, "%s, %d blocks", c.name, n)
@@ -599,7 +599,7 @@ func TestPlanCountedIDs(t *testing.T) {
 			p := requireModelLayout(t, descs, Options{})
 			require.Equal(t, c.counted, p.ids == nil, "%s, %d blocks: ids kept as a step", c.name, n)
 			for i, d := range descs {
-				j, ok := p.Index(d.ID)
+				j, ok := p.index(d.ID)
 				require.True(t, ok)
 				require.Equal(t, i, j)
 			}
@@ -677,16 +677,16 @@ func TestDetached(t *testing.T) {
 			got, entries := checkDetached(t, p, g, name)
 			checkManifestClasses(t, got)
 			for _, e := range entries {
-				i, ok := got.Index(e.ID)
+				i, ok := got.index(e.ID)
 				require.True(t, ok)
-				d, off, err := got.Block(i)
+				d, off, err := got.block(i)
 				require.NoError(t, err)
 				require.Equal(t, e.Offset, off)
 				require.Equal(t, NoDest, d.Dest, "a received layout has no destination")
 			}
 		}
 		_, err := p.Detached(len(p.Groups()))
-		require.ErrorIs(t, err, ErrOutOfRange)
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
 	}
 }
 

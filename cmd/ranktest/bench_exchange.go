@@ -388,7 +388,7 @@ func (e *exchangeSetup) perBlock() error {
 			break
 		}
 		var r *cluster.Request
-		if r, err = e.comm.Irecv(cluster.Sub(recv, v.Offset(), v.Bytes()), e.peer, tagPerBlock); err == nil {
+		if r, err = e.comm.Irecv(cluster.Sub(recv, v.Offset(), v.Desc().Bytes()), e.peer, tagPerBlock); err == nil {
 			reqs = append(reqs, r)
 		}
 	}
@@ -397,7 +397,7 @@ func (e *exchangeSetup) perBlock() error {
 			break
 		}
 		var r *cluster.Request
-		if r, err = e.comm.Isend(cluster.Sub(sendC.Buffer(), sendC.Start()+v.Offset(), v.Bytes()), e.peer, tagPerBlock); err == nil {
+		if r, err = e.comm.Isend(cluster.Sub(sendC.Buffer(), sendC.Start()+v.Offset(), v.Desc().Bytes()), e.peer, tagPerBlock); err == nil {
 			reqs = append(reqs, r)
 		}
 	}
@@ -405,7 +405,7 @@ func (e *exchangeSetup) perBlock() error {
 	if err != nil {
 		return errors.Join(err, recv.Free())
 	}
-	got, err := packing.Wrap(recv, e.recvPlan, 0)
+	got, err := packing.Wrap(recv, 0, e.recvPlan, 0, nil)
 	if err != nil {
 		return errors.Join(err, recv.Free())
 	}

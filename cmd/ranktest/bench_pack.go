@@ -17,7 +17,8 @@ func init() { benches["pack"] = benchPack }
 //	gather  20000 scattered blocks of 4 KiB into one coalesced buffer: the
 //	        mover (gather kernel on CUDA, parallel goroutines on the host)
 //	        against one copy per block, measured in the same run; on CUDA
-//	        also cudaMemcpyBatchAsync, and the bandwidth (goal 1.5 TB/s)
+//	        also the bandwidth (goal 1.5 TB/s). packing's BenchmarkGather
+//	        compares the mover's copy methods one by one.
 func benchPack(c *benchContext) error {
 	modes := []string{"plan", "gather"}
 	if c.cfg.mode != "" {
@@ -64,7 +65,7 @@ func benchPlan(c *benchContext) error {
 	}
 	defer func() { _ = buf.Free() }()
 	var samples []float64
-	var sink uintptr
+	var sink int64
 	iters := max(c.cfg.iters, 20)
 	for it := range iters + 1 {
 		start := time.Now()
@@ -72,12 +73,13 @@ func benchPlan(c *benchContext) error {
 		if err != nil {
 			return err
 		}
-		co, err := packing.Wrap(buf, p, 0)
+		co, err := packing.Wrap(buf, 0, p, 0, nil)
 		if err != nil {
 			return err
 		}
 		for _, v := range co.All() {
-			sink += v.Addr() + uintptr(v.Rows()*v.Cols())
+			d := v.Desc()
+			sink += v.Offset() + int64(d.Rows*d.Cols)
 		}
 		if it > 0 { // the first run warms the heap up
 			samples = append(samples, float64(time.Since(start).Nanoseconds())/1e3)
@@ -118,54 +120,39 @@ func benchGather(g *gemmBench) error {
 	for i, j := range rand.New(rand.NewPCG(g.c.cfg.seed, 2)).Perm(n) {
 		refs[i] = packing.Ref{Buf: src, Off: int64(2*j) * size}
 	}
-	timeMover := func(method packing.CopyMethod, iters int) (float64, string, error) {
-		m, err := packing.NewMover(g.s, dst, refs, method)
-		if err != nil {
-			return 0, "", err
-		}
-		defer func() { _ = m.Close() }()
-		us, err := g.timeUS(iters, func() error { return m.Pack(g.s) })
-		return us, m.Method().String(), err
+	m, err := packing.NewMover(g.s, dst, refs)
+	if err != nil {
+		return err
 	}
-	us, method, err := timeMover(packing.CopyAuto, g.iters)
+	defer func() { _ = m.Close() }()
+	us, err := g.timeUS(g.iters, func() error { return m.Pack(g.s) })
 	if err != nil {
 		return err
 	}
 	bytes := int64(n * size)
-	extra := map[string]any{"method": method, "block_bytes": size, "timer": g.timer(),
+	extra := map[string]any{"method": m.Method(), "block_bytes": size, "timer": g.timer(),
 		"gb_per_s": float64(bytes) / us / 1e3}
-	// The per-block baseline: one copy per block, in the same run.
-	var perUS float64
 	if g.device {
 		extra["tb_per_s"] = float64(bytes) / us / 1e6
 		extra["tb_per_s_read_plus_write"] = 2 * float64(bytes) / us / 1e6
 		extra["goal_tb_per_s"] = 1.5
-		if perUS, _, err = timeMover(packing.CopyPerBlock, min(g.iters, 5)); err != nil {
-			return err
-		}
-		if bus, _, err := timeMover(packing.CopyBatch, g.iters); err == nil {
-			extra["memcpy_batch_us"] = bus
-			extra["ratio_vs_memcpy_batch"] = bus / us
-		} else {
-			extra["memcpy_batch"] = err.Error()
-		}
-	} else {
-		// Host: one devalloc Copy per block on the stream.
-		perUS, err = g.timeUS(min(g.iters, 5), func() error {
-			for k, r := range refs {
-				v, err := dst.View(k)
-				if err != nil {
-					return err
-				}
-				if err := g.s.Copy(dst.Buffer(), v.Offset(), r.Buf, r.Off, size); err != nil {
-					return err
-				}
+	}
+	// The per-block baseline: one devalloc Copy per block on the stream, in
+	// the same run.
+	perUS, err := g.timeUS(min(g.iters, 5), func() error {
+		for k, r := range refs {
+			v, err := dst.View(k)
+			if err != nil {
+				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return err
+			if err := g.s.Copy(dst.Buffer(), v.Offset(), r.Buf, r.Off, size); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	extra["per_block_us"] = perUS
 	extra["ratio_vs_per_block"] = perUS / us

@@ -60,7 +60,7 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 		return err
 	}
 	t = time.Now()
-	AB, err := packing.AllocCopy(sv.a, l.stageAB, sv.s)
+	AB, err := packing.Alloc(sv.a, l.stageAB.Plan(), sv.s, packing.AllocOptions{CopyOf: l.stageAB})
 	if err != nil {
 		return err
 	}
@@ -169,17 +169,13 @@ func (sv *solver) verifyAll(st *iterStats, bd *bondData, recv *msg.Received, ite
 // memory through one copy to pinned memory.
 func (sv *solver) verifyReceived(st *iterStats, bd *bondData, src int, c *packing.Coalesced, iter int) error {
 	buf := c.Buffer()
-	base, err := buf.Addr()
-	if err != nil {
-		return err
-	}
 	mem, release, err := sv.hostView(buf, 0, buf.Size())
 	if err != nil {
 		return err
 	}
 	for _, v := range c.All() {
-		off := int64(v.Addr() - base)
-		sv.check(st, bd, src, v.ID(), float64s(mem[off:off+v.Bytes()]), iter)
+		off := c.Start() + v.Offset()
+		sv.check(st, bd, src, v.Desc().ID, float64s(mem[off:off+v.Desc().Bytes()]), iter)
 	}
 	return release()
 }

@@ -94,10 +94,10 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 		st.phase[phAlloc] += lap(&t)
 		va, _ := l.stageA.View(k)
 		vb, _ := l.stageB.View(k)
-		if err := sv.s.Copy(A.Buffer(), 0, offA, l.stageA.Start()+va.Offset(), va.Bytes()); err != nil {
+		if err := sv.s.Copy(A.Buffer(), 0, offA, l.stageA.Start()+va.Offset(), va.Desc().Bytes()); err != nil {
 			return err
 		}
-		if err := sv.s.Copy(B.Buffer(), 0, offB, l.stageB.Start()+vb.Offset(), vb.Bytes()); err != nil {
+		if err := sv.s.Copy(B.Buffer(), 0, offB, l.stageB.Start()+vb.Offset(), vb.Desc().Bytes()); err != nil {
 			return err
 		}
 		st.phase[phUpload] += lap(&t)

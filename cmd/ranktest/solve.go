@@ -244,18 +244,14 @@ func (sv *solver) evictLayouts() error {
 // stage fills a pinned buffer laid out by the joined plan ab with the
 // operands of every block at bond bd: A's blocks, then B's.
 func (sv *solver) stage(bd *bondData, ab *packing.Plan) (*packing.Coalesced, error) {
-	c, err := packing.AllocPinned(sv.a, ab, 0, sv.s)
+	c, err := packing.Alloc(sv.a, ab, sv.s, packing.AllocOptions{Pinned: true})
 	if err != nil {
 		return nil, err
 	}
-	w, err := c.Write(sv.s)
-	if err != nil {
-		return nil, errors.Join(err, c.Free())
-	}
 	n := c.Len() / 2
-	err = sv.s.Enqueue(func() error {
-		for k, v := range c.All() {
-			f, err := v.Float64s()
+	err = c.OnHost(sv.s, devalloc.Write, func(h *packing.HostBlocks) error {
+		for k := range h.Len() {
+			f, err := h.Float64s(k)
 			if err != nil {
 				return err
 			}
@@ -263,7 +259,6 @@ func (sv *solver) stage(bd *bondData, ab *packing.Plan) (*packing.Coalesced, err
 		}
 		return nil
 	})
-	err = errors.Join(err, w.Done(), sv.s.Synchronize())
 	if err != nil {
 		return nil, errors.Join(err, c.Free())
 	}

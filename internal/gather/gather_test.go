@@ -1,4 +1,4 @@
-package packing
+package gather
 
 import (
 	"bytes"
@@ -9,10 +9,23 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/alloctest"
 	"github.com/distbuf/distbuf/internal/cudart"
+	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
 	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
+)
+
+// TestMain runs the tests on the real CUDA libraries when a GPU is there,
+// and on the fake libcudart and libnvrtc otherwise.
+func TestMain(m *testing.M) { cudarttest.Main(m) }
+
+var (
+	openHost   = alloctest.OpenHost
+	openCUDA   = alloctest.OpenCUDA
+	closeClean = alloctest.CloseClean
 )
 
 // TestCopyKernelRaw checks the NVRTC-built gather/scatter kernel on memory
@@ -28,7 +41,7 @@ func TestCopyKernelRaw(t *testing.T) {
 	if err != nil {
 		gputest.Unavailable(t, "the CUDA runtime", err)
 	}
-	k, err := copyKernel(d)
+	k, err := Kernel(d)
 	require.NoError(t, err, "the kernel must build on the GPU machine (NVRTC, CUDA 12.8+) and on the fake")
 	const size = 1 << 16
 	scat, err := d.Malloc(size)
@@ -37,7 +50,7 @@ func TestCopyKernelRaw(t *testing.T) {
 	blk, err := d.Malloc(size)
 	require.NoError(t, err)
 	defer d.Free(blk)
-	tab, err := d.Malloc(4 * tableEntryBytes)
+	tab, err := d.Malloc(4 * EntryBytes)
 	require.NoError(t, err)
 	defer d.Free(tab)
 	data := make([]byte, size)
@@ -46,7 +59,7 @@ func TestCopyKernelRaw(t *testing.T) {
 	}
 	// {scattered offset, block offset, bytes}: 16-, 8-, 4- and 1-aligned.
 	entries := [][3]uint64{{0, 4096, 4096}, {10008, 0, 1000}, {20004, 9000, 44}, {30001, 12001, 333}}
-	table := make([]byte, len(entries)*tableEntryBytes)
+	table := make([]byte, len(entries)*EntryBytes)
 	for i, e := range entries {
 		binary.LittleEndian.PutUint64(table[24*i:], uint64(scat)+e[0])
 		binary.LittleEndian.PutUint64(table[24*i+8:], uint64(blk)+e[1])
@@ -78,15 +91,15 @@ func TestCopyKernelRaw(t *testing.T) {
 }
 
 func TestKernelTableChunks(t *testing.T) {
-	got := kernelTable([]uintptr{1000, 1 << 30}, []uintptr{0, 1 << 20}, []uintptr{16, maxChunk*2 + 48})
-	require.Equal(t, []tableEntry{
+	got := Table([]uintptr{1000, 1 << 30}, []uintptr{0, 1 << 20}, []uintptr{16, MaxChunk*2 + 48})
+	require.Equal(t, []Entry{
 		{1000, 0, 16},
-		{1 << 30, 1 << 20, maxChunk},
-		{1<<30 + maxChunk, 1<<20 + maxChunk, maxChunk},
-		{1<<30 + 2*maxChunk, 1<<20 + 2*maxChunk, 48},
+		{1 << 30, 1 << 20, MaxChunk},
+		{1<<30 + MaxChunk, 1<<20 + MaxChunk, MaxChunk},
+		{1<<30 + 2*MaxChunk, 1<<20 + 2*MaxChunk, 48},
 	}, got)
 	for _, e := range got[1:] {
-		require.Zero(t, (e.ref|e.blk)%16, "pieces of an aligned block stay aligned")
+		require.Zero(t, (e.Ref|e.Blk)%16, "pieces of an aligned block stay aligned")
 	}
 }
 
@@ -123,7 +136,7 @@ func TestCopySpans(t *testing.T) {
 	require.NoError(t, err)
 	// {source offset, destination offset, bytes}: 16-, 8-, 4- and 1-aligned,
 	// and one above the kernel's piece size.
-	spans := [][3]uintptr{{0, 16, 4096}, {8008, 8200, 1000}, {9004, 9300, 44}, {10001, 10003, 333}, {11000, 12000, maxChunk/4 + 77}}
+	spans := [][3]uintptr{{0, 16, 4096}, {8008, 8200, 1000}, {9004, 9300, 44}, {10001, 10003, 333}, {11000, 12000, MaxChunk/4 + 77}}
 	var dsts, srcs, sizes []uintptr
 	want := make([]byte, size)
 	for _, sp := range spans {
@@ -148,12 +161,12 @@ func TestCopySpans(t *testing.T) {
 	require.NoError(t, devalloc.DoneAll(r, w))
 	require.True(t, bytes.Equal(want, readAll(t, s, dst)), "the spans, and nothing else")
 
-	require.ErrorIs(t, CopySpans(s, dsts[:1], srcs, sizes), ErrInvalid)
+	require.ErrorIs(t, CopySpans(s, dsts[:1], srcs, sizes), distbuf.ErrInvalid)
 	require.NoError(t, errors.Join(src.Free(), dst.Free(), pin.Free()))
 	closeClean(t, a)
 
 	h := openHost(t)
-	require.ErrorIs(t, CopySpans(h.DefaultStream(), nil, nil, nil), ErrUnavailable)
+	require.ErrorIs(t, CopySpans(h.DefaultStream(), nil, nil, nil), distbuf.ErrUnavailable)
 	closeClean(t, h)
 }
 
@@ -207,4 +220,33 @@ func runtimeFile(t *testing.T) string {
 	}
 	t.Fatalf("no file of %s in /proc/self/maps", rt.Path())
 	return ""
+}
+
+// readAll copies a buffer's bytes to the host (through pinned memory on a
+// device) once the stream has run.
+func readAll(t *testing.T, s *devalloc.Stream, b *devalloc.Buffer) []byte {
+	t.Helper()
+	a := b.Allocator()
+	p, err := a.AllocPinned(b.Size(), s)
+	require.NoError(t, err)
+	require.NoError(t, s.Copy(p, 0, b, 0, b.Size()))
+	require.NoError(t, s.Synchronize())
+	mem, err := p.Bytes()
+	require.NoError(t, err)
+	out := append([]byte(nil), mem...)
+	require.NoError(t, p.Free())
+	return out
+}
+
+// writeAll fills a buffer from host bytes in the order of s.
+func writeAll(t *testing.T, s *devalloc.Stream, b *devalloc.Buffer, data []byte) {
+	t.Helper()
+	require.Equal(t, int(b.Size()), len(data))
+	p, err := b.Allocator().AllocPinned(b.Size(), s)
+	require.NoError(t, err)
+	mem, err := p.Bytes()
+	require.NoError(t, err)
+	copy(mem, data)
+	require.NoError(t, s.Copy(b, 0, p, 0, b.Size()))
+	require.NoError(t, p.Free())
 }
