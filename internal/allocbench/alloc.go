@@ -46,7 +46,7 @@ import (
 //     retained and at threshold 0 (CUDA only): what the platform itself
 //     allows, the bound of any allocator built on the pool;
 //   - c-pool: the cycle and the pair written in C on a retained private
-//     pool (bench_alloc_baseline.go), the bar for devalloc's overhead. On
+//     pool (baseline.go), the bar for devalloc's overhead. On
 //     the CUDA backend every devalloc measurement runs in turns with the C
 //     one of its shape and reports vs_c (devalloc over C), the C median,
 //     the C cycle's phases as devalloc's are timed (c_alloc_median_us,
@@ -62,7 +62,7 @@ import (
 // pairs; the C lines report theirs beside them.
 //
 // Each configuration gets its own Allocator, opened on the backend of the
-// run (-backend). Two measurements per configuration:
+// session (Open). Two measurements per configuration:
 //
 //   - pair: Alloc, Free and Stream.Synchronize of one buffer, per size; the
 //     synchronisation is where a low threshold releases memory. Extra has the
@@ -398,7 +398,7 @@ func addRatios(extra map[string]any, threshold0, cudamalloc, retained float64, g
 		missing = append(missing, "cudamalloc")
 	}
 	if len(missing) > 0 {
-		extra["ratios_missing"] = fmt.Sprintf("no %v baseline in this run (run every mode, without -mode, on the CUDA backend)", missing)
+		extra["ratios_missing"] = fmt.Sprintf("no %v baseline in this run (measure it first, in the same Session, on the CUDA backend)", missing)
 	}
 }
 
@@ -1018,7 +1018,7 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 				extra["meets_goal_vs_cudamalloc"] = r >= 100
 			}
 		} else {
-			extra["ratios_missing"] = "run every mode (no -mode) for the cudamalloc baseline"
+			extra["ratios_missing"] = "no cudamalloc baseline in this run (measure its cycle first, in the same Session)"
 		}
 		addVsC(extra, run.base, res[k].median, cPacked, goalIf(goals))
 		if cLarge != nil {

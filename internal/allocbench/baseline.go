@@ -9,7 +9,7 @@ import (
 )
 
 // The C baseline (mode c-pool): the alloc benchmark's cycle and alloc+free
-// pair written in C (bench_alloc_c.go), on a private pool retained like
+// pair written in C (c.go), on a private pool retained like
 // devalloc's, through the libcudart that distbuf's loader opened. Every
 // devalloc measurement on the CUDA backend runs in turns with the C
 // measurement of the same shape, ten cycles (or a chunk of pairs) at a
