@@ -187,7 +187,7 @@ run() {
         # baseline (cudamalloc, threshold0) is measured earlier in the same one.
         step bench-alloc 400 "{ gotest devalloc devalloc.test -test.run '^\$' -test.bench 'Alloc/backend=cuda/pair/' -test.benchtime 1000x -test.timeout 380s &&
           gotest devalloc devalloc.test -test.run '^\$' -test.bench 'Alloc/backend=cuda/(cycle|large-only|packed)/' -test.benchtime 200x -test.timeout 380s; } > $LOG/bench-alloc.txt"
-        step bench-alloc-setdevice 200 "DISTBUF_CUDA_SETDEVICE=always gotest devalloc devalloc.test -test.run '^\$' -test.bench 'Alloc/backend=cuda/(cycle/mode=retained/|large-only/allocator=retained/)' -test.benchtime 200x -test.timeout 190s > $LOG/bench-alloc-setdevice-always.txt"
+        step bench-alloc-setdevice 200 "DISTBUF_CUDA_SETDEVICE=always gotest devalloc devalloc.test -test.run '^\$' -test.bench 'Alloc/backend=cuda/(cycle|large-only)/(mode|allocator)=retained\$/' -test.benchtime 200x -test.timeout 190s > $LOG/bench-alloc-setdevice-always.txt"
         step alloc-summary 30 "allocsummary $LOG/bench-alloc.txt $LOG/bench-alloc-setdevice-always.txt" ;;
       bench)
         step bench-gemm 200 "gotest gemm gemm.test -test.run '^\$' -test.bench 'BatchedVsLoop|GroupedVsPerShape|Spectrum|KernelCrossover' -test.benchtime 20x -test.timeout 190s > $LOG/bench-gemm.txt"
