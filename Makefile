@@ -49,10 +49,12 @@ mutate:
 
 test: deps lint unit mpitest fuzz mutate
 
-# Every benchmark, as JSON lines under out/bench, and the plots in docs/img.
+# Every benchmark: go test -bench of every package, the solve sweep and
+# distbench's exchange, with their plots, under out/bench.
 bench: deps
 	scripts/bench.sh
 
+# MPI ping-pong and message rate from Go against the same loops in C.
 bench-mpi: deps
 	scripts/bench-mpi.sh
 

@@ -218,51 +218,6 @@ func gatherSetup(b *testing.B, a *devalloc.Allocator) (*Coalesced, *devalloc.Buf
 	return c, src, refs
 }
 
-// BenchmarkGather gathers 20000 scattered blocks of 4 KiB into one buffer
-// on the CUDA backend by each device copy method in one run: the gather
-// kernel, one cudaMemcpyBatchAsync, one cudaMemcpyAsync per block. The
-// kernel's run reports its speed-up over the others (x-vs-...), measured
-// after them. On the fake runtime the figures mean nothing but the path.
-func BenchmarkGather(b *testing.B) {
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Warn: func(string) {}})
-	if err != nil {
-		b.Skip("no CUDA backend: ", err)
-	}
-	defer a.Close()
-	s := a.DefaultStream()
-	c, src, refs := gatherSetup(b, a)
-	nsPerOp := map[copyMethod]float64{}
-	for _, method := range []copyMethod{copyPerBlock, copyBatch, copyKernel} {
-		b.Run("method="+method.String(), func(b *testing.B) {
-			m, err := newMover(s, c, refs, method)
-			if err != nil {
-				b.Skip(err)
-			}
-			defer func() { _ = m.Close() }()
-			b.SetBytes(gatherBlocks * gatherBlockBytes)
-			for range b.N {
-				if err := m.Pack(s); err != nil {
-					b.Fatal(err)
-				}
-				if err := s.Synchronize(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-			nsPerOp[method] = ns
-			if method == copyKernel {
-				for _, other := range []copyMethod{copyPerBlock, copyBatch} {
-					if nsPerOp[other] > 0 {
-						b.ReportMetric(nsPerOp[other]/ns, "x-vs-"+other.String())
-					}
-				}
-			}
-		})
-	}
-	_ = src.Free()
-	_ = c.Free()
-}
-
 // BenchmarkPackHost gathers 20000 scattered blocks of 4 KiB into one buffer
 // on the host: parallel goroutines against one goroutine, in one run.
 func BenchmarkPackHost(b *testing.B) {

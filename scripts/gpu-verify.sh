@@ -2,8 +2,10 @@
 # The whole GPU verification, in two halves.
 #
 #   scripts/gpu-verify.sh build
-#       Here (Go, no GPU): builds every GPU test binary and ranktest (with and
-#       without MPI) into gpubin/ (stripped, to fit the transfer).
+#       Here (Go, no GPU): builds every GPU test binary (the single-rank
+#       benchmarks are in those of devalloc, packing and gemm), ranktest (with
+#       and without MPI) and distbench-mpi into gpubin/ (stripped, to fit the
+#       transfer).
 #
 #   scripts/gpu-verify.sh build-base COMMIT
 #       Here: ranktest and ranktest-mpi of an older commit, built in a
@@ -23,15 +25,16 @@
 #         gemm       gemm tests on the GPU
 #         memcheck   the GPU tests of devalloc, packing and gemm under compute-sanitizer memcheck
 #         racecheck  the same under racecheck
-#         alloc      ranktest -bench alloc on the GPU (JSON lines): every mode, devalloc in turns
-#                    with the same cycles and pairs in C (vs_c), driver calls per entry point;
-#                    then retained and large-only with DISTBUF_CUDA_SETDEVICE=always; a summary
-#         bench      ranktest -bench gemm, pack on the GPU (JSON lines)
+#         alloc      devalloc's BenchmarkAlloc on the GPU: every mode, devalloc in turns with the
+#                    same cycles and pairs in C (vs-c), driver calls per entry point (pairs
+#                    1000x, cycles 200x); then retained and large-only with
+#                    DISTBUF_CUDA_SETDEVICE=always; a summary against the goals
+#         bench      gemm's GPU benchmarks and packing's BenchmarkGather on the GPU
 #         mpi        cluster MPI tests under mpirun -n 2, msg's under -n 3, on the GPU
 #         msgcheck   msg's fault matrix and node-local windows under memcheck (-n 3)
 #         examples   msg's runnable examples, unchanged, on the CUDA backend under mpirun -n 1 and
 #                    -n 2, then Example_contraction under memcheck (-n 2)
-#         exchange   ranktest -bench exchange under mpirun -n 2 on the GPU; then the host
+#         exchange   distbench exchange under mpirun -n 2 on the GPU; then the host
 #                    packed / raw goal as docs/PERFORMANCE.md measures it (2000
 #                    exchanges of packed, persistent, packed-mpi and raw in turns), three times,
 #                    and the three runs' median (exchange-summary.log)
@@ -60,6 +63,7 @@ build() {
   go test -c -tags mpi "${ld[@]}" -o "$BIN/mpibench.test" ./cluster/internal/mpibench
   go build "${ld[@]}" -o "$BIN/ranktest" ./cmd/ranktest
   go build -tags mpi "${ld[@]}" -o "$BIN/ranktest-mpi" ./cmd/ranktest
+  go build -tags mpi "${ld[@]}" -o "$BIN/distbench-mpi" ./cmd/distbench
   du -sh "$BIN"
 }
 
@@ -78,23 +82,31 @@ step() { # step NAME SECONDS CMD...: CMD may call the functions below
   echo "$name: $verdict in $((SECONDS - start))s" | tee -a "$LOG/summary.txt"
 }
 
-# allocsummary FILE...: the alloc benchmark's goals against C, one line each.
+# allocsummary FILE...: BenchmarkAlloc's figures that have goals, one
+# line per sub-benchmark, with the goals' verdicts (go test -v output).
 allocsummary() {
-  command -v python3 >/dev/null || { echo "allocsummary: no python3; see the JSON lines"; return 0; }
+  command -v python3 >/dev/null || { echo "allocsummary: no python3; see the benchmark output"; return 0; }
   python3 - "$@" <<'PY'
-import json, sys
-keys = ("vs_c", "goal_vs_c_at_most", "meets_goal_vs_c", "nosync_vs_c", "meets_goal_nosync_vs_c",
-        "vs_large_only", "vs_cudamalloc", "large_only_vs_c", "driver_calls_per_cycle", "c_driver_calls_per_cycle",
-        "driver_calls_per_alloc", "driver_calls_per_free", "c_driver_calls_per_pair", "c_in_turns_us")
+import re, sys
+keys = ("vs-c", "nosync-vs-c", "vs-large-only", "twin-vs-large-only", "vs-cudamalloc", "vs-threshold0", "large-only-vs-c",
+        "driver-calls-per-cycle", "c-driver-calls-per-cycle", "driver-calls-per-alloc", "driver-calls-per-free",
+        "c-driver-calls-per-pair", "c-in-turns-us")
 for path in sys.argv[1:]:
     print("==", path)
+    rows = []  # name, figures, goals (the last verdict of each: a benchmark's logs repeat for each b.N)
     for line in open(path):
-        r = json.loads(line)
-        e = r.get("extra", {})
-        if "vs_c" not in e and r["mode"] != "c-pool":
-            continue
-        shown = " ".join(f"{k}={e[k]}" for k in keys if k in e)
-        print(f'{r["mode"]:24} {e.get("case", ""):12} {e.get("allocator", e.get("shape", "")):10} {r["bytes"]:>10} {r["median_us"]:>12} us  {shown}')
+        f = line.split()
+        if line.startswith("BenchmarkAlloc/") and len(f) > 3:
+            name = re.sub(r"^BenchmarkAlloc/(backend=cuda/)?|-\d+$", "", f[0])
+            rows.append((name, {f[i + 1]: f[i] for i in range(2, len(f) - 1, 2)}, {}))
+        elif "goal " in line and rows:
+            what, _, verdict = line.split("goal ", 1)[1].strip().rpartition(": ")
+            rows[-1][2][what] = verdict
+    for name, figures, goals in rows:
+        shown = " ".join(f"{k}={figures[k]}" for k in keys if k in figures)
+        median = float(figures.get("ns/op", "nan")) / 1e3
+        verdicts = ", ".join(f"{g} {v}" for g, v in goals.items())
+        print(f"{name:52} {median:>12.3f} us  {shown}" + (f"  [goals: {verdicts}]" if verdicts else ""))
 PY
 }
 
@@ -171,12 +183,15 @@ run() {
       memcheck) step memcheck 240 sanitize memcheck ;;
       racecheck) step racecheck 240 sanitize racecheck ;;
       alloc)
-        step bench-alloc 300 "$BIN/ranktest -backend cuda -bench alloc > $LOG/bench-alloc.jsonl"
-        step bench-alloc-setdevice 200 "for m in retained large-only; do DISTBUF_CUDA_SETDEVICE=always $BIN/ranktest -backend cuda -bench alloc -mode \$m || exit 1; done > $LOG/bench-alloc-setdevice-always.jsonl"
-        step alloc-summary 30 "allocsummary $LOG/bench-alloc.jsonl $LOG/bench-alloc-setdevice-always.jsonl" ;;
+        # The pairs and then the cycles, each in one process: a ratio's
+        # baseline (cudamalloc, threshold0) is measured earlier in the same one.
+        step bench-alloc 400 "{ gotest devalloc devalloc.test -test.run '^\$' -test.bench 'Alloc/backend=cuda/pair/' -test.benchtime 1000x -test.timeout 380s &&
+          gotest devalloc devalloc.test -test.run '^\$' -test.bench 'Alloc/backend=cuda/(cycle|large-only|packed)/' -test.benchtime 200x -test.timeout 380s; } > $LOG/bench-alloc.txt"
+        step bench-alloc-setdevice 200 "DISTBUF_CUDA_SETDEVICE=always gotest devalloc devalloc.test -test.run '^\$' -test.bench 'Alloc/backend=cuda/(cycle|large-only)/(mode|allocator)=retained\$/' -test.benchtime 200x -test.timeout 190s > $LOG/bench-alloc-setdevice-always.txt"
+        step alloc-summary 30 "allocsummary $LOG/bench-alloc.txt $LOG/bench-alloc-setdevice-always.txt" ;;
       bench)
-        step bench-gemm 150 "$BIN/ranktest -backend cuda -bench gemm -iters 20 > $LOG/bench-gemm.jsonl"
-        step bench-pack 120 "$BIN/ranktest -backend cuda -bench pack -iters 20 > $LOG/bench-pack.jsonl" ;;
+        step bench-gemm 200 "gotest gemm gemm.test -test.run '^\$' -test.bench 'BatchedVsLoop|GroupedVsPerShape|Spectrum|KernelCrossover' -test.benchtime 20x -test.timeout 190s > $LOG/bench-gemm.txt"
+        step bench-pack 120 "gotest packing packing.test -test.run '^\$' -test.bench 'Gather/backend=cuda' -test.benchtime 20x -test.timeout 110s > $LOG/bench-pack.txt" ;;
       mpi)
         # A missing binary fails its step (the step runs and cannot start it).
         step mpi-cluster 120 "cd cluster && mpirun --allow-run-as-root --oversubscribe -n 2 ../$BIN/cluster-mpi.test -test.count=1 -test.v"
@@ -189,8 +204,8 @@ run() {
         step examples 180 "cd msg && for n in 1 2; do DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n \$n ../$BIN/msg-mpi.test -test.count=1 -test.run Example -test.v || exit 1; done"
         step examples-memcheck 240 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run Example_contraction -test.v" ;;
       exchange)
-        step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -bench exchange > $LOG/bench-exchange.jsonl"
-        step bench-exchange-host 120 "for r in 1 2 3; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -bench exchange -mode packed,persistent,packed-mpi,raw -iters 2000 > $LOG/exchange-host-\$r.jsonl || exit 1; done"
+        step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/distbench-mpi exchange -backend cuda > $LOG/bench-exchange.jsonl"
+        step bench-exchange-host 120 "for r in 1 2 3; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/distbench-mpi exchange -mode packed,persistent,packed-mpi,raw -iters 2000 > $LOG/exchange-host-\$r.jsonl || exit 1; done"
         step exchange-summary 30 "exchsummary $LOG/exchange-host-1.jsonl $LOG/exchange-host-2.jsonl $LOG/exchange-host-3.jsonl" ;;
       solve)
         step solve 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -iters 200 -json"
@@ -214,7 +229,7 @@ run() {
   [ -f "$LOG/goals.txt" ] && cp "$LOG/goals.txt" "$out/"
   [ -f "$LOG/exchange-summary.log" ] && cp "$LOG/exchange-summary.log" "$out/"
   [ -f "$LOG/turns.txt" ] && cp "$LOG/turns.txt" "$out/"
-  cp "$LOG"/*.jsonl "$out/" 2>/dev/null
+  cp "$LOG"/*.jsonl "$LOG"/bench-*.txt "$out/" 2>/dev/null
   [ ${#failed[@]} -eq 0 ]
 }
 

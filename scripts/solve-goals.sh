@@ -5,8 +5,8 @@
 #
 #   scripts/solve-goals.sh BINDIR OUTDIR [ROUNDS]
 #
-# BINDIR holds ranktest and ranktest-mpi (scripts/gpu-verify.sh build puts
-# them in gpubin/). The timed runs are made in ROUNDS rounds (3 unless
+# BINDIR holds ranktest, ranktest-mpi and gemm.test (scripts/gpu-verify.sh
+# build puts them in gpubin/). The timed runs are made in ROUNDS rounds (3 unless
 # given), one after the other: on the lent machines one run's median solve
 # moves by up to a third from the run before, with the same binary, so a
 # figure is the median of its rounds, with their range beside it, and the
@@ -17,7 +17,8 @@
 # (its rounds after the others, the daemon stopped at the end).
 #
 # OUTDIR receives each run's output (NAME.rROUND.txt, the -json summary
-# last), spectrum.jsonl and goals.txt, the table. Needs mpirun and python3.
+# last), spectrum.txt (gemm's BenchmarkSpectrum) and goals.txt, the
+# table. Needs mpirun and python3.
 # The exit status is 0 when every run worked, whether or not the goals are
 # met: goals.txt says which are.
 set -uo pipefail
@@ -59,8 +60,7 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     echo quit | nvidia-cuda-mps-control
   fi
 fi
-runit spectrum "$bin/ranktest" -backend cuda -bench gemm -mode spectrum -iters 50
-cp "$out/spectrum.txt" "$out/spectrum.jsonl"
+runit spectrum "$bin/gemm.test" -test.run '^$' -test.bench 'Spectrum' -test.benchtime 50x -test.v
 
 python3 - "$out" "$rounds" <<'EOF' | tee "$out/goals.txt"
 import json, os, statistics, sys
@@ -115,12 +115,13 @@ row("8 ranks / 2 ranks on one GPU, under MPS", rounds_of(lambda r: ratio(med(run
     "<= 2x", lambda x: x <= 2, "x")
 tiny = None
 try:
-    with open(os.path.join(out, "spectrum.jsonl")) as f:
+    # BenchmarkSpectrum/case=tiny-N  50  V ns/op  ...  R vs-grouped ...
+    with open(os.path.join(out, "spectrum.txt")) as f:
         for l in f:
-            d = json.loads(l)
-            if d.get("extra", {}).get("case") == "tiny":
-                tiny = d["extra"]["ratio_grouped_vs_kernel"]
-except (OSError, ValueError, KeyError):
+            w = l.split()
+            if w and w[0].startswith("BenchmarkSpectrum/case=tiny") and "vs-grouped" in w:
+                tiny = float(w[w.index("vs-grouped") - 1])
+except (OSError, ValueError):
     pass
 row("small-block kernel vs cuBLAS grouped, the solve's tiny blocks", [] if tiny is None else [tiny],
     ">= 3x", lambda x: x >= 3, "x")

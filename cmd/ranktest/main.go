@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
 	"runtime/pprof"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/ranksettings"
 )
 
 type config struct {
@@ -22,12 +22,10 @@ type config struct {
 	iters      int
 	seed       uint64
 	json       bool
-	bench      string // benchmark name, "all", or "" for the solve workload
-	mode       string // benchmark mode; "" runs every mode
-	blocks     int    // blocks per rank (workload and benchmarks)
+	mode       string // packed or perblock; "" is packed
+	blocks     int    // blocks per rank (0: the workload's default)
 	bonds      int    // bonds of the workload's sweep (0: defaultBonds)
 	fresh      bool   // plan every solve afresh
-	blockBytes int64  // bytes per block for benchmarks that use one size
 	device     int    // CUDA device, set from the rank's placement
 	cpuProfile string // per-rank CPU profile path prefix; "" for none
 	calls      bool   // time the runtime calls of the solves by entry point
@@ -36,9 +34,8 @@ type config struct {
 // Bounds on the sizes the flags give, far above any run this harness is
 // for and far below what would exhaust memory before the first solve.
 const (
-	maxIters      = 10_000_000
-	maxBlocks     = 1_000_000
-	maxBlockBytes = 1 << 40
+	maxIters  = 10_000_000
+	maxBlocks = 1_000_000
 )
 
 func main() {
@@ -79,12 +76,10 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 	fs.IntVar(&cfg.iters, "iters", 20, fmt.Sprintf("solves per rank (at most %d)", maxIters))
 	fs.Uint64Var(&cfg.seed, "seed", 1, "workload seed")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON summary object as the last line")
-	fs.StringVar(&cfg.bench, "bench", "", "run a benchmark instead of the workload: a name or all (one JSON line per result)")
-	fs.StringVar(&cfg.mode, "mode", "", "packed or perblock for the solve (default packed); a benchmark's mode with -bench (default: all; -bench exchange takes several, separated by commas)")
-	fs.IntVar(&cfg.blocks, "blocks", 0, fmt.Sprintf("blocks per rank (0: the workload's or benchmark's default; at most %d)", maxBlocks))
+	fs.StringVar(&cfg.mode, "mode", "", "packed or perblock (default packed)")
+	fs.IntVar(&cfg.blocks, "blocks", 0, fmt.Sprintf("blocks per rank (0: the workload's default; at most %d)", maxBlocks))
 	fs.IntVar(&cfg.bonds, "bonds", defaultBonds, fmt.Sprintf("bonds of the solve's sweep: solve i is at bond i mod N, each bond with its own block structure, planned at its first solve (at most %d)", maxBonds))
 	fs.BoolVar(&cfg.fresh, "fresh", false, "plan every solve afresh (layout, GEMM plans, exchange pattern), as for a block structure that never repeats")
-	fs.Int64Var(&cfg.blockBytes, "block-bytes", 0, "bytes per block, for benchmarks with one block size (0: default)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
 	fs.BoolVar(&cfg.calls, "calls", false, "time every CUDA runtime call of the solves and report calls and time per solve by entry point (two clock reads a call: tens of nanoseconds each, up to half a microsecond on virtual machines with a slow clock)")
 	if err := fs.Parse(args); err != nil {
@@ -107,17 +102,13 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-blocks %d: want 0 to %d blocks per rank", cfg.blocks, maxBlocks)
 	case cfg.bonds < 1 || cfg.bonds > maxBonds:
 		return cfg, fmt.Errorf("-bonds %d: want 1 to %d bonds", cfg.bonds, maxBonds)
-	case cfg.blockBytes < 0 || cfg.blockBytes > maxBlockBytes:
-		return cfg, fmt.Errorf("-block-bytes %d: want 0 to %d bytes", cfg.blockBytes, int64(maxBlockBytes))
-	case cfg.calls && cfg.bench != "":
-		return cfg, fmt.Errorf("-calls times the solve's runtime calls: it does not apply to -bench %s", cfg.bench)
 	}
 	return cfg, nil
 }
 
 // mainErr brings up MPI (a one-rank world when built without the mpi tag),
 // checks that every rank got the same settings, places the rank on a GPU
-// by its local rank, and runs the workload or the benchmark. It returns
+// by its local rank, and runs the workload. It returns
 // the rank (-1 before MPI is up). It leaves MPI running: main ends it,
 // by Finalize on success and by aborting the job on error.
 func mainErr(cfg config) (rank int, err error) {
@@ -129,7 +120,7 @@ func mainErr(cfg config) (rank int, err error) {
 		return -1, err
 	}
 	rank = world.Rank()
-	if err := agreeOnSettings(cfg, world); err != nil {
+	if err := ranksettings.Agree(world, agreedSettings(cfg)); err != nil {
 		return rank, err
 	}
 	if cfg.cpuProfile != "" {
@@ -144,30 +135,13 @@ func mainErr(cfg config) (rank int, err error) {
 			return rank, err
 		}
 	}
-	if cfg.bench != "" {
-		return rank, runBench(cfg, world, os.Stdout)
-	}
 	return rank, run(cfg, world, os.Stdout, os.Stderr)
-}
-
-// setting is one setting the ranks must agree on, as a number every rank
-// can compare (strings by their hash).
-type setting struct {
-	name    string
-	value   int64
-	shown   string
-	numeric bool // value is the setting itself, not a hash of it
 }
 
 // agreedSettings are the settings that shape the collective work: ranks
 // that disagree on them would wait for each other in different
 // collectives.
-func agreedSettings(cfg config) []setting {
-	hash := func(s string) int64 {
-		h := fnv.New64a()
-		_, _ = io.WriteString(h, s)
-		return int64(h.Sum64())
-	}
+func agreedSettings(cfg config) []ranksettings.Setting {
 	// The backend and policy asked for, from the flag or the environment
 	// (an unreadable value is reported by openAllocator).
 	backend, policy := cfg.backend, cfg.policy
@@ -183,51 +157,18 @@ func agreedSettings(cfg config) []setting {
 		conf, _ := devalloc.ParseConfig(os.Getenv(devalloc.EnvConf))
 		policy = conf.Policy.String()
 	}
-	number := func(name string, v int64) setting { return setting{name, v, fmt.Sprint(v), true} }
-	text := func(name, v string) setting { return setting{name, hash(v), fmt.Sprintf("%q", v), false} }
-	return []setting{
+	number, text := ranksettings.Number, ranksettings.Text
+	return []ranksettings.Setting{
 		number("-iters", int64(cfg.iters)),
 		text("-mode", cfg.mode),
 		number("-blocks", int64(cfg.blocks)),
-		number("-block-bytes", cfg.blockBytes),
 		number("-seed", int64(cfg.seed)),
 		number("-bonds", int64(cfg.bonds)),
 		number("-fresh", map[bool]int64{false: 0, true: 1}[cfg.fresh]),
 		number("-calls", map[bool]int64{false: 0, true: 1}[cfg.calls]),
-		text("-bench", cfg.bench),
 		text("-policy", policy),
 		text("-backend", backend),
 	}
-}
-
-// agreeOnSettings gathers every rank's settings (one MPI_Allgather) and
-// fails on every rank alike when they differ, naming the setting and the
-// ranks.
-func agreeOnSettings(cfg config, world *cluster.Comm) error {
-	mine := agreedSettings(cfg)
-	k := len(mine)
-	in := make([]int64, k)
-	for i, s := range mine {
-		in[i] = s.value
-	}
-	all := make([]int64, k*world.Size())
-	if err := cluster.Allgather(world, in, all); err != nil {
-		return fmt.Errorf("comparing the settings of the ranks: %w", err)
-	}
-	var errs []error
-	for i, s := range mine {
-		for r := range world.Size() {
-			if v := all[r*k+i]; v != all[i] {
-				what := fmt.Sprintf("rank 0 and rank %d were started with different %s", r, s.name)
-				if s.numeric {
-					what = fmt.Sprintf("rank 0 has %s %d, rank %d has %s %d", s.name, all[i], r, s.name, v)
-				}
-				errs = append(errs, fmt.Errorf("the ranks disagree on %s: %s (this rank: %s); start every rank with the same settings", s.name, what, s.shown))
-				break
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // startCPUProfile profiles this process into path until the returned

@@ -174,3 +174,5 @@ func (s *solveStats) flush() error {
 // median of time j over the solves of layout k (0 repeated, 1 fresh, 2
 // all), NaN when there are none.
 func (s *solveStats) median(k, j int) float64 { return s.hist[k][j].quantile(0.5) }
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package main
+package allocbench
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../internal/cudart

@@ -1,4 +1,4 @@
-package main
+package allocbench
 
 import (
 	"bufio"
@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/devalloc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,15 +23,22 @@ func smallAllocParams(t *testing.T) {
 	allocParams.largeMin, allocParams.largeMax = 1<<20, 2<<20
 }
 
-func runAllocBench(t *testing.T, backend, mode string) []benchResult {
+func runAllocBench(t *testing.T, backend, mode string) []Result {
 	t.Helper()
+	s, err := Open(devalloc.Backend(backend), 7)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	lines, err := s.Run(mode, Measure{})
+	require.NoError(t, err)
 	var out bytes.Buffer
-	cfg := config{backend: backend, policy: "retain", iters: 3, seed: 7, bench: "alloc", mode: mode}
-	require.NoError(t, runBench(cfg, nil, &out))
-	var lines []benchResult
+	for _, r := range lines {
+		require.NoError(t, r.WriteJSON(&out))
+	}
+	// What a JSON reader gets: numbers as float64, maps as map[string]any.
+	lines = nil
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
-		var r benchResult
+		var r Result
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "line %q", sc.Text())
 		require.Equal(t, "alloc", r.Bench)
 		lines = append(lines, r)
@@ -37,7 +46,7 @@ func runAllocBench(t *testing.T, backend, mode string) []benchResult {
 	return lines
 }
 
-func find(lines []benchResult, mode, kase string, bytes int64) *benchResult {
+func find(lines []Result, mode, kase string, bytes int64) *Result {
 	for i, r := range lines {
 		if r.Mode == mode && (kase == "" || r.Extra["case"] == kase) && (bytes == 0 || r.Bytes == bytes) {
 			return &lines[i]
@@ -109,7 +118,7 @@ func TestBenchAllocHost(t *testing.T) {
 		require.Positive(t, pk.Extra["twin_vs_large_only"], "the method's error, from a second baseline in turns")
 		require.Equal(t, pk.Extra["twin_vs_large_only"], re.Extra["twin_vs_large_only"])
 		require.Positive(t, pk.Extra["large_only_alloc_median_us"])
-		for _, r := range []*benchResult{pk, re} {
+		for _, r := range []*Result{pk, re} {
 			require.Contains(t, r.Extra, "vs_large_only")
 			require.Contains(t, r.Extra, "vs_large_only_separate")
 			require.Positive(t, r.Extra["plan_median_us"])
@@ -126,7 +135,39 @@ func TestBenchAllocHost(t *testing.T) {
 	require.NotContains(t, only[2].Extra, "vs_threshold0", "no baseline in a run of one mode")
 	require.NotContains(t, only[3].Extra, "vs_threshold0", "no baseline in a run of one mode")
 
-	var out bytes.Buffer
-	err := runBench(config{backend: "host", policy: "retain", iters: 3, seed: 1, bench: "alloc", mode: "nope"}, nil, &out)
+	s, err := Open(devalloc.BackendHost, 1)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	_, err = s.Run("nope", Measure{})
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "unknown mode")
+}
+
+// TestRunMeasure: a Measure narrows a mode to one size or touch and sets
+// the count, and the medians of one Run are the baselines of the next.
+func TestRunMeasure(t *testing.T) {
+	smallAllocParams(t)
+	s, err := Open(devalloc.BackendHost, 7)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	pairs, err := s.Run("retained", Measure{Pairs: true, Size: 4096, N: 5})
+	require.NoError(t, err)
+	require.Len(t, pairs, 1)
+	require.Equal(t, "pair", pairs[0].Extra["case"])
+	require.EqualValues(t, 4096, pairs[0].Bytes)
+	require.Equal(t, 5, pairs[0].N)
+	require.Equal(t, 20, allocParams.pairs, "the counts are back")
+	cyc, err := s.Run("threshold0", Measure{Cycles: true, Touch: "cycle-touch", N: 4})
+	require.NoError(t, err)
+	require.Len(t, cyc, 1)
+	require.Equal(t, 4, cyc[0].N)
+	cyc, err = s.Run("retained", Measure{Cycles: true, Touch: "cycle-touch", N: 4})
+	require.NoError(t, err)
+	require.Len(t, cyc, 1)
+	require.Equal(t, "cycle-touch", cyc[0].Extra["case"])
+	require.Contains(t, cyc[0].Extra, "vs_threshold0", "threshold0's median of the Run before")
+	packed, err := s.Run("retained-packed", Measure{Touch: "cycle", N: 3})
+	require.NoError(t, err)
+	require.Len(t, packed, 2, "the reused plan and the plan built every cycle")
+	require.Equal(t, 3, packed[0].N)
 }

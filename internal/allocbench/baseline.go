@@ -1,4 +1,4 @@
-package main
+package allocbench
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 )
 
 // The C baseline (mode c-pool): the alloc benchmark's cycle and alloc+free
-// pair written in C (bench_alloc_c.go), on a private pool retained like
+// pair written in C (c.go), on a private pool retained like
 // devalloc's, through the libcudart that distbuf's loader opened. Every
 // devalloc measurement on the CUDA backend runs in turns with the C
 // measurement of the same shape, ten cycles (or a chunk of pairs) at a
@@ -408,6 +408,9 @@ func benchCPool(c *benchContext, run *allocRun) error {
 	}
 	p := allocParams
 	for _, size := range p.pairSizes {
+		if !c.want.pair(size) {
+			continue
+		}
 		if _, _, err := base.pool.pairs(size, p.pairWarmup, true); err != nil {
 			return err
 		}
@@ -432,7 +435,7 @@ func benchCPool(c *benchContext, run *allocRun) error {
 			nosync, pairCalls = append(nosync, t[0]), k
 		}
 		med := round3(median(lat))
-		if err := c.emit(benchResult{Bench: "alloc", Mode: "c-pool", N: p.pairs, Bytes: size, MedianUS: med, Backend: "c-pool",
+		if err := c.emit(Result{Mode: "c-pool", N: p.pairs, Bytes: size, MedianUS: med, Backend: "c-pool",
 			Extra: map[string]any{"case": "pair", "p90_us": round3(percentile(lat, 0.9)), "nosync_median_us": round3(median(nosync)),
 				"driver_calls_per_pair":        totalCalls(perCycle(pairCalls, p.nosyncBatch)),
 				"driver_calls_by_entry":        perCycle(pairCalls, p.nosyncBatch),
@@ -441,14 +444,20 @@ func benchCPool(c *benchContext, run *allocRun) error {
 		}
 	}
 	for _, t := range cycleTouches() {
+		if !c.want.cycle(t) {
+			continue
+		}
 		for _, sh := range []cycleShape{{large: p.large, tiny: p.tiny}, {large: p.large}, {large: p.large, tiny: p.tiny, packed: true}} {
+			if !c.want.allocatorIs(sh.String()) {
+				continue
+			}
 			res, err := solveCyclesInTurns(newCCycleRun(c, base.pool, sh, t, p.minCycles))
 			if err != nil {
 				return fmt.Errorf("%s cycle: %w", sh, err)
 			}
 			extra := res[0].extra()
 			extra["shape"] = sh.String()
-			if err := c.emit(benchResult{Bench: "alloc", Mode: "c-pool", N: res[0].cycles, Bytes: res[0].bytes,
+			if err := c.emit(Result{Mode: "c-pool", N: res[0].cycles, Bytes: res[0].bytes,
 				MedianUS: res[0].median, Backend: "c-pool", Extra: extra}); err != nil {
 				return err
 			}

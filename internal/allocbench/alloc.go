@@ -1,4 +1,4 @@
-package main
+package allocbench
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"
@@ -45,7 +46,7 @@ import (
 //     retained and at threshold 0 (CUDA only): what the platform itself
 //     allows, the bound of any allocator built on the pool;
 //   - c-pool: the cycle and the pair written in C on a retained private
-//     pool (bench_alloc_baseline.go), the bar for devalloc's overhead. On
+//     pool (baseline.go), the bar for devalloc's overhead. On
 //     the CUDA backend every devalloc measurement runs in turns with the C
 //     one of its shape and reports vs_c (devalloc over C), the C median,
 //     the C cycle's phases as devalloc's are timed (c_alloc_median_us,
@@ -61,7 +62,7 @@ import (
 // pairs; the C lines report theirs beside them.
 //
 // Each configuration gets its own Allocator, opened on the backend of the
-// run (-backend). Two measurements per configuration:
+// session (Open). Two measurements per configuration:
 //
 //   - pair: Alloc, Free and Stream.Synchronize of one buffer, per size; the
 //     synchronisation is where a low threshold releases memory. Extra has the
@@ -84,8 +85,6 @@ import (
 // Results are medians. The retained lines carry the ratios against
 // threshold0 and cudamalloc measured in the same run (vs_threshold0,
 // vs_cudamalloc: how many times faster retained is), and the goals.
-
-func init() { benches["alloc"] = benchAlloc }
 
 // allocBenchParams sizes the benchmark; tests shrink it.
 type allocBenchParams struct {
@@ -115,6 +114,9 @@ type allocBenchParams struct {
 	goalVsC            float64 // retained, large-only and retained-packed cycles over C in turns, at most
 	goalPairVsC        float64 // an Alloc+Free pair without synchronisation over C's, at most
 	fallbackCache      int64   // the fallback mode's cache: a whole cycle
+	// exactCycles: every cycle measurement makes minCycles cycles, on any
+	// backend (a benchmark's b.N), instead of the least counts above.
+	exactCycles bool
 }
 
 var allocParams = allocBenchParams{
@@ -184,24 +186,20 @@ type allocRun struct {
 	base  *cBaseline
 }
 
-func benchAlloc(c *benchContext) (err error) {
-	modes := allocModes
-	if c.cfg.mode != "" {
-		found := false
-		for _, m := range allocModes {
-			found = found || m == c.cfg.mode
+// runModes runs each mode in turn, on the run's C baseline.
+func runModes(c *benchContext, modes []string) (err error) {
+	for _, m := range modes {
+		if !slices.Contains(allocModes, m) {
+			return fmt.Errorf("mode %q: %w: unknown mode of alloc (have %v)", m, distbuf.ErrInvalid, allocModes)
 		}
-		if !found {
-			return fmt.Errorf("-mode %q: unknown mode of alloc (have %v)", c.cfg.mode, allocModes)
-		}
-		modes = []string{c.cfg.mode}
 	}
 	base, err := openCBaseline(c)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, base.close()) }()
-	run := &allocRun{pair: map[string]map[int64]float64{}, cycle: map[string]float64{}, base: base}
+	run := c.run
+	run.base = base
 	for _, mode := range modes {
 		var err error
 		switch mode {
@@ -243,7 +241,7 @@ func (c *benchContext) skipLine(mode, reason string, extra map[string]any) error
 		extra = map[string]any{}
 	}
 	extra["skipped"] = reason
-	return c.emit(benchResult{Bench: "alloc", Mode: mode, Backend: c.alloc.Kind().String(), Extra: extra})
+	return c.emit(Result{Mode: mode, Backend: c.alloc.Kind().String(), Extra: extra})
 }
 
 func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err error) {
@@ -268,6 +266,9 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 
 	run.pair[v.mode] = map[int64]float64{}
 	for _, size := range p.pairSizes {
+		if !c.want.pair(size) {
+			continue
+		}
 		ours, cpair, err := measurePairs(run.base, a, size)
 		if err != nil {
 			return err
@@ -280,13 +281,16 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 			addRatios(extra, run.pair["threshold0"][size], run.pair["cudamalloc"][size], med, false)
 		}
 		addPairVsC(extra, run.base, ours, med, cpair, v.goals)
-		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: p.pairs, Bytes: size, MedianUS: med,
+		if err := c.emit(Result{Mode: v.mode, N: p.pairs, Bytes: size, MedianUS: med,
 			Backend: a.Kind().String(), Extra: extra}); err != nil {
 			return err
 		}
 	}
 
 	for _, t := range cycleTouches() {
+		if !c.want.cycle(t) {
+			continue
+		}
 		res, cres, err := measureCycles(run.base, newCycleRun(c, a, v, p.large, p.tiny, t, cyclesOn(a, p.deviceCycles)))
 		if err != nil {
 			return err
@@ -297,7 +301,7 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 			addRatios(extra, run.cycle[t.key("threshold0")], run.cycle[t.key("cudamalloc")], res.median, true)
 		}
 		addVsC(extra, run.base, res.median, cres, goalIf(v.goals))
-		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+		if err := c.emit(Result{Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
 			Backend: a.Kind().String(), Extra: extra}); err != nil {
 			return err
 		}
@@ -316,6 +320,9 @@ func goalIf(goals bool) float64 {
 func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 	p := allocParams
 	for _, mode := range []string{"cudamalloc", "threshold0", "retained"} {
+		if !c.want.allocatorIs(mode) {
+			continue
+		}
 		v, err := variantByMode(mode)
 		if err != nil {
 			return err
@@ -337,6 +344,9 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 			continue
 		}
 		for _, t := range cycleTouches() {
+			if !c.want.cycle(t) {
+				continue
+			}
 			res, cres, err := measureCycles(run.base, newCycleRun(c, a, v, p.large, 0, t, cyclesOn(a, p.pairedCycles)))
 			if err != nil {
 				return errors.Join(err, a.Close())
@@ -348,7 +358,7 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 				addRatios(extra, run.cycle[t.key("large-only/threshold0")], run.cycle[t.key("large-only/cudamalloc")], res.median, true)
 			}
 			addVsC(extra, run.base, res.median, cres, goalIf(mode == "retained"))
-			if err := c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes,
+			if err := c.emit(Result{Mode: "large-only", N: res.cycles, Bytes: res.bytes,
 				MedianUS: res.median, Backend: a.Kind().String(), Extra: extra}); err != nil {
 				return errors.Join(err, a.Close())
 			}
@@ -388,7 +398,7 @@ func addRatios(extra map[string]any, threshold0, cudamalloc, retained float64, g
 		missing = append(missing, "cudamalloc")
 	}
 	if len(missing) > 0 {
-		extra["ratios_missing"] = fmt.Sprintf("no %v baseline in this run (run every mode, without -mode, on the CUDA backend)", missing)
+		extra["ratios_missing"] = fmt.Sprintf("no %v baseline in this run (measure it first, in the same Session, on the CUDA backend)", missing)
 	}
 }
 
@@ -463,7 +473,7 @@ func cycleSizes(seed uint64, i, large, tiny int) []int64 {
 // backend: onDevice on a device, where cycles are cheap and their ratios
 // to C's need the samples, allocParams.minCycles on the host.
 func cyclesOn(a *devalloc.Allocator, onDevice int) int {
-	if a.Kind().IsDevice() {
+	if a.Kind().IsDevice() && !allocParams.exactCycles {
 		return onDevice
 	}
 	return allocParams.minCycles
@@ -766,6 +776,9 @@ func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
 	p := allocParams
 	run.pair[mode] = map[int64]float64{}
 	for _, size := range p.pairSizes {
+		if !c.want.pair(size) {
+			continue
+		}
 		lat := make([]float64, 0, p.pairs)
 		for i := range p.pairWarmup + p.pairs {
 			t, err := r.pair(size)
@@ -778,18 +791,21 @@ func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
 		}
 		med := round3(median(lat))
 		run.pair[mode][size] = med
-		if err := c.emit(benchResult{Bench: "alloc", Mode: mode, N: p.pairs, Bytes: size, MedianUS: med, Backend: "cuda-raw",
+		if err := c.emit(Result{Mode: mode, N: p.pairs, Bytes: size, MedianUS: med, Backend: "cuda-raw",
 			Extra: map[string]any{"case": "pair", "p90_us": round3(percentile(lat, 0.9))}}); err != nil {
 			return err
 		}
 	}
 	for _, t := range cycleTouches() {
+		if !c.want.cycle(t) {
+			continue
+		}
 		res, err := rawCycles(c, r.cycle, p.large, p.tiny, t)
 		if err != nil {
 			return err
 		}
 		run.cycle[t.key(mode)] = res.median
-		if err := c.emit(benchResult{Bench: "alloc", Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+		if err := c.emit(Result{Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
 			Backend: "cuda-raw", Extra: res.extra()}); err != nil {
 			return err
 		}
@@ -807,6 +823,9 @@ func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) 
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
 	for _, t := range cycleTouches() {
+		if !c.want.cycle(t) {
+			continue
+		}
 		res, err := rawCycles(c, r.cycle, allocParams.large, 0, t)
 		if err != nil {
 			return err
@@ -814,7 +833,7 @@ func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) 
 		run.cycle[t.key("large-only/"+mode)] = res.median
 		extra := res.extra()
 		extra["allocator"] = mode
-		if err := c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+		if err := c.emit(Result{Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
 			Backend: "cuda-raw", Extra: extra}); err != nil {
 			return err
 		}
@@ -833,11 +852,17 @@ func benchRawPool(c *benchContext, run *allocRun) (err error) {
 	p := allocParams
 	for _, retained := range []bool{false, true} {
 		name := map[bool]string{false: "threshold0", true: "retained"}[retained]
+		if !c.want.allocatorIs(name) {
+			continue
+		}
 		r, err := openRawPool(c.alloc.Device(), retained)
 		if err != nil {
 			return err
 		}
 		for _, t := range cycleTouches() {
+			if !c.want.cycle(t) {
+				continue
+			}
 			res, cerr := rawCycles(c, r.cycle, p.large, p.tiny, t)
 			if cerr != nil {
 				return errors.Join(cerr, r.close())
@@ -852,7 +877,7 @@ func benchRawPool(c *benchContext, run *allocRun) (err error) {
 					extra["allocator_retained_over_raw"] = round3(ours / res.median)
 				}
 			}
-			if cerr := c.emit(benchResult{Bench: "alloc", Mode: "raw-pool", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
+			if cerr := c.emit(Result{Mode: "raw-pool", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
 				Backend: "cuda-raw", Extra: extra}); cerr != nil {
 				return errors.Join(cerr, r.close())
 			}
@@ -920,6 +945,9 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 		pools = append(pools, a)
 	}
 	for _, t := range cycleTouches() {
+		if !c.want.cycle(t) {
+			continue
+		}
 		if err := benchPackedCycles(c, run, variants, pools, t); err != nil {
 			return err
 		}
@@ -936,7 +964,7 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, pools []*devalloc.Allocator, t cycleTouch) error {
 	p := allocParams
 	cycles := p.pairedCycles
-	if !pools[0].Kind().IsDevice() {
+	if !pools[0].Kind().IsDevice() && !p.exactCycles {
 		// The host's memsets are slow, and its pool is not the driver's:
 		// four sweeps, so that most cycles reuse the plans of the first.
 		cycles = max(p.minCycles, 4*p.bonds)
@@ -990,7 +1018,7 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 				extra["meets_goal_vs_cudamalloc"] = r >= 100
 			}
 		} else {
-			extra["ratios_missing"] = "run every mode (no -mode) for the cudamalloc baseline"
+			extra["ratios_missing"] = "no cudamalloc baseline in this run (measure its cycle first, in the same Session)"
 		}
 		addVsC(extra, run.base, res[k].median, cPacked, goalIf(goals))
 		if cLarge != nil {
@@ -1000,7 +1028,7 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 			extra["large_only_vs_c"] = round3(base.median / cLarge.median)
 			extra["c_large_only_driver_calls_per_cycle"] = totalCalls(cLarge.driverCalls)
 		}
-		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res[k].cycles, Bytes: res[k].bytes, MedianUS: res[k].median,
+		if err := c.emit(Result{Mode: v.mode, N: res[k].cycles, Bytes: res[k].bytes, MedianUS: res[k].median,
 			Backend: pools[k].Kind().String(), Extra: extra}); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,8 +14,6 @@ import (
 	"github.com/distbuf/distbuf/msg"
 	"github.com/distbuf/distbuf/packing"
 )
-
-func init() { benches["exchange"] = benchExchange }
 
 // Tags of the baselines: apart from the exchanger's.
 const (
@@ -57,7 +56,7 @@ func benchExchange(c *benchContext) error {
 		if c.world != nil {
 			n = c.world.Size()
 		}
-		return fmt.Errorf("exchange needs exactly 2 ranks (mpirun -n 2 with a binary built with -tags mpi), have %d", n)
+		return fmt.Errorf("exchange needs exactly 2 ranks (mpirun -n 2 with distbench built with -tags mpi), have %d", n)
 	}
 	small := []string{"packed", "packed-cold", "persistent", "packed-mpi", "perblock", "raw"}
 	var modes []string
@@ -71,7 +70,7 @@ func benchExchange(c *benchContext) error {
 	default:
 		// One mode, or several separated by commas, which take turns.
 		for _, one := range strings.Split(m, ",") {
-			if !contains(small, one) {
+			if !slices.Contains(small, one) {
 				return fmt.Errorf("-mode %q: exchange has modes %v (one, or several separated by commas) and device", m, small)
 			}
 			modes = append(modes, one)
@@ -198,7 +197,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 	defer func() { _ = x.Close() }()
 	pat := x.NewPattern()
 	var xm *msg.Exchanger
-	if contains(modes, "packed-mpi") {
+	if slices.Contains(modes, "packed-mpi") {
 		if xm, err = msg.New(msg.Options{Comm: e.comm, Alloc: a, Transport: msg.TransportMPI}); err != nil {
 			return err
 		}
@@ -280,10 +279,10 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		"alltoall": func() error { return cluster.Alltoall(comm, counts[:2], counts[2:]) },
 	}
 	measured := append([]string(nil), modes...)
-	if contains(modes, "raw") {
+	if slices.Contains(modes, "raw") {
 		measured = append(measured, "raw-payload")
 	}
-	if contains(modes, "packed") || contains(modes, "packed-cold") || contains(modes, "persistent") || contains(modes, "packed-mpi") {
+	if slices.Contains(modes, "packed") || slices.Contains(modes, "packed-cold") || slices.Contains(modes, "persistent") || slices.Contains(modes, "packed-mpi") {
 		measured = append(measured, "alltoall")
 	}
 	// Modes take turns in rounds, each running a batch of repetitions

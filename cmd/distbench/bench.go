@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/devalloc"
+)
+
+// benchContext is what a benchmark receives: the parsed flags, the rank's
+// open allocator, the world and a sink for result lines.
+type benchContext struct {
+	cfg   config
+	alloc *devalloc.Allocator
+	world *cluster.Comm
+	out   io.Writer
+}
+
+// benchResult is one JSON line of output. Extra carries
+// benchmark-specific figures (ratios against the baseline measured in the
+// same run, bandwidths, counts).
+type benchResult struct {
+	Bench    string         `json:"bench"`
+	Mode     string         `json:"mode"`
+	N        int            `json:"n"`
+	Bytes    int64          `json:"bytes"`
+	MedianUS float64        `json:"median_us"`
+	Backend  string         `json:"backend"`
+	Extra    map[string]any `json:"extra,omitempty"`
+}
+
+// emit writes r as one JSON line.
+func (c *benchContext) emit(r benchResult) error {
+	if r.Backend == "" && c.alloc != nil {
+		r.Backend = c.alloc.Kind().String()
+	}
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(c.out, string(line))
+	return err
+}
+
+// median of xs; it sorts xs.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	m := len(xs) / 2
+	if len(xs)%2 == 1 {
+		return xs[m]
+	}
+	return (xs[m-1] + xs[m]) / 2
+}
