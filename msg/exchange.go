@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -73,7 +75,7 @@ type Exchanger struct {
 	// scratch holds decoded entries between decoding and FromManifest, and
 	// outScratch a send buffer's entries between listing and encoding.
 	scratch    []packing.Entry
-	outScratch []Entry
+	outScratch []packing.Entry
 	// lastIn is, by source, the layout of the last message received: the
 	// next one with byte-equal entries reuses its plan.
 	lastIn map[int]*learnedIn
@@ -94,14 +96,14 @@ type Exchanger struct {
 // testHooks let this package's tests act between the steps of an exchange,
 // and play a faulty peer.
 type testHooks struct {
-	beforePost func(e *exchange)           // before the first request is posted
-	afterPost  func(e *exchange)           // after the first requests are posted
-	mangle     func(dest int, wire []byte) // alters a host message before it is sent
+	beforePost func(e *exchange)            // before the first request is posted
+	afterPost  func(e *exchange)            // after the first requests are posted
+	mangle     func(dest int, whole []byte) // alters a host message before it is sent
 	// announce alters the lengths this rank announces, not the messages.
 	announce func(sizes []int64)
 	// pieces replaces the MPI messages a host message to dest travels as
-	// (wire is the whole message): nil keeps them.
-	pieces func(dest int, wire []byte) [][]byte
+	// (whole is the message): nil keeps them.
+	pieces func(dest int, whole []byte) [][]byte
 	// extra adds MPI messages to dest after this rank's own, if any.
 	extra func(dest int) [][]byte
 	// canary puts that many bytes on each side of every region MPI
@@ -135,7 +137,7 @@ func (h *testHooks) windowCopyError(into bool) error {
 // for copies into received buffers); Close frees them.
 func New(o Options) (*Exchanger, error) {
 	if o.Comm == nil {
-		return nil, fmt.Errorf("msg: Options.Comm is required: %w", ErrInvalid)
+		return nil, fmt.Errorf("msg: Options.Comm is required: %w", distbuf.ErrInvalid)
 	}
 	o, chunk, timeout, localErr := o.resolve()
 	comm, err := o.Comm.Dup()
@@ -173,9 +175,9 @@ func New(o Options) (*Exchanger, error) {
 		return undo(fmt.Errorf("msg: new: rank %d could not set up its exchanger (its own error says why): %w", -all[6], ErrPeerAborted))
 	case all[0] != -all[3] || all[1] != -all[4]:
 		return undo(fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
-			-all[3], all[0], -all[4], all[1], ErrInvalid))
+			-all[3], all[0], -all[4], all[1], distbuf.ErrInvalid))
 	case all[2] != -all[5]:
-		return undo(fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", ErrInvalid))
+		return undo(fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", distbuf.ErrInvalid))
 	}
 	x.maxIn = maxMessageBytes
 	if l := o.Alloc.Limit(); l > 0 {
@@ -250,7 +252,7 @@ func (x *Exchanger) Close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
-		return fmt.Errorf("msg: close: %w", ErrClosed)
+		return fmt.Errorf("msg: close: %w", distbuf.ErrClosed)
 	}
 	x.closed = true
 	var linkErr error
@@ -356,8 +358,7 @@ func (r *Received) Free() error {
 type Pattern struct {
 	x        *Exchanger
 	learned  bool
-	sendSize []int64  // by destination
-	sendMan  [][]byte // by destination: encoded entries sent when learning
+	sendSize []int64 // by destination
 	// sendOut is the manifest sent to each destination when learning:
 	// reused while the send buffers keep their layouts, so a solver that
 	// sweeps over several patterns describes each layout once.
@@ -369,13 +370,8 @@ type Pattern struct {
 // learnedIn is what is kept of a received layout: by a pattern, and by the
 // exchanger for the last message from each source.
 type learnedIn struct {
-	count      uint32
-	dtype      DType
-	payloadLen uint64
-	entries    []byte
-	entriesCRC uint32
-	shift      *crcShift // advances a CRC by len(entries): built at the first reuse
-	plan       *packing.Plan
+	layout *wire.Layout // nil for a message to self, which has no manifest
+	plan   *packing.Plan
 	// A message to self copied without MPI has no entries: its plan was
 	// made from the send layout (group fromGroup of plan from), and serves
 	// again while the send buffers keep that layout.
@@ -383,23 +379,13 @@ type learnedIn struct {
 	fromGroup int
 }
 
-func newLearnedIn(h Header, encoded []byte, plan *packing.Plan) *learnedIn {
-	return &learnedIn{count: h.Count, dtype: h.DType, payloadLen: h.PayloadLen,
-		entries: append([]byte(nil), encoded...), entriesCRC: Checksum(encoded), plan: plan}
-}
-
-func (l *learnedIn) shiftOp() *crcShift {
-	if l.shift == nil {
-		op := newCRCShift(uint64(len(l.entries)))
-		l.shift = &op
+// wireLayout is the layout a message from the same source is checked
+// against, nil when there is none.
+func (l *learnedIn) wireLayout() *wire.Layout {
+	if l == nil {
+		return nil
 	}
-	return l.shift
-}
-
-// matches reports whether a message with header h and encoded entries has
-// this layout.
-func (l *learnedIn) matches(h Header, encoded []byte) bool {
-	return l != nil && l.count == h.Count && l.dtype == h.DType && l.payloadLen == h.PayloadLen && string(l.entries) == string(encoded)
+	return l.layout
 }
 
 // NewPattern returns an unlearned pattern of this exchanger.
@@ -429,9 +415,9 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 // layout): each has room for its manifest before the blocks, and works on
 // every backend. A message is sent from its buffer itself, without a copy,
 // when the buffer is host memory, or device memory handed to a CUDA-aware
-// MPI; such a buffer needs at least PayloadOffset(Len) bytes before its
+// MPI; such a buffer needs at least wire.PayloadOffset(Len) bytes before its
 // Start, and one without that room (packing.Alloc, AllocGroups) is refused
-// with ErrInvalid, naming AllocSend. Device memory without a CUDA-aware MPI
+// with distbuf.ErrInvalid, naming AllocSend. Device memory without a CUDA-aware MPI
 // is staged through pinned memory, room or not, and the message to this
 // rank itself is a copy that needs no room.
 //
@@ -566,14 +552,14 @@ func (e *exchange) fail(err error) {
 
 func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received, error) {
 	if !x.mu.TryLock() {
-		return nil, fmt.Errorf("msg: exchange while another exchange of this exchanger runs (exchanges are collective and ordered): %w", ErrInvalid)
+		return nil, fmt.Errorf("msg: exchange while another exchange of this exchanger runs (exchanges are collective and ordered): %w", distbuf.ErrInvalid)
 	}
 	defer x.mu.Unlock()
 	if x.closed {
-		return nil, fmt.Errorf("msg: exchange: %w", ErrClosed)
+		return nil, fmt.Errorf("msg: exchange: %w", distbuf.ErrClosed)
 	}
 	if pat != nil && pat.x != x {
-		return nil, fmt.Errorf("msg: exchange: pattern of another exchanger: %w", ErrInvalid)
+		return nil, fmt.Errorf("msg: exchange: pattern of another exchanger: %w", distbuf.ErrInvalid)
 	}
 	// Every exchange, failed ones included, advances the epoch on every
 	// rank alike.
@@ -759,11 +745,11 @@ func (e *exchange) checkCounts(byDest []*outMsg) {
 		case v < 0:
 			// Not the -1 of a rank that failed: it may well expect this
 			// rank's message, which is sent.
-			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a length is -1, 0 or at least %d", s, v, AbortSize)
+			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a length is -1, 0 or at least %d", s, v, wire.AbortSize)
 		case v > maxMessageBytes:
 			w = wireErr(ErrTooLarge, s, tag, "count", "rank %d announced %d bytes, beyond the protocol's limit of %d; nothing was allocated", s, v, int64(maxMessageBytes))
-		case v < AbortSize:
-			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a message has at least %d; it is drained", s, v, AbortSize)
+		case v < wire.AbortSize:
+			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a message has at least %d; it is drained", s, v, wire.AbortSize)
 			e.refuse[s] = true
 		case v > x.maxIn:
 			w = wireErr(ErrTooLarge, s, tag, "count", "rank %d announced %d bytes, more than this rank takes in one message (%d: %s); nothing was allocated, it is drained",
@@ -961,7 +947,7 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 	var errs []error
 	for i, c := range send {
 		if c == nil {
-			errs = append(errs, fmt.Errorf("msg: send buffer %d is nil: %w", i, ErrInvalid))
+			errs = append(errs, fmt.Errorf("msg: send buffer %d is nil: %w", i, distbuf.ErrInvalid))
 			continue
 		}
 		if _, _, _, err := c.Buffer().Region(); err != nil {
@@ -970,15 +956,15 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 		}
 		d := c.Dest()
 		if d == packing.NoDest {
-			errs = append(errs, fmt.Errorf("msg: send buffer %d has no destination rank: a received or joined layout is not a send buffer; copy its blocks into one of a plan for the destination (AllocSend): %w", i, ErrInvalid))
+			errs = append(errs, fmt.Errorf("msg: send buffer %d has no destination rank: a received or joined layout is not a send buffer; copy its blocks into one of a plan for the destination (AllocSend): %w", i, distbuf.ErrInvalid))
 			continue
 		}
 		if d < 0 || d >= x.size {
-			errs = append(errs, fmt.Errorf("msg: send buffer %d is for rank %d, outside a communicator of %d ranks: %w", i, d, x.size, ErrInvalid))
+			errs = append(errs, fmt.Errorf("msg: send buffer %d is for rank %d, outside a communicator of %d ranks: %w", i, d, x.size, distbuf.ErrInvalid))
 			continue
 		}
 		if byDest[d] != nil {
-			errs = append(errs, fmt.Errorf("msg: two send buffers for rank %d: %w", d, ErrInvalid))
+			errs = append(errs, fmt.Errorf("msg: two send buffers for rank %d: %w", d, distbuf.ErrInvalid))
 			continue
 		}
 		if c.Len() == 0 {
@@ -988,7 +974,7 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 			// Delivered by a copy (copyToSelf): nothing to describe on the
 			// wire, so no manifest; the size is the message's all the same.
 			m := e.newOut()
-			m.dest, m.c, m.size = d, c, int64(PayloadOffset(c.Len()))+c.Size()
+			m.dest, m.c, m.size = d, c, int64(wire.PayloadOffset(c.Len()))+c.Size()
 			byDest[d] = m
 			continue
 		}
@@ -1006,7 +992,7 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 			x.cache[d] = man
 		}
 		m := e.newOut()
-		m.dest, m.c, m.man, m.size = d, c, man, int64(man.payloadOffset())+c.Size()
+		m.dest, m.c, m.man, m.size = d, c, man, int64(man.PayloadOffset())+c.Size()
 		byDest[d] = m
 	}
 	return byDest, errors.Join(errs...)
@@ -1053,7 +1039,7 @@ func (p *Pattern) departure(d int, m *outMsg, tag int) *WireError {
 		w = wireErr(ErrPatternMismatch, d, tag, "dest", "rank %d expects no message in this pattern; nothing was sent", d)
 	case m.size != want:
 		w = wireErr(ErrPatternMismatch, d, tag, "message_size", "%d bytes, the pattern expects %d", m.size, want)
-	case m.man != nil && string(m.man.entries) != string(p.sendMan[d]):
+	case m.man != nil && (p.sendOut[d] == nil || !m.man.SameEntries(p.sendOut[d].Layout)):
 		// (A message to self copied without a manifest is checked where it
 		// is copied: copyToSelf.)
 		w = wireErr(ErrPatternMismatch, d, tag, "manifest", "the blocks differ from the pattern's (same size)")
@@ -1068,12 +1054,11 @@ func (p *Pattern) departure(d int, m *outMsg, tag int) *WireError {
 func (e *exchange) learn(byDest []*outMsg, recvSize []int64) {
 	p := e.pat
 	n := e.x.size
-	p.sendSize, p.sendMan, p.sendOut = make([]int64, n), make([][]byte, n), make([]*outManifest, n)
+	p.sendSize, p.sendOut = make([]int64, n), make([]*outManifest, n)
 	for d, m := range byDest {
 		if m != nil {
 			p.sendSize[d] = m.size
 			if m.man != nil {
-				p.sendMan[d] = m.man.entries
 				p.sendOut[d] = m.man
 			}
 		}

@@ -7,8 +7,10 @@ import (
 	"math"
 	"slices"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -522,13 +524,13 @@ func (l *ipcLink) peerEvent(open map[int]cudart.Event, handles []cudart.IpcEvent
 // notice: the fixed part, then the manifest.
 func (e *exchange) prepareIPC(m *outMsg) (err error) {
 	x, l, c := e.x, e.x.ipc, m.c
-	p, start, size := int64(m.man.payloadOffset()), c.Start(), c.Size()
+	p, start, size := int64(m.man.PayloadOffset()), c.Start(), c.Size()
 	off := l.offsets[m.dest]
 	h := e.header(m.dest)
 	if x.o.PayloadChecksum {
 		a, s := e.copier(c.Buffer())
 		err := readAt(a, s, c.Buffer(), start, size, func(b []byte) error {
-			h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(b)
+			h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(b)
 			return nil
 		})
 		if err != nil {
@@ -555,7 +557,7 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 	le.PutUint64(mem[24:], uint64(off))
 	le.PutUint64(mem[32:], uint64(m.size))
 	copy(mem[40:ipcHead], l.winHandle[:])
-	m.man.encodeInto(mem[ipcHead:], h)
+	m.man.Encode(mem[ipcHead:], h)
 	addr, err := notice.Addr()
 	if err != nil {
 		return e.outErr(m.dest, "notice", err)
@@ -638,16 +640,16 @@ func (e *exchange) abortWindowed(m *outMsg) *outMsg {
 func (e *exchange) mangleIPC(m *outMsg, man []byte, off int64) error {
 	x, l, c := e.x, e.x.ipc, m.c
 	p, size := int64(len(man)), c.Size()
-	wire := make([]byte, p+size)
-	copy(wire, man)
+	whole := make([]byte, p+size)
+	copy(whole, man)
 	if size > 0 {
 		a, s := e.copier(c.Buffer())
-		if err := readAt(a, s, c.Buffer(), c.Start(), size, func(b []byte) error { copy(wire[p:], b); return nil }); err != nil {
+		if err := readAt(a, s, c.Buffer(), c.Start(), size, func(b []byte) error { copy(whole[p:], b); return nil }); err != nil {
 			return err
 		}
 	}
-	x.hooks.mangle(m.dest, wire)
-	copy(man, wire[:p])
+	x.hooks.mangle(m.dest, whole)
+	copy(man, whole[:p])
 	if size == 0 {
 		return nil
 	}
@@ -657,7 +659,7 @@ func (e *exchange) mangleIPC(m *outMsg, man []byte, off int64) error {
 	}
 	mem, err := pin.Bytes()
 	if err == nil {
-		copy(mem, wire[p:])
+		copy(mem, whole[p:])
 		var src uintptr
 		if src, err = pin.Addr(); err == nil {
 			s := cudart.Stream(x.sendS.Handle())
@@ -734,7 +736,7 @@ func (e *exchange) finishIPC(in *inMsg) {
 			return in.failed
 		}
 		if ch.discarded {
-			return e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), ErrInvalid))
+			return e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), distbuf.ErrInvalid))
 		}
 		mem, err := ch.buf.Bytes()
 		if err != nil {
@@ -742,12 +744,12 @@ func (e *exchange) finishIPC(in *inMsg) {
 		}
 		mem = mem[:max(min(ch.got, int64(len(mem))), 0)]
 		switch {
-		case ch.err != nil || ch.got == AbortSize:
+		case ch.err != nil || ch.got == wire.AbortSize:
 			return e.sizeError(in, 0, mem) // an abort notice is reported as one
-		case ch.got < ipcHead+HeaderSize:
-			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "a node-local notice of %d bytes: at least %d expected", ch.got, ipcHead+HeaderSize)
+		case ch.got < ipcHead+wire.HeaderSize:
+			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "a node-local notice of %d bytes: at least %d expected", ch.got, ipcHead+wire.HeaderSize)
 		}
-		if p, _ := ManifestSize(mem[ipcHead:]); p > uint64(in.size) || ipcHead+p != uint64(ch.got) {
+		if p, _ := wire.ManifestSize(mem[ipcHead:]); p > uint64(in.size) || ipcHead+p != uint64(ch.got) {
 			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "the node-local notice has %d bytes, its manifest says %d", ch.got, ipcHead+p)
 		}
 		le := binary.LittleEndian
@@ -802,7 +804,7 @@ func (e *exchange) finishIPC(in *inMsg) {
 		}
 		// The checksum needs the copy now.
 		var sum uint32
-		if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
+		if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = wire.Checksum(b); return nil }); err != nil {
 			return e.inErr(in, "payload_checksum", err)
 		}
 		if sum != h.PayloadChecksum {

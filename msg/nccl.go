@@ -308,7 +308,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 	// prepareInPlace left one read hold for the message's chunks: the
 	// group is one user of it.
 	hold := m.share.r
-	p := int64(m.man.payloadOffset())
+	p := int64(m.man.PayloadOffset())
 	src := c.Buffer()
 	off := c.Start() - p
 	if !device {

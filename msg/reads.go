@@ -11,8 +11,10 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/wire"
 )
 
 // Node-local host messages (docs/WIRE.md, rule 12). Between two ranks of
@@ -200,7 +202,7 @@ func DecodeReadNotice(b []byte, src, tag int, announced int64) (addr uint64, err
 func (e *exchange) prepareRead(m *outMsg) error {
 	c := m.c
 	buf := c.Buffer()
-	p, start := int64(m.man.payloadOffset()), c.Start()
+	p, start := int64(m.man.PayloadOffset()), c.Start()
 	var addr uintptr
 	if c.Location().HostAccessible() {
 		if !m.manifestDone {
@@ -227,15 +229,15 @@ func (e *exchange) prepareRead(m *outMsg) error {
 		if err := e.writeManifest(m); err != nil {
 			return err
 		}
-		wire := make([]byte, m.size)
+		whole := make([]byte, m.size)
 		a, s := e.copier(buf)
-		if err := readDevice(a, s, buf, start-p, m.size, func(b []byte) error { copy(wire, b); return nil }); err != nil {
+		if err := readDevice(a, s, buf, start-p, m.size, func(b []byte) error { copy(whole, b); return nil }); err != nil {
 			return e.outErr(m.dest, "payload", err)
 		}
-		e.readCopies = append(e.readCopies, wire)
-		e.readPin.Pin(unsafe.SliceData(wire)) // its address goes out as a number
+		e.readCopies = append(e.readCopies, whole)
+		e.readPin.Pin(unsafe.SliceData(whole)) // its address goes out as a number
 		e.x.stats.BytesStaged += m.size
-		addr = uintptr(unsafe.Pointer(unsafe.SliceData(wire)))
+		addr = uintptr(unsafe.Pointer(unsafe.SliceData(whole)))
 	}
 	notice := make([]byte, ReadNoticeSize)
 	EncodeReadNotice(notice, uint64(addr), m.size)
@@ -295,7 +297,7 @@ func (e *exchange) readMessage(in *inMsg) error {
 	if ch.err != nil {
 		return e.inErr(in, "receive", ch.err)
 	}
-	if ch.got == AbortSize {
+	if ch.got == wire.AbortSize {
 		if err := e.sizeError(in, 0, in.notice); !errors.Is(err, ErrSizeMismatch) {
 			return err // an abort notice in place of the read notice
 		}
@@ -314,7 +316,7 @@ func (e *exchange) readMessage(in *inMsg) error {
 	}
 	mem, err := in.buf.Bytes()
 	if err == nil && (in.base < 0 || in.size > int64(len(mem))-in.base) {
-		err = fmt.Errorf("bytes [%d, +%d) outside a receive buffer of %d: %w", in.base, in.size, len(mem), ErrInvalid)
+		err = fmt.Errorf("bytes [%d, +%d) outside a receive buffer of %d: %w", in.base, in.size, len(mem), distbuf.ErrInvalid)
 	}
 	if err != nil {
 		return e.inErr(in, "node-local read", err)

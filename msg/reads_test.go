@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/distbuf/distbuf/internal/wire"
 )
 
 func TestReadNotice(t *testing.T) {
@@ -51,7 +53,7 @@ func FuzzReadNotice(f *testing.F) {
 	EncodeReadNotice(b, 0x1000, 256)
 	f.Add(b, int64(256))
 	f.Add(b[:8], int64(256))
-	f.Add(make([]byte, AbortSize), int64(1<<20))
+	f.Add(make([]byte, wire.AbortSize), int64(1<<20))
 	f.Fuzz(func(t *testing.T, b []byte, announced int64) {
 		addr, err := DecodeReadNotice(b, 1, 2, announced)
 		if err != nil {

@@ -252,7 +252,7 @@ func (e *exchange) timedOut() {
 	for _, op := range q.sendQ[q.si:] {
 		if d := op.out.dest; !reported[d] {
 			reported[d] = true
-			e.fail(wireErr(ErrTimeout, d, x.o.Tag, "pieces", "the exchange waited %v without progress; MPI messages from chunk %d on were not sent", x.timeout, op.chunk).outgoing())
+			e.fail(outgoing(wireErr(ErrTimeout, d, x.o.Tag, "pieces", "the exchange waited %v without progress; MPI messages from chunk %d on were not sent", x.timeout, op.chunk)))
 		}
 	}
 	e.abandonSends()
