@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -52,11 +51,9 @@ type Exchanger struct {
 	maxIn        int64         // the longest message this rank accepts an announcement of
 	rank, size   int
 	sendS, recvS *devalloc.Stream
-	// link is the NCCL communicator under TransportNCCL, nil when some rank
-	// cannot use NCCL (linkWhy says why): device memory then travels as
-	// under TransportAuto.
-	link    *ncclLink
-	linkWhy string
+	// tr moves the messages: NCCL under TransportNCCL when every rank can
+	// use it, else MPI (device memory then travels as under TransportAuto).
+	tr transport
 
 	// ipc is the node-local transport, nil when this rank has no node-local
 	// peer to use it with (ipcWhy says why).
@@ -67,24 +64,11 @@ type Exchanger struct {
 	reads    *readLink
 	readsWhy string
 
-	mu     sync.Mutex
-	closed bool
-	epoch  uint64
-	stats  Stats
-	cache  map[int]*outManifest // by destination: the manifest of the last layout sent there
-	// scratch holds decoded entries between decoding and FromManifest, and
-	// outScratch a send buffer's entries between listing and encoding.
-	scratch    []packing.Entry
-	outScratch []packing.Entry
-	// lastIn is, by source, the layout of the last message received: the
-	// next one with byte-equal entries reuses its plan.
-	lastIn map[int]*learnedIn
-	// written records, for each send buffer of the last exchange, the
-	// manifest its prefix holds, so that the next exchange of the same
-	// buffer and layout rewrites only the header. writtenNext is the map
-	// the next exchange fills in its place (then they swap), kept so that
-	// neither is built anew each exchange.
-	written, writtenNext map[writtenAt]*outManifest
+	mu      sync.Mutex
+	closed  bool
+	epoch   uint64
+	stats   Stats
+	layouts layoutCache
 	// spare is the state of the last exchange, reused by the next one: an
 	// exchange in a loop then allocates little of its own. Only an
 	// exchange that ended without error leaves its state here, since only
@@ -145,8 +129,7 @@ func New(o Options) (*Exchanger, error) {
 		return nil, errors.Join(localErr, fmt.Errorf("msg: new: %w", err))
 	}
 	x := &Exchanger{comm: comm, a: o.Alloc, o: o, chunk: chunk, timeout: timeout, rank: comm.Rank(), size: comm.Size(),
-		cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{},
-		written: map[writtenAt]*outManifest{}, writtenNext: map[writtenAt]*outManifest{}}
+		layouts: newLayoutCache()}
 	if localErr == nil {
 		localErr = x.openStreams()
 	}
@@ -190,14 +173,21 @@ func New(o Options) (*Exchanger, error) {
 	if x.ipc, x.ipcWhy, err = setupIPC(x, o.Transport == TransportNCCL); err != nil {
 		return undo(err)
 	}
+	x.tr = &mpiTransport{x: x}
 	if o.Transport == TransportNCCL {
-		if x.link, x.linkWhy, err = openNCCL(comm, o.Alloc); err != nil {
+		link, why, err := openNCCL(comm, o.Alloc)
+		if err != nil {
 			if x.ipc != nil {
 				// Nothing is opened or allocated before the first exchange:
 				// its events go without a collective.
 				x.ipc.destroyEvents()
 			}
 			return undo(err)
+		}
+		if link != nil {
+			x.tr = &ncclTransport{x: x, link: link}
+		} else {
+			x.tr = &mpiTransport{x: x, ncclWhy: why}
 		}
 	}
 	return x, nil
@@ -230,16 +220,7 @@ func (x *Exchanger) closeStreams() error {
 // Transport says how device memory travels between ranks in this
 // exchanger's exchanges, and why when TransportNCCL could not be honoured:
 // "nccl", "cuda-aware mpi" or "staged".
-func (x *Exchanger) Transport() (string, string) {
-	aware, _ := cluster.CUDAAware()
-	switch {
-	case x.link != nil:
-		return "nccl", ""
-	case aware && x.o.Transport != TransportStaged:
-		return "cuda-aware mpi", x.linkWhy
-	}
-	return "staged", x.linkWhy
-}
+func (x *Exchanger) Transport() (string, string) { return x.tr.describe() }
 
 // Close waits for the exchanger's copies, lets go of the node-local windows
 // (collective over the node: every rank first closes what it opened of its
@@ -255,11 +236,7 @@ func (x *Exchanger) Close() error {
 		return fmt.Errorf("msg: close: %w", distbuf.ErrClosed)
 	}
 	x.closed = true
-	var linkErr error
-	if x.link != nil {
-		linkErr = x.link.close()
-	}
-	return errors.Join(linkErr, x.closeIPC(), x.closeStreams(), x.comm.Free())
+	return errors.Join(x.tr.close(), x.closeIPC(), x.closeStreams(), x.comm.Free())
 }
 
 // Stats returns the counters.
@@ -367,27 +344,6 @@ type Pattern struct {
 	recv     []*learnedIn
 }
 
-// learnedIn is what is kept of a received layout: by a pattern, and by the
-// exchanger for the last message from each source.
-type learnedIn struct {
-	layout *wire.Layout // nil for a message to self, which has no manifest
-	plan   *packing.Plan
-	// A message to self copied without MPI has no entries: its plan was
-	// made from the send layout (group fromGroup of plan from), and serves
-	// again while the send buffers keep that layout.
-	from      *packing.Plan
-	fromGroup int
-}
-
-// wireLayout is the layout a message from the same source is checked
-// against, nil when there is none.
-func (l *learnedIn) wireLayout() *wire.Layout {
-	if l == nil {
-		return nil
-	}
-	return l.layout
-}
-
 // NewPattern returns an unlearned pattern of this exchanger.
 func (x *Exchanger) NewPattern() *Pattern { return &Pattern{x: x} }
 
@@ -440,9 +396,7 @@ type exchange struct {
 	selfIn *inMsg    // the local copy to self, if any
 	q      sched
 	errs   []error
-	// written is what x.written becomes after this exchange.
-	written map[writtenAt]*outManifest
-	probe   cluster.Probe // what the data phase matches: anything on the exchanger's communicator
+	probe  cluster.Probe // what the data phase matches: anything on the exchanger's communicator
 
 	// Per-rank scratch and the message records, kept for the next exchange.
 	byDest             []*outMsg
@@ -497,8 +451,7 @@ func (x *Exchanger) begin(pat *Pattern) *exchange {
 	clear(e.byDest)
 	clear(e.bySrc)
 	e.expecting, e.agreeing = 0, false
-	clear(x.writtenNext)
-	e.written = x.writtenNext
+	x.layouts.startExchange()
 	return e
 }
 
@@ -516,7 +469,7 @@ func (x *Exchanger) end(e *exchange) {
 	clear(e.byDest)
 	clear(e.bySrc)
 	e.nOut, e.nIn = 0, 0
-	e.outs, e.ins, e.selfIn, e.pat, e.written, e.joint = e.outs[:0], e.ins[:0], nil, nil, nil, nil
+	e.outs, e.ins, e.selfIn, e.pat, e.joint = e.outs[:0], e.ins[:0], nil, nil, nil
 	e.q.reset()
 	x.spare = e
 }
@@ -565,146 +518,7 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 	// rank alike.
 	x.epoch++
 	x.stats.Exchanges++
-	e := x.begin(pat)
-	if x.link != nil {
-		return x.exchangeNCCL(e, send, pat)
-	}
-	aware, err := cluster.CUDAAware()
-	e.aware = aware && (x.o.Transport == TransportAuto || x.o.Transport == TransportMPI)
-	byDest, localErr := e.collect(send)
-	localErr = errors.Join(err, localErr)
-
-	n := x.size
-	recvSize, abortTo := e.recvSize, e.abortTo
-	if pat != nil && pat.learned {
-		copy(recvSize, pat.recvSize)
-		e.checkPattern(byDest, localErr != nil, abortTo)
-	} else {
-		e.announce(byDest, localErr != nil)
-		if x.hooks.announce != nil {
-			x.hooks.announce(e.sendSize)
-		}
-		if err := x.comm.AlltoallInt64(e.sendSize, recvSize); err != nil {
-			// The collective itself failed: nothing was posted, nothing can be.
-			return nil, errors.Join(localErr, fmt.Errorf("msg: count exchange: %w", err))
-		}
-		x.stats.CountExchanges++
-		if localErr != nil {
-			// Every rank saw -1 from this one: nobody sends here or expects
-			// anything from here. What arrives all the same is a stray.
-			clear(recvSize)
-			clear(byDest)
-		}
-		e.checkCounts(byDest)
-	}
-	e.fail(localErr)
-	if x.ipc != nil {
-		if err := e.ipcPlace(byDest); err != nil {
-			// No message goes through the window: an abort notice replaces each.
-			e.fail(err)
-			for d := range byDest {
-				if x.ipc.peers[d] && byDest[d] != nil {
-					abortTo[d] = true
-				}
-			}
-		}
-	}
-
-	// Receives: one pooled buffer per source (one for all that come
-	// through windows), allocated before anything is enqueued on the
-	// receive stream so that waiting for the allocation waits for nothing
-	// else.
-	e.allocJoint(recvSize)
-	for k := range n {
-		s := (x.rank - k + n) % n
-		if recvSize[s] <= 0 || (s == x.rank && !x.o.SelfViaMPI) {
-			continue
-		}
-		e.ins = append(e.ins, e.newRecv(s, k, recvSize[s]))
-	}
-	if x.hooks.beforePost != nil {
-		x.hooks.beforePost(e)
-	}
-	e.writeManifests(byDest)
-	// Sends, in schedule order; an abort notice replaces what cannot be sent.
-	windowed := false
-	for k := range n {
-		d := (x.rank + k) % n
-		m := byDest[d]
-		switch {
-		case d == x.rank && !x.o.SelfViaMPI:
-			continue // a local copy, or nothing: no MPI message to wait for
-		case abortTo[d]:
-			e.outs = append(e.outs, e.newAbort(d, k, pat.sendSize[d]))
-			continue
-		case m == nil:
-			continue
-		}
-		m.step = k
-		prepare, replace := e.prepareOut, e.replacePieces
-		if x.ipcPeer(d) {
-			prepare, replace, windowed = e.prepareIPC, e.replaceNotice, true
-		} else if x.readPeer(d) {
-			prepare, replace = e.prepareRead, e.replaceReadNotice
-		}
-		if err := prepare(m); err != nil {
-			e.fail(err)
-			m = e.newAbort(d, k, m.size)
-		} else if x.hooks.pieces != nil {
-			if x.ipcPeer(d) {
-				// The hook takes the notice's bytes: its copies go first.
-				if failed, err := e.flushToWindow(); err != nil {
-					e.fail(err)
-					for _, f := range failed {
-						m = e.abortWindowed(f) // f is m: each earlier one was flushed alone
-					}
-				}
-			}
-			if !m.abort {
-				m = replace(m)
-			}
-		}
-		e.outs = append(e.outs, m)
-	}
-	if windowed {
-		// Before any notice goes out: a receiver's copy waits for this.
-		if failed, err := e.flushToWindow(); err != nil {
-			e.fail(err)
-			for _, m := range failed {
-				k := slices.Index(e.outs, m)
-				e.outs[k] = e.abortWindowed(m)
-			}
-		}
-		if err := e.ipcReady(); err != nil {
-			e.fail(e.outErr(x.rank, "node-local window", err))
-		}
-	}
-	if x.hooks.extra != nil {
-		for d := range n {
-			if ps := x.hooks.extra(d); ps != nil {
-				e.outs = append(e.outs, e.newRaw(d, n+d, ps))
-			}
-		}
-	}
-	var self *outMsg // delivered by run once the MPI requests are posted
-	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI && !abortTo[x.rank] {
-		self = m
-	}
-
-	e.run(self)
-	if x.ipc != nil {
-		if err := e.ipcConsumed(); err != nil {
-			e.fail(fmt.Errorf("msg: node-local windows: %w", err))
-		}
-	}
-	e.agree()
-	e.releaseReads()
-	x.written, x.writtenNext = e.written, x.written
-	if len(e.errs) > 0 {
-		clear(x.written) // after a failure, trust no prefix
-	}
-
-	return e.deliver(byDest, recvSize)
+	return x.tr.exchange(x.begin(pat), send)
 }
 
 // announce sets the lengths this rank announces in the count exchange (see
@@ -978,18 +792,13 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 			byDest[d] = m
 			continue
 		}
-		man := x.cache[d]
-		if p := e.pat; p != nil && p.learned && p.sendOut[d] != nil {
-			man = p.sendOut[d]
+		man, built, err := x.layouts.forSend(d, c, e.pat)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		if man == nil || man.plan != c.Plan() || man.group != c.Group() {
-			var err error
-			if man, x.outScratch, err = buildManifest(c, x.outScratch); err != nil {
-				errs = append(errs, err)
-				continue
-			}
+		if built {
 			x.stats.ManifestsBuilt++
-			x.cache[d] = man
 		}
 		m := e.newOut()
 		m.dest, m.c, m.man, m.size = d, c, man, int64(man.PayloadOffset())+c.Size()

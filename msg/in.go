@@ -670,13 +670,7 @@ func (e *exchange) checkPeer(in *inMsg, h wire.Header) error {
 // ones instead of being decoded again.
 func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, uint64, error) {
 	tag := e.x.o.Tag
-	// The layout this message should, or likely does, have: the pattern's,
-	// else the last one from this source.
-	known := e.x.lastIn[in.src]
-	learned := e.pat != nil && e.pat.learned
-	if learned {
-		known = e.pat.recv[in.src]
-	}
+	known, learned := e.x.layouts.expected(in.src, e.pat)
 	h, matched, err := wire.DecodeHeader(man, msgLen, in.src, tag, known.wireLayout())
 	if err != nil {
 		return nil, 0, err
@@ -698,20 +692,10 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 	case learned:
 		return nil, 0, wireErr(ErrPatternMismatch, in.src, tag, "manifest", "the blocks differ from those the pattern learned")
 	}
-	// Decode and check the entries into a scratch slice the exchanger
-	// keeps (FromManifest keeps none of it).
-	pe, err := wire.DecodeEntries(h, man, in.src, tag, e.x.scratch)
-	e.x.scratch = pe[:0]
-	if err != nil {
+	if in.learned, err = e.x.layouts.decode(h, man, in.src, tag); err != nil {
 		return nil, 0, err
 	}
-	plan, err := packing.FromManifest(pe, int64(h.PayloadLen))
-	if err != nil {
-		return nil, 0, wireErr(ErrMalformed, in.src, tag, "entries", "%v", err)
-	}
-	in.learned = &learnedIn{layout: wire.ReceivedLayout(h, man), plan: plan}
-	e.x.lastIn[in.src] = in.learned
-	return plan, h.PayloadOffset, nil
+	return in.learned.plan, h.PayloadOffset, nil
 }
 
 // wrapResult turns the received buffer into the coalesced buffer of its

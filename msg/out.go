@@ -141,12 +141,12 @@ func (e *exchange) writeManifest(m *outMsg) error {
 			h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(whole[p:])
 		}
 		at := writtenAt{buf, start - p}
-		if w, ok := x.written[at]; ok && w == m.man && x.hooks.mangle == nil {
+		if x.layouts.prefixHolds(at, m.man) && x.hooks.mangle == nil {
 			m.man.Seal(whole, h) // same buffer, same layout: the header changes, the entries do not
 		} else {
 			m.man.Encode(whole, h)
 		}
-		e.written[at] = m.man
+		x.layouts.wrote(at, m.man)
 		if x.hooks.mangle != nil {
 			x.hooks.mangle(m.dest, whole)
 		}
@@ -495,11 +495,7 @@ func (e *exchange) copyToSelf(m *outMsg) {
 // the pattern's).
 func (e *exchange) selfLayout(c *packing.Coalesced) (*learnedIn, error) {
 	x := e.x
-	learned := e.pat != nil && e.pat.learned
-	known := x.lastIn[x.rank]
-	if learned {
-		known = e.pat.recv[x.rank]
-	}
+	known, learned := x.layouts.expected(x.rank, e.pat)
 	if known != nil && known.from == c.Plan() && known.fromGroup == c.Group() {
 		return known, nil
 	}
@@ -519,6 +515,6 @@ func (e *exchange) selfLayout(c *packing.Coalesced) (*learnedIn, error) {
 		return nil, wireErr(ErrPatternMismatch, x.rank, x.o.Tag, "manifest", "the blocks differ from those the pattern learned")
 	}
 	l := &learnedIn{plan: plan, from: c.Plan(), fromGroup: c.Group()}
-	x.lastIn[x.rank] = l
+	x.layouts.received[x.rank] = l
 	return l, nil
 }

@@ -3,7 +3,6 @@ package msg
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 
 	"github.com/distbuf/distbuf"
@@ -84,102 +83,6 @@ func JoinSend(p *packing.Plan) (*packing.Plan, error) {
 		return nil, fmt.Errorf("msg: join send: %w", err)
 	}
 	return j, nil
-}
-
-// outManifest is a send buffer's manifest, encoded once per layout (the
-// entries in offset order, and what the header needs), and the plan group
-// it describes.
-type outManifest struct {
-	*wire.Layout
-	plan  *packing.Plan
-	group int
-}
-
-// writtenAt is where a manifest was written: a send buffer and the offset
-// of the message in it (parts of one joined buffer each have their own).
-type writtenAt struct {
-	buf *devalloc.Buffer
-	off int64
-}
-
-// buildManifest lists c's blocks in offset order, as the wire format wants.
-// A NewPlan layout lists each shape class in one run and classes one after
-// another, so the entries go to their places without a sort; other layouts
-// are sorted. scratch holds the entries between listing and encoding; it is
-// returned, grown as needed, for the next call.
-func buildManifest(c *packing.Coalesced, scratch []packing.Entry) (*outManifest, []packing.Entry, error) {
-	p := c.Plan()
-	n := c.Len()
-	entries := slices.Grow(scratch[:0], n)[:n]
-	classes := p.Classes()
-	group := p.Groups()[c.Group()].Classes
-	// first[ci] is the index of class ci's first entry. Classes are few and
-	// a slice indexed by class costs a load where a map costs a hash.
-	var firstBuf [64]int
-	first := firstBuf[:]
-	if len(classes) > len(first) {
-		first = make([]int, len(classes))
-	}
-	regular := true
-	next := 0
-	for _, ci := range group {
-		cl := &classes[ci]
-		regular = regular && cl.Regular && cl.Stride > 0
-		first[ci] = next
-		next += cl.Count
-	}
-	common, mixed := packing.DType(0), false
-	for k, v := range c.All() {
-		e := packing.Entry{ID: v.ID(), Offset: v.Offset(), Rows: v.Rows(), Cols: v.Cols(), DType: v.DType()}
-		if k == 0 {
-			common = e.DType
-		} else if e.DType != common {
-			mixed = true
-		}
-		pos := k
-		if regular {
-			ci := p.Class(v.PlanIndex())
-			cl := &classes[ci]
-			pos = first[ci] + int((v.Offset()-cl.Offset)/cl.Stride)
-		}
-		entries[pos] = e
-	}
-	if !slices.IsSortedFunc(entries, byOffset) {
-		slices.SortFunc(entries, byOffset)
-	}
-	dtype := common
-	if mixed || n == 0 {
-		dtype = wire.Mixed
-	}
-	l, err := wire.NewLayout(dtype, uint64(c.Size()), entries)
-	if err != nil {
-		return nil, entries, fmt.Errorf("msg: the layout of the send buffer for rank %d cannot be described: %w", c.Dest(), err)
-	}
-	return &outManifest{Layout: l, plan: p, group: c.Group()}, entries, nil
-}
-
-// sameLayout reports whether two received layouts list the same blocks at
-// the same offsets in payloads of the same size.
-func sameLayout(a, b *packing.Plan) bool {
-	if a == b {
-		return true
-	}
-	if a.Len() != b.Len() || a.Groups()[0].Bytes != b.Groups()[0].Bytes {
-		return false
-	}
-	ea, na, erra := a.Manifest(0)
-	eb, nb, errb := b.Manifest(0)
-	return erra == nil && errb == nil && na == nb && slices.Equal(ea, eb)
-}
-
-func byOffset(a, b packing.Entry) int {
-	switch {
-	case a.Offset < b.Offset:
-		return -1
-	case a.Offset > b.Offset:
-		return 1
-	}
-	return 0
 }
 
 // outMsg is one logical message this rank sends in an exchange.
