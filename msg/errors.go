@@ -27,7 +27,7 @@ var (
 	// travels as, whose length differs from the length announced by the
 	// count exchange or expected by a persistent pattern. It matches
 	// ErrMalformed too.
-	ErrSizeMismatch = wire.NewMalformedKind("msg: message size mismatch")
+	ErrSizeMismatch = wire.ErrSizeMismatch
 	// ErrUnexpectedPeer matches a message whose header names another
 	// source, destination, tag or exchange epoch than the receiver expects,
 	// an MPI message with another tag, a stray (a message from a rank that

@@ -1,6 +1,7 @@
 // Package wire encodes and decodes the bytes of msg's messages: the
-// manifest (header and one entry per block) that precedes a payload, and
-// the abort notice a sender sends in place of a message it cannot deliver.
+// manifest (header and one entry per block) that precedes a payload, the
+// abort notice a sender sends in place of a message it cannot deliver, and
+// the read notice that tells a node-local peer where to read a message.
 // docs/WIRE.md documents the format byte for byte, for peers written in
 // other languages; testdata/golden-v1.bin is its reference message, and
 // the tests check the doc's dump against it.

@@ -14,6 +14,9 @@ var (
 	// ErrChecksum matches a manifest or payload checksum that does not
 	// match the bytes.
 	ErrChecksum = NewMalformedKind("msg: checksum mismatch")
+	// ErrSizeMismatch matches a message, or a piece of one, whose length
+	// is not the length announced for it.
+	ErrSizeMismatch = NewMalformedKind("msg: message size mismatch")
 )
 
 // NewMalformedKind returns a sentinel for one kind of malformed message: a
