@@ -370,11 +370,12 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 // layout): each has room for its manifest before the blocks, and works on
 // every backend. A message is sent from its buffer itself, without a copy,
 // when the buffer is host memory, or device memory handed to a CUDA-aware
-// MPI; such a buffer needs at least wire.PayloadOffset(Len) bytes before its
-// Start, and one without that room (packing.Alloc, AllocGroups) is refused
-// with distbuf.ErrInvalid, naming AllocSend. Device memory without a CUDA-aware MPI
-// is staged through pinned memory, room or not, and the message to this
-// rank itself is a copy that needs no room.
+// MPI; such a buffer needs room for its manifest before its Start (64
+// bytes, 32 per block, rounded up to 256: docs/WIRE.md), and one without
+// that room (packing.Alloc) is refused with distbuf.ErrInvalid, naming
+// AllocSend. Device memory without a CUDA-aware MPI is staged through
+// pinned memory, room or not, and the message to this rank itself is a
+// copy that needs no room.
 //
 // On error nothing is returned: every received buffer is freed, and the
 // error joins what went wrong per peer (WireError values naming peer, tag

@@ -13,8 +13,9 @@ import (
 )
 
 // SendPrefix is the room AllocSend reserves before the blocks of group g of
-// p: the group's manifest (wire.PayloadOffset of its block count) rounded up to
-// the plan's alignment, so the blocks keep their alignment in memory.
+// p: the group's manifest (64 bytes, 32 per block, rounded up to 256:
+// docs/WIRE.md) rounded up to the plan's alignment, so the blocks keep
+// their alignment in memory.
 func SendPrefix(p *packing.Plan, g int) (int64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("msg: send prefix: nil plan: %w", distbuf.ErrInvalid)
