@@ -8,6 +8,7 @@ import (
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/rawmpi"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -29,7 +30,7 @@ func BenchmarkPairExchange(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = a.Close() }()
-		size := int64(PayloadOffset(1000)) + 256000
+		size := int64(wire.PayloadOffset(1000)) + 256000
 		send, _ := a.Alloc(size, a.DefaultStream())
 		recv, _ := a.Alloc(size, a.DefaultStream())
 		_ = a.Sync()

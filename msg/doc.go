@@ -5,9 +5,9 @@
 //
 // # Wire format and protocol
 //
-// docs/WIRE.md describes the message byte for byte (EncodeManifest,
-// DecodeManifest and VerifyPayload are its reference implementation) and
-// the exchange protocol: the collectives of New, the count exchange and
+// docs/WIRE.md describes the message byte for byte (the module's
+// internal/wire package is its reference implementation, and its blocks
+// are packing.Entry values) and the exchange protocol: the collectives of New, the count exchange and
 // its bounds, receiving by matched probe, tags and epochs, abort notices,
 // the cutting of messages above the chunk size into several MPI messages,
 // the agreement that ends every exchange, and the timeout. Errors about a

@@ -3,14 +3,13 @@ package msg
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/internal/refbuf"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -51,11 +50,9 @@ type Exchanger struct {
 	maxIn        int64         // the longest message this rank accepts an announcement of
 	rank, size   int
 	sendS, recvS *devalloc.Stream
-	// link is the NCCL communicator under TransportNCCL, nil when some rank
-	// cannot use NCCL (linkWhy says why): device memory then travels as
-	// under TransportAuto.
-	link    *ncclLink
-	linkWhy string
+	// tr moves the messages: NCCL under TransportNCCL when every rank can
+	// use it, else MPI (device memory then travels as under TransportAuto).
+	tr transport
 
 	// ipc is the node-local transport, nil when this rank has no node-local
 	// peer to use it with (ipcWhy says why).
@@ -66,24 +63,11 @@ type Exchanger struct {
 	reads    *readLink
 	readsWhy string
 
-	mu     sync.Mutex
-	closed bool
-	epoch  uint64
-	stats  Stats
-	cache  map[int]*outManifest // by destination: the manifest of the last layout sent there
-	// scratch holds decoded entries between decoding and FromManifest, and
-	// outScratch a send buffer's entries between listing and encoding.
-	scratch    []packing.Entry
-	outScratch []Entry
-	// lastIn is, by source, the layout of the last message received: the
-	// next one with byte-equal entries reuses its plan.
-	lastIn map[int]*learnedIn
-	// written records, for each send buffer of the last exchange, the
-	// manifest its prefix holds, so that the next exchange of the same
-	// buffer and layout rewrites only the header. writtenNext is the map
-	// the next exchange fills in its place (then they swap), kept so that
-	// neither is built anew each exchange.
-	written, writtenNext map[writtenAt]*outManifest
+	mu      sync.Mutex
+	closed  bool
+	epoch   uint64
+	stats   Stats
+	layouts layoutCache
 	// spare is the state of the last exchange, reused by the next one: an
 	// exchange in a loop then allocates little of its own. Only an
 	// exchange that ended without error leaves its state here, since only
@@ -95,14 +79,14 @@ type Exchanger struct {
 // testHooks let this package's tests act between the steps of an exchange,
 // and play a faulty peer.
 type testHooks struct {
-	beforePost func(e *exchange)           // before the first request is posted
-	afterPost  func(e *exchange)           // after the first requests are posted
-	mangle     func(dest int, wire []byte) // alters a host message before it is sent
+	beforePost func(e *exchange)            // before the first request is posted
+	afterPost  func(e *exchange)            // after the first requests are posted
+	mangle     func(dest int, whole []byte) // alters a host message before it is sent
 	// announce alters the lengths this rank announces, not the messages.
 	announce func(sizes []int64)
 	// pieces replaces the MPI messages a host message to dest travels as
-	// (wire is the whole message): nil keeps them.
-	pieces func(dest int, wire []byte) [][]byte
+	// (whole is the message): nil keeps them.
+	pieces func(dest int, whole []byte) [][]byte
 	// extra adds MPI messages to dest after this rank's own, if any.
 	extra func(dest int) [][]byte
 	// canary puts that many bytes on each side of every region MPI
@@ -136,7 +120,7 @@ func (h *testHooks) windowCopyError(into bool) error {
 // for copies into received buffers); Close frees them.
 func New(o Options) (*Exchanger, error) {
 	if o.Comm == nil {
-		return nil, fmt.Errorf("msg: Options.Comm is required: %w", ErrInvalid)
+		return nil, fmt.Errorf("msg: Options.Comm is required: %w", distbuf.ErrInvalid)
 	}
 	o, chunk, timeout, localErr := o.resolve()
 	comm, err := o.Comm.Dup()
@@ -144,8 +128,7 @@ func New(o Options) (*Exchanger, error) {
 		return nil, errors.Join(localErr, fmt.Errorf("msg: new: %w", err))
 	}
 	x := &Exchanger{comm: comm, a: o.Alloc, o: o, chunk: chunk, timeout: timeout, rank: comm.Rank(), size: comm.Size(),
-		cache: map[int]*outManifest{}, lastIn: map[int]*learnedIn{},
-		written: map[writtenAt]*outManifest{}, writtenNext: map[writtenAt]*outManifest{}}
+		layouts: newLayoutCache()}
 	if localErr == nil {
 		localErr = x.openStreams()
 	}
@@ -174,9 +157,9 @@ func New(o Options) (*Exchanger, error) {
 		return undo(fmt.Errorf("msg: new: rank %d could not set up its exchanger (its own error says why): %w", -all[6], ErrPeerAborted))
 	case all[0] != -all[3] || all[1] != -all[4]:
 		return undo(fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
-			-all[3], all[0], -all[4], all[1], ErrInvalid))
+			-all[3], all[0], -all[4], all[1], distbuf.ErrInvalid))
 	case all[2] != -all[5]:
-		return undo(fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", ErrInvalid))
+		return undo(fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", distbuf.ErrInvalid))
 	}
 	x.maxIn = maxMessageBytes
 	if l := o.Alloc.Limit(); l > 0 {
@@ -189,14 +172,21 @@ func New(o Options) (*Exchanger, error) {
 	if x.ipc, x.ipcWhy, err = setupIPC(x, o.Transport == TransportNCCL); err != nil {
 		return undo(err)
 	}
+	x.tr = &mpiTransport{x: x}
 	if o.Transport == TransportNCCL {
-		if x.link, x.linkWhy, err = openNCCL(comm, o.Alloc); err != nil {
+		link, why, err := openNCCL(comm, o.Alloc)
+		if err != nil {
 			if x.ipc != nil {
 				// Nothing is opened or allocated before the first exchange:
 				// its events go without a collective.
 				x.ipc.destroyEvents()
 			}
 			return undo(err)
+		}
+		if link != nil {
+			x.tr = &ncclTransport{x: x, link: link}
+		} else {
+			x.tr = &mpiTransport{x: x, ncclWhy: why}
 		}
 	}
 	return x, nil
@@ -229,16 +219,7 @@ func (x *Exchanger) closeStreams() error {
 // Transport says how device memory travels between ranks in this
 // exchanger's exchanges, and why when TransportNCCL could not be honoured:
 // "nccl", "cuda-aware mpi" or "staged".
-func (x *Exchanger) Transport() (string, string) {
-	aware, _ := cluster.CUDAAware()
-	switch {
-	case x.link != nil:
-		return "nccl", ""
-	case aware && x.o.Transport != TransportStaged:
-		return "cuda-aware mpi", x.linkWhy
-	}
-	return "staged", x.linkWhy
-}
+func (x *Exchanger) Transport() (string, string) { return x.tr.describe() }
 
 // Close waits for the exchanger's copies, lets go of the node-local windows
 // (collective over the node: every rank first closes what it opened of its
@@ -251,14 +232,10 @@ func (x *Exchanger) Close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
-		return fmt.Errorf("msg: close: %w", ErrClosed)
+		return fmt.Errorf("msg: close: %w", distbuf.ErrClosed)
 	}
 	x.closed = true
-	var linkErr error
-	if x.link != nil {
-		linkErr = x.link.close()
-	}
-	return errors.Join(linkErr, x.closeIPC(), x.closeStreams(), x.comm.Free())
+	return errors.Join(x.tr.close(), x.closeIPC(), x.closeStreams(), x.comm.Free())
 }
 
 // Stats returns the counters.
@@ -357,50 +334,13 @@ func (r *Received) Free() error {
 type Pattern struct {
 	x        *Exchanger
 	learned  bool
-	sendSize []int64  // by destination
-	sendMan  [][]byte // by destination: encoded entries sent when learning
+	sendSize []int64 // by destination
 	// sendOut is the manifest sent to each destination when learning:
 	// reused while the send buffers keep their layouts, so a solver that
 	// sweeps over several patterns describes each layout once.
 	sendOut  []*outManifest
 	recvSize []int64 // by source
 	recv     []*learnedIn
-}
-
-// learnedIn is what is kept of a received layout: by a pattern, and by the
-// exchanger for the last message from each source.
-type learnedIn struct {
-	count      uint32
-	dtype      DType
-	payloadLen uint64
-	entries    []byte
-	entriesCRC uint32
-	shift      *crcShift // advances a CRC by len(entries): built at the first reuse
-	plan       *packing.Plan
-	// A message to self copied without MPI has no entries: its plan was
-	// made from the send layout (group fromGroup of plan from), and serves
-	// again while the send buffers keep that layout.
-	from      *packing.Plan
-	fromGroup int
-}
-
-func newLearnedIn(h Header, encoded []byte, plan *packing.Plan) *learnedIn {
-	return &learnedIn{count: h.Count, dtype: h.DType, payloadLen: h.PayloadLen,
-		entries: append([]byte(nil), encoded...), entriesCRC: Checksum(encoded), plan: plan}
-}
-
-func (l *learnedIn) shiftOp() *crcShift {
-	if l.shift == nil {
-		op := newCRCShift(uint64(len(l.entries)))
-		l.shift = &op
-	}
-	return l.shift
-}
-
-// matches reports whether a message with header h and encoded entries has
-// this layout.
-func (l *learnedIn) matches(h Header, encoded []byte) bool {
-	return l != nil && l.count == h.Count && l.dtype == h.DType && l.payloadLen == h.PayloadLen && string(l.entries) == string(encoded)
 }
 
 // NewPattern returns an unlearned pattern of this exchanger.
@@ -430,11 +370,12 @@ func (p *Pattern) Exchange(send []*packing.Coalesced) (*Received, error) {
 // layout): each has room for its manifest before the blocks, and works on
 // every backend. A message is sent from its buffer itself, without a copy,
 // when the buffer is host memory, or device memory handed to a CUDA-aware
-// MPI; such a buffer needs at least PayloadOffset(Len) bytes before its
-// Start, and one without that room (packing.Alloc) is refused
-// with ErrInvalid, naming AllocSend. Device memory without a CUDA-aware MPI
-// is staged through pinned memory, room or not, and the message to this
-// rank itself is a copy that needs no room.
+// MPI; such a buffer needs room for its manifest before its Start (64
+// bytes, 32 per block, rounded up to 256: docs/WIRE.md), and one without
+// that room (packing.Alloc) is refused with distbuf.ErrInvalid, naming
+// AllocSend. Device memory without a CUDA-aware MPI is staged through
+// pinned memory, room or not, and the message to this rank itself is a
+// copy that needs no room.
 //
 // On error nothing is returned: every received buffer is freed, and the
 // error joins what went wrong per peer (WireError values naming peer, tag
@@ -444,282 +385,22 @@ func (x *Exchanger) Exchange(send []*packing.Coalesced) (*Received, error) {
 	return x.exchange(send, nil)
 }
 
-// exchange is the state of one exchange.
-type exchange struct {
-	x      *Exchanger
-	epoch  uint64
-	pat    *Pattern
-	aware  bool
-	outs   []*outMsg // through MPI, in schedule order
-	ins    []*inMsg  // through MPI, in schedule order
-	selfIn *inMsg    // the local copy to self, if any
-	q      sched
-	errs   []error
-	// written is what x.written becomes after this exchange.
-	written map[writtenAt]*outManifest
-	probe   cluster.Probe // what the data phase matches: anything on the exchanger's communicator
-
-	// Per-rank scratch and the message records, kept for the next exchange.
-	byDest             []*outMsg
-	sendSize, recvSize []int64
-	abortTo            []bool
-	bySrc              []*inMsg // the message each source owes, if any
-	// silent: messages from this rank beyond what it owes are drained
-	// without a report of their own (its count was refused, or its message
-	// given up); strayed: a stray from it was reported.
-	silent, strayed     []bool
-	refuse              []bool  // its announced message is drained: this rank refused its length
-	sentTo, matchedFrom []int64 // MPI messages posted to and matched from each rank
-	agreeOut, agreeIn   []int64
-	expecting           int64 // pieces still to match in the data phase
-	outRecs             []*outMsg
-	inRecs              []*inMsg
-	nOut, nIn           int // records handed out in this exchange
-	// joint is the one receive buffer of the messages that come through
-	// node-local windows (allocJoint), jointOff each source's place in it
-	// (-1: none); the exchange holds a reference until it ends.
-	joint    *refbuf.Shared
-	jointOff []int64
-	// readHolds keep this rank's send buffers, and readCopies the host
-	// copies of device ones, for the peers that read them, until the
-	// agreement; agreeing: the agreement has begun, and nothing is read
-	// any more.
-	readHolds  []*devalloc.Hold
-	readCopies [][]byte
-	readPin    runtime.Pinner
-	agreeing   bool
-}
-
-// begin returns the state of a new exchange: the spare one of the last
-// exchange, emptied, or a new one.
-func (x *Exchanger) begin(pat *Pattern) *exchange {
-	e := x.spare
-	x.spare = nil
-	if e == nil {
-		n := x.size
-		e = &exchange{x: x, byDest: make([]*outMsg, n), sendSize: make([]int64, n), recvSize: make([]int64, n), abortTo: make([]bool, n),
-			bySrc: make([]*inMsg, n), silent: make([]bool, n), strayed: make([]bool, n), refuse: make([]bool, n), sentTo: make([]int64, n), matchedFrom: make([]int64, n),
-			agreeOut: make([]int64, n), agreeIn: make([]int64, n), jointOff: make([]int64, n)}
-	}
-	e.epoch, e.pat = x.epoch, pat
-	e.probe = cluster.Probe{Comm: x.comm, Source: cluster.AnySource, Tag: cluster.AnyTag}
-	for _, s := range [][]int64{e.sendSize, e.recvSize, e.sentTo, e.matchedFrom} {
-		clear(s)
-	}
-	for _, s := range [][]bool{e.abortTo, e.silent, e.strayed, e.refuse} {
-		clear(s)
-	}
-	clear(e.byDest)
-	clear(e.bySrc)
-	e.expecting, e.agreeing = 0, false
-	clear(x.writtenNext)
-	e.written = x.writtenNext
-	return e
-}
-
-// end keeps the state of an exchange that succeeded for the next one,
-// without the references to buffers that are no longer its business.
-func (x *Exchanger) end(e *exchange) {
-	for _, m := range e.outRecs[:e.nOut] {
-		clear(m.chunks)
-		*m = outMsg{chunks: m.chunks[:0]}
-	}
-	for _, in := range e.inRecs[:e.nIn] {
-		clear(in.chunks)
-		*in = inMsg{chunks: in.chunks[:0]}
-	}
-	clear(e.byDest)
-	clear(e.bySrc)
-	e.nOut, e.nIn = 0, 0
-	e.outs, e.ins, e.selfIn, e.pat, e.written, e.joint = e.outs[:0], e.ins[:0], nil, nil, nil, nil
-	e.q.reset()
-	x.spare = e
-}
-
-// newOut hands out a message record: a reused one, emptied but for the
-// array of its chunks, or a new one.
-func (e *exchange) newOut() *outMsg {
-	if e.nOut == len(e.outRecs) {
-		e.outRecs = append(e.outRecs, new(outMsg))
-	}
-	m := e.outRecs[e.nOut]
-	e.nOut++
-	*m = outMsg{chunks: m.chunks[:0]}
-	return m
-}
-
-// newIn is newOut for received messages.
-func (e *exchange) newIn() *inMsg {
-	if e.nIn == len(e.inRecs) {
-		e.inRecs = append(e.inRecs, new(inMsg))
-	}
-	in := e.inRecs[e.nIn]
-	e.nIn++
-	*in = inMsg{chunks: in.chunks[:0]}
-	return in
-}
-
-func (e *exchange) fail(err error) {
-	if err != nil {
-		e.errs = append(e.errs, err)
-	}
-}
-
 func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received, error) {
 	if !x.mu.TryLock() {
-		return nil, fmt.Errorf("msg: exchange while another exchange of this exchanger runs (exchanges are collective and ordered): %w", ErrInvalid)
+		return nil, fmt.Errorf("msg: exchange while another exchange of this exchanger runs (exchanges are collective and ordered): %w", distbuf.ErrInvalid)
 	}
 	defer x.mu.Unlock()
 	if x.closed {
-		return nil, fmt.Errorf("msg: exchange: %w", ErrClosed)
+		return nil, fmt.Errorf("msg: exchange: %w", distbuf.ErrClosed)
 	}
 	if pat != nil && pat.x != x {
-		return nil, fmt.Errorf("msg: exchange: pattern of another exchanger: %w", ErrInvalid)
+		return nil, fmt.Errorf("msg: exchange: pattern of another exchanger: %w", distbuf.ErrInvalid)
 	}
 	// Every exchange, failed ones included, advances the epoch on every
 	// rank alike.
 	x.epoch++
 	x.stats.Exchanges++
-	e := x.begin(pat)
-	if x.link != nil {
-		return x.exchangeNCCL(e, send, pat)
-	}
-	aware, err := cluster.CUDAAware()
-	e.aware = aware && (x.o.Transport == TransportAuto || x.o.Transport == TransportMPI)
-	byDest, localErr := e.collect(send)
-	localErr = errors.Join(err, localErr)
-
-	n := x.size
-	recvSize, abortTo := e.recvSize, e.abortTo
-	if pat != nil && pat.learned {
-		copy(recvSize, pat.recvSize)
-		e.checkPattern(byDest, localErr != nil, abortTo)
-	} else {
-		e.announce(byDest, localErr != nil)
-		if x.hooks.announce != nil {
-			x.hooks.announce(e.sendSize)
-		}
-		if err := cluster.Alltoall(x.comm, e.sendSize, recvSize); err != nil {
-			// The collective itself failed: nothing was posted, nothing can be.
-			return nil, errors.Join(localErr, fmt.Errorf("msg: count exchange: %w", err))
-		}
-		x.stats.CountExchanges++
-		if localErr != nil {
-			// Every rank saw -1 from this one: nobody sends here or expects
-			// anything from here. What arrives all the same is a stray.
-			clear(recvSize)
-			clear(byDest)
-		}
-		e.checkCounts(byDest)
-	}
-	e.fail(localErr)
-	if x.ipc != nil {
-		if err := e.ipcPlace(byDest); err != nil {
-			// No message goes through the window: an abort notice replaces each.
-			e.fail(err)
-			for d := range byDest {
-				if x.ipc.peers[d] && byDest[d] != nil {
-					abortTo[d] = true
-				}
-			}
-		}
-	}
-
-	// Receives: one pooled buffer per source (one for all that come
-	// through windows), allocated before anything is enqueued on the
-	// receive stream so that waiting for the allocation waits for nothing
-	// else.
-	e.allocJoint(recvSize)
-	for k := range n {
-		s := (x.rank - k + n) % n
-		if recvSize[s] <= 0 || (s == x.rank && !x.o.SelfViaMPI) {
-			continue
-		}
-		e.ins = append(e.ins, e.newRecv(s, k, recvSize[s]))
-	}
-	if x.hooks.beforePost != nil {
-		x.hooks.beforePost(e)
-	}
-	e.writeManifests(byDest)
-	// Sends, in schedule order; an abort notice replaces what cannot be sent.
-	windowed := false
-	for k := range n {
-		d := (x.rank + k) % n
-		m := byDest[d]
-		switch {
-		case d == x.rank && !x.o.SelfViaMPI:
-			continue // a local copy, or nothing: no MPI message to wait for
-		case abortTo[d]:
-			e.outs = append(e.outs, e.newAbort(d, k, pat.sendSize[d]))
-			continue
-		case m == nil:
-			continue
-		}
-		m.step = k
-		prepare, replace := e.prepareOut, e.replacePieces
-		if x.ipcPeer(d) {
-			prepare, replace, windowed = e.prepareIPC, e.replaceNotice, true
-		} else if x.readPeer(d) {
-			prepare, replace = e.prepareRead, e.replaceReadNotice
-		}
-		if err := prepare(m); err != nil {
-			e.fail(err)
-			m = e.newAbort(d, k, m.size)
-		} else if x.hooks.pieces != nil {
-			if x.ipcPeer(d) {
-				// The hook takes the notice's bytes: its copies go first.
-				if failed, err := e.flushToWindow(); err != nil {
-					e.fail(err)
-					for _, f := range failed {
-						m = e.abortWindowed(f) // f is m: each earlier one was flushed alone
-					}
-				}
-			}
-			if !m.abort {
-				m = replace(m)
-			}
-		}
-		e.outs = append(e.outs, m)
-	}
-	if windowed {
-		// Before any notice goes out: a receiver's copy waits for this.
-		if failed, err := e.flushToWindow(); err != nil {
-			e.fail(err)
-			for _, m := range failed {
-				k := slices.Index(e.outs, m)
-				e.outs[k] = e.abortWindowed(m)
-			}
-		}
-		if err := e.ipcReady(); err != nil {
-			e.fail(e.outErr(x.rank, "node-local window", err))
-		}
-	}
-	if x.hooks.extra != nil {
-		for d := range n {
-			if ps := x.hooks.extra(d); ps != nil {
-				e.outs = append(e.outs, e.newRaw(d, n+d, ps))
-			}
-		}
-	}
-	var self *outMsg // delivered by run once the MPI requests are posted
-	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI && !abortTo[x.rank] {
-		self = m
-	}
-
-	e.run(self)
-	if x.ipc != nil {
-		if err := e.ipcConsumed(); err != nil {
-			e.fail(fmt.Errorf("msg: node-local windows: %w", err))
-		}
-	}
-	e.agree()
-	e.releaseReads()
-	x.written, x.writtenNext = e.written, x.written
-	if len(e.errs) > 0 {
-		clear(x.written) // after a failure, trust no prefix
-	}
-
-	return e.deliver(byDest, recvSize)
+	return x.tr.exchange(x.begin(pat), send)
 }
 
 // announce sets the lengths this rank announces in the count exchange (see
@@ -760,11 +441,11 @@ func (e *exchange) checkCounts(byDest []*outMsg) {
 		case v < 0:
 			// Not the -1 of a rank that failed: it may well expect this
 			// rank's message, which is sent.
-			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a length is -1, 0 or at least %d", s, v, AbortSize)
+			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a length is -1, 0 or at least %d", s, v, wire.AbortSize)
 		case v > maxMessageBytes:
 			w = wireErr(ErrTooLarge, s, tag, "count", "rank %d announced %d bytes, beyond the protocol's limit of %d; nothing was allocated", s, v, int64(maxMessageBytes))
-		case v < AbortSize:
-			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a message has at least %d; it is drained", s, v, AbortSize)
+		case v < wire.AbortSize:
+			w = wireErr(ErrMalformed, s, tag, "count", "rank %d announced %d bytes: a message has at least %d; it is drained", s, v, wire.AbortSize)
 			e.refuse[s] = true
 		case v > x.maxIn:
 			w = wireErr(ErrTooLarge, s, tag, "count", "rank %d announced %d bytes, more than this rank takes in one message (%d: %s); nothing was allocated, it is drained",
@@ -962,7 +643,7 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 	var errs []error
 	for i, c := range send {
 		if c == nil {
-			errs = append(errs, fmt.Errorf("msg: send buffer %d is nil: %w", i, ErrInvalid))
+			errs = append(errs, fmt.Errorf("msg: send buffer %d is nil: %w", i, distbuf.ErrInvalid))
 			continue
 		}
 		if _, _, _, err := c.Buffer().Region(); err != nil {
@@ -971,15 +652,15 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 		}
 		d := c.Dest()
 		if d == packing.NoDest {
-			errs = append(errs, fmt.Errorf("msg: send buffer %d has no destination rank: a received or joined layout is not a send buffer; copy its blocks into one of a plan for the destination (AllocSend): %w", i, ErrInvalid))
+			errs = append(errs, fmt.Errorf("msg: send buffer %d has no destination rank: a received or joined layout is not a send buffer; copy its blocks into one of a plan for the destination (AllocSend): %w", i, distbuf.ErrInvalid))
 			continue
 		}
 		if d < 0 || d >= x.size {
-			errs = append(errs, fmt.Errorf("msg: send buffer %d is for rank %d, outside a communicator of %d ranks: %w", i, d, x.size, ErrInvalid))
+			errs = append(errs, fmt.Errorf("msg: send buffer %d is for rank %d, outside a communicator of %d ranks: %w", i, d, x.size, distbuf.ErrInvalid))
 			continue
 		}
 		if byDest[d] != nil {
-			errs = append(errs, fmt.Errorf("msg: two send buffers for rank %d: %w", d, ErrInvalid))
+			errs = append(errs, fmt.Errorf("msg: two send buffers for rank %d: %w", d, distbuf.ErrInvalid))
 			continue
 		}
 		if c.Len() == 0 {
@@ -989,25 +670,20 @@ func (e *exchange) collect(send []*packing.Coalesced) ([]*outMsg, error) {
 			// Delivered by a copy (copyToSelf): nothing to describe on the
 			// wire, so no manifest; the size is the message's all the same.
 			m := e.newOut()
-			m.dest, m.c, m.size = d, c, int64(PayloadOffset(c.Len()))+c.Size()
+			m.dest, m.c, m.size = d, c, int64(wire.PayloadOffset(c.Len()))+c.Size()
 			byDest[d] = m
 			continue
 		}
-		man := x.cache[d]
-		if p := e.pat; p != nil && p.learned && p.sendOut[d] != nil {
-			man = p.sendOut[d]
+		man, built, err := x.layouts.forSend(d, c, e.pat)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		if man == nil || man.plan != c.Plan() || man.group != c.Group() {
-			var err error
-			if man, x.outScratch, err = buildManifest(c, x.outScratch); err != nil {
-				errs = append(errs, err)
-				continue
-			}
+		if built {
 			x.stats.ManifestsBuilt++
-			x.cache[d] = man
 		}
 		m := e.newOut()
-		m.dest, m.c, m.man, m.size = d, c, man, int64(man.payloadOffset())+c.Size()
+		m.dest, m.c, m.man, m.size = d, c, man, int64(man.PayloadOffset())+c.Size()
 		byDest[d] = m
 	}
 	return byDest, errors.Join(errs...)
@@ -1054,7 +730,7 @@ func (p *Pattern) departure(d int, m *outMsg, tag int) *WireError {
 		w = wireErr(ErrPatternMismatch, d, tag, "dest", "rank %d expects no message in this pattern; nothing was sent", d)
 	case m.size != want:
 		w = wireErr(ErrPatternMismatch, d, tag, "message_size", "%d bytes, the pattern expects %d", m.size, want)
-	case m.man != nil && string(m.man.entries) != string(p.sendMan[d]):
+	case m.man != nil && (p.sendOut[d] == nil || !m.man.SameEntries(p.sendOut[d].Layout)):
 		// (A message to self copied without a manifest is checked where it
 		// is copied: copyToSelf.)
 		w = wireErr(ErrPatternMismatch, d, tag, "manifest", "the blocks differ from the pattern's (same size)")
@@ -1069,12 +745,11 @@ func (p *Pattern) departure(d int, m *outMsg, tag int) *WireError {
 func (e *exchange) learn(byDest []*outMsg, recvSize []int64) {
 	p := e.pat
 	n := e.x.size
-	p.sendSize, p.sendMan, p.sendOut = make([]int64, n), make([][]byte, n), make([]*outManifest, n)
+	p.sendSize, p.sendOut = make([]int64, n), make([]*outManifest, n)
 	for d, m := range byDest {
 		if m != nil {
 			p.sendSize[d] = m.size
 			if m.man != nil {
-				p.sendMan[d] = m.man.entries
 				p.sendOut[d] = m.man
 			}
 		}

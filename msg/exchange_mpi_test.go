@@ -13,6 +13,7 @@ import (
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
 )
@@ -300,7 +301,7 @@ func TestSendBufferWithoutRoomRefused(t *testing.T) {
 	bare := allocBare(t, a, plan, s)
 	tr.fill(t, s, rank, bare)
 	_, err := x.Exchange(bare)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "msg.AllocSend")
 	for _, b := range bare {
 		require.NoError(t, b.Free())
@@ -337,8 +338,8 @@ func pairSend(t *testing.T, a *devalloc.Allocator, tr traffic, rank int) []*pack
 // reseal recomputes the manifest checksum after an edit of the header.
 func reseal(b []byte) {
 	binary.LittleEndian.PutUint32(b[60:], 0)
-	end := HeaderSize + int(binary.LittleEndian.Uint32(b[24:]))*EntrySize
-	binary.LittleEndian.PutUint32(b[60:], Checksum(b[:end]))
+	end := wire.HeaderSize + int(binary.LittleEndian.Uint32(b[24:]))*wire.EntrySize
+	binary.LittleEndian.PutUint32(b[60:], wire.Checksum(b[:end]))
 }
 
 func TestCorruptedMessages(t *testing.T) {
@@ -351,14 +352,14 @@ func TestCorruptedMessages(t *testing.T) {
 		mangle      func(b []byte)
 	}{
 		{"payload bit", "payload_checksum", ErrChecksum, func(b []byte) { b[len(b)-3] ^= 0x10 }},
-		{"manifest bit", "manifest_checksum", ErrChecksum, func(b []byte) { b[HeaderSize+9] ^= 1 }},
+		{"manifest bit", "manifest_checksum", ErrChecksum, func(b []byte) { b[wire.HeaderSize+9] ^= 1 }},
 		{"magic", "magic", ErrMalformed, func(b []byte) { b[0] = 'X' }},
 		{"source", "source", ErrUnexpectedPeer, func(b []byte) { binary.LittleEndian.PutUint32(b[8:], 7); reseal(b) }},
 		{"dest", "dest", ErrUnexpectedPeer, func(b []byte) { binary.LittleEndian.PutUint32(b[12:], 5); reseal(b) }},
 		{"tag", "tag", ErrUnexpectedPeer, func(b []byte) { binary.LittleEndian.PutUint32(b[16:], 3); reseal(b) }},
 		{"epoch", "epoch", ErrUnexpectedPeer, func(b []byte) { binary.LittleEndian.PutUint64(b[32:], 1<<40); reseal(b) }},
 		{"block past payload", "entry[0].offset", ErrMalformed, func(b []byte) {
-			binary.LittleEndian.PutUint64(b[HeaderSize+8:], binary.LittleEndian.Uint64(b[48:]))
+			binary.LittleEndian.PutUint64(b[wire.HeaderSize+8:], binary.LittleEndian.Uint64(b[48:]))
 			reseal(b)
 		}},
 		{"payload length", "payload_length", ErrMalformed, func(b []byte) { binary.LittleEndian.PutUint64(b[48:], 1); reseal(b) }},
@@ -367,9 +368,9 @@ func TestCorruptedMessages(t *testing.T) {
 			a := v.open(t)
 			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
 			if rank == 0 {
-				x.hooks.mangle = func(dest int, wire []byte) {
+				x.hooks.mangle = func(dest int, whole []byte) {
 					if dest == 1 {
-						tc.mangle(wire)
+						tc.mangle(whole)
 					}
 				}
 			}
@@ -413,17 +414,17 @@ func TestHandWrittenPeer(t *testing.T) {
 		for i := range payload {
 			payload[i] = byte(i)
 		}
-		entries := []Entry{{ID: 5, Offset: 0, Rows: 2, Cols: 2, DType: Float64}, {ID: 6, Offset: 32, Rows: 1, Cols: 4, DType: Float32}}
-		m := make([]byte, PayloadOffset(2)+48)
-		require.NoError(t, EncodeManifest(m, Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: epoch, DType: Mixed, PayloadLen: 48,
-			HasPayloadChecksum: true, PayloadChecksum: Checksum(payload)}, entries))
-		copy(m[PayloadOffset(2):], payload)
+		entries := []packing.Entry{{ID: 5, Offset: 0, Rows: 2, Cols: 2, DType: packing.Float64}, {ID: 6, Offset: 32, Rows: 1, Cols: 4, DType: packing.Float32}}
+		m := make([]byte, wire.PayloadOffset(2)+48)
+		require.NoError(t, wire.EncodeManifest(m, wire.Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: epoch, DType: wire.Mixed, PayloadLen: 48,
+			HasPayloadChecksum: true, PayloadChecksum: wire.Checksum(payload)}, entries))
+		copy(m[wire.PayloadOffset(2):], payload)
 		return m
 	}
 	for _, tc := range []struct {
 		name     string
 		announce func(m []byte) int64
-		wire     func(m []byte) []byte
+		whole    func(m []byte) []byte
 		field    string
 		sentinel error
 	}{
@@ -434,8 +435,8 @@ func TestHandWrittenPeer(t *testing.T) {
 		{"header only", func([]byte) int64 { return 40 }, func(m []byte) []byte { return m[:40] }, "count", ErrMalformed},
 		{"absurd length", func([]byte) int64 { return 1 << 62 }, nil, "count", ErrTooLarge},
 		{"abort notice", nil, func(m []byte) []byte {
-			n := make([]byte, AbortSize)
-			require.NoError(t, EncodeAbort(n, Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: x.Epoch()})) // rank 0 has already counted this exchange
+			n := make([]byte, wire.AbortSize)
+			require.NoError(t, wire.EncodeAbort(n, wire.Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: x.Epoch()})) // rank 0 has already counted this exchange
 			return n
 		}, "flags", ErrPeerAborted},
 	} {
@@ -484,8 +485,8 @@ func TestHandWrittenPeer(t *testing.T) {
 			if tc.announce != nil {
 				announced = tc.announce(m)
 			}
-			if tc.wire != nil {
-				m = tc.wire(m)
+			if tc.whole != nil {
+				m = tc.whole(m)
 			}
 			sizes, got := make([]int64, size), make([]int64, size)
 			sizes[1] = announced
@@ -537,7 +538,7 @@ func TestAbortBeforeCounts(t *testing.T) {
 	r, err := x.Exchange(send)
 	require.Nil(t, r)
 	if rank == 0 {
-		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
 	} else {
 		require.ErrorIs(t, err, ErrPeerAborted, "rank 0 announced that it failed")
 		w := wireErrorOf(t, err)
@@ -729,7 +730,7 @@ func TestChunkedMessages(t *testing.T) {
 			bufs, err := AllocSend(a, p, a.DefaultStream())
 			require.NoError(t, err)
 			tr.fill(t, a.DefaultStream(), rank, bufs)
-			require.Greater(t, PayloadOffset(2500), uint64(MinChunkBytes), "the manifest spans chunks")
+			require.Greater(t, wire.PayloadOffset(2500), uint64(MinChunkBytes), "the manifest spans chunks")
 			r, err := x.Exchange(bufs)
 			require.NoError(t, err)
 			s := a.DefaultStream()
@@ -748,7 +749,7 @@ func TestChunkedMessages(t *testing.T) {
 			require.EqualValues(t, size, st.Messages)
 			var chunks, windowed, read int64
 			for _, b := range bufs {
-				wire := int64(PayloadOffset(b.Len())) + b.Size()
+				whole := int64(wire.PayloadOffset(b.Len())) + b.Size()
 				if x.ipcPeer(b.Dest()) {
 					windowed++
 					chunks++ // one notice, whatever the size
@@ -759,7 +760,7 @@ func TestChunkedMessages(t *testing.T) {
 					chunks++ // one read notice, whatever the size
 					continue
 				}
-				chunks += (wire + MinChunkBytes - 1) / MinChunkBytes
+				chunks += (whole + MinChunkBytes - 1) / MinChunkBytes
 			}
 			require.EqualValues(t, windowed, st.IPCMessages)
 			require.EqualValues(t, read, st.HostReads, "every node-local peer's message read")
@@ -895,7 +896,7 @@ func TestNewFailsEverywhere(t *testing.T) {
 	x, err := New(o)
 	require.Nil(t, x)
 	if rank == 1 {
-		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
 		require.ErrorContains(t, err, "Window")
 	} else {
 		require.ErrorIs(t, err, ErrPeerAborted)
@@ -904,7 +905,7 @@ func TestNewFailsEverywhere(t *testing.T) {
 	// Ranks that disagree on the tag fail alike too.
 	o = Options{Comm: comm, Alloc: a, Tag: 100 + rank%2}
 	_, err = New(o)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "disagree on the tag")
 	// And the communicator still serves a working exchanger.
 	newExchanger(t, Options{Comm: comm, Alloc: a})

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
 )
@@ -161,16 +163,16 @@ func TestExchangeBadInput(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
 	_, err := New(Options{Alloc: a})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	_, err = New(Options{Comm: comm, Alloc: a, ChunkBytes: 1000})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	_, err = New(Options{Comm: comm, Alloc: a, Tag: -2})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	_, err = New(Options{Comm: comm, Alloc: a, Window: -1})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	t.Setenv(EnvChunk, "lots")
 	_, err = New(Options{Comm: comm, Alloc: a})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	t.Setenv(EnvChunk, "off")
 	x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true})
 	require.Zero(t, x.ChunkBytes())
@@ -182,7 +184,7 @@ func TestExchangeBadInput(t *testing.T) {
 	// (a copy to self needs no room).
 	flat := allocBare(t, a, p, s)
 	_, err = x.Exchange(flat)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "AllocSend")
 	r, err := newExchanger(t, Options{Comm: comm, Alloc: a, Tag: 11}).Exchange(flat)
 	require.NoError(t, err)
@@ -194,20 +196,20 @@ func TestExchangeBadInput(t *testing.T) {
 	_, err = x.Exchange(bufs)
 	require.ErrorIs(t, err, devalloc.ErrFreed)
 	_, err = x.Exchange([]*packing.Coalesced{nil})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	for _, c := range flat {
 		require.NoError(t, c.Free())
 	}
 	// A pattern of another exchanger; a closed exchanger.
 	y := newExchanger(t, Options{Comm: comm, Alloc: a, Tag: 9})
 	_, err = y.NewPattern().x.exchange(nil, x.NewPattern())
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	z, err := New(Options{Comm: comm, Alloc: a, Tag: 10})
 	require.NoError(t, err)
 	require.NoError(t, z.Close())
 	_, err = z.Exchange(nil)
-	require.ErrorIs(t, err, ErrClosed)
-	require.ErrorIs(t, z.Close(), ErrClosed)
+	require.ErrorIs(t, err, distbuf.ErrClosed)
+	require.ErrorIs(t, z.Close(), distbuf.ErrClosed)
 }
 
 // TestLayoutReuse checks that a message whose entries equal the last ones
@@ -263,7 +265,7 @@ func TestForwardReceivedRefused(t *testing.T) {
 	require.NotNil(t, got)
 	require.Equal(t, packing.NoDest, got.Dest())
 	_, err = x.Exchange([]*packing.Coalesced{got})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "send buffer 0 has no destination rank")
 	tr.verify(t, s, rank, size, r)
 	require.NoError(t, r.Free())
@@ -427,7 +429,7 @@ func TestHeaderOnlyRewrite(t *testing.T) {
 		c := bufs[0]
 		mem, err := c.Buffer().Bytes()
 		require.NoError(t, err)
-		return mem[c.Start()-int64(PayloadOffset(c.Len())) : c.Start()]
+		return mem[c.Start()-int64(wire.PayloadOffset(c.Len())) : c.Start()]
 	}
 	for it := range 3 {
 		tr.iter = uint64(it)
@@ -436,7 +438,7 @@ func TestHeaderOnlyRewrite(t *testing.T) {
 		require.NoError(t, err, "exchange %d", it)
 		tr.verify(t, s, rank, size, r)
 		require.NoError(t, r.Free())
-		m, err := DecodeManifest(append(prefix(), make([]byte, bufs[0].Size())...), rank, x.Tag())
+		m, err := wire.DecodeManifest(append(prefix(), make([]byte, bufs[0].Size())...), rank, x.Tag())
 		require.NoError(t, err, "the prefix holds a valid manifest")
 		require.EqualValues(t, it+1, m.Epoch)
 	}
@@ -444,11 +446,11 @@ func TestHeaderOnlyRewrite(t *testing.T) {
 		field string
 		at    func(p []byte) int
 	}{
-		{"manifest_checksum", func([]byte) int { return HeaderSize + 3 }}, // inside entry 0
+		{"manifest_checksum", func([]byte) int { return wire.HeaderSize + 3 }}, // inside entry 0
 		{"padding", func(p []byte) int { return len(p) - 1 }},
 	} {
 		p := prefix()
-		require.Greater(t, len(p), HeaderSize+bufs[0].Len()*EntrySize, "the layout has padding")
+		require.Greater(t, len(p), wire.HeaderSize+bufs[0].Len()*wire.EntrySize, "the layout has padding")
 		r, err := x.Exchange(bufs) // records what the prefix holds
 		require.NoError(t, err)
 		require.NoError(t, r.Free())
@@ -512,7 +514,7 @@ func TestTimeoutSetting(t *testing.T) {
 	}
 	for _, in := range []string{"", "soon", "-3", "0", "0s", "-1m", "1e300"} {
 		_, err := ParseTimeout(in)
-		require.ErrorIs(t, err, ErrInvalid, in)
+		require.ErrorIs(t, err, distbuf.ErrBadConfig, in)
 	}
 	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
 	comm := world(t)
@@ -526,7 +528,7 @@ func TestTimeoutSetting(t *testing.T) {
 	require.Equal(t, time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: time.Second}).timeout, "the option wins over the environment")
 	t.Setenv(EnvTimeout, "whenever")
 	_, err := New(Options{Comm: comm, Alloc: a})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, EnvTimeout)
 }
 
@@ -534,7 +536,7 @@ func TestTimeoutSetting(t *testing.T) {
 // before it (TestSelfExchange sends from it).
 func TestJoinSend(t *testing.T) {
 	_, err := JoinSend(nil)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	descs := make([]packing.Desc, 60)
 	for i := range descs {
 		descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: 1 + i%5, Cols: 1 + i%3, Dest: i % 3}

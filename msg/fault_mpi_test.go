@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
 )
@@ -76,13 +78,13 @@ var (
 // onPiecesTo rewrites the MPI messages of rank 0's message to rank 1.
 func onPiecesTo(f func(pieces [][]byte) [][]byte) func(x *Exchanger) {
 	return func(x *Exchanger) {
-		x.hooks.pieces = func(dest int, wire []byte) [][]byte {
+		x.hooks.pieces = func(dest int, whole []byte) [][]byte {
 			if dest != victim {
 				return nil
 			}
 			var pieces [][]byte
-			for off := int64(0); off < int64(len(wire)); off += x.chunk {
-				pieces = append(pieces, wire[off:min(off+x.chunk, int64(len(wire)))])
+			for off := int64(0); off < int64(len(whole)); off += x.chunk {
+				pieces = append(pieces, whole[off:min(off+x.chunk, int64(len(whole)))])
 			}
 			return f(pieces)
 		}
@@ -137,17 +139,17 @@ func faultCases() []faultCase {
 		{name: "count=2^50", hostOnly: true, opts: short, inject: announceTo(1 << 50), victim: expect{sentinel: ErrTimeout, peer: faulty, field: "pieces"}, faulty: victimFailed, other: victimFailed,
 			victimReads: &expect{sentinel: ErrTooLarge, peer: faulty, field: "count"}}, // the notice comes, and is drained
 		{name: "bad-manifest", inject: func(x *Exchanger) {
-			x.hooks.mangle = func(dest int, wire []byte) {
+			x.hooks.mangle = func(dest int, whole []byte) {
 				if dest == victim {
-					binary.LittleEndian.PutUint64(wire[HeaderSize+8:], binary.LittleEndian.Uint64(wire[48:]))
-					reseal(wire)
+					binary.LittleEndian.PutUint64(whole[wire.HeaderSize+8:], binary.LittleEndian.Uint64(whole[48:]))
+					reseal(whole)
 				}
 			}
 		}, victim: expect{sentinel: ErrMalformed, peer: faulty, field: "entry[0].offset"}, faulty: victimFailed, other: victimFailed},
 		{name: "bad-checksum", opts: Options{PayloadChecksum: true}, inject: func(x *Exchanger) {
-			x.hooks.mangle = func(dest int, wire []byte) {
+			x.hooks.mangle = func(dest int, whole []byte) {
 				if dest == victim {
-					wire[len(wire)-5] ^= 0x20
+					whole[len(whole)-5] ^= 0x20
 				}
 			}
 		}, victim: expect{sentinel: ErrChecksum, peer: faulty, field: "payload_checksum"}, faulty: victimFailed, other: victimFailed},
@@ -161,13 +163,13 @@ func faultCases() []faultCase {
 			return p[:len(p)-1]
 		}), victim: expect{sentinel: ErrTimeout, peer: faulty, field: "pieces"}, faulty: victimFailed, other: victimFailed},
 		{name: "abort-notice", inject: func(x *Exchanger) {
-			x.hooks.pieces = func(dest int, wire []byte) [][]byte {
+			x.hooks.pieces = func(dest int, whole []byte) [][]byte {
 				if dest != victim {
 					return nil
 				}
-				pieces := make([][]byte, chunkCount(int64(len(wire)), x.chunk))
-				pieces[0] = make([]byte, AbortSize)
-				_ = EncodeAbort(pieces[0], Header{Source: faulty, Dest: victim, Tag: int32(x.Tag()), Epoch: x.epoch})
+				pieces := make([][]byte, chunkCount(int64(len(whole)), x.chunk))
+				pieces[0] = make([]byte, wire.AbortSize)
+				_ = wire.EncodeAbort(pieces[0], wire.Header{Source: faulty, Dest: victim, Tag: int32(x.Tag()), Epoch: x.epoch})
 				return pieces
 			}
 		}, victim: expect{sentinel: ErrPeerAborted, peer: faulty, field: "flags"}, faulty: victimFailed, other: victimFailed},
@@ -185,7 +187,7 @@ func faultCases() []faultCase {
 		}), victim: expect{sentinel: ErrSizeMismatch, peer: faulty, field: "message_size"}, faulty: victimFailed, other: victimFailed},
 		{name: "sender-fails-before-counts", send: func(bufs []*packing.Coalesced) []*packing.Coalesced {
 			return append(append([]*packing.Coalesced(nil), bufs...), bufs[0]) // two buffers for one rank
-		}, faulty: expect{sentinel: ErrInvalid, peer: -1, field: ""}, victim: expect{sentinel: ErrPeerAborted, peer: faulty, field: "count"}, other: expect{sentinel: ErrPeerAborted, peer: faulty, field: "count"}},
+		}, faulty: expect{sentinel: distbuf.ErrInvalid, peer: -1, field: ""}, victim: expect{sentinel: ErrPeerAborted, peer: faulty, field: "count"}, other: expect{sentinel: ErrPeerAborted, peer: faulty, field: "count"}},
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/refbuf"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -55,7 +57,7 @@ type inMsg struct {
 	man     []byte // staged: the manifest gathered across chunks, when longer than the first
 	plan    *packing.Plan
 	crc     uint32
-	header  Header
+	header  wire.Header
 	failed  error // the first thing wrong with the message, reported when it ends
 	result  *packing.Coalesced
 	learned *learnedIn
@@ -105,7 +107,7 @@ const jointAlign = 256
 // allocJoint takes one receive buffer for every message that comes through
 // a node-local window, when there are several: one allocation and, once
 // every result is freed, one free for all those peers instead of one each.
-// Each message's result holds a reference to the buffer (refbuf). When the
+// Each message's result shares the buffer (internal/refbuf). When the
 // buffer cannot be had, each message gets its own. Canary tests' guards
 // surround each message in it, as they surround a buffer of its own.
 func (e *exchange) allocJoint(recvSize []int64) {
@@ -211,7 +213,7 @@ func (e *exchange) allocIn(in *inMsg) error {
 	if in.reads {
 		// Its one MPI message is the notice, or an abort notice in its
 		// place: nothing longer is received.
-		in.chunks[0] = inChunk{n: AbortSize}
+		in.chunks[0] = inChunk{n: wire.AbortSize}
 		return nil
 	}
 	for i := range in.chunks {
@@ -242,7 +244,7 @@ func (e *exchange) arrived(m *cluster.Message) {
 	if s < 0 || s >= x.size {
 		// MPI names a rank of the communicator; anything else cannot be
 		// told apart from memory corruption.
-		e.fail(fmt.Errorf("msg: MPI matched a message from rank %d in a communicator of %d: %w", s, x.size, ErrInvalid))
+		e.fail(fmt.Errorf("msg: MPI matched a message from rank %d in a communicator of %d: %w", s, x.size, distbuf.ErrInvalid))
 		e.discard(m, nil, -1)
 		return
 	}
@@ -438,8 +440,8 @@ func (e *exchange) sizeError(in *inMsg, i int, head []byte) error {
 	if ch.err != nil {
 		return e.inErr(in, "receive", ch.err)
 	}
-	if i == 0 && ch.got == AbortSize && len(head) >= AbortSize {
-		if h, _, err := decodeHeader(head[:AbortSize], AbortSize, in.src, tag, nil); err == nil && h.Aborted {
+	if i == 0 && ch.got == wire.AbortSize && len(head) >= wire.AbortSize {
+		if h, _, err := wire.DecodeHeader(head[:wire.AbortSize], wire.AbortSize, in.src, tag, nil); err == nil && h.Aborted {
 			if err := e.checkPeer(in, h); err != nil {
 				return err
 			}
@@ -468,7 +470,7 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 		return
 	}
 	if ch.discarded {
-		in.failed = e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(i), ErrInvalid))
+		in.failed = e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(i), distbuf.ErrInvalid))
 		return
 	}
 	mem, err := ch.buf.Bytes()
@@ -482,7 +484,7 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 		return
 	}
 	if i == 0 {
-		p, _ := ManifestSize(mem) // the first chunk holds at least the header
+		p, _ := wire.ManifestSize(mem) // the first chunk holds at least the header
 		in.p = p
 		if p > uint64(ch.n) && p <= uint64(in.size) {
 			in.man = make([]byte, 0, p)
@@ -505,7 +507,7 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 		}
 	}
 	if ch.off+ch.n > p {
-		in.crc = crcUpdate(in.crc, mem[max(p-ch.off, 0):])
+		in.crc = wire.UpdateChecksum(in.crc, mem[max(p-ch.off, 0):])
 	}
 	if err := x.recvS.Copy(in.buf, in.base+ch.off, ch.buf, x.hooks.canary, ch.n); err != nil {
 		in.failed = e.inErr(in, "staging", err)
@@ -562,7 +564,7 @@ func (e *exchange) finishDirect(in *inMsg) {
 		if err != nil {
 			return e.inErr(in, "manifest", err)
 		}
-		if p, ok := ManifestSize(man); ok && p > uint64(len(man)) && p <= uint64(in.size) {
+		if p, ok := wire.ManifestSize(man); ok && p > uint64(len(man)) && p <= uint64(in.size) {
 			if man, err = head(int64(p)); err != nil {
 				return e.inErr(in, "manifest", err)
 			}
@@ -575,8 +577,8 @@ func (e *exchange) finishDirect(in *inMsg) {
 			var sum uint32
 			if !in.device {
 				mem, _ := head(in.size)
-				sum = Checksum(mem[p:])
-			} else if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
+				sum = wire.Checksum(mem[p:])
+			} else if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = wire.Checksum(b); return nil }); err != nil {
 				return e.inErr(in, "payload_checksum", err)
 			}
 			if sum != h.PayloadChecksum {
@@ -645,10 +647,10 @@ func (in *inMsg) receivesDone() bool {
 }
 
 // hdr is the accepted header of the message.
-func (in *inMsg) hdr() Header { return in.header }
+func (in *inMsg) hdr() wire.Header { return in.header }
 
 // checkPeer compares the header's addressing with what the receiver expects.
-func (e *exchange) checkPeer(in *inMsg, h Header) error {
+func (e *exchange) checkPeer(in *inMsg, h wire.Header) error {
 	x, tag := e.x, e.x.o.Tag
 	switch {
 	case int(h.Source) != in.src:
@@ -669,14 +671,8 @@ func (e *exchange) checkPeer(in *inMsg, h Header) error {
 // ones instead of being decoded again.
 func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, uint64, error) {
 	tag := e.x.o.Tag
-	// The layout this message should, or likely does, have: the pattern's,
-	// else the last one from this source.
-	known := e.x.lastIn[in.src]
-	learned := e.pat != nil && e.pat.learned
-	if learned {
-		known = e.pat.recv[in.src]
-	}
-	h, matched, err := decodeHeader(man, msgLen, in.src, tag, known)
+	known, learned := e.x.layouts.expected(in.src, e.pat)
+	h, matched, err := wire.DecodeHeader(man, msgLen, in.src, tag, known.wireLayout())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -687,7 +683,6 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 		return nil, 0, wireErr(ErrPeerAborted, in.src, tag, "flags", "rank %d sent an abort notice (its own error says why)", in.src)
 	}
 	in.header, in.p = h, h.PayloadOffset
-	encoded := man[HeaderSize : HeaderSize+int(h.Count)*EntrySize]
 	switch {
 	case matched:
 		// The same layout (byte-equal entries) as the pattern's or as the
@@ -698,36 +693,10 @@ func (e *exchange) accept(in *inMsg, man []byte, msgLen uint64) (*packing.Plan, 
 	case learned:
 		return nil, 0, wireErr(ErrPatternMismatch, in.src, tag, "manifest", "the blocks differ from those the pattern learned")
 	}
-	// Decode and check the entries straight into packing's form, in a
-	// scratch slice the exchanger keeps (FromManifest keeps none of it).
-	c := newEntryCheck(h, in.src, tag)
-	if err := c.header(); err != nil {
+	if in.learned, err = e.x.layouts.decode(h, man, in.src, tag); err != nil {
 		return nil, 0, err
 	}
-	pe := e.x.scratch[:0]
-	for i := range int(h.Count) {
-		en, err := entryAt(man, i, in.src, tag)
-		if err == nil {
-			err = c.check(i, en)
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		pe = append(pe, packing.Entry{ID: en.ID, DType: packing.DType(en.DType), Rows: int(en.Rows), Cols: int(en.Cols), Offset: int64(en.Offset)})
-	}
-	e.x.scratch = pe[:0]
-	if !c.increasing {
-		if i := firstDuplicate(len(pe), func(i int) uint64 { return pe[i].ID }); i >= 0 {
-			return nil, 0, c.duplicate(i, pe[i].ID)
-		}
-	}
-	plan, err := packing.FromManifest(pe, int64(h.PayloadLen))
-	if err != nil {
-		return nil, 0, wireErr(ErrMalformed, in.src, tag, "entries", "%v", err)
-	}
-	in.learned = newLearnedIn(h, encoded, plan)
-	e.x.lastIn[in.src] = in.learned
-	return plan, h.PayloadOffset, nil
+	return in.learned.plan, h.PayloadOffset, nil
 }
 
 // wrapResult turns the received buffer into the coalesced buffer of its

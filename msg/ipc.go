@@ -12,6 +12,7 @@ import (
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/gather"
+	"github.com/distbuf/distbuf/internal/wire"
 )
 
 // Node-local device messages (docs/WIRE.md, "Node-local device messages").
@@ -90,9 +91,9 @@ type ipcLink struct {
 	// every peer at the end of the data phase (flushFromWindows), instead
 	// of one or two runtime calls and an event per peer.
 	toWindow, fromWindows copyBatch
-	// kernelCopies sends batches to the gather kernel (internal/gather).
-	// Where the device is shared through MPS the ranks' device operations
-	// queue behind one another, and one launch per batch beats a copy per message (8 ranks
+	// kernelCopies sends batches to the gather kernel (internal/gather). Where the device
+	// is shared through MPS the ranks' device operations queue behind one
+	// another, and one launch per batch beats a copy per message (8 ranks
 	// on an H200: 909-985 -> 738-823 us a solve); without MPS the
 	// processes take the GPU in turns and cudaMemcpyBatchAsync measured
 	// faster (2 ranks: 599-629 against 675-695 us; docs/PERFORMANCE.md).
@@ -126,8 +127,8 @@ func (b *copyBatch) undo(at [2]int) error {
 // flush enqueues the copies on s and ends the accesses after them; only
 // outs and ins stay, for the caller, who then empties the batch (reset).
 // Several copies go in one cudaMemcpyBatchAsync, or under MPS in one
-// launch of the gather kernel (internal/gather; see kernelCopies); a lone
-// copy is one cudaMemcpyAsync. A non-nil fail (a test's) stands for the copies' error.
+// launch of the gather kernel (internal/gather) (see kernelCopies); a lone copy is one
+// cudaMemcpyAsync. A non-nil fail (a test's) stands for the copies' error.
 func (b *copyBatch) flush(l *ipcLink, s *devalloc.Stream, fail error) error {
 	dev, cs := l.dev, cudart.Stream(s.Handle())
 	err := fail
@@ -524,13 +525,13 @@ func (l *ipcLink) peerEvent(open map[int]cudart.Event, handles []cudart.IpcEvent
 // notice: the fixed part, then the manifest.
 func (e *exchange) prepareIPC(m *outMsg) (err error) {
 	x, l, c := e.x, e.x.ipc, m.c
-	p, start, size := int64(m.man.payloadOffset()), c.Start(), c.Size()
+	p, start, size := int64(m.man.PayloadOffset()), c.Start(), c.Size()
 	off := l.offsets[m.dest]
 	h := e.header(m.dest)
 	if x.o.PayloadChecksum {
 		a, s := e.copier(c.Buffer())
 		err := readAt(a, s, c.Buffer(), start, size, func(b []byte) error {
-			h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(b)
+			h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(b)
 			return nil
 		})
 		if err != nil {
@@ -557,7 +558,7 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 	le.PutUint64(mem[24:], uint64(off))
 	le.PutUint64(mem[32:], uint64(m.size))
 	copy(mem[40:ipcHead], l.winHandle[:])
-	m.man.encodeInto(mem[ipcHead:], h)
+	m.man.Encode(mem[ipcHead:], h)
 	addr, err := notice.Addr()
 	if err != nil {
 		return e.outErr(m.dest, "notice", err)
@@ -640,16 +641,16 @@ func (e *exchange) abortWindowed(m *outMsg) *outMsg {
 func (e *exchange) mangleIPC(m *outMsg, man []byte, off int64) error {
 	x, l, c := e.x, e.x.ipc, m.c
 	p, size := int64(len(man)), c.Size()
-	wire := make([]byte, p+size)
-	copy(wire, man)
+	whole := make([]byte, p+size)
+	copy(whole, man)
 	if size > 0 {
 		a, s := e.copier(c.Buffer())
-		if err := readAt(a, s, c.Buffer(), c.Start(), size, func(b []byte) error { copy(wire[p:], b); return nil }); err != nil {
+		if err := readAt(a, s, c.Buffer(), c.Start(), size, func(b []byte) error { copy(whole[p:], b); return nil }); err != nil {
 			return err
 		}
 	}
-	x.hooks.mangle(m.dest, wire)
-	copy(man, wire[:p])
+	x.hooks.mangle(m.dest, whole)
+	copy(man, whole[:p])
 	if size == 0 {
 		return nil
 	}
@@ -659,7 +660,7 @@ func (e *exchange) mangleIPC(m *outMsg, man []byte, off int64) error {
 	}
 	mem, err := pin.Bytes()
 	if err == nil {
-		copy(mem, wire[p:])
+		copy(mem, whole[p:])
 		var src uintptr
 		if src, err = pin.Addr(); err == nil {
 			s := cudart.Stream(x.sendS.Handle())
@@ -736,7 +737,7 @@ func (e *exchange) finishIPC(in *inMsg) {
 			return in.failed
 		}
 		if ch.discarded {
-			return e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), ErrInvalid))
+			return e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), distbuf.ErrInvalid))
 		}
 		mem, err := ch.buf.Bytes()
 		if err != nil {
@@ -744,12 +745,12 @@ func (e *exchange) finishIPC(in *inMsg) {
 		}
 		mem = mem[:max(min(ch.got, int64(len(mem))), 0)]
 		switch {
-		case ch.err != nil || ch.got == AbortSize:
+		case ch.err != nil || ch.got == wire.AbortSize:
 			return e.sizeError(in, 0, mem) // an abort notice is reported as one
-		case ch.got < ipcHead+HeaderSize:
-			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "a node-local notice of %d bytes: at least %d expected", ch.got, ipcHead+HeaderSize)
+		case ch.got < ipcHead+wire.HeaderSize:
+			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "a node-local notice of %d bytes: at least %d expected", ch.got, ipcHead+wire.HeaderSize)
 		}
-		if p, _ := ManifestSize(mem[ipcHead:]); p > uint64(in.size) || ipcHead+p != uint64(ch.got) {
+		if p, _ := wire.ManifestSize(mem[ipcHead:]); p > uint64(in.size) || ipcHead+p != uint64(ch.got) {
 			return wireErr(ErrSizeMismatch, in.src, tag, "message_size", "the node-local notice has %d bytes, its manifest says %d", ch.got, ipcHead+p)
 		}
 		le := binary.LittleEndian
@@ -804,7 +805,7 @@ func (e *exchange) finishIPC(in *inMsg) {
 		}
 		// The checksum needs the copy now.
 		var sum uint32
-		if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = Checksum(b); return nil }); err != nil {
+		if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = wire.Checksum(b); return nil }); err != nil {
 			return e.inErr(in, "payload_checksum", err)
 		}
 		if sum != h.PayloadChecksum {

@@ -211,7 +211,7 @@ func TestWindowCopiesBatched(t *testing.T) {
 			tr.verify(t, s, rank, size, r)
 			peers := size - 1
 			// Several copies are one cudaMemcpyBatchAsync or one launch of
-			// packing's copy kernel, a lone one a cudaMemcpyAsync; the copy
+			// the gather kernel (internal/gather), a lone one a cudaMemcpyAsync; the copy
 			// to self is one more cudaMemcpyAsync.
 			batches := calls["cudaLaunchKernel"] + calls["cudaMemcpyBatchAsync"]
 			switch {

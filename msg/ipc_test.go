@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCopyBatchWithoutKernel: where packing's copy kernel cannot load (a
+// TestCopyBatchWithoutKernel: where the gather kernel (internal/gather) cannot load (a
 // runtime without library kernels), a batch meant for it goes to one
 // cudaMemcpyBatchAsync instead, the copies land, and later batches skip the
 // kernel.

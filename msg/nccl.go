@@ -112,7 +112,17 @@ func (l *ncclLink) close() error {
 	return errors.Join(l.drain.Free(), l.comm.Close())
 }
 
-// exchangeNCCL is Exchange over the link. The protocol differs from the
+// ncclTransport runs exchanges over an NCCL link.
+type ncclTransport struct {
+	x    *Exchanger
+	link *ncclLink
+}
+
+func (t *ncclTransport) describe() (string, string) { return "nccl", "" }
+
+func (t *ncclTransport) close() error { return t.link.close() }
+
+// exchange runs e over the link. The protocol differs from the
 // MPI one only where NCCL requires: every send is prepared (manifest
 // written, host buffers copied to the device) before the count exchange,
 // the counts are exchanged even with a learned pattern, and everything
@@ -120,7 +130,8 @@ func (l *ncclLink) close() error {
 // messages are byte for byte those of docs/WIRE.md; received buffers are
 // checked and wrapped exactly as device buffers received through a
 // CUDA-aware MPI.
-func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pattern) (*Received, error) {
+func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Received, error) {
+	x, pat, link := t.x, e.pat, t.link
 	n := x.size
 	byDest, localErr := e.collect(send)
 	if localErr == nil && pat != nil && pat.learned {
@@ -220,9 +231,9 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 			e.fail(e.inErr(in, "receive buffer", err))
 			in.drain = true
 			drained = append(drained, in)
-			for off := int64(0); off < in.size; off += x.link.chunk {
-				da, _ := x.link.drain.Addr()
-				recvs = append(recvs, transfer{da, min(x.link.chunk, in.size-off), s})
+			for off := int64(0); off < in.size; off += link.chunk {
+				da, _ := link.drain.Addr()
+				recvs = append(recvs, transfer{da, min(link.chunk, in.size-off), s})
 			}
 			continue
 		}
@@ -233,14 +244,14 @@ func (x *Exchanger) exchangeNCCL(e *exchange, send []*packing.Coalesced, pat *Pa
 	var ns, nr []nccl.Transfer
 	cut := func(ts []transfer, out []nccl.Transfer) []nccl.Transfer {
 		for _, t := range ts {
-			for off := int64(0); off < t.size; off += x.link.chunk {
-				out = append(out, nccl.Transfer{Addr: t.addr + uintptr(off), Bytes: min(x.link.chunk, t.size-off), Peer: t.peer})
+			for off := int64(0); off < t.size; off += link.chunk {
+				out = append(out, nccl.Transfer{Addr: t.addr + uintptr(off), Bytes: min(link.chunk, t.size-off), Peer: t.peer})
 			}
 		}
 		return out
 	}
 	ns, nr = cut(sends, ns), cut(recvs, nr)
-	err := x.link.comm.SendRecv(x.sendS.Handle(), ns, nr)
+	err := link.comm.SendRecv(x.sendS.Handle(), ns, nr)
 	if err == nil {
 		err = x.sendS.Synchronize()
 	}
@@ -308,7 +319,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 	// prepareInPlace left one read hold for the message's chunks: the
 	// group is one user of it.
 	hold := m.share.r
-	p := int64(m.man.payloadOffset())
+	p := int64(m.man.PayloadOffset())
 	src := c.Buffer()
 	off := c.Start() - p
 	if !device {

@@ -3,6 +3,7 @@ package msg
 import (
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
@@ -46,7 +47,7 @@ func TestTransportEnv(t *testing.T) {
 	require.Equal(t, TransportNCCL, y.o.Transport, "an explicit transport wins over the environment")
 	t.Setenv(EnvTransport, "carrier-pigeon")
 	_, err := New(Options{Comm: comm, Alloc: a})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, EnvTransport)
 	require.Equal(t, "nccl", TransportNCCL.String())
 }

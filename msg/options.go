@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 )
@@ -164,20 +165,20 @@ func ParseTimeout(v string) (time.Duration, error) {
 	}
 	if secs, err := strconv.ParseFloat(v, 64); err == nil {
 		if secs <= 0 || secs > 1e9 {
-			return 0, fmt.Errorf("timeout %q: want a positive number of seconds, a duration such as 90s, or off: %w", v, ErrInvalid)
+			return 0, fmt.Errorf("timeout %q: want a positive number of seconds, a duration such as 90s, or off: %w", v, distbuf.ErrBadConfig)
 		}
 		return time.Duration(secs * float64(time.Second)), nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("timeout %q: want a positive number of seconds, a duration such as 90s, or off: %w", v, ErrInvalid)
+		return 0, fmt.Errorf("timeout %q: want a positive number of seconds, a duration such as 90s, or off: %w", v, distbuf.ErrBadConfig)
 	}
 	return d, nil
 }
 
 func (o Options) resolveChunks() (Options, int64, error) {
 	if o.Comm == nil || o.Alloc == nil {
-		return o, 0, fmt.Errorf("msg: Options.Comm and Options.Alloc are required: %w", ErrInvalid)
+		return o, 0, fmt.Errorf("msg: Options.Comm and Options.Alloc are required: %w", distbuf.ErrInvalid)
 	}
 	if o.Tag == 0 {
 		o.Tag = DefaultTag
@@ -187,20 +188,20 @@ func (o Options) resolveChunks() (Options, int64, error) {
 		return o, 0, fmt.Errorf("msg: %w", err)
 	}
 	if o.Tag < 0 || o.Tag > maxTag {
-		return o, 0, fmt.Errorf("msg: Options.Tag %d outside 0..%d: %w", o.Tag, maxTag, ErrInvalid)
+		return o, 0, fmt.Errorf("msg: Options.Tag %d outside 0..%d: %w", o.Tag, maxTag, distbuf.ErrInvalid)
 	}
 	if o.Window == 0 {
 		o.Window = DefaultWindow
 		if v, ok := os.LookupEnv(EnvWindow); ok {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil || n < 1 {
-				return o, 0, fmt.Errorf("msg: %s=%q: want a positive number of requests: %w", EnvWindow, v, ErrInvalid)
+				return o, 0, fmt.Errorf("msg: %s=%q: want a positive number of requests: %w", EnvWindow, v, distbuf.ErrBadConfig)
 			}
 			o.Window = n
 		}
 	}
 	if o.Window < 1 {
-		return o, 0, fmt.Errorf("msg: Options.Window %d: want at least 1: %w", o.Window, ErrInvalid)
+		return o, 0, fmt.Errorf("msg: Options.Window %d: want at least 1: %w", o.Window, distbuf.ErrInvalid)
 	}
 	chunk := o.ChunkBytes
 	if chunk == 0 {
@@ -209,7 +210,7 @@ func (o Options) resolveChunks() (Options, int64, error) {
 			if strings.TrimSpace(v) == "off" {
 				chunk = -1
 			} else if chunk, err = devalloc.ParseBytes(v); err != nil {
-				return o, 0, fmt.Errorf("msg: %s=%q: %w: %w", EnvChunk, v, ErrInvalid, err)
+				return o, 0, fmt.Errorf("msg: %s=%q: %w: %w", EnvChunk, v, distbuf.ErrBadConfig, err)
 			}
 		}
 	}
@@ -217,7 +218,7 @@ func (o Options) resolveChunks() (Options, int64, error) {
 		chunk = maxChunk
 	}
 	if chunk < MinChunkBytes {
-		return o, 0, fmt.Errorf("msg: chunk size %d: want at least %d bytes, or negative for none: %w", chunk, MinChunkBytes, ErrInvalid)
+		return o, 0, fmt.Errorf("msg: chunk size %d: want at least %d bytes, or negative for none: %w", chunk, MinChunkBytes, distbuf.ErrInvalid)
 	}
 	if v, ok := os.LookupEnv(EnvTransport); ok && o.Transport == TransportAuto {
 		switch strings.TrimSpace(v) {
@@ -229,11 +230,11 @@ func (o Options) resolveChunks() (Options, int64, error) {
 		case "mpi":
 			o.Transport = TransportMPI
 		default:
-			return o, 0, fmt.Errorf("msg: %s=%q: want auto, mpi, staged or nccl: %w", EnvTransport, v, ErrInvalid)
+			return o, 0, fmt.Errorf("msg: %s=%q: want auto, mpi, staged or nccl: %w", EnvTransport, v, distbuf.ErrBadConfig)
 		}
 	}
 	if o.Transport < TransportAuto || o.Transport > TransportMPI {
-		return o, 0, fmt.Errorf("msg: Options.Transport %v: %w", o.Transport, ErrInvalid)
+		return o, 0, fmt.Errorf("msg: Options.Transport %v: %w", o.Transport, distbuf.ErrInvalid)
 	}
 	return o, chunk, nil
 }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -38,14 +40,14 @@ func (r *bufRegion) Region() (uintptr, int64, bool, error) {
 		return 0, 0, false, err
 	}
 	if r.off < 0 || r.n < 0 || r.off > size || r.n > size-r.off {
-		return 0, 0, false, fmt.Errorf("msg: bytes [%d, +%d) outside a buffer of %d bytes: %w", r.off, r.n, size, ErrInvalid)
+		return 0, 0, false, fmt.Errorf("msg: bytes [%d, +%d) outside a buffer of %d bytes: %w", r.off, r.n, size, distbuf.ErrInvalid)
 	}
 	return addr + uintptr(r.off), r.n, dev, nil
 }
 
 // header is the header of a message from this rank to dest in this exchange.
-func (e *exchange) header(dest int) Header {
-	return Header{Source: int32(e.x.rank), Dest: int32(dest), Tag: int32(e.x.o.Tag), Epoch: e.epoch}
+func (e *exchange) header(dest int) wire.Header {
+	return wire.Header{Source: int32(e.x.rank), Dest: int32(dest), Tag: int32(e.x.o.Tag), Epoch: e.epoch}
 }
 
 func (e *exchange) outErr(dest int, field string, err error) error {
@@ -91,16 +93,16 @@ func (e *exchange) writeManifests(byDest []*outMsg) {
 func (e *exchange) writeManifest(m *outMsg) error {
 	x, c := e.x, m.c
 	buf := c.Buffer()
-	p, start, l := int64(m.man.payloadOffset()), c.Start(), c.Size()
+	p, start, l := int64(m.man.PayloadOffset()), c.Start(), c.Size()
 	if start < p {
-		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend or msg.JoinSend): %w", start, p, ErrInvalid))
+		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend or msg.JoinSend): %w", start, p, distbuf.ErrInvalid))
 	}
 	h := e.header(m.dest)
 	if !c.Buffer().Location().HostAccessible() {
 		a, s := e.copier(buf)
 		if x.o.PayloadChecksum {
 			err := readDevice(a, s, buf, start, l, func(b []byte) error {
-				h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(b)
+				h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(b)
 				return nil
 			})
 			if err != nil {
@@ -113,7 +115,7 @@ func (e *exchange) writeManifest(m *outMsg) error {
 		}
 		mem, err := scratch.Bytes()
 		if err == nil {
-			m.man.encodeInto(mem, h)
+			m.man.Encode(mem, h)
 			err = s.Copy(buf, start-p, scratch, 0, p)
 		}
 		if ferr := scratch.Free(); err == nil {
@@ -136,19 +138,19 @@ func (e *exchange) writeManifest(m *outMsg) error {
 		mem, err = buf.Bytes()
 	}
 	if err == nil {
-		wire := mem[start-p : start+l]
+		whole := mem[start-p : start+l]
 		if x.o.PayloadChecksum {
-			h.HasPayloadChecksum, h.PayloadChecksum = true, Checksum(wire[p:])
+			h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(whole[p:])
 		}
 		at := writtenAt{buf, start - p}
-		if w, ok := x.written[at]; ok && w == m.man && x.hooks.mangle == nil {
-			m.man.sealInto(wire, h) // same buffer, same layout: the header changes, the entries do not
+		if x.layouts.prefixHolds(at, m.man) && x.hooks.mangle == nil {
+			m.man.Seal(whole, h) // same buffer, same layout: the header changes, the entries do not
 		} else {
-			m.man.encodeInto(wire, h)
+			m.man.Encode(whole, h)
 		}
-		e.written[at] = m.man
+		x.layouts.wrote(at, m.man)
 		if x.hooks.mangle != nil {
-			x.hooks.mangle(m.dest, wire)
+			x.hooks.mangle(m.dest, whole)
 		}
 	}
 	if rerr := wh.Release(); err == nil {
@@ -171,7 +173,7 @@ func (e *exchange) prepareInPlace(m *outMsg) error {
 		return m.manifestErr
 	}
 	buf := c.Buffer()
-	p, start := int64(m.man.payloadOffset()), c.Start()
+	p, start := int64(m.man.PayloadOffset()), c.Start()
 	rh, err := buf.Hold(devalloc.Read)
 	if err != nil {
 		return e.outErr(m.dest, "payload", err)
@@ -199,7 +201,7 @@ func (e *exchange) prepareInPlace(m *outMsg) error {
 // so every copy completes before the first chunk is sent.
 func (e *exchange) prepareStaged(m *outMsg) (err error) {
 	x, c := e.x, m.c
-	p, start := int64(m.man.payloadOffset()), c.Start()
+	p, start := int64(m.man.PayloadOffset()), c.Start()
 	a, s := e.copier(c.Buffer())
 	m.chunks = resize(m.chunks, chunkCount(m.size, x.chunk))
 	defer func() {
@@ -218,7 +220,7 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 	man := make([]byte, p)
 	h := e.header(m.dest)
 	writeManifest := func() error {
-		m.man.encodeInto(man, h)
+		m.man.Encode(man, h)
 		for i := range m.chunks {
 			ch := &m.chunks[i]
 			if ch.off >= p {
@@ -266,7 +268,7 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 			if err != nil {
 				return e.outErr(m.dest, "payload_checksum", err)
 			}
-			sum = crcUpdate(sum, mem[max(p-ch.off, 0):])
+			sum = wire.UpdateChecksum(sum, mem[max(p-ch.off, 0):])
 		}
 		h.HasPayloadChecksum, h.PayloadChecksum = true, sum
 		if err := writeManifest(); err != nil {
@@ -280,8 +282,8 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 // size bytes to dest: the notice in the first chunk, empty messages for the
 // others, so the receiver's requests all complete.
 func (e *exchange) newAbort(dest, step int, size int64) *outMsg {
-	notice := make([]byte, AbortSize)
-	_ = EncodeAbort(notice, e.header(dest)) // cannot fail: no entries, and the buffer is large enough
+	notice := make([]byte, wire.AbortSize)
+	_ = wire.EncodeAbort(notice, e.header(dest)) // cannot fail: no entries, and the buffer is large enough
 	pieces := make([][]byte, e.x.pieceCount(dest, size))
 	pieces[0] = notice
 	m := e.newRaw(dest, step, pieces)
@@ -311,7 +313,7 @@ func (e *exchange) replacePieces(m *outMsg) *outMsg {
 	if !c.Buffer().Location().HostAccessible() {
 		return m
 	}
-	p := int64(m.man.payloadOffset())
+	p := int64(m.man.PayloadOffset())
 	mem, err := c.Buffer().Bytes()
 	if err != nil {
 		return m
@@ -458,7 +460,7 @@ func withHostBytes(buf *devalloc.Buffer, mode devalloc.Mode, fn func(mem []byte)
 // that filled the send buffer there, without an event between streams.
 func (e *exchange) copyToSelf(m *outMsg) {
 	x, c := e.x, m.c
-	p := int64(PayloadOffset(c.Len()))
+	p := int64(wire.PayloadOffset(c.Len()))
 	in := e.newIn()
 	in.src, in.size, in.local = x.rank, m.size, true
 	e.selfIn = in
@@ -495,11 +497,7 @@ func (e *exchange) copyToSelf(m *outMsg) {
 // the pattern's).
 func (e *exchange) selfLayout(c *packing.Coalesced) (*learnedIn, error) {
 	x := e.x
-	learned := e.pat != nil && e.pat.learned
-	known := x.lastIn[x.rank]
-	if learned {
-		known = e.pat.recv[x.rank]
-	}
+	known, learned := x.layouts.expected(x.rank, e.pat)
 	if known != nil && known.from == c.Plan() && known.fromGroup == c.Group() {
 		return known, nil
 	}
@@ -519,6 +517,6 @@ func (e *exchange) selfLayout(c *packing.Coalesced) (*learnedIn, error) {
 		return nil, wireErr(ErrPatternMismatch, x.rank, x.o.Tag, "manifest", "the blocks differ from those the pattern learned")
 	}
 	l := &learnedIn{plan: plan, from: c.Plan(), fromGroup: c.Group()}
-	x.lastIn[x.rank] = l
+	x.layouts.received[x.rank] = l
 	return l, nil
 }

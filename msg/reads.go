@@ -1,18 +1,18 @@
 package msg
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
 	"syscall"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/wire"
 )
 
 // Node-local host messages (docs/WIRE.md, rule 12). Between two ranks of
@@ -30,11 +30,6 @@ import (
 // the buffer.
 
 const (
-	// readMagic opens every read notice: "distrd01", little-endian.
-	readMagic = 0x3130647274736964
-	// ReadNoticeSize is the length of a read notice: magic, address and
-	// message length, 8 bytes each.
-	ReadNoticeSize = 24
 	// readsFlag is the flags bit of the node-local setup row (rule 10)
 	// with which a rank offers node-local reads.
 	readsFlag = 2
@@ -162,37 +157,6 @@ func setupReads(x *Exchanger, local *cluster.Comm, rows []int64, probe *readsPro
 	return nil
 }
 
-// EncodeReadNotice writes the notice of a message of size bytes at addr in
-// the sender's memory (ReadNoticeSize bytes).
-func EncodeReadNotice(dst []byte, addr uint64, size int64) {
-	binary.LittleEndian.PutUint64(dst[0:], readMagic)
-	binary.LittleEndian.PutUint64(dst[8:], addr)
-	binary.LittleEndian.PutUint64(dst[16:], uint64(size))
-}
-
-// DecodeReadNotice checks a read notice from src against the length that
-// src announced, and returns where the message lies in src's memory. Its
-// errors are WireErrors naming src and the field.
-func DecodeReadNotice(b []byte, src, tag int, announced int64) (addr uint64, err error) {
-	if announced < 0 {
-		return 0, wireErr(ErrMalformed, src, tag, "message_size", "a read notice for a message of %d bytes", announced)
-	}
-	if len(b) != ReadNoticeSize {
-		return 0, wireErr(ErrSizeMismatch, src, tag, "message_size", "the read notice of its %d-byte message has %d bytes, a notice has %d", announced, len(b), ReadNoticeSize)
-	}
-	if m := binary.LittleEndian.Uint64(b); m != readMagic {
-		return 0, wireErr(ErrMalformed, src, tag, "read_magic", "the read notice opens with %#016x, not %#016x", m, uint64(readMagic))
-	}
-	if n := binary.LittleEndian.Uint64(b[16:]); n != uint64(announced) {
-		return 0, wireErr(ErrSizeMismatch, src, tag, "message_size", "the read notice says %d bytes, %d were announced", n, announced)
-	}
-	addr = binary.LittleEndian.Uint64(b[8:])
-	if addr == 0 || addr > math.MaxUint64-uint64(announced) {
-		return 0, wireErr(ErrMalformed, src, tag, "read_address", "the read notice places its %d bytes at %#x", announced, addr)
-	}
-	return addr, nil
-}
-
 // prepareRead readies m for a peer that reads it: the manifest in place
 // before the blocks and a read hold on the buffer kept until the
 // agreement, or, for a send buffer in device memory, the whole message
@@ -200,7 +164,7 @@ func DecodeReadNotice(b []byte, src, tag int, announced int64) (addr uint64, err
 func (e *exchange) prepareRead(m *outMsg) error {
 	c := m.c
 	buf := c.Buffer()
-	p, start := int64(m.man.payloadOffset()), c.Start()
+	p, start := int64(m.man.PayloadOffset()), c.Start()
 	var addr uintptr
 	if c.Buffer().Location().HostAccessible() {
 		if !m.manifestDone {
@@ -227,21 +191,21 @@ func (e *exchange) prepareRead(m *outMsg) error {
 		if err := e.writeManifest(m); err != nil {
 			return err
 		}
-		wire := make([]byte, m.size)
+		whole := make([]byte, m.size)
 		a, s := e.copier(buf)
-		if err := readDevice(a, s, buf, start-p, m.size, func(b []byte) error { copy(wire, b); return nil }); err != nil {
+		if err := readDevice(a, s, buf, start-p, m.size, func(b []byte) error { copy(whole, b); return nil }); err != nil {
 			return e.outErr(m.dest, "payload", err)
 		}
-		e.readCopies = append(e.readCopies, wire)
-		e.readPin.Pin(unsafe.SliceData(wire)) // its address goes out as a number
+		e.readCopies = append(e.readCopies, whole)
+		e.readPin.Pin(unsafe.SliceData(whole)) // its address goes out as a number
 		e.x.stats.BytesStaged += m.size
-		addr = uintptr(unsafe.Pointer(unsafe.SliceData(wire)))
+		addr = uintptr(unsafe.Pointer(unsafe.SliceData(whole)))
 	}
-	notice := make([]byte, ReadNoticeSize)
-	EncodeReadNotice(notice, uint64(addr), m.size)
+	notice := make([]byte, wire.ReadNoticeSize)
+	wire.EncodeReadNotice(notice, uint64(addr), m.size)
 	pin := cluster.PinBytes(notice)
 	m.chunks = resize(m.chunks, 1)
-	m.chunks[0] = outChunk{n: ReadNoticeSize, mem: pin, pin: pin}
+	m.chunks[0] = outChunk{n: wire.ReadNoticeSize, mem: pin, pin: pin}
 	return nil
 }
 
@@ -295,12 +259,12 @@ func (e *exchange) readMessage(in *inMsg) error {
 	if ch.err != nil {
 		return e.inErr(in, "receive", ch.err)
 	}
-	if ch.got == AbortSize {
+	if ch.got == wire.AbortSize {
 		if err := e.sizeError(in, 0, in.notice); !errors.Is(err, ErrSizeMismatch) {
 			return err // an abort notice in place of the read notice
 		}
 	}
-	addr, err := DecodeReadNotice(in.notice[:max(min(ch.got, int64(len(in.notice))), 0)], in.src, tag, in.size)
+	addr, err := wire.DecodeReadNotice(in.notice[:max(min(ch.got, int64(len(in.notice))), 0)], in.src, tag, in.size)
 	if err != nil {
 		return err
 	}
@@ -314,7 +278,7 @@ func (e *exchange) readMessage(in *inMsg) error {
 	}
 	mem, err := in.buf.Bytes()
 	if err == nil && (in.base < 0 || in.size > int64(len(mem))-in.base) {
-		err = fmt.Errorf("bytes [%d, +%d) outside a receive buffer of %d: %w", in.base, in.size, len(mem), ErrInvalid)
+		err = fmt.Errorf("bytes [%d, +%d) outside a receive buffer of %d: %w", in.base, in.size, len(mem), distbuf.ErrInvalid)
 	}
 	if err != nil {
 		return e.inErr(in, "node-local read", err)

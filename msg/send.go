@@ -3,27 +3,29 @@ package msg
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
 
 // SendPrefix is the room AllocSend reserves before the blocks of group g of
-// p: the group's manifest (PayloadOffset of its block count) rounded up to
-// the plan's alignment, so the blocks keep their alignment in memory.
+// p: the group's manifest (64 bytes, 32 per block, rounded up to 256:
+// docs/WIRE.md) rounded up to the plan's alignment, so the blocks keep
+// their alignment in memory.
 func SendPrefix(p *packing.Plan, g int) (int64, error) {
 	if p == nil {
-		return 0, fmt.Errorf("msg: send prefix: nil plan: %w", ErrInvalid)
+		return 0, fmt.Errorf("msg: send prefix: nil plan: %w", distbuf.ErrInvalid)
 	}
 	groups := p.Groups()
 	if g < 0 || g >= len(groups) {
-		return 0, fmt.Errorf("msg: send prefix: group %d of %d: %w", g, len(groups), ErrInvalid)
+		return 0, fmt.Errorf("msg: send prefix: group %d of %d: %w", g, len(groups), distbuf.ErrInvalid)
 	}
 	align := max(p.Options().Align, 16)
-	pre := int64(PayloadOffset(groups[g].Blocks))
+	pre := int64(wire.PayloadOffset(groups[g].Blocks))
 	return (pre + align - 1) / align * align, nil
 }
 
@@ -37,7 +39,7 @@ func SendPrefix(p *packing.Plan, g int) (int64, error) {
 // allocation, for a computation that fills every destination at once.
 func AllocSend(a *devalloc.Allocator, p *packing.Plan, s *devalloc.Stream) ([]*packing.Coalesced, error) {
 	if a == nil || p == nil {
-		return nil, fmt.Errorf("msg: alloc send: nil allocator or plan: %w", ErrInvalid)
+		return nil, fmt.Errorf("msg: alloc send: nil allocator or plan: %w", distbuf.ErrInvalid)
 	}
 	out := make([]*packing.Coalesced, 0, len(p.Groups()))
 	for g := range p.Groups() {
@@ -68,7 +70,7 @@ func AllocSend(a *devalloc.Allocator, p *packing.Plan, s *devalloc.Stream) ([]*p
 // once Exchange has returned.
 func JoinSend(p *packing.Plan) (*packing.Plan, error) {
 	if p == nil {
-		return nil, fmt.Errorf("msg: join send: nil plan: %w", ErrInvalid)
+		return nil, fmt.Errorf("msg: join send: nil plan: %w", distbuf.ErrInvalid)
 	}
 	var err error
 	j, jerr := p.Joined(func(g int) int64 {
@@ -82,134 +84,6 @@ func JoinSend(p *packing.Plan) (*packing.Plan, error) {
 		return nil, fmt.Errorf("msg: join send: %w", err)
 	}
 	return j, nil
-}
-
-// outManifest is a send buffer's manifest, encoded once per layout: the
-// entries in offset order, and what the header needs.
-type outManifest struct {
-	plan       *packing.Plan
-	group      int
-	count      int
-	dtype      DType
-	payloadLen uint64
-	entries    []byte // count*EntrySize bytes
-	entriesCRC uint32
-	shift      *crcShift // advances a CRC by len(entries): built at the first header-only seal
-}
-
-// writtenAt is where a manifest was written: a send buffer and the offset
-// of the message in it (parts of one joined buffer each have their own).
-type writtenAt struct {
-	buf *devalloc.Buffer
-	off int64
-}
-
-// buildManifest lists c's blocks in offset order, as the wire format wants.
-// A NewPlan layout lists each shape class in one run and classes one after
-// another, so the entries go to their places without a sort; other layouts
-// are sorted. scratch holds the entries between listing and encoding; it is
-// returned, grown as needed, for the next call.
-func buildManifest(c *packing.Coalesced, scratch []Entry) (*outManifest, []Entry, error) {
-	p := c.Plan()
-	n := c.Len()
-	entries := slices.Grow(scratch[:0], n)[:n]
-	classes := p.Classes()
-	group := p.Groups()[c.Group()].Classes
-	// first[ci] is the index of class ci's first entry. Classes are few and
-	// a slice indexed by class costs a load where a map costs a hash.
-	var firstBuf [64]int
-	first := firstBuf[:]
-	if len(classes) > len(first) {
-		first = make([]int, len(classes))
-	}
-	regular := true
-	next := 0
-	for _, ci := range group {
-		cl := &classes[ci]
-		regular = regular && cl.Regular && cl.Stride > 0
-		first[ci] = next
-		next += cl.Count
-	}
-	common, mixed := DType(0), false
-	for k, v := range c.All() {
-		d := v.Desc()
-		e := Entry{ID: d.ID, Offset: uint64(v.Offset()), Rows: uint32(d.Rows), Cols: uint32(d.Cols), DType: DType(d.DType)}
-		if k == 0 {
-			common = e.DType
-		} else if e.DType != common {
-			mixed = true
-		}
-		pos := k
-		if regular {
-			ci, off, _ := c.Locate(k)
-			cl := &classes[ci]
-			pos = first[ci] + int((off-cl.Offset)/cl.Stride)
-		}
-		entries[pos] = e
-	}
-	if !slices.IsSortedFunc(entries, byOffset) {
-		slices.SortFunc(entries, byOffset)
-	}
-	h := Header{DType: common, PayloadLen: uint64(c.Size())}
-	if mixed || n == 0 {
-		h.DType = Mixed
-	}
-	if err := validateEntries(h, entries, -1, -1); err != nil {
-		return nil, entries, fmt.Errorf("msg: the layout of the send buffer for rank %d cannot be described: %w", c.Dest(), err)
-	}
-	m := &outManifest{plan: p, group: c.Group(), count: n, dtype: h.DType, payloadLen: h.PayloadLen, entries: make([]byte, n*EntrySize)}
-	encodeEntries(m.entries, entries)
-	m.entriesCRC = Checksum(m.entries)
-	return m, entries, nil
-}
-
-// sameLayout reports whether two received layouts list the same blocks at
-// the same offsets in payloads of the same size.
-func sameLayout(a, b *packing.Plan) bool {
-	if a == b {
-		return true
-	}
-	if a.Len() != b.Len() || a.Groups()[0].Bytes != b.Groups()[0].Bytes {
-		return false
-	}
-	ea, na, erra := a.Manifest(0)
-	eb, nb, errb := b.Manifest(0)
-	return erra == nil && errb == nil && na == nb && slices.Equal(ea, eb)
-}
-
-func byOffset(a, b Entry) int {
-	switch {
-	case a.Offset < b.Offset:
-		return -1
-	case a.Offset > b.Offset:
-		return 1
-	}
-	return 0
-}
-
-// encodeInto writes the whole manifest (header, entries, zero padding) into
-// dst, which holds at least payloadOffset bytes.
-func (m *outManifest) encodeInto(dst []byte, h Header) {
-	h.DType, h.PayloadLen = m.dtype, m.payloadLen
-	end := HeaderSize + len(m.entries)
-	copy(dst[HeaderSize:end], m.entries)
-	clear(dst[end:PayloadOffset(m.count)])
-	sealHeader(dst, h, dst[HeaderSize:end])
-}
-
-func (m *outManifest) payloadOffset() uint64 { return PayloadOffset(m.count) }
-
-// sealInto rewrites only the header of a manifest whose entries and
-// padding dst already holds. The checksum comes from the entries' known
-// CRC: if the bytes in dst were changed meanwhile, the receiver's check of
-// the manifest checksum fails, so nothing wrong can pass as valid.
-func (m *outManifest) sealInto(dst []byte, h Header) {
-	if m.shift == nil {
-		op := newCRCShift(uint64(len(m.entries)))
-		m.shift = &op
-	}
-	h.DType, h.PayloadLen = m.dtype, m.payloadLen
-	sealHeaderKnown(dst, h, m.count, m.entriesCRC, m.shift)
 }
 
 // outMsg is one logical message this rank sends in an exchange.

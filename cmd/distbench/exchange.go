@@ -11,6 +11,7 @@ import (
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/nccl"
 	"github.com/distbuf/distbuf/internal/rawmpi"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/msg"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -155,7 +156,7 @@ func (e *exchangeSetup) close() {
 
 // payload is the bytes of the N blocks; wire adds the manifest.
 func (e *exchangeSetup) payload() int64 { return e.send[0].Size() }
-func (e *exchangeSetup) wire() int64    { return int64(msg.PayloadOffset(e.n)) + e.payload() }
+func (e *exchangeSetup) wire() int64    { return int64(wire.PayloadOffset(e.n)) + e.payload() }
 
 // slowest turns per-rank samples into the slower rank's time of each
 // repetition.

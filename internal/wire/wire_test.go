@@ -1,4 +1,4 @@
-package msg
+package wire
 
 import (
 	"bytes"
@@ -17,23 +17,28 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/distbuf/distbuf/packing"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden-v1.bin")
 
+// blockBytes is the length of e's block in the payload.
+func blockBytes(e packing.Entry) int64 { return int64(e.Rows) * int64(e.Cols) * e.DType.Size() }
+
 // goldenMessage is the message kept in testdata: two float64 blocks and one
 // complex64 block from rank 1 to rank 0.
 func goldenMessage(t testing.TB) []byte {
-	entries := []Entry{
-		{ID: 7, Offset: 0, Rows: 2, Cols: 3, DType: Float64},
-		{ID: 42, Offset: 256, Rows: 1, Cols: 1, DType: Float64},
-		{ID: 1 << 40, Offset: 512, Rows: 2, Cols: 2, DType: Complex64},
+	entries := []packing.Entry{
+		{ID: 7, Offset: 0, Rows: 2, Cols: 3, DType: packing.Float64},
+		{ID: 42, Offset: 256, Rows: 1, Cols: 1, DType: packing.Float64},
+		{ID: 1 << 40, Offset: 512, Rows: 2, Cols: 2, DType: packing.Complex64},
 	}
 	// Byte i of each block is 7*i mod 256 (i from the payload start); the
 	// padding between blocks is zero, as every sender must write it.
 	payload := make([]byte, 544)
 	for _, e := range entries {
-		for i := e.Offset; i < e.Offset+e.Bytes(); i++ {
+		for i := e.Offset; i < e.Offset+blockBytes(e); i++ {
 			payload[i] = byte(i * 7)
 		}
 	}
@@ -64,18 +69,18 @@ func TestGoldenMessage(t *testing.T) {
 	require.EqualValues(t, 3, m.Count)
 	require.EqualValues(t, 256, m.PayloadOffset)
 	require.EqualValues(t, 544, m.PayloadLen)
-	require.Equal(t, []Entry{
-		{ID: 7, Offset: 0, Rows: 2, Cols: 3, DType: Float64},
-		{ID: 42, Offset: 256, Rows: 1, Cols: 1, DType: Float64},
-		{ID: 1 << 40, Offset: 512, Rows: 2, Cols: 2, DType: Complex64},
+	require.Equal(t, []packing.Entry{
+		{ID: 7, Offset: 0, Rows: 2, Cols: 3, DType: packing.Float64},
+		{ID: 42, Offset: 256, Rows: 1, Cols: 1, DType: packing.Float64},
+		{ID: 1 << 40, Offset: 512, Rows: 2, Cols: 2, DType: packing.Complex64},
 	}, m.Entries)
 	require.NoError(t, m.VerifyPayload(golden[m.PayloadOffset:], 1, 9))
 	// The padding between the blocks is zero.
 	payload := golden[m.PayloadOffset:]
-	end := uint64(0)
+	end := int64(0)
 	for _, e := range m.Entries {
 		require.Equal(t, make([]byte, e.Offset-end), payload[end:e.Offset], "padding before block %d", e.ID)
-		end = e.Offset + e.Bytes()
+		end = e.Offset + blockBytes(e)
 	}
 	require.NotZero(t, payload[1], "block bytes follow 7*i mod 256")
 	// Spot-check documented offsets (docs/WIRE.md).
@@ -113,7 +118,7 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		{"manifest checksum", "manifest_checksum", mutate(func(b []byte) []byte { b[64] ^= 1; return b }), true},
 		{"dtype", "entry[1].dtype", mutate(func(b []byte) []byte { b[64+32+24] = 9; return reseal(b) }), false},
 		{"header dtype", "dtype", mutate(func(b []byte) []byte { b[20] = 77; return reseal(b) }), false},
-		{"header dtype mismatch", "entry[2].dtype", mutate(func(b []byte) []byte { b[20] = byte(Float64); return reseal(b) }), false},
+		{"header dtype mismatch", "entry[2].dtype", mutate(func(b []byte) []byte { b[20] = byte(packing.Float64); return reseal(b) }), false},
 		{"empty block", "entry[0].shape", mutate(func(b []byte) []byte { b[64+16] = 0; return reseal(b) }), false},
 		{"overlap", "entry[1].offset", mutate(func(b []byte) []byte { b[64+32+9] = 0; b[64+32+8] = 8; return reseal(b) }), false},
 		{"past payload", "entry[2].offset", mutate(func(b []byte) []byte { b[64+2*32+20] = 200; return reseal(b) }), false},
@@ -131,7 +136,7 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeManifest(tc.msg, 3, 17)
 			require.ErrorIs(t, err, ErrMalformed)
-			var we *WireError
+			var we *Error
 			require.True(t, errors.As(err, &we))
 			require.Equal(t, tc.field, we.Field)
 			require.Equal(t, 3, we.Peer)
@@ -158,12 +163,12 @@ func TestPayloadChecksum(t *testing.T) {
 
 func TestEncodeRejects(t *testing.T) {
 	buf := make([]byte, 1024)
-	h := Header{DType: Float64, PayloadLen: 64}
-	require.ErrorIs(t, EncodeManifest(buf[:100], h, []Entry{{ID: 1, Rows: 1, Cols: 1, DType: Float64}}), ErrMalformed)
-	require.ErrorIs(t, EncodeManifest(buf, h, []Entry{{ID: 1, Rows: 9, Cols: 1, DType: Float64}}), ErrMalformed, "past the payload")
-	require.ErrorIs(t, EncodeManifest(buf, h, []Entry{{ID: 1, Rows: 1, Cols: 1, DType: Float32}}), ErrMalformed, "dtype mismatch")
-	require.ErrorIs(t, EncodeManifest(buf, h, []Entry{{ID: 1, Offset: 8, Rows: 1, Cols: 1, DType: Float64}, {ID: 2, Rows: 1, Cols: 1, DType: Float64}}), ErrMalformed, "out of order")
-	require.NoError(t, EncodeManifest(buf, Header{DType: Float64}, nil), "an empty message is valid")
+	h := Header{DType: packing.Float64, PayloadLen: 64}
+	require.ErrorIs(t, EncodeManifest(buf[:100], h, []packing.Entry{{ID: 1, Rows: 1, Cols: 1, DType: packing.Float64}}), ErrMalformed)
+	require.ErrorIs(t, EncodeManifest(buf, h, []packing.Entry{{ID: 1, Rows: 9, Cols: 1, DType: packing.Float64}}), ErrMalformed, "past the payload")
+	require.ErrorIs(t, EncodeManifest(buf, h, []packing.Entry{{ID: 1, Rows: 1, Cols: 1, DType: packing.Float32}}), ErrMalformed, "dtype mismatch")
+	require.ErrorIs(t, EncodeManifest(buf, h, []packing.Entry{{ID: 1, Offset: 8, Rows: 1, Cols: 1, DType: packing.Float64}, {ID: 2, Rows: 1, Cols: 1, DType: packing.Float64}}), ErrMalformed, "out of order")
+	require.NoError(t, EncodeManifest(buf, Header{DType: packing.Float64}, nil), "an empty message is valid")
 	m, err := DecodeManifest(buf[:PayloadOffset(0)], 0, 0)
 	require.NoError(t, err)
 	require.Empty(t, m.Entries)
@@ -175,7 +180,7 @@ func FuzzDecodeManifest(f *testing.F) {
 	f.Add(golden[:64])
 	f.Add([]byte("DBUF"))
 	empty := make([]byte, PayloadOffset(0))
-	_ = EncodeManifest(empty, Header{DType: Float32}, nil)
+	_ = EncodeManifest(empty, Header{DType: packing.Float32}, nil)
 	f.Add(empty)
 	notice := make([]byte, AbortSize)
 	_ = EncodeAbort(notice, Header{Source: 1, Dest: 2, Tag: 3, Epoch: 4})
@@ -197,8 +202,11 @@ func FuzzDecodeManifest(f *testing.F) {
 			t.Fatalf("accepted manifest is not canonical")
 		}
 		for _, e := range m.Entries {
+			if e.Rows <= 0 || e.Cols <= 0 || e.Offset < 0 {
+				t.Fatalf("entry %+v has a negative or empty field", e)
+			}
 			hi, n := bits.Mul64(uint64(e.Rows)*uint64(e.Cols), uint64(e.DType.Size()))
-			end, carry := bits.Add64(e.Offset, n, 0)
+			end, carry := bits.Add64(uint64(e.Offset), n, 0)
 			if hi != 0 || carry != 0 || end > m.PayloadLen {
 				t.Fatalf("entry %+v outside the payload", e)
 			}
@@ -218,14 +226,16 @@ func TestAbortNotice(t *testing.T) {
 	require.Empty(t, m.Entries)
 	require.Equal(t, uint16(flagAbort), binary.LittleEndian.Uint16(n[6:]))
 	// The abort flag with entries or payload is malformed.
-	require.ErrorIs(t, EncodeManifest(make([]byte, 512), Header{Aborted: true, PayloadLen: 8}, []Entry{{ID: 1, Rows: 1, Cols: 1, DType: Float64}}), ErrMalformed)
+	require.ErrorIs(t, EncodeManifest(make([]byte, 512), Header{Aborted: true, PayloadLen: 8}, []packing.Entry{{ID: 1, Rows: 1, Cols: 1, DType: packing.Float64}}), ErrMalformed)
 	golden := goldenMessage(t)
 	golden[6] |= flagAbort
 	binary.LittleEndian.PutUint32(golden[60:], 0)
 	binary.LittleEndian.PutUint32(golden[60:], Checksum(golden[:HeaderSize+3*EntrySize]))
 	_, err = DecodeManifest(golden, 1, 9)
 	require.ErrorIs(t, err, ErrMalformed)
-	require.Equal(t, "flags", wireErrorOf(t, err).Field)
+	var we *Error
+	require.ErrorAs(t, err, &we)
+	require.Equal(t, "flags", we.Field)
 }
 
 func TestFirstDuplicate(t *testing.T) {
@@ -260,7 +270,7 @@ func TestFirstDuplicate(t *testing.T) {
 // with the golden file, row by row: the doc shows the bytes a peer must
 // produce.
 func TestWireDocShowsTheGoldenMessage(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "WIRE.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "WIRE.md"))
 	require.NoError(t, err)
 	golden, err := os.ReadFile(filepath.Join("testdata", "golden-v1.bin"))
 	require.NoError(t, err)

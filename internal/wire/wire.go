@@ -1,4 +1,4 @@
-package msg
+package wire
 
 import (
 	"encoding/binary"
@@ -6,13 +6,15 @@ import (
 	"hash/crc32"
 	"math"
 	"math/bits"
+
+	"github.com/distbuf/distbuf/packing"
 )
 
 // The wire format is documented byte for byte in docs/WIRE.md. Every field
 // is little-endian.
 const (
-	wireMagic    = "DBUF"
-	WireVersion  = 1
+	magic        = "DBUF"
+	Version      = 1
 	HeaderSize   = 64
 	EntrySize    = 32
 	PayloadAlign = 256 // the payload starts at a multiple of this from the message start
@@ -26,67 +28,38 @@ const (
 	AbortSize = PayloadAlign
 )
 
-// DType is the element type code on the wire. The codes of the four element
-// types equal packing's.
-type DType uint8
+// Mixed is the header's dtype code for a message whose blocks are not all
+// of one type (and for one without blocks). The codes of the four element
+// types are packing's: Float32 1, Float64 2, Complex64 3, Complex128 4.
+const Mixed packing.DType = 0
 
-const (
-	Mixed      DType = 0 // header only: blocks of several types
-	Float32    DType = 1
-	Float64    DType = 2
-	Complex64  DType = 3
-	Complex128 DType = 4
-)
+// elemSize is the element size of a dtype code, 0 for Mixed and unknown
+// codes.
+func elemSize(d packing.DType) uint64 { return uint64(d.Size()) }
 
-// dtypeSizes is indexed by DType; 0 marks Mixed and unknown codes.
-var dtypeSizes = [...]uint64{0, 4, 8, 8, 16}
-
-// Size is the element size in bytes, 0 for an unknown code or Mixed.
-func (d DType) Size() int { return int(d.size()) }
-
-func (d DType) size() uint64 {
-	if int(d) < len(dtypeSizes) {
-		return dtypeSizes[d]
-	}
-	return 0
+// rawEntry is an entry as its bytes give it, before it is known to fit
+// packing.Entry's signed fields.
+type rawEntry struct {
+	id, offset uint64
+	rows, cols uint32
+	dtype      packing.DType
 }
 
-func (d DType) String() string {
-	switch d {
-	case Mixed:
-		return "mixed"
-	case Float32:
-		return "float32"
-	case Float64:
-		return "float64"
-	case Complex64:
-		return "complex64"
-	case Complex128:
-		return "complex128"
-	}
-	return fmt.Sprintf("dtype(%d)", uint8(d))
+func (e rawEntry) entry() packing.Entry {
+	return packing.Entry{ID: e.id, DType: e.dtype, Rows: int(e.rows), Cols: int(e.cols), Offset: int64(e.offset)}
 }
 
-// Entry describes one block of the payload.
-type Entry struct {
-	ID     uint64
-	Offset uint64 // from the start of the payload
-	Rows   uint32
-	Cols   uint32
-	DType  DType
-}
-
-// Bytes is the block's length in the payload. It wraps for shapes of 2^64
+// bytes is the block's length in the payload. It wraps for shapes of 2^64
 // bytes or more, which no decoded or encodable manifest has.
-func (e Entry) Bytes() uint64 { return uint64(e.Rows) * uint64(e.Cols) * e.DType.size() }
+func (e rawEntry) bytes() uint64 { return uint64(e.rows) * uint64(e.cols) * elemSize(e.dtype) }
 
 // Header is the fixed part of the manifest.
 type Header struct {
-	Source, Dest int32  // ranks in the communicator of the exchange
-	Tag          int32  // the MPI tag the message is sent with
-	Epoch        uint64 // exchange sequence number, for persistent plans
-	DType        DType  // the type of every block, or Mixed
-	Count        uint32 // number of entries
+	Source, Dest int32         // ranks in the communicator of the exchange
+	Tag          int32         // the MPI tag the message is sent with
+	Epoch        uint64        // exchange sequence number, for persistent plans
+	DType        packing.DType // the type of every block, or Mixed
+	Count        uint32        // number of entries
 	PayloadLen   uint64
 	// PayloadChecksum is the CRC-32C of the payload when HasPayloadChecksum.
 	PayloadChecksum    uint32
@@ -98,10 +71,12 @@ type Header struct {
 	PayloadOffset uint64
 }
 
-// Manifest is a decoded, validated manifest.
+// Manifest is a decoded, validated manifest. Entries fit packing.Entry:
+// a payload is shorter than 2^63 bytes (its message's length is an int), so
+// every offset inside it is a valid int64.
 type Manifest struct {
 	Header
-	Entries []Entry
+	Entries []packing.Entry
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -123,7 +98,7 @@ func PayloadOffset(n int) uint64 {
 // hold at least PayloadOffset(len(entries)) bytes; the padding up to the
 // payload is zeroed. h.Count and h.PayloadOffset are filled in. Entries must
 // be in increasing offset order without overlap, inside h.PayloadLen.
-func EncodeManifest(dst []byte, h Header, entries []Entry) error {
+func EncodeManifest(dst []byte, h Header, entries []packing.Entry) error {
 	if uint64(len(entries)) > math.MaxUint32 {
 		return fmt.Errorf("msg: encode: %d entries exceed the format's limit: %w", len(entries), ErrMalformed)
 	}
@@ -135,28 +110,42 @@ func EncodeManifest(dst []byte, h Header, entries []Entry) error {
 	if h.Aborted && (len(entries) > 0 || h.PayloadLen > 0 || h.HasPayloadChecksum) {
 		return fmt.Errorf("msg: encode: an abort notice carries no entries, payload or payload checksum: %w", ErrMalformed)
 	}
-	if err := validateEntries(h, entries, -1, -1); err != nil {
+	b := dst[:h.PayloadOffset]
+	end := HeaderSize + len(entries)*EntrySize
+	if err := encodeEntries(b[HeaderSize:end], h, entries); err != nil {
 		return fmt.Errorf("msg: encode: %w", err)
 	}
-	b := dst[:h.PayloadOffset]
-	encodeEntries(b[HeaderSize:], entries)
-	clear(b[HeaderSize+len(entries)*EntrySize:])
-	sealHeader(b, h, b[HeaderSize:HeaderSize+len(entries)*EntrySize])
+	clear(b[end:])
+	sealHeader(b, h, b[HeaderSize:end])
 	return nil
 }
 
-// encodeEntries writes entries at the start of dst.
-func encodeEntries(dst []byte, entries []Entry) {
+// encodeEntries validates entries for a message with header h (step 6 of
+// docs/WIRE.md, as a decoder will run it) and writes them into dst, which
+// holds len(entries)*EntrySize bytes.
+func encodeEntries(dst []byte, h Header, entries []packing.Entry) error {
+	c := newEntryCheck(h, -1, -1)
+	if err := c.header(); err != nil {
+		return err
+	}
 	le := binary.LittleEndian
 	for i, e := range entries {
+		raw, err := c.fits(i, e)
+		if err == nil {
+			err = c.check(i, raw)
+		}
+		if err != nil {
+			return err
+		}
 		p := dst[i*EntrySize : (i+1)*EntrySize]
-		le.PutUint64(p[0:], e.ID)
-		le.PutUint64(p[8:], e.Offset)
-		le.PutUint32(p[16:], e.Rows)
-		le.PutUint32(p[20:], e.Cols)
-		p[24] = byte(e.DType)
+		le.PutUint64(p[0:], raw.id)
+		le.PutUint64(p[8:], raw.offset)
+		le.PutUint32(p[16:], raw.rows)
+		le.PutUint32(p[20:], raw.cols)
+		p[24] = byte(raw.dtype)
 		clear(p[25:])
 	}
+	return c.finish(len(entries), func(i int) uint64 { return entries[i].ID })
 }
 
 // sealHeader writes the header of h into b[:HeaderSize] and the manifest
@@ -167,21 +156,14 @@ func sealHeader(b []byte, h Header, encodedEntries []byte) {
 	binary.LittleEndian.PutUint32(hdr[60:], crc32.Update(crc32.Checksum(hdr, castagnoli), castagnoli, encodedEntries))
 }
 
-// sealHeaderKnown is sealHeader for entries whose CRC-32C is known: only
-// the 64 header bytes are hashed.
-func sealHeaderKnown(hdr []byte, h Header, count int, entriesCRC uint32, shift *crcShift) {
-	writeHeader(hdr, h, count)
-	binary.LittleEndian.PutUint32(hdr[60:], crcCombine(Checksum(hdr[:HeaderSize]), entriesCRC, shift))
-}
-
 // writeHeader writes every header field but the manifest checksum, which
 // it leaves 0.
 func writeHeader(hdr []byte, h Header, count int) {
 	le := binary.LittleEndian
 	hdr = hdr[:HeaderSize]
 	clear(hdr)
-	copy(hdr[0:4], wireMagic)
-	le.PutUint16(hdr[4:], WireVersion)
+	copy(hdr[0:4], magic)
+	le.PutUint16(hdr[4:], Version)
 	var flags uint16
 	if h.HasPayloadChecksum {
 		flags |= flagPayloadChecksum
@@ -215,11 +197,11 @@ func EncodeAbort(dst []byte, h Header) error {
 // payload checksum is checked by VerifyPayload, so that a payload still on
 // the device can be checked where it is.
 func DecodeManifest(msg []byte, peer, tag int) (*Manifest, error) {
-	h, _, err := decodeHeader(msg, uint64(len(msg)), peer, tag, nil)
+	h, _, err := DecodeHeader(msg, uint64(len(msg)), peer, tag, nil)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := decodeEntries(h, msg, peer, tag)
+	entries, err := DecodeEntries(h, msg, peer, tag, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -237,24 +219,26 @@ func ManifestSize(header []byte) (uint64, bool) {
 	return PayloadOffset(int(binary.LittleEndian.Uint32(header[24:]))), true
 }
 
-// decodeHeader runs validation steps 1 to 6 of docs/WIRE.md on man, which
+// DecodeHeader runs validation steps 1 to 6 of docs/WIRE.md on man, which
 // holds at least the manifest of a message of msgLen bytes (all of it when
-// it is shorter), and returns the header. When the entries are byte for
-// byte those of known, a layout decoded before, it says so and hashes only
-// the header for the manifest checksum, using the known entries' CRC.
-func decodeHeader(man []byte, msgLen uint64, peer, tag int, known *learnedIn) (h Header, matched bool, err error) {
+// it is shorter), and returns the header; DecodeEntries then reads the
+// entries. When the entries are byte for byte those of known, a layout
+// kept from before, it says so (matched) and hashes only the header for
+// the manifest checksum, using the known entries' CRC: the entries need
+// not be decoded again.
+func DecodeHeader(man []byte, msgLen uint64, peer, tag int, known *Layout) (h Header, matched bool, err error) {
 	bad := func(field, format string, args ...any) error {
-		return wireErr(ErrMalformed, peer, tag, field, format, args...)
+		return Errorf(ErrMalformed, peer, tag, field, format, args...)
 	}
 	if msgLen < HeaderSize || len(man) < HeaderSize {
 		return h, false, bad("header", "truncated: %d bytes, the header alone is %d", min(msgLen, uint64(len(man))), HeaderSize)
 	}
 	le := binary.LittleEndian
-	if string(man[0:4]) != wireMagic {
-		return h, false, bad("magic", "got %q, want %q", man[0:4], wireMagic)
+	if string(man[0:4]) != magic {
+		return h, false, bad("magic", "got %q, want %q", man[0:4], magic)
 	}
-	if v := le.Uint16(man[4:]); v != WireVersion {
-		return h, false, bad("version", "unsupported version %d (this decoder reads %d)", v, WireVersion)
+	if v := le.Uint16(man[4:]); v != Version {
+		return h, false, bad("version", "unsupported version %d (this decoder reads %d)", v, Version)
 	}
 	flags := le.Uint16(man[6:])
 	if flags&^knownFlags != 0 {
@@ -269,7 +253,7 @@ func decodeHeader(man []byte, msgLen uint64, peer, tag int, known *learnedIn) (h
 	h.Source = int32(le.Uint32(man[8:]))
 	h.Dest = int32(le.Uint32(man[12:]))
 	h.Tag = int32(le.Uint32(man[16:]))
-	h.DType = DType(man[20])
+	h.DType = packing.DType(man[20])
 	h.Count = le.Uint32(man[24:])
 	h.Epoch = le.Uint64(man[32:])
 	h.PayloadOffset = le.Uint64(man[40:])
@@ -280,7 +264,7 @@ func decodeHeader(man []byte, msgLen uint64, peer, tag int, known *learnedIn) (h
 	if !h.HasPayloadChecksum && h.PayloadChecksum != 0 {
 		return h, false, bad("payload_checksum", "set without the payload-checksum flag")
 	}
-	if h.DType != Mixed && h.DType.Size() == 0 {
+	if h.DType != Mixed && elemSize(h.DType) == 0 {
 		return h, false, bad("dtype", "unknown dtype code %d", uint8(h.DType))
 	}
 	if want := PayloadOffset(int(h.Count)); h.PayloadOffset != want {
@@ -293,15 +277,15 @@ func decodeHeader(man []byte, msgLen uint64, peer, tag int, known *learnedIn) (h
 	want := le.Uint32(man[60:])
 	// The header's CRC with its checksum field read as 0, hashed in place:
 	// a copy of the header would escape to the heap through crc32.
-	hsum := crcUpdate(crcUpdate(0, man[:60]), zeroChecksum[:])
+	hsum := UpdateChecksum(UpdateChecksum(0, man[:60]), zeroChecksum[:])
 	var sum uint32
 	if matched = known.matches(h, man[HeaderSize:end]); matched {
 		sum = crcCombine(hsum, known.entriesCRC, known.shiftOp())
 	} else {
-		sum = crcUpdate(hsum, man[HeaderSize:end])
+		sum = UpdateChecksum(hsum, man[HeaderSize:end])
 	}
 	if sum != want {
-		return h, false, wireErr(ErrChecksum, peer, tag, "manifest_checksum", "computed %#08x, header says %#08x", sum, want)
+		return h, false, Errorf(ErrChecksum, peer, tag, "manifest_checksum", "computed %#08x, header says %#08x", sum, want)
 	}
 	for _, c := range man[end:h.PayloadOffset] {
 		if c != 0 {
@@ -317,53 +301,33 @@ func decodeHeader(man []byte, msgLen uint64, peer, tag int, known *learnedIn) (h
 	return h, matched, nil
 }
 
-// decodeEntries runs validation step 6 on the entries of a manifest whose
-// header decodeHeader accepted.
-func decodeEntries(h Header, man []byte, peer, tag int) ([]Entry, error) {
+// DecodeEntries runs validation step 6 on the entries of a manifest whose
+// header DecodeHeader accepted, and appends them to dst[:0] (a caller that
+// decodes often passes the slice it got back last time).
+func DecodeEntries(h Header, man []byte, peer, tag int, dst []packing.Entry) ([]packing.Entry, error) {
 	c := newEntryCheck(h, peer, tag)
 	if err := c.header(); err != nil {
-		return nil, err
+		return dst[:0], err
 	}
-	entries := make([]Entry, h.Count)
-	for i := range entries {
-		e, err := entryAt(man, i, peer, tag)
-		if err == nil {
-			err = c.check(i, e)
+	le := binary.LittleEndian
+	entries := dst[:0]
+	for i := range int(h.Count) {
+		p := man[HeaderSize+i*EntrySize : HeaderSize+(i+1)*EntrySize]
+		if le.Uint32(p[25:]) != 0 || le.Uint32(p[28:]) != 0 {
+			return entries, Errorf(ErrMalformed, peer, tag, fmt.Sprintf("entry[%d].reserved", i), "must be zero")
 		}
-		if err != nil {
-			return nil, err
+		raw := rawEntry{id: le.Uint64(p[0:]), offset: le.Uint64(p[8:]), rows: le.Uint32(p[16:]), cols: le.Uint32(p[20:]), dtype: packing.DType(p[24])}
+		if err := c.check(i, raw); err != nil {
+			return entries, err
 		}
-		entries[i] = e
+		entries = append(entries, raw.entry())
 	}
-	if !c.increasing {
-		if i := firstDuplicate(len(entries), func(i int) uint64 { return entries[i].ID }); i >= 0 {
-			return nil, c.duplicate(i, entries[i].ID)
-		}
-	}
-	return entries, nil
-}
-
-func validateEntries(h Header, entries []Entry, peer, tag int) error {
-	c := newEntryCheck(h, peer, tag)
-	if err := c.header(); err != nil {
-		return err
-	}
-	for i, e := range entries {
-		if err := c.check(i, e); err != nil {
-			return err
-		}
-	}
-	if !c.increasing {
-		if i := firstDuplicate(len(entries), func(i int) uint64 { return entries[i].ID }); i >= 0 {
-			return c.duplicate(i, entries[i].ID)
-		}
-	}
-	return nil
+	return entries, c.finish(len(entries), func(i int) uint64 { return entries[i].ID })
 }
 
 // entryCheck validates entries one at a time (step 6 of docs/WIRE.md, but
-// for duplicate ids, which need every id: when the ids are not strictly
-// increasing the caller runs firstDuplicate at the end).
+// for duplicate ids, which need every id: finish looks for them, and only
+// when the ids were not strictly increasing).
 type entryCheck struct {
 	h          Header
 	peer, tag  int
@@ -377,56 +341,64 @@ func newEntryCheck(h Header, peer, tag int) entryCheck {
 }
 
 func (c *entryCheck) header() error {
-	if c.h.DType != Mixed && c.h.DType.Size() == 0 {
-		return wireErr(ErrMalformed, c.peer, c.tag, "dtype", "unknown dtype code %d", uint8(c.h.DType))
+	if c.h.DType != Mixed && elemSize(c.h.DType) == 0 {
+		return Errorf(ErrMalformed, c.peer, c.tag, "dtype", "unknown dtype code %d", uint8(c.h.DType))
 	}
 	return nil
 }
 
 func (c *entryCheck) bad(i int, field, format string, args ...any) error {
-	return wireErr(ErrMalformed, c.peer, c.tag, fmt.Sprintf("entry[%d].%s", i, field), format, args...)
+	return Errorf(ErrMalformed, c.peer, c.tag, fmt.Sprintf("entry[%d].%s", i, field), format, args...)
 }
 
-func (c *entryCheck) check(i int, e Entry) error {
-	size := e.DType.size()
+// fits converts an entry to encode into the format's field widths.
+func (c *entryCheck) fits(i int, e packing.Entry) (rawEntry, error) {
+	switch {
+	case e.Rows < 0 || e.Cols < 0 || uint64(e.Rows) > math.MaxUint32 || uint64(e.Cols) > math.MaxUint32:
+		return rawEntry{}, c.bad(i, "shape", "%dx%d does not fit the format's 32-bit dimensions", e.Rows, e.Cols)
+	case e.Offset < 0:
+		return rawEntry{}, c.bad(i, "offset", "negative offset %d", e.Offset)
+	}
+	return rawEntry{id: e.ID, offset: uint64(e.Offset), rows: uint32(e.Rows), cols: uint32(e.Cols), dtype: e.DType}, nil
+}
+
+func (c *entryCheck) check(i int, e rawEntry) error {
+	size := elemSize(e.dtype)
 	switch {
 	case size == 0:
-		return c.bad(i, "dtype", "unknown dtype code %d", uint8(e.DType))
-	case c.h.DType != Mixed && e.DType != c.h.DType:
-		return c.bad(i, "dtype", "%v in a message of %v blocks", e.DType, c.h.DType)
-	case e.Rows == 0 || e.Cols == 0:
-		return c.bad(i, "shape", "empty block %dx%d", e.Rows, e.Cols)
-	case e.Offset < c.next:
-		return c.bad(i, "offset", "%d overlaps the previous block (ends at %d); blocks must be in offset order", e.Offset, c.next)
-	case e.Offset&(size-1) != 0: // sizes are powers of two
-		return c.bad(i, "offset", "%d is not aligned to the %d-byte element", e.Offset, size)
+		return c.bad(i, "dtype", "unknown dtype code %d", uint8(e.dtype))
+	case c.h.DType != Mixed && e.dtype != c.h.DType:
+		return c.bad(i, "dtype", "%v in a message of %v blocks", e.dtype, c.h.DType)
+	case e.rows == 0 || e.cols == 0:
+		return c.bad(i, "shape", "empty block %dx%d", e.rows, e.cols)
+	case e.offset < c.next:
+		return c.bad(i, "offset", "%d overlaps the previous block (ends at %d); blocks must be in offset order", e.offset, c.next)
+	case e.offset&(size-1) != 0: // sizes are powers of two
+		return c.bad(i, "offset", "%d is not aligned to the %d-byte element", e.offset, size)
 	}
 	// rows*cols*size < 2^32 * 2^32 * 2^4 may overflow: compute it in 128 bits.
-	hiMul, n := bits.Mul64(uint64(e.Rows)*uint64(e.Cols), size)
-	hi, carry := bits.Add64(e.Offset, n, 0)
+	hiMul, n := bits.Mul64(uint64(e.rows)*uint64(e.cols), size)
+	hi, carry := bits.Add64(e.offset, n, 0)
 	if hiMul != 0 {
 		carry = 1
 	}
 	if carry != 0 || hi > c.h.PayloadLen {
-		return c.bad(i, "offset", "block [%d, +%d) runs past the %d-byte payload", e.Offset, e.Bytes(), c.h.PayloadLen)
+		return c.bad(i, "offset", "block [%d, +%d) runs past the %d-byte payload", e.offset, e.bytes(), c.h.PayloadLen)
 	}
-	c.increasing = c.increasing && (i == 0 || e.ID > c.prevID)
-	c.prevID, c.next = e.ID, hi
+	c.increasing = c.increasing && (i == 0 || e.id > c.prevID)
+	c.prevID, c.next = e.id, hi
 	return nil
 }
 
-func (c *entryCheck) duplicate(i int, id uint64) error {
-	return c.bad(i, "id", "block id %d appears twice", id)
-}
-
-// entryAt decodes entry i of a manifest, with its reserved bytes checked.
-func entryAt(man []byte, i int, peer, tag int) (Entry, error) {
-	le := binary.LittleEndian
-	p := man[HeaderSize+i*EntrySize : HeaderSize+(i+1)*EntrySize]
-	if le.Uint32(p[25:]) != 0 || le.Uint32(p[28:]) != 0 {
-		return Entry{}, wireErr(ErrMalformed, peer, tag, fmt.Sprintf("entry[%d].reserved", i), "must be zero")
+// finish checks the n entries checked one by one for a duplicate id.
+func (c *entryCheck) finish(n int, id func(i int) uint64) error {
+	if c.increasing {
+		return nil
 	}
-	return Entry{ID: le.Uint64(p[0:]), Offset: le.Uint64(p[8:]), Rows: le.Uint32(p[16:]), Cols: le.Uint32(p[20:]), DType: DType(p[24])}, nil
+	if i := firstDuplicate(n, id); i >= 0 {
+		return c.bad(i, "id", "block id %d appears twice", id(i))
+	}
+	return nil
 }
 
 // firstDuplicate returns the index of the first of n ids that an earlier
@@ -464,17 +436,17 @@ func firstDuplicate(n int, id func(i int) uint64) int {
 // VerifyPayload checks the payload checksum, if the sender set one.
 func (m *Manifest) VerifyPayload(payload []byte, peer, tag int) error {
 	if uint64(len(payload)) != m.PayloadLen {
-		return wireErr(ErrMalformed, peer, tag, "payload_length", "header says %d bytes, got %d", m.PayloadLen, len(payload))
+		return Errorf(ErrMalformed, peer, tag, "payload_length", "header says %d bytes, got %d", m.PayloadLen, len(payload))
 	}
 	if !m.HasPayloadChecksum {
 		return nil
 	}
 	if sum := Checksum(payload); sum != m.PayloadChecksum {
-		return wireErr(ErrChecksum, peer, tag, "payload_checksum", "computed %#08x, header says %#08x", sum, m.PayloadChecksum)
+		return Errorf(ErrChecksum, peer, tag, "payload_checksum", "computed %#08x, header says %#08x", sum, m.PayloadChecksum)
 	}
 	return nil
 }
 
-// crcUpdate continues a CRC-32C over more bytes: crcUpdate(0, b) ==
-// Checksum(b).
-func crcUpdate(sum uint32, b []byte) uint32 { return crc32.Update(sum, castagnoli, b) }
+// UpdateChecksum continues a CRC-32C over more bytes: UpdateChecksum(0, b)
+// == Checksum(b). A payload that arrives in chunks is checked with it.
+func UpdateChecksum(sum uint32, b []byte) uint32 { return crc32.Update(sum, castagnoli, b) }
