@@ -1,6 +1,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"math"
@@ -131,7 +133,7 @@ func Open(opts Options) (*Allocator, error) {
 	case BackendHost:
 		a.be = newHostBackend()
 	case BackendCUDA, BackendAuto:
-		cudaErr := fmt.Errorf("CUDA backend not compiled in (build with cgo): %w", ErrUnavailable)
+		cudaErr := fmt.Errorf("CUDA backend not compiled in (build with cgo): %w", distbuf.ErrUnavailable)
 		if openCUDA != nil {
 			a.be, cudaErr = openCUDA(opts.Device, cfg)
 		}
@@ -211,7 +213,7 @@ func (a *Allocator) enter() error {
 	a.inflight.Add(1)
 	if a.closed.Load() {
 		a.exit()
-		return fmt.Errorf("devalloc: allocator: %w", ErrClosed)
+		return fmt.Errorf("devalloc: allocator: %w", distbuf.ErrClosed)
 	}
 	return nil
 }
@@ -227,7 +229,7 @@ func (a *Allocator) enter() error {
 // reaches the backend after that.
 func (a *Allocator) lockedEnter() error {
 	if a.closed.Load() {
-		return fmt.Errorf("devalloc: allocator: %w", ErrClosed)
+		return fmt.Errorf("devalloc: allocator: %w", distbuf.ErrClosed)
 	}
 	return nil
 }
@@ -312,13 +314,13 @@ func (a *Allocator) NewStream() (*Stream, error) {
 
 func (a *Allocator) checkStream(s *Stream) error {
 	if s == nil {
-		return fmt.Errorf("devalloc: nil stream: %w", ErrInvalid)
+		return fmt.Errorf("devalloc: nil stream: %w", distbuf.ErrInvalid)
 	}
 	if s.a != a {
-		return fmt.Errorf("devalloc: stream %d belongs to another allocator: %w", s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: stream %d belongs to another allocator: %w", s.id, distbuf.ErrInvalid)
 	}
 	if s.closed.Load() {
-		return fmt.Errorf("devalloc: stream %d: %w", s.id, ErrClosed)
+		return fmt.Errorf("devalloc: stream %d: %w", s.id, distbuf.ErrClosed)
 	}
 	return nil
 }
@@ -332,14 +334,14 @@ const maxAlloc = 1 << 50
 //
 // When memory runs out it climbs the ladder: synchronise and retry, trim the
 // pool and retry, call Options.OnOutOfMemory, and finally return an
-// *OutOfMemoryError matching ErrOutOfMemory.
+// *OutOfMemoryError matching distbuf.ErrOutOfMemory.
 func (a *Allocator) Alloc(size int64, s *Stream) (*Buffer, error) {
 	if err := a.enter(); err != nil {
 		return nil, err
 	}
 	if size <= 0 || size > maxAlloc {
 		a.exit()
-		return nil, fmt.Errorf("devalloc: alloc of %d bytes: size must be in [1, 2^50]: %w", size, ErrInvalid)
+		return nil, fmt.Errorf("devalloc: alloc of %d bytes: size must be in [1, 2^50]: %w", size, distbuf.ErrInvalid)
 	}
 	if err := a.checkStream(s); err != nil {
 		a.exit()
@@ -470,7 +472,7 @@ func (a *Allocator) tryAlloc(aligned int64, s *Stream) (uintptr, unsafe.Pointer,
 // failed with err. Called inside the guard; it returns inside it on
 // success, and outside it on failure.
 func (a *Allocator) allocWithLadder(size, aligned int64, s *Stream, err error) (uintptr, unsafe.Pointer, error) {
-	oom := func(err error) bool { return err == errBudget || errors.Is(err, ErrOutOfMemory) }
+	oom := func(err error) bool { return err == errBudget || errors.Is(err, distbuf.ErrOutOfMemory) }
 	if !oom(err) {
 		a.exit()
 		return 0, nil, fmt.Errorf("devalloc: alloc of %s: %w", FormatBytes(size), err)
@@ -570,7 +572,7 @@ func (a *Allocator) SetPolicy(p Policy) error {
 	}
 	defer a.exit()
 	if p != Retain && p != AggressiveFree {
-		return fmt.Errorf("devalloc: set policy %v: %w", p, ErrInvalid)
+		return fmt.Errorf("devalloc: set policy %v: %w", p, distbuf.ErrInvalid)
 	}
 	if err := a.applyPolicy(p); err != nil {
 		return err
@@ -617,7 +619,7 @@ func (a *Allocator) Prime(bytes int64) error {
 	}
 	defer a.exit()
 	if bytes <= 0 || bytes > maxAlloc {
-		return fmt.Errorf("devalloc: prime %d bytes: size must be in [1, 2^50]: %w", bytes, ErrInvalid)
+		return fmt.Errorf("devalloc: prime %d bytes: size must be in [1, 2^50]: %w", bytes, distbuf.ErrInvalid)
 	}
 	a.c.backendCalls.Add(1)
 	if err := a.be.prime(alignUp(bytes, allocAlign), a.defaultS.impl); err != nil {
@@ -635,7 +637,7 @@ func (a *Allocator) Trim(keepBytes int64) error {
 	}
 	defer a.exit()
 	if keepBytes < 0 {
-		return fmt.Errorf("devalloc: trim to %d bytes: %w", keepBytes, ErrInvalid)
+		return fmt.Errorf("devalloc: trim to %d bytes: %w", keepBytes, distbuf.ErrInvalid)
 	}
 	return a.trimNow(keepBytes)
 }
@@ -663,16 +665,16 @@ func (a *Allocator) MemInfo() (free, total int64) { return a.be.memInfo() }
 // Close waits for pending frees, destroys the allocator's streams and
 // releases its pools. If buffers are still live (or freed but still held by
 // an outside agent) it returns a *LeakError listing them; their memory is not
-// released. Every later call on the allocator returns ErrClosed.
+// released. Every later call on the allocator returns distbuf.ErrClosed.
 //
 // Operations already in flight finish first. Streams waiting for an outside
 // agent's hold stop waiting at once, so that Close cannot wait for ever on a
 // hold that is never released: the work behind such a wait runs, and the
 // stream's next synchronisation (one in flight included) returns an error
-// matching ErrClosed that says so.
+// matching distbuf.ErrClosed that says so.
 func (a *Allocator) Close() error {
 	if a.closed.Swap(true) {
-		return fmt.Errorf("devalloc: close: %w", ErrClosed)
+		return fmt.Errorf("devalloc: close: %w", distbuf.ErrClosed)
 	}
 	a.mu.Lock()
 	streams := make([]*Stream, 0, len(a.streams)+1)

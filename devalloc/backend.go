@@ -1,6 +1,8 @@
 package devalloc
 
-import "unsafe"
+import (
+	"unsafe"
+)
 
 // Kind names the backend an Allocator runs on.
 type Kind int
@@ -76,7 +78,7 @@ type backend interface {
 
 	// alloc returns size bytes (a multiple of allocAlign) usable in the order
 	// of s. hostPtr is non-nil when Go may address the memory. An out-of-memory
-	// failure matches ErrOutOfMemory so the ladder can retry it.
+	// failure matches distbuf.ErrOutOfMemory so the ladder can retry it.
 	alloc(size int64, s streamImpl) (addr uintptr, hostPtr unsafe.Pointer, err error)
 	// freeAsync releases memory in the order of the reclamation stream r,
 	// which has already been made to wait on every completion of the buffer.

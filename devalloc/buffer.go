@@ -1,6 +1,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"sync"
@@ -93,7 +95,7 @@ func (c *completion) unref() {
 }
 
 // Buffer is one allocation. The Allocator owns its memory; the caller owns
-// the Buffer until Free, after which every method returns ErrFreed.
+// the Buffer until Free, after which every method returns distbuf.ErrFreed.
 //
 // The ledger orders access across streams and outside agents (the "token
 // pins storage" rule): a read waits for the last writer, a write waits for the
@@ -172,7 +174,7 @@ func (b *Buffer) SetLabel(label string) {
 
 func (b *Buffer) checkLive() error {
 	if b.state != stateLive {
-		return fmt.Errorf("devalloc: buffer #%d (%s): %w", b.id, FormatBytes(b.size), ErrFreed)
+		return fmt.Errorf("devalloc: buffer #%d (%s): %w", b.id, FormatBytes(b.size), distbuf.ErrFreed)
 	}
 	return nil
 }
@@ -199,7 +201,7 @@ func (b *Buffer) Bytes() ([]byte, error) {
 		return nil, err
 	}
 	if b.hostPtr == nil {
-		return nil, fmt.Errorf("devalloc: buffer #%d is %s memory, not addressable from Go: %w", b.id, Location(b.loc), ErrNotSupported)
+		return nil, fmt.Errorf("devalloc: buffer #%d is %s memory, not addressable from Go: %w", b.id, Location(b.loc), distbuf.ErrNotHostAccessible)
 	}
 	return unsafe.Slice((*byte)(b.hostPtr), b.size), nil
 }
@@ -270,13 +272,13 @@ func (b *Buffer) prepare(s *Stream, mode Mode) error {
 		for _, o := range b.more.open {
 			if o.s != s && (mode == Write || o.mode == Write) {
 				return fmt.Errorf("devalloc: buffer #%d: %s on stream %d while a %s on stream %d is open (call Done after enqueueing): %w",
-					b.id, mode, s.id, o.mode, o.s.id, ErrConflict)
+					b.id, mode, s.id, o.mode, o.s.id, distbuf.ErrConflict)
 			}
 		}
 		if mode == Write {
 			for _, h := range b.more.holds {
 				if h.mode == Write {
-					return fmt.Errorf("devalloc: buffer #%d: write on stream %d while an outside writer holds it: %w", b.id, s.id, ErrConflict)
+					return fmt.Errorf("devalloc: buffer #%d: write on stream %d while an outside writer holds it: %w", b.id, s.id, distbuf.ErrConflict)
 				}
 			}
 		}
@@ -370,7 +372,7 @@ func (x *Access) Done() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if x.done {
-		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, distbuf.ErrInvalid)
 	}
 	if err := b.checkLive(); err != nil {
 		return err
@@ -447,10 +449,10 @@ func (x *Access) checkOpen(s *Stream) error {
 func (x *Access) checkOpenLocked(s *Stream) error {
 	b := x.b
 	if x.done {
-		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, distbuf.ErrInvalid)
 	}
 	if x.s != s {
-		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d ended with work on stream %d: %w", b.id, x.mode, x.s.id, s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d ended with work on stream %d: %w", b.id, x.mode, x.s.id, s.id, distbuf.ErrInvalid)
 	}
 	return b.checkLive()
 }
@@ -584,7 +586,7 @@ func (h *Hold) released() bool {
 // does not block.
 func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 	if mode != Read && mode != Write {
-		return nil, fmt.Errorf("devalloc: buffer #%d: hold mode %v: %w", b.id, mode, ErrInvalid)
+		return nil, fmt.Errorf("devalloc: buffer #%d: hold mode %v: %w", b.id, mode, distbuf.ErrInvalid)
 	}
 	if err := b.allocStream.a.enter(); err != nil {
 		return nil, err
@@ -599,12 +601,12 @@ func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 	for _, o := range m.open {
 		if mode == Write || o.mode == Write {
 			return nil, fmt.Errorf("devalloc: buffer #%d: %s hold while a %s on stream %d is open (call Done after enqueueing): %w",
-				b.id, mode, o.mode, o.s.id, ErrConflict)
+				b.id, mode, o.mode, o.s.id, distbuf.ErrConflict)
 		}
 	}
 	for _, o := range m.holds {
 		if mode == Write || o.mode == Write {
-			return nil, fmt.Errorf("devalloc: buffer #%d: %s hold while an outside %s hold is unreleased: %w", b.id, mode, o.mode, ErrConflict)
+			return nil, fmt.Errorf("devalloc: buffer #%d: %s hold while an outside %s hold is unreleased: %w", b.id, mode, o.mode, distbuf.ErrConflict)
 		}
 	}
 	h := &Hold{b: b, mode: mode, done: make(chan struct{})}
@@ -661,7 +663,7 @@ func (h *Hold) Wait() error {
 	h.mu.Lock()
 	if h.rel {
 		h.mu.Unlock()
-		return fmt.Errorf("devalloc: buffer #%d: wait on a released hold: %w", h.b.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: wait on a released hold: %w", h.b.id, distbuf.ErrInvalid)
 	}
 	deps := h.deps
 	h.mu.Unlock()
@@ -685,13 +687,13 @@ func (h *Hold) Wait() error {
 // Release signals that the outside agent is finished with the buffer. If the
 // buffer was freed meanwhile and this was its last hold, the memory is
 // released (in stream order, without blocking). After Close, Release only
-// lets streams waiting for the hold go on, and returns ErrClosed: the
+// lets streams waiting for the hold go on, and returns distbuf.ErrClosed: the
 // buffer is reported as leaked and its memory is not released.
 func (h *Hold) Release() error {
 	h.mu.Lock()
 	if h.rel {
 		h.mu.Unlock()
-		return fmt.Errorf("devalloc: buffer #%d: hold released twice: %w", h.b.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: hold released twice: %w", h.b.id, distbuf.ErrInvalid)
 	}
 	h.rel = true
 	h.mu.Unlock()
@@ -712,7 +714,7 @@ func (h *Hold) Release() error {
 		}
 	}
 	if !entered {
-		return fmt.Errorf("devalloc: buffer #%d: hold released after Close: %w", b.id, ErrClosed)
+		return fmt.Errorf("devalloc: buffer #%d: hold released after Close: %w", b.id, distbuf.ErrClosed)
 	}
 	if b.state == stateFreeing && len(m.holds) == 0 {
 		b.allocStream.a.c.heldFrees.Add(-1)
@@ -725,7 +727,7 @@ func (h *Hold) Release() error {
 // pool in stream order, after every completion the ledger recorded, after
 // all work enqueued so far on the allocating stream, and after every hold is
 // released. Access still open is closed now. A second Free, like any use
-// after Free, returns ErrFreed.
+// after Free, returns distbuf.ErrFreed.
 func (b *Buffer) Free() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -733,7 +735,7 @@ func (b *Buffer) Free() error {
 		return err
 	}
 	if b.state != stateLive {
-		return fmt.Errorf("devalloc: double free of buffer #%d (%s): %w", b.id, FormatBytes(b.size), ErrFreed)
+		return fmt.Errorf("devalloc: double free of buffer #%d (%s): %w", b.id, FormatBytes(b.size), distbuf.ErrFreed)
 	}
 	if b.more != nil {
 		for len(b.more.open) > 0 {

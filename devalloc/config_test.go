@@ -1,6 +1,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"path/filepath"
 	"testing"
@@ -53,7 +55,7 @@ func TestParseConfigErrorsNameTheKey(t *testing.T) {
 		{"limit:1e99999999999", "limit"},
 	} {
 		_, err := ParseConfig(tc.in)
-		require.ErrorIs(t, err, ErrBadConfig, tc.in)
+		require.ErrorIs(t, err, distbuf.ErrBadConfig, tc.in)
 		var ce *ConfigError
 		require.True(t, errors.As(err, &ce), tc.in)
 		require.Equal(t, tc.key, ce.Key, tc.in)
@@ -70,7 +72,7 @@ func TestParseConfigRejectsWithReason(t *testing.T) {
 		"limit:-2GiB":   "negative",
 	} {
 		_, err := ParseConfig(in)
-		require.ErrorIs(t, err, ErrBadConfig, in)
+		require.ErrorIs(t, err, distbuf.ErrBadConfig, in)
 		require.ErrorContains(t, err, reason, in)
 	}
 }
@@ -119,14 +121,14 @@ func TestPercentRoundTrip(t *testing.T) {
 // still resolve to less than one allocation of this machine's memory.
 func TestOpenRefusesLimitBelowOneAllocation(t *testing.T) {
 	_, err := Open(Options{Backend: BackendHost, Config: &Config{Limit: Limit{Fraction: 1e-12}}})
-	require.ErrorIs(t, err, ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, "less than one allocation")
 	t.Setenv(EnvConf, "limit:1e-10%")
 	_, err = Open(Options{Backend: BackendHost})
-	require.ErrorIs(t, err, ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, EnvConf)
 	_, err = Open(Options{Backend: BackendHost, Config: &Config{Limit: Limit{Fraction: 1e-300}}})
-	require.ErrorIs(t, err, ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, "too small")
 }
 
@@ -161,7 +163,7 @@ func TestBackendFromEnv(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, BackendCUDA, b, "Options win over the environment")
 	_, err = resolveBackend("tpu")
-	require.ErrorIs(t, err, ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 }
 
 func TestAutoFallbackIsReported(t *testing.T) {
@@ -179,7 +181,7 @@ func TestAutoFallbackIsReported(t *testing.T) {
 	require.NoError(t, a.Close())
 
 	_, err = Open(Options{Backend: BackendCUDA, Config: &Config{}})
-	require.ErrorIs(t, err, ErrUnavailable, "an explicit cuda request never falls back")
+	require.ErrorIs(t, err, distbuf.ErrUnavailable, "an explicit cuda request never falls back")
 }
 
 func FuzzParseConfig(f *testing.F) {
@@ -189,8 +191,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := ParseConfig(s)
 		if err != nil {
-			if !errors.Is(err, ErrBadConfig) {
-				t.Fatalf("error %v does not match ErrBadConfig", err)
+			if !errors.Is(err, distbuf.ErrBadConfig) {
+				t.Fatalf("error %v does not match distbuf.ErrBadConfig", err)
 			}
 			return
 		}

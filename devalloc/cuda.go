@@ -1,6 +1,10 @@
 package devalloc
 
-import "fmt"
+import (
+	"github.com/distbuf/distbuf"
+
+	"fmt"
+)
 
 // EnvCUDAHostWait chooses how a CUDA stream waits for the host (an outside
 // agent's Hold, or a function given to Stream.Enqueue): "memop" (the
@@ -21,10 +25,10 @@ const EnvCUDAHostWait = "DISTBUF_CUDA_HOSTWAIT"
 // DeviceCount reports how many CUDA devices the runtime sees, for placing
 // ranks on devices. It loads the CUDA runtime on first use. When CUDA is
 // unavailable (no cgo, no libcudart, no device, an insufficient driver) it
-// returns 0 and an error matching ErrUnavailable that says why.
+// returns 0 and an error matching distbuf.ErrUnavailable that says why.
 func DeviceCount() (int, error) {
 	if cudaDeviceCount == nil {
-		return 0, fmt.Errorf("devalloc: CUDA backend not compiled in (build with cgo): %w", ErrUnavailable)
+		return 0, fmt.Errorf("devalloc: CUDA backend not compiled in (build with cgo): %w", distbuf.ErrUnavailable)
 	}
 	n, err := cudaDeviceCount()
 	if err != nil {

@@ -3,6 +3,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"math"
@@ -21,8 +23,9 @@ func init() {
 	cudaDriverCalls = func() map[string]uint64 { return cudart.Calls() }
 }
 
-// cudaError carries a CUDA failure and matches the devalloc sentinel of the
-// same meaning: out of memory, unavailable, not supported, invalid.
+// cudaError carries a CUDA failure and matches the distbuf sentinel of the
+// same meaning: out of memory, unavailable (a missing device or library, or
+// a call the runtime does not support), invalid.
 type cudaError struct {
 	op  string
 	err error
@@ -33,13 +36,11 @@ func (e *cudaError) Unwrap() error { return e.err }
 
 func (e *cudaError) Is(target error) bool {
 	switch target {
-	case ErrOutOfMemory:
+	case distbuf.ErrOutOfMemory:
 		return errors.Is(e.err, cudart.ErrOutOfMemory)
-	case ErrUnavailable:
-		return errors.Is(e.err, cudart.ErrUnavailable)
-	case ErrNotSupported:
-		return errors.Is(e.err, cudart.ErrNotSupported)
-	case ErrInvalid:
+	case distbuf.ErrUnavailable:
+		return errors.Is(e.err, cudart.ErrUnavailable) || errors.Is(e.err, cudart.ErrNotSupported)
+	case distbuf.ErrInvalid:
 		return errors.Is(e.err, cudart.ErrInvalid)
 	}
 	return false
@@ -52,7 +53,7 @@ func wrapCUDA(op string, err error) error {
 	return &cudaError{op: op, err: err}
 }
 
-var errCUDAClosed = fmt.Errorf("cuda backend: %w", ErrClosed)
+var errCUDAClosed = fmt.Errorf("cuda backend: %w", distbuf.ErrClosed)
 
 func countCUDADevices() (int, error) {
 	rt, err := cudart.Load()
@@ -119,7 +120,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 		return nil, wrapCUDA("count devices", err)
 	}
 	if device >= n {
-		return nil, fmt.Errorf("cuda: device %d not present (%d device(s)): %w", device, n, ErrUnavailable)
+		return nil, fmt.Errorf("cuda: device %d not present (%d device(s)): %w", device, n, distbuf.ErrUnavailable)
 	}
 	d := rt.Device(device)
 	// The first call on the device creates its context: driver problems
@@ -247,7 +248,7 @@ func (be *cudaBackend) memInfo() (free, total int64) {
 func (be *cudaBackend) stream(s streamImpl) (*cudaStream, error) {
 	cs, ok := s.(*cudaStream)
 	if !ok || cs.be != be {
-		return nil, fmt.Errorf("cuda backend: stream of another backend: %w", ErrInvalid)
+		return nil, fmt.Errorf("cuda backend: stream of another backend: %w", distbuf.ErrInvalid)
 	}
 	return cs, nil
 }
@@ -273,7 +274,7 @@ func (be *cudaBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer,
 		var err error
 		addr, err = be.dev.MallocFromPoolAsync(size, be.pool, cs.h)
 		err = wrapCUDA("allocate from the pool", err)
-		if errors.Is(err, ErrOutOfMemory) {
+		if errors.Is(err, distbuf.ErrOutOfMemory) {
 			// The ladder synchronises and retries next: the kept blocks
 			// are free memory by then.
 			err = errors.Join(err, be.reuse.drain(nil))
@@ -411,7 +412,7 @@ func (be *cudaBackend) trim(keep int64) error {
 	// that the trim can release them.
 	streams, err := be.reuse.drainStreams()
 	for _, s := range streams {
-		if serr := s.use(func() error { return wrapCUDA("synchronize", be.dev.StreamSynchronize(s.h)) }); serr != nil && !errors.Is(serr, ErrClosed) {
+		if serr := s.use(func() error { return wrapCUDA("synchronize", be.dev.StreamSynchronize(s.h)) }); serr != nil && !errors.Is(serr, distbuf.ErrClosed) {
 			err = errors.Join(err, serr)
 		}
 	}

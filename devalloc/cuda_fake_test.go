@@ -3,6 +3,8 @@
 package devalloc_test
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
@@ -57,7 +59,7 @@ func TestCUDAFakeHostWaits(t *testing.T) {
 		require.NoError(t, a.Close())
 		t.Setenv(devalloc.EnvCUDAHostWait, "memop")
 		_, err = devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-		require.ErrorIs(t, err, devalloc.ErrBadConfig)
+		require.ErrorIs(t, err, distbuf.ErrBadConfig)
 		require.ErrorContains(t, err, "cuStreamWaitValue32")
 	})
 }
@@ -91,11 +93,11 @@ func TestCUDAFakeUnavailable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			useFakeCUDA(t, tc.define)
 			_, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-			require.ErrorIs(t, err, devalloc.ErrUnavailable)
+			require.ErrorIs(t, err, distbuf.ErrUnavailable)
 			require.ErrorContains(t, err, tc.name)
 			n, err := devalloc.DeviceCount()
 			require.Zero(t, n)
-			require.ErrorIs(t, err, devalloc.ErrUnavailable)
+			require.ErrorIs(t, err, distbuf.ErrUnavailable)
 
 			var warned string
 			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendAuto, Config: &devalloc.Config{},
@@ -110,13 +112,13 @@ func TestCUDAFakeUnavailable(t *testing.T) {
 	t.Run("missing-library", func(t *testing.T) {
 		t.Setenv(cudart.EnvCUDART, "/nonexistent/libcudart.so.13")
 		_, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-		require.ErrorIs(t, err, devalloc.ErrUnavailable)
+		require.ErrorIs(t, err, distbuf.ErrUnavailable)
 		require.ErrorContains(t, err, "/nonexistent/libcudart.so.13")
 	})
 	t.Run("missing-symbol", func(t *testing.T) {
 		useFakeCUDA(t, "FAKE_OMIT_cudaMemcpyAsync")
 		_, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-		require.ErrorIs(t, err, devalloc.ErrUnavailable)
+		require.ErrorIs(t, err, distbuf.ErrUnavailable)
 		require.ErrorContains(t, err, "cudaMemcpyAsync")
 	})
 }

@@ -3,6 +3,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"math"
@@ -202,7 +204,7 @@ func (c *mallocCache) free(addr uintptr, r *cudaStream) error {
 	defer c.mu.Unlock()
 	size, ok := c.live[addr]
 	if !ok {
-		return fmt.Errorf("cuda fallback: free of unknown address %#x: %w", addr, ErrInvalid)
+		return fmt.Errorf("cuda fallback: free of unknown address %#x: %w", addr, distbuf.ErrInvalid)
 	}
 	delete(c.live, addr)
 	c.liveBytes -= size

@@ -3,6 +3,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"sync"
@@ -77,7 +79,7 @@ func (s *cudaStream) use(fn func() error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.dead {
-		return fmt.Errorf("cuda stream: %w", ErrClosed)
+		return fmt.Errorf("cuda stream: %w", distbuf.ErrClosed)
 	}
 	return fn()
 }
@@ -108,7 +110,7 @@ func (s *cudaStream) record() (eventImpl, error) {
 func (s *cudaStream) wait(e eventImpl) error {
 	ev, ok := baseEvent(e).(*cudaEvent)
 	if !ok || ev.be != s.be {
-		return fmt.Errorf("cuda stream: event of another backend: %w", ErrInvalid)
+		return fmt.Errorf("cuda stream: event of another backend: %w", distbuf.ErrInvalid)
 	}
 	return s.use(func() error { return wrapCUDA("wait for an event", s.be.dev.StreamWaitEvent(s.h, ev.h)) })
 }

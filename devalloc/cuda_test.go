@@ -1,6 +1,8 @@
 package devalloc_test
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"testing"
@@ -110,7 +112,7 @@ func testCUDAHostWaits(t *testing.T, kind devalloc.Kind) {
 	_, err = q.Hold(devalloc.Read)
 	require.NoError(t, err)
 	require.NoError(t, s2.Memset(q, 0, n, 0)) // a write: waits for the reading hold
-	require.ErrorIs(t, a.Close(), devalloc.ErrLeak)
+	require.ErrorIs(t, a.Close(), distbuf.ErrLeak)
 }
 
 // testCUDABackendDetails checks what the conformance suite leaves to the backend.
@@ -120,7 +122,7 @@ func testCUDABackendDetails(t *testing.T, kind devalloc.Kind) {
 	require.Positive(t, n)
 
 	_, err = devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Device: n, Config: &devalloc.Config{}})
-	require.ErrorIs(t, err, devalloc.ErrUnavailable)
+	require.ErrorIs(t, err, distbuf.ErrUnavailable)
 	require.ErrorContains(t, err, "not present")
 
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
@@ -148,6 +150,6 @@ func testCUDABackendDetails(t *testing.T, kind devalloc.Kind) {
 
 	t.Setenv(devalloc.EnvCUDAHostWait, "sometimes")
 	_, err = devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, devalloc.EnvCUDAHostWait)
 }

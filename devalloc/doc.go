@@ -16,18 +16,18 @@
 //
 // The Allocator owns its streams, its pools and the memory of every Buffer.
 // The caller owns a *Buffer from Alloc until Free; after Free every method of
-// the Buffer returns ErrFreed, a second Free included. Close destroys the
+// the Buffer returns distbuf.ErrFreed, a second Free included. Close destroys the
 // streams and pools and reports buffers never freed as a *LeakError; their
 // memory is deliberately not released so stale pointers cannot crash.
 //
 // Close lets operations already in flight finish and makes later ones
-// return ErrClosed; it holds no lock while it waits for them, so an
+// return distbuf.ErrClosed; it holds no lock while it waits for them, so an
 // out-of-memory callback may free (or even close) while Close runs. A
 // stream waiting for an outside agent's Hold stops waiting when Close
 // begins, so that a hold never released cannot keep Close (or a Synchronize
 // in flight) waiting for ever: the work behind the wait runs, the stream's
-// next synchronisation returns an error matching ErrClosed that says the
-// wait was abandoned, and Hold.Release after Close returns ErrClosed. A
+// next synchronisation returns an error matching distbuf.ErrClosed that says the
+// wait was abandoned, and Hold.Release after Close returns distbuf.ErrClosed. A
 // function given to Stream.Enqueue that never returns still blocks Close.
 //
 // # The ledger (the token pins storage)
@@ -65,11 +65,11 @@
 // Trim releases it. A per-rank budget (Config.Limit) is independent of the
 // policy: it caps the bytes of live buffers. When an allocation fails, Alloc
 // synchronises and retries, trims and retries, calls Options.OnOutOfMemory,
-// and finally returns an *OutOfMemoryError matching ErrOutOfMemory.
+// and finally returns an *OutOfMemoryError matching distbuf.ErrOutOfMemory.
 //
 // The callback runs outside the allocator's close guard: it may call any
 // method, Free and Close included; an Alloc whose allocator was closed
-// meanwhile returns ErrClosed.
+// meanwhile returns distbuf.ErrClosed.
 //
 // Configuration comes from Options.Config, else DISTBUF_ALLOC_CONF, e.g.
 // "policy:retain,prime:2GiB,limit:80%"; see ParseConfig.

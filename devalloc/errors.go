@@ -1,34 +1,11 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"strings"
-)
-
-// Sentinel errors. Every error returned by this package either is one of these
-// or matches one of them with errors.Is.
-var (
-	// ErrOutOfMemory matches every *OutOfMemoryError.
-	ErrOutOfMemory = errors.New("devalloc: out of memory")
-	// ErrUnavailable means the requested backend cannot run on this machine
-	// (no GPU, no driver, no runtime library).
-	ErrUnavailable = errors.New("devalloc: backend unavailable")
-	// ErrNotSupported means the backend cannot do what was asked.
-	ErrNotSupported = errors.New("devalloc: not supported by this backend")
-	// ErrFreed is returned for any use of a buffer after Free, including a second Free.
-	ErrFreed = errors.New("devalloc: buffer already freed")
-	// ErrClosed is returned for any use of an allocator, stream or event after Close.
-	ErrClosed = errors.New("devalloc: closed")
-	// ErrInvalid reports a bad argument (negative size, nil stream, foreign stream...).
-	ErrInvalid = errors.New("devalloc: invalid argument")
-	// ErrConflict reports an access that would race with an access still open on
-	// another stream (one that has not called Access.Done).
-	ErrConflict = errors.New("devalloc: conflicting open access")
-	// ErrBadConfig matches every *ConfigError.
-	ErrBadConfig = errors.New("devalloc: bad configuration")
-	// ErrLeak matches the *LeakError returned by Close.
-	ErrLeak = errors.New("devalloc: leaked buffers")
 )
 
 // OutOfMemoryError is returned by Alloc once the whole out-of-memory ladder
@@ -54,11 +31,9 @@ func (e *OutOfMemoryError) Error() string {
 		formatMaybe(e.Free), formatMaybe(e.Total), e.Retries, e.Cause)
 }
 
-// Is makes errors.Is(err, ErrOutOfMemory) true.
-func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
-
-// Unwrap exposes the last failure.
-func (e *OutOfMemoryError) Unwrap() error { return e.Cause }
+// Unwrap makes the error match distbuf.ErrOutOfMemory and exposes the last
+// failure (Cause) to errors.Is and errors.As.
+func (e *OutOfMemoryError) Unwrap() []error { return []error{distbuf.ErrOutOfMemory, e.Cause} }
 
 func formatMaybe(n int64) string {
 	if n < 0 {
@@ -69,7 +44,7 @@ func formatMaybe(n int64) string {
 
 // errHoldAbandoned fails the synchronisation of a stream that stopped
 // waiting for an outside hold because the allocator was closed.
-var errHoldAbandoned = fmt.Errorf("a wait for an outside hold was abandoned because the allocator was closed (the hold was never released): %w", ErrClosed)
+var errHoldAbandoned = fmt.Errorf("a wait for an outside hold was abandoned because the allocator was closed (the hold was never released): %w", distbuf.ErrClosed)
 
 // waitOrAbandon waits for ch, the release of a hold, or for abort, and
 // then reports the abandoned wait through fail.
@@ -101,8 +76,8 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("devalloc: %s: key %q: bad value %q: %s", e.Source, e.Key, e.Value, e.Reason)
 }
 
-// Is makes errors.Is(err, ErrBadConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrBadConfig }
+// Is makes errors.Is(err, distbuf.ErrBadConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == distbuf.ErrBadConfig }
 
 // LeakedBuffer describes one buffer still live when the allocator was closed.
 type LeakedBuffer struct {
@@ -145,5 +120,5 @@ func (e *LeakError) Error() string {
 	return b.String()
 }
 
-// Is makes errors.Is(err, ErrLeak) true.
-func (e *LeakError) Is(target error) bool { return target == ErrLeak }
+// Is makes errors.Is(err, distbuf.ErrLeak) true.
+func (e *LeakError) Is(target error) bool { return target == distbuf.ErrLeak }

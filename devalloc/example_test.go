@@ -1,6 +1,8 @@
 package devalloc_test
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"log"
@@ -126,7 +128,7 @@ func ExampleLeakError() {
 	err = a.Close() // buf was never freed
 	var leak *devalloc.LeakError
 	if errors.As(err, &leak) {
-		fmt.Println(errors.Is(err, devalloc.ErrLeak), leak.Count, devalloc.FormatBytes(leak.Bytes), leak.Buffers[0].Label)
+		fmt.Println(errors.Is(err, distbuf.ErrLeak), leak.Count, devalloc.FormatBytes(leak.Bytes), leak.Buffers[0].Label)
 	}
 	// Output: true 1 1 MiB halo
 }

@@ -1,6 +1,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"syscall"
@@ -47,7 +49,7 @@ func (h *hostBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer, 
 func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
 	hs, ok := r.(*hostStream)
 	if !ok {
-		return fmt.Errorf("host backend: stream of another backend: %w", ErrInvalid)
+		return fmt.Errorf("host backend: stream of another backend: %w", distbuf.ErrInvalid)
 	}
 	var err error
 	if hs.runNowIfIdle(func() { err = h.pool.free(addr) }) {
@@ -58,7 +60,7 @@ func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
 		return err
 	}
 	err = r.enqueue(func() error { return h.pool.freeOrdered(addr, ticket) })
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, distbuf.ErrClosed) {
 		// A closed stream has run all its work: nothing to wait for.
 		return h.pool.freeOrdered(addr, ticket)
 	}
@@ -67,7 +69,7 @@ func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
 
 func (h *hostBackend) copyAsync(dst, src memRef, n int64, s streamImpl) error {
 	if dst.host == nil || src.host == nil {
-		return fmt.Errorf("host copy: device memory on the host backend: %w", ErrInvalid)
+		return fmt.Errorf("host copy: device memory on the host backend: %w", distbuf.ErrInvalid)
 	}
 	return s.enqueue(func() error {
 		copy(unsafe.Slice((*byte)(dst.host), n), unsafe.Slice((*byte)(src.host), n))
@@ -77,7 +79,7 @@ func (h *hostBackend) copyAsync(dst, src memRef, n int64, s streamImpl) error {
 
 func (h *hostBackend) memsetAsync(dst memRef, val byte, n int64, s streamImpl) error {
 	if dst.host == nil {
-		return fmt.Errorf("host memset: device memory on the host backend: %w", ErrInvalid)
+		return fmt.Errorf("host memset: device memory on the host backend: %w", distbuf.ErrInvalid)
 	}
 	return s.enqueue(func() error {
 		b := unsafe.Slice((*byte)(dst.host), n)
@@ -96,7 +98,7 @@ func (h *hostBackend) memsetAsync(dst memRef, val byte, n int64, s streamImpl) e
 func (h *hostBackend) allocPinned(size int64) (unsafe.Pointer, error) {
 	mem, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
-		return nil, fmt.Errorf("host pinned: mmap %s: %v: %w", FormatBytes(size), err, ErrOutOfMemory)
+		return nil, fmt.Errorf("host pinned: mmap %s: %v: %w", FormatBytes(size), err, distbuf.ErrOutOfMemory)
 	}
 	return unsafe.Pointer(&mem[0]), nil
 }

@@ -1,6 +1,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -94,7 +96,7 @@ func TestHostPoolMmapFailure(t *testing.T) {
 	p := newHostPool()
 	p.mmap = func(int64) ([]byte, error) { return nil, errors.New("ENOMEM") }
 	_, _, err := p.alloc(4096, nil)
-	require.ErrorIs(t, err, ErrOutOfMemory)
+	require.ErrorIs(t, err, distbuf.ErrOutOfMemory)
 	require.ErrorContains(t, err, "ENOMEM")
 }
 
@@ -175,8 +177,8 @@ func TestHostPoolOrderedTickets(t *testing.T) {
 	t1, err := p.order(addr, s)
 	require.NoError(t, err)
 	_, err = p.order(addr, s)
-	require.ErrorIs(t, err, ErrInvalid, "a chunk whose free is queued cannot be freed again")
-	require.ErrorIs(t, p.free(addr), ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid, "a chunk whose free is queued cannot be freed again")
+	require.ErrorIs(t, p.free(addr), distbuf.ErrInvalid)
 	again, ptr2, err := p.alloc(4096, s)
 	require.NoError(t, err)
 	require.Same(t, c, again, "reused on its stream")

@@ -1,6 +1,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"sync"
 	"testing"
 	"unsafe"
@@ -32,7 +34,7 @@ func (b *nullBackend) alloc(size int64, _ streamImpl) (uintptr, unsafe.Pointer, 
 func (*nullBackend) freeAsync(uintptr, int64, streamImpl) error        { return nil }
 func (*nullBackend) copyAsync(memRef, memRef, int64, streamImpl) error { return nil }
 func (*nullBackend) memsetAsync(memRef, byte, int64, streamImpl) error { return nil }
-func (*nullBackend) allocPinned(int64) (unsafe.Pointer, error)         { return nil, ErrNotSupported }
+func (*nullBackend) allocPinned(int64) (unsafe.Pointer, error)         { return nil, distbuf.ErrUnavailable }
 func (*nullBackend) freePinned(unsafe.Pointer, int64) error            { return nil }
 func (*nullBackend) setReleaseThreshold(uint64) error                  { return nil }
 func (*nullBackend) prime(int64, streamImpl) error                     { return nil }

@@ -1,6 +1,8 @@
 package devalloc
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"errors"
 	"fmt"
 	"math/bits"
@@ -60,7 +62,7 @@ func (a *Allocator) AllocPinned(size int64, s *Stream) (*Buffer, error) {
 
 func (a *Allocator) takePinned(size int64, s *Stream) (*pinnedBlock, error) {
 	if size <= 0 || size > maxAlloc {
-		return nil, fmt.Errorf("devalloc: pinned alloc of %d bytes: size must be in [1, 2^50]: %w", size, ErrInvalid)
+		return nil, fmt.Errorf("devalloc: pinned alloc of %d bytes: size must be in [1, 2^50]: %w", size, distbuf.ErrInvalid)
 	}
 	if err := a.checkStream(s); err != nil {
 		return nil, err
@@ -115,7 +117,7 @@ func (p *pinnedPool) release(b *Buffer, on streamImpl) error {
 	blk := p.all[b.hostPtr]
 	if blk == nil {
 		_ = guard.destroy()
-		return fmt.Errorf("pinned block %p not from this pool: %w", b.hostPtr, ErrInvalid)
+		return fmt.Errorf("pinned block %p not from this pool: %w", b.hostPtr, distbuf.ErrInvalid)
 	}
 	blk.guard = guard
 	class := int(b.pinnedClass)

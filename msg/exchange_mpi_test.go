@@ -3,6 +3,8 @@
 package msg
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -585,7 +587,7 @@ func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, row
 	r, err := x.Exchange(bufs)
 	switch rank {
 	case 1:
-		require.ErrorIs(t, err, devalloc.ErrOutOfMemory, "the receive buffer does not fit the budget")
+		require.ErrorIs(t, err, distbuf.ErrOutOfMemory, "the receive buffer does not fit the budget")
 		require.ErrorContains(t, err, "rank 0")
 	default:
 		// The sender completes (the receiver drained its message) and

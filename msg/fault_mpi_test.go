@@ -3,6 +3,8 @@
 package msg
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"encoding/binary"
 	"errors"
 	"math"
@@ -156,7 +158,7 @@ func faultCases() []faultCase {
 			hog, err := a.Alloc(a.Limit()-100<<10, a.DefaultStream())
 			require.NoError(t, err)
 			return func() { require.NoError(t, hog.Free()) }
-		}, victim: expect{sentinel: devalloc.ErrOutOfMemory, peer: -1, field: ""}, faulty: victimFailed, other: victimFailed},
+		}, victim: expect{sentinel: distbuf.ErrOutOfMemory, peer: -1, field: ""}, faulty: victimFailed, other: victimFailed},
 		{name: "missing-piece", opts: short, inject: onPiecesTo(func(p [][]byte) [][]byte {
 			return p[:len(p)-1]
 		}), victim: expect{sentinel: ErrTimeout, peer: faulty, field: "pieces"}, faulty: victimFailed, other: victimFailed},

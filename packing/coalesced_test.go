@@ -1,13 +1,13 @@
 package packing
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"bytes"
 	"encoding/binary"
+	"github.com/stretchr/testify/require"
 	"math"
 	"testing"
-
-	"github.com/distbuf/distbuf/devalloc"
-	"github.com/stretchr/testify/require"
 )
 
 func TestCoalescedOneAllocation(t *testing.T) {
@@ -304,7 +304,7 @@ func TestWrapReceivedBuffer(t *testing.T) {
 			require.Equal(t, src, out)
 			require.NoError(t, recv.Free())
 			_, err = recvBuf.Addr()
-			require.ErrorIs(t, err, devalloc.ErrFreed, "the Coalesced owns the wrapped buffer")
+			require.ErrorIs(t, err, distbuf.ErrFreed, "the Coalesced owns the wrapped buffer")
 			// A buffer too small for the layout.
 			small, err := a.Alloc(size/2, s)
 			require.NoError(t, err)

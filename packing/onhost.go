@@ -28,7 +28,7 @@ import (
 // and waits on the host for s to reach it, then holds c's buffer (a Hold of
 // the mode) while fn runs: a Free meanwhile keeps the memory until fn is
 // done, and work that other streams declare meanwhile waits for fn, except
-// a write during a Write, which the ledger refuses with devalloc.ErrConflict.
+// a write during a Write, which the ledger refuses with distbuf.ErrConflict.
 //
 // On device memory OnHost stages the group through pinned memory: a buffer
 // of c's layout from the allocator's pinned pool (reused once warm), a copy
@@ -38,7 +38,7 @@ import (
 // before the copy in to after the copy back, so that no other stream's
 // write can fall between them and be overwritten by the copy back: while fn
 // runs, any access to c declared on another stream, and any Hold, fails
-// with devalloc.ErrConflict. OnHost returns once the copy back is enqueued,
+// with distbuf.ErrConflict. OnHost returns once the copy back is enqueued,
 // without waiting for it: the staging buffer's Free is ordered after it in
 // s, and its pinned block goes back to the pool only once the copy has read
 // it. The cost is two copies of the whole group (one for Read) and a host

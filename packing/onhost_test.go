@@ -1,6 +1,8 @@
 package packing
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -395,18 +397,18 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 			if err == nil {
 				require.NoError(t, x.Done())
 			}
-			require.ErrorIs(t, err, devalloc.ErrConflict, "a write on another stream during fn")
+			require.ErrorIs(t, err, distbuf.ErrConflict, "a write on another stream during fn")
 			hd, err := c.Buffer().Hold(devalloc.Read)
 			if err == nil {
 				require.NoError(t, hd.Release())
 			}
-			require.ErrorIs(t, err, devalloc.ErrConflict, "a hold during fn")
+			require.ErrorIs(t, err, distbuf.ErrConflict, "a hold during fn")
 			if c.Location() == devalloc.OnDevice {
 				x, err := c.Read(s2)
 				if err == nil {
 					require.NoError(t, x.Done())
 				}
-				require.ErrorIs(t, err, devalloc.ErrConflict, "a read on another stream during a staged fn")
+				require.ErrorIs(t, err, distbuf.ErrConflict, "a read on another stream during a staged fn")
 			}
 			return fillAll(h, 3)
 		}))

@@ -1,6 +1,8 @@
 package packing
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"bytes"
 	"math/rand/v2"
 	"testing"
@@ -175,7 +177,7 @@ func TestMoverBadInput(t *testing.T) {
 	m, err := NewMover(s, c, []Ref{{src, 0}, {src, 32}}, CopyAuto)
 	require.NoError(t, err)
 	require.NoError(t, src.Free())
-	require.ErrorIs(t, m.Pack(s), devalloc.ErrFreed, "a freed source is caught")
+	require.ErrorIs(t, m.Pack(s), distbuf.ErrFreed, "a freed source is caught")
 	require.NoError(t, c.Free())
 	require.ErrorIs(t, m.Unpack(s), ErrFreed)
 	require.NoError(t, m.Close())

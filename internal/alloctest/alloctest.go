@@ -1,6 +1,8 @@
 package alloctest
 
 import (
+	"github.com/distbuf/distbuf"
+
 	"bytes"
 	"errors"
 	"sync"
@@ -116,39 +118,39 @@ func testBadInput(t *testing.T, h Harness) {
 	s := a.DefaultStream()
 	for _, n := range []int64{0, -1, 1 << 51} {
 		_, err := a.Alloc(n, s)
-		require.ErrorIs(t, err, devalloc.ErrInvalid, "size %d", n)
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "size %d", n)
 		_, err = a.AllocPinned(n, s)
-		require.ErrorIs(t, err, devalloc.ErrInvalid, "pinned size %d", n)
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "pinned size %d", n)
 	}
 	_, err := a.Alloc(64, nil)
-	require.ErrorIs(t, err, devalloc.ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 
 	other := h.open(t, devalloc.Config{})
 	_, err = a.Alloc(64, other.DefaultStream())
-	require.ErrorIs(t, err, devalloc.ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "another allocator")
 
 	b, err := a.Alloc(100, s)
 	require.NoError(t, err)
 	_, err = b.Read(other.DefaultStream())
-	require.ErrorIs(t, err, devalloc.ErrInvalid)
-	require.ErrorIs(t, s.Memset(b, 90, 20, 0), devalloc.ErrInvalid)
-	require.ErrorIs(t, s.Memset(b, -1, 2, 0), devalloc.ErrInvalid)
-	require.ErrorIs(t, s.Copy(b, 0, b, 10, 20), devalloc.ErrInvalid, "overlap")
-	require.ErrorIs(t, s.Copy(b, 0, nil, 0, 1), devalloc.ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
+	require.ErrorIs(t, s.Memset(b, 90, 20, 0), distbuf.ErrInvalid)
+	require.ErrorIs(t, s.Memset(b, -1, 2, 0), distbuf.ErrInvalid)
+	require.ErrorIs(t, s.Copy(b, 0, b, 10, 20), distbuf.ErrInvalid, "overlap")
+	require.ErrorIs(t, s.Copy(b, 0, nil, 0, 1), distbuf.ErrInvalid)
 	_, err = b.Hold(devalloc.Mode(7))
-	require.ErrorIs(t, err, devalloc.ErrInvalid)
-	require.ErrorIs(t, s.Enqueue(nil), devalloc.ErrInvalid)
-	require.ErrorIs(t, a.Prime(0), devalloc.ErrInvalid)
-	require.ErrorIs(t, a.Trim(-1), devalloc.ErrInvalid)
-	require.ErrorIs(t, a.SetPolicy(devalloc.Policy(9)), devalloc.ErrInvalid)
-	require.ErrorIs(t, a.DefaultStream().Close(), devalloc.ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
+	require.ErrorIs(t, s.Enqueue(nil), distbuf.ErrInvalid)
+	require.ErrorIs(t, a.Prime(0), distbuf.ErrInvalid)
+	require.ErrorIs(t, a.Trim(-1), distbuf.ErrInvalid)
+	require.ErrorIs(t, a.SetPolicy(devalloc.Policy(9)), distbuf.ErrInvalid)
+	require.ErrorIs(t, a.DefaultStream().Close(), distbuf.ErrInvalid)
 	if !a.Kind().IsDevice() {
 		_, err = b.Bytes()
 		require.NoError(t, err)
 	} else {
 		_, err = b.Bytes()
-		require.ErrorIs(t, err, devalloc.ErrNotSupported)
+		require.ErrorIs(t, err, distbuf.ErrNotHostAccessible)
 	}
 	require.NoError(t, b.Free())
 	closeClean(t, other)
@@ -164,34 +166,34 @@ func testUseAfterFree(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.NoError(t, b.Free())
 	err = b.Free()
-	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 	require.ErrorContains(t, err, "double free")
-	require.ErrorIs(t, x.Done(), devalloc.ErrInvalid, "Free closed the open access")
+	require.ErrorIs(t, x.Done(), distbuf.ErrInvalid, "Free closed the open access")
 	_, err = b.Addr()
-	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, err = b.Bytes()
-	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, _, _, err = b.Region()
-	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, err = b.Read(s)
-	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, err = b.Write(s)
-	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, err = b.Hold(devalloc.Read)
-	require.ErrorIs(t, err, devalloc.ErrFreed)
-	require.ErrorIs(t, s.Memset(b, 0, 1, 0), devalloc.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
+	require.ErrorIs(t, s.Memset(b, 0, 1, 0), distbuf.ErrFreed)
 
 	c, err := a.Alloc(64, s)
 	require.NoError(t, err)
 	x, err = c.Read(s)
 	require.NoError(t, err)
 	require.NoError(t, x.Done())
-	require.ErrorIs(t, x.Done(), devalloc.ErrInvalid, "Done twice")
+	require.ErrorIs(t, x.Done(), distbuf.ErrInvalid, "Done twice")
 	hd, err := c.Hold(devalloc.Read)
 	require.NoError(t, err)
 	require.NoError(t, hd.Release())
-	require.ErrorIs(t, hd.Release(), devalloc.ErrInvalid, "Release twice")
-	require.ErrorIs(t, hd.Wait(), devalloc.ErrInvalid, "Wait after Release")
+	require.ErrorIs(t, hd.Release(), distbuf.ErrInvalid, "Release twice")
+	require.ErrorIs(t, hd.Wait(), distbuf.ErrInvalid, "Wait after Release")
 	require.NoError(t, c.Free())
 	closeClean(t, a)
 }
@@ -203,17 +205,17 @@ func testAfterClose(t *testing.T, h Harness) {
 	ev, err := s.Record()
 	require.NoError(t, err)
 	closeClean(t, a)
-	require.ErrorIs(t, a.Close(), devalloc.ErrClosed)
+	require.ErrorIs(t, a.Close(), distbuf.ErrClosed)
 	_, err = a.Alloc(64, s)
-	require.ErrorIs(t, err, devalloc.ErrClosed)
+	require.ErrorIs(t, err, distbuf.ErrClosed)
 	_, err = a.NewStream()
-	require.ErrorIs(t, err, devalloc.ErrClosed)
-	require.ErrorIs(t, s.Synchronize(), devalloc.ErrClosed)
-	require.ErrorIs(t, s.Enqueue(func() error { return nil }), devalloc.ErrClosed)
+	require.ErrorIs(t, err, distbuf.ErrClosed)
+	require.ErrorIs(t, s.Synchronize(), distbuf.ErrClosed)
+	require.ErrorIs(t, s.Enqueue(func() error { return nil }), distbuf.ErrClosed)
 	_, err = ev.Done()
-	require.ErrorIs(t, err, devalloc.ErrClosed)
-	require.ErrorIs(t, a.Trim(0), devalloc.ErrClosed)
-	require.ErrorIs(t, a.SetPolicy(devalloc.AggressiveFree), devalloc.ErrClosed)
+	require.ErrorIs(t, err, distbuf.ErrClosed)
+	require.ErrorIs(t, a.Trim(0), distbuf.ErrClosed)
+	require.ErrorIs(t, a.SetPolicy(devalloc.AggressiveFree), distbuf.ErrClosed)
 	_ = a.Stats() // still readable for final reports
 }
 
@@ -257,14 +259,14 @@ func testEvents(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, fill(1024, 0x5a), mem)
 	require.NoError(t, ev.Release())
-	require.ErrorIs(t, ev.Release(), devalloc.ErrInvalid)
-	require.ErrorIs(t, ev.Wait(), devalloc.ErrInvalid)
-	require.ErrorIs(t, s2.Wait(ev), devalloc.ErrInvalid)
+	require.ErrorIs(t, ev.Release(), distbuf.ErrInvalid)
+	require.ErrorIs(t, ev.Wait(), distbuf.ErrInvalid)
+	require.ErrorIs(t, s2.Wait(ev), distbuf.ErrInvalid)
 	require.NoError(t, ev2.Release())
 	require.NoError(t, p.Free())
 	require.NoError(t, b.Free())
 	require.NoError(t, s2.Close())
-	require.ErrorIs(t, s2.Close(), devalloc.ErrClosed)
+	require.ErrorIs(t, s2.Close(), distbuf.ErrClosed)
 	closeClean(t, a)
 }
 
@@ -500,9 +502,9 @@ func testConflicts(t *testing.T, h Harness) {
 	w, err := b.Write(s1)
 	require.NoError(t, err)
 	_, err = b.Read(s2)
-	require.ErrorIs(t, err, devalloc.ErrConflict)
+	require.ErrorIs(t, err, distbuf.ErrConflict)
 	_, err = b.Hold(devalloc.Read)
-	require.ErrorIs(t, err, devalloc.ErrConflict)
+	require.ErrorIs(t, err, distbuf.ErrConflict)
 	r, err := b.Read(s1) // same stream: in order, no conflict
 	require.NoError(t, err)
 	require.NoError(t, r.Done())
@@ -512,7 +514,7 @@ func testConflicts(t *testing.T, h Harness) {
 	r2, err := b.Read(s2) // concurrent readers are fine
 	require.NoError(t, err)
 	_, err = b.Write(s2)
-	require.ErrorIs(t, err, devalloc.ErrConflict)
+	require.ErrorIs(t, err, distbuf.ErrConflict)
 	require.NoError(t, r1.Done())
 	require.NoError(t, r2.Done())
 
@@ -521,13 +523,13 @@ func testConflicts(t *testing.T, h Harness) {
 	h2, err := b.Hold(devalloc.Read)
 	require.NoError(t, err)
 	_, err = b.Hold(devalloc.Write)
-	require.ErrorIs(t, err, devalloc.ErrConflict)
+	require.ErrorIs(t, err, distbuf.ErrConflict)
 	require.NoError(t, h1.Release())
 	require.NoError(t, h2.Release())
 	hw, err := b.Hold(devalloc.Write)
 	require.NoError(t, err)
 	_, err = b.Write(s1)
-	require.ErrorIs(t, err, devalloc.ErrConflict)
+	require.ErrorIs(t, err, distbuf.ErrConflict)
 	require.NoError(t, hw.Release())
 	require.NoError(t, b.Free())
 	closeClean(t, a)
@@ -772,7 +774,7 @@ func testBudget(t *testing.T, h Harness) {
 	b1, err := a.Alloc(512<<10, s)
 	require.NoError(t, err)
 	_, err = a.Alloc(768<<10, s)
-	require.ErrorIs(t, err, devalloc.ErrOutOfMemory)
+	require.ErrorIs(t, err, distbuf.ErrOutOfMemory)
 	var oom *devalloc.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	require.EqualValues(t, 768<<10, oom.Requested)
@@ -839,7 +841,7 @@ func testOOMLadder(t *testing.T, h Harness) {
 func testBackendOOM(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	_, err := a.Alloc(1<<49, a.DefaultStream()) // 512 TiB: more than any machine has
-	require.ErrorIs(t, err, devalloc.ErrOutOfMemory)
+	require.ErrorIs(t, err, distbuf.ErrOutOfMemory)
 	var oom *devalloc.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
 	require.EqualValues(t, 1<<49, oom.Requested)
@@ -919,7 +921,7 @@ func testLeaks(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.NoError(t, held.Free()) // freed, but the hold is never released
 	err = a.Close()
-	require.ErrorIs(t, err, devalloc.ErrLeak)
+	require.ErrorIs(t, err, distbuf.ErrLeak)
 	var leak *devalloc.LeakError
 	require.ErrorAs(t, err, &leak)
 	require.Equal(t, 3, leak.Count)
@@ -929,7 +931,7 @@ func testLeaks(t *testing.T, h Harness) {
 	require.True(t, leak.Buffers[2].Held)
 	require.ErrorContains(t, err, "3 leaked buffer(s)")
 	require.ErrorContains(t, err, "left-env")
-	require.ErrorIs(t, hd.Release(), devalloc.ErrClosed)
+	require.ErrorIs(t, hd.Release(), distbuf.ErrClosed)
 }
 
 // within waits for ch to deliver, failing the test after a few seconds.
@@ -962,9 +964,9 @@ func testCloseAbandonsHoldWaits(t *testing.T, h Harness) {
 	closed := make(chan error, 1)
 	go func() { closed <- a.Close() }()
 	err = within(t, closed, "Close, with a stream waiting for a hold never released,")
-	require.ErrorIs(t, err, devalloc.ErrLeak)
-	require.ErrorIs(t, within(t, synced, "Synchronize"), devalloc.ErrClosed)
-	require.ErrorIs(t, hr.Release(), devalloc.ErrClosed)
+	require.ErrorIs(t, err, distbuf.ErrLeak)
+	require.ErrorIs(t, within(t, synced, "Synchronize"), distbuf.ErrClosed)
+	require.ErrorIs(t, hr.Release(), distbuf.ErrClosed)
 }
 
 // testOOMCallbackDuringClose: the out-of-memory callback frees a buffer
@@ -1003,13 +1005,13 @@ func testOOMCallbackDuringClose(t *testing.T, h Harness) {
 	time.Sleep(20 * time.Millisecond) // let Close begin
 	close(proceed)
 	if err := within(t, freed, "Free inside the callback"); err != nil {
-		require.ErrorIs(t, err, devalloc.ErrClosed)
+		require.ErrorIs(t, err, distbuf.ErrClosed)
 	}
 	if err := within(t, allocated, "Alloc"); err != nil {
-		require.ErrorIs(t, err, devalloc.ErrClosed)
+		require.ErrorIs(t, err, distbuf.ErrClosed)
 	}
 	if err := within(t, closed, "Close"); err != nil {
-		require.ErrorIs(t, err, devalloc.ErrLeak)
+		require.ErrorIs(t, err, distbuf.ErrLeak)
 	}
 }
 
@@ -1107,7 +1109,7 @@ func testConfig(t *testing.T, h Harness) {
 
 	t.Setenv(devalloc.EnvConf, "policy:retain,prime:lots")
 	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: h.Device})
-	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	var ce *devalloc.ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "prime", ce.Key)
@@ -1115,11 +1117,11 @@ func testConfig(t *testing.T, h Harness) {
 
 	t.Setenv(devalloc.EnvBackend, "quantum")
 	_, err = devalloc.Open(devalloc.Options{Device: h.Device, Config: &devalloc.Config{}})
-	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, "quantum")
 
 	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Config: &devalloc.Config{Limit: devalloc.Limit{Fraction: 2}}})
-	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: -1, Config: &devalloc.Config{}})
-	require.ErrorIs(t, err, devalloc.ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 }
