@@ -1,21 +1,22 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // Mode is the kind of access work makes to a buffer.
 type Mode int
 
 const (
-	Read Mode = iota + 1
-	Write
+	Read  Mode = iota + 1 // reads the buffer: waits for its last writer (an MPI send holds it so)
+	Write                 // writes it: waits for the last writer and every reader since (an MPI receive)
 )
 
 func (m Mode) String() string {
@@ -122,7 +123,6 @@ type Buffer struct {
 // bufferMore is the part of a buffer's ledger that a buffer allocated,
 // filled and freed on one stream never needs.
 type bufferMore struct {
-	label   string
 	readers []entry
 	open    []*Access
 	holds   []*Hold
@@ -165,35 +165,18 @@ func (b *Buffer) Location() Location { return Location(b.loc) }
 // Allocator returns the allocator that owns the buffer.
 func (b *Buffer) Allocator() *Allocator { return b.allocStream.a }
 
-// SetLabel names the buffer in leak reports.
-func (b *Buffer) SetLabel(label string) {
-	b.mu.Lock()
-	b.ext().label = label
-	b.mu.Unlock()
-}
-
 func (b *Buffer) checkLive() error {
 	if b.state != stateLive {
-		return fmt.Errorf("devalloc: buffer #%d (%s): %w", b.id, FormatBytes(b.size), distbuf.ErrFreed)
+		return fmt.Errorf("devalloc: buffer #%d (%s): %w", b.id, bytesize.Format(b.size), distbuf.ErrFreed)
 	}
 	return nil
-}
-
-// Addr is the address of the memory: a device pointer for OnDevice buffers,
-// a host pointer otherwise. Its validity ends when the buffer is freed.
-func (b *Buffer) Addr() (uintptr, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.checkLive(); err != nil {
-		return 0, err
-	}
-	return b.addr, nil
 }
 
 // Bytes is a Go view of host-accessible memory (OnHost and Pinned). The
 // slice must not be used after Free, and reading or writing it from the host
 // must be ordered like any other access: inside Stream.Enqueue between Read
-// or Write and Access.Done, or after a Hold's Wait.
+// or Write and Access.Done, or after a Hold's Wait. On device memory it
+// returns an error matching distbuf.ErrNotHostAccessible.
 func (b *Buffer) Bytes() ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -206,10 +189,12 @@ func (b *Buffer) Bytes() ([]byte, error) {
 	return unsafe.Slice((*byte)(b.hostPtr), b.size), nil
 }
 
-// Region describes the memory for code that hands it to C or MPI: its
-// address, length, and whether it is device memory. C may hold the address
-// until the buffer is freed; use a Hold to stop the free from releasing it
-// earlier.
+// Region describes the memory for code that hands it to C, CUDA or MPI:
+// its address (a device pointer for OnDevice buffers, a host pointer
+// otherwise), its length in bytes, and whether it is device memory. C may
+// hold the address until the buffer is freed; use a Hold to stop the free
+// from releasing it earlier. After Free it returns an error matching
+// distbuf.ErrFreed.
 func (b *Buffer) Region() (addr uintptr, size int64, device bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -654,9 +639,6 @@ func (h *Hold) dropDeps() {
 	h.deps = nil
 }
 
-// Mode reports whether the hold is a reader or a writer.
-func (h *Hold) Mode() Mode { return h.mode }
-
 // Wait blocks until the work this hold must follow has completed: the last
 // writer for a read hold, and every reader too for a write hold.
 func (h *Hold) Wait() error {
@@ -735,7 +717,7 @@ func (b *Buffer) Free() error {
 		return err
 	}
 	if b.state != stateLive {
-		return fmt.Errorf("devalloc: double free of buffer #%d (%s): %w", b.id, FormatBytes(b.size), distbuf.ErrFreed)
+		return fmt.Errorf("devalloc: double free of buffer #%d (%s): %w", b.id, bytesize.Format(b.size), distbuf.ErrFreed)
 	}
 	if b.more != nil {
 		for len(b.more.open) > 0 {

@@ -1,13 +1,12 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/stretchr/testify/require"
 )
 

@@ -3,8 +3,6 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +12,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
 
@@ -87,12 +87,12 @@ type cudaBackend struct {
 	rt       *cudart.Runtime
 	dev      *cudart.Device
 	ordinal  int
-	kindV    Kind
+	kindV    backendKind
 	hostWait hostWaitMode
 	info     string // describe()
 
-	pool      cudart.MemPool // KindCUDAPool
-	fb        *mallocCache   // KindCUDAMalloc
+	pool      cudart.MemPool // kindCUDAPool
+	fb        *mallocCache   // kindCUDAMalloc
 	threshold atomic.Uint64
 
 	events eventPool
@@ -141,7 +141,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 	pools, _ := d.Attribute(cudart.AttrMemoryPoolsSupported)
 	noPool := ""
 	switch {
-	case cfg.Pool == PoolOff || cudaTestPoolOff:
+	case cfg.NoPool || cudaTestPoolOff:
 		noPool = "pool:off"
 	case !caps.MemoryPools:
 		noPool = "the runtime lacks the stream-ordered pool functions"
@@ -162,7 +162,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 			_ = d.MemPoolDestroy(be.pool)
 			return nil, wrapCUDA("configure the memory pool", err)
 		}
-		be.kindV = KindCUDAPool
+		be.kindV = kindCUDAPool
 		limit := cfg.Cache
 		if limit == 0 {
 			limit = defaultCache
@@ -188,14 +188,14 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 		be.reuse.recycle = be.events.put
 		mode = "private stream-ordered pool"
 		if be.reuse.limit > 0 {
-			mode += fmt.Sprintf(" (reuse of freed blocks up to %s)", FormatBytes(be.reuse.limit))
+			mode += fmt.Sprintf(" (reuse of freed blocks up to %s)", bytesize.Format(be.reuse.limit))
 		}
 	} else {
 		be.fb = newMallocCache(d, &be.events, cfg.Cache)
-		be.kindV = KindCUDAMalloc
+		be.kindV = kindCUDAMalloc
 		cache := "no cache"
 		if be.fb.limit > 0 {
-			cache = FormatBytes(be.fb.limit) + " cache"
+			cache = bytesize.Format(be.fb.limit) + " cache"
 		}
 		mode = fmt.Sprintf("cudaMalloc fallback (%s; %s)", noPool, cache)
 	}
@@ -207,7 +207,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 	major, _ := d.Attribute(cudart.AttrComputeCapabilityMajor)
 	minor, _ := d.Attribute(cudart.AttrComputeCapabilityMinor)
 	be.info = fmt.Sprintf("CUDA device %d (%s, sm_%d%d, %s): %s, host waits by %s; %s (runtime %s, driver %s)",
-		device, name, major, minor, FormatBytes(total), mode, be.hostWait,
+		device, name, major, minor, bytesize.Format(total), mode, be.hostWait,
 		rt.Path(), cudart.FormatVersion(rt.RuntimeVersion()), cudart.FormatVersion(rt.DriverVersion()))
 	return be, nil
 }
@@ -215,7 +215,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 func chooseHostWait(d *cudart.Device) (hostWaitMode, error) {
 	mapped, _ := d.Attribute(cudart.AttrCanMapHostMemory)
 	canMemop := d.Runtime().Capabilities().StreamWaitValue && mapped == 1
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvCUDAHostWait))); v {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(envCUDAHostWait))); v {
 	case "", "auto":
 		if canMemop {
 			return hostWaitMemop, nil
@@ -223,19 +223,19 @@ func chooseHostWait(d *cudart.Device) (hostWaitMode, error) {
 		return hostWaitCallback, nil
 	case "memop":
 		if !canMemop {
-			return 0, &ConfigError{Source: EnvCUDAHostWait, Key: "hostwait", Value: v,
-				Reason: "cuStreamWaitValue32 or mapped pinned memory is not available on this device"}
+			return 0, &configError{source: envCUDAHostWait, key: "hostwait", value: v,
+				reason: "cuStreamWaitValue32 or mapped pinned memory is not available on this device"}
 		}
 		return hostWaitMemop, nil
 	case "callback":
 		return hostWaitCallback, nil
 	default:
-		return 0, &ConfigError{Source: EnvCUDAHostWait, Key: "hostwait", Value: v, Reason: "want auto, memop or callback"}
+		return 0, &configError{source: envCUDAHostWait, key: "hostwait", value: v, reason: "want auto, memop or callback"}
 	}
 }
 
-func (be *cudaBackend) kind() Kind       { return be.kindV }
-func (be *cudaBackend) describe() string { return be.info }
+func (be *cudaBackend) kind() backendKind { return be.kindV }
+func (be *cudaBackend) describe() string  { return be.info }
 
 func (be *cudaBackend) memInfo() (free, total int64) {
 	f, t, err := be.dev.MemGetInfo()

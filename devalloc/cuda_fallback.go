@@ -3,8 +3,6 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +10,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
 
@@ -41,8 +40,8 @@ import (
 //
 // The bound is Config.Cache (256 MiB by default; -1 keeps no cache,
 // so every free is a cudaFree and every allocation a cudaMalloc), raised to
-// the bytes primed (Prime allocates with cudaMalloc and caches the block),
-// and lowered to the release threshold under AggressiveFree. Trim(keep)
+// the bytes primed (Config.Prime allocates with cudaMalloc and caches the
+// block), and lowered to the release threshold under AggressiveFree. Trim(keep)
 // frees cached blocks, largest first, until at most keep bytes stay
 // reserved, and lowers the primed amount to keep.
 type mallocCache struct {

@@ -3,14 +3,13 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
 
@@ -20,7 +19,7 @@ import (
 //
 // Host work (Enqueue functions, waits for an outside agent's Hold) is
 // ordered on the device by one word of mapped pinned memory per stream (see
-// EnvCUDAHostWait): each host operation takes the next sequence number and
+// envCUDAHostWait): each host operation takes the next sequence number and
 // the stream waits until the word reaches it (cuStreamWaitValue32, GEQ). A
 // worker goroutine completes the operations in order and writes their
 // numbers, so the word only grows and one word serves the stream's life. An

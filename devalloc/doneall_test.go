@@ -1,13 +1,12 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/stretchr/testify/require"
 )
 

@@ -1,12 +1,13 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"errors"
 	"fmt"
 	"syscall"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // hostBackend keeps memory in host RAM and runs streams on goroutines.
@@ -16,7 +17,7 @@ type hostBackend struct {
 
 func newHostBackend() *hostBackend { return &hostBackend{pool: newHostPool()} }
 
-func (h *hostBackend) kind() Kind { return KindHost }
+func (h *hostBackend) kind() backendKind { return kindHost }
 
 func (h *hostBackend) describe() string { return "host memory (mmap pool, goroutine streams)" }
 
@@ -98,7 +99,7 @@ func (h *hostBackend) memsetAsync(dst memRef, val byte, n int64, s streamImpl) e
 func (h *hostBackend) allocPinned(size int64) (unsafe.Pointer, error) {
 	mem, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
-		return nil, fmt.Errorf("host pinned: mmap %s: %v: %w", FormatBytes(size), err, distbuf.ErrOutOfMemory)
+		return nil, fmt.Errorf("host pinned: mmap %s: %v: %w", bytesize.Format(size), err, distbuf.ErrOutOfMemory)
 	}
 	return unsafe.Pointer(&mem[0]), nil
 }

@@ -1,14 +1,15 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"fmt"
 	"math"
 	"math/bits"
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // hostPool is the host backend's stand-in for the driver's memory pool: it
@@ -196,7 +197,7 @@ func (p *hostPool) findFree(size int64) *chunk {
 func (p *hostPool) addSegment(size int64, ar *arena) (*chunk, error) {
 	mem, err := p.mmap(size)
 	if err != nil {
-		return nil, fmt.Errorf("host pool: mmap %s: %v: %w", FormatBytes(size), err, distbuf.ErrOutOfMemory)
+		return nil, fmt.Errorf("host pool: mmap %s: %v: %w", bytesize.Format(size), err, distbuf.ErrOutOfMemory)
 	}
 	seg := &segment{mem: mem, size: size, arena: ar}
 	p.segments[seg] = struct{}{}

@@ -1,12 +1,11 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"errors"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/stretchr/testify/require"
 )
 
@@ -104,11 +103,13 @@ func TestHostPoolMmapFailure(t *testing.T) {
 func TestLadderOrderOnBackendFailure(t *testing.T) {
 	var steps []string
 	var a *Allocator
-	a, err := Open(Options{Backend: BackendHost, Config: &Config{}, OnOutOfMemory: func(ev OOMEvent) bool {
+	a, err := Open(Options{Backend: BackendHost, Config: &Config{}, OnOutOfMemory: func(report *OutOfMemoryError) bool {
 		st := a.Stats()
 		steps = append(steps, "callback")
 		require.EqualValues(t, 1, st.Trims, "trim ran before the callback")
 		require.EqualValues(t, 2, st.OOMRetries, "sync and trim retries ran before the callback")
+		require.Equal(t, 2, report.Retries, "the report counts them")
+		require.ErrorIs(t, report, distbuf.ErrOutOfMemory)
 		return false
 	}})
 	require.NoError(t, err)

@@ -1,10 +1,10 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"fmt"
 	"sync"
+
+	"github.com/distbuf/distbuf"
 )
 
 // hostStream runs its work in order on one goroutine, like a device stream:

@@ -1,8 +1,6 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/distbuf/distbuf"
 )
 
 // ledgerModel drives random reads, writes, holds, frees and devalloc's own

@@ -1,9 +1,9 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"fmt"
+
+	"github.com/distbuf/distbuf"
 )
 
 // A stream mark is "everything enqueued on a stream so far", recorded as an

@@ -1,11 +1,11 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
 )
 
 // nullBackend does no memory or stream work at all: benchmarks on it time
@@ -20,7 +20,7 @@ type nullStream struct{}
 
 type nullEvent struct{}
 
-func (*nullBackend) kind() Kind                     { return KindCUDAPool }
+func (*nullBackend) kind() backendKind              { return kindCUDAPool }
 func (*nullBackend) describe() string               { return "null" }
 func (*nullBackend) memInfo() (int64, int64)        { return 1 << 40, 1 << 40 }
 func (*nullBackend) newStream() (streamImpl, error) { return nullStream{}, nil }

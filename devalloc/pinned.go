@@ -1,13 +1,14 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // pinnedPool keeps page-locked host memory for staging. Allocating it is slow
@@ -69,7 +70,7 @@ func (a *Allocator) takePinned(size int64, s *Stream) (*pinnedBlock, error) {
 	}
 	blk, err := a.pinned.take(size)
 	if err != nil {
-		return nil, fmt.Errorf("devalloc: pinned alloc of %s: %w", FormatBytes(size), err)
+		return nil, fmt.Errorf("devalloc: pinned alloc of %s: %w", bytesize.Format(size), err)
 	}
 	return blk, nil
 }

@@ -1,12 +1,12 @@
 package devalloc
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
 )
 
 // Stream is an in-order queue of work on one device: a cudaStream_t on the
@@ -95,9 +95,6 @@ func (s *Stream) waitLedger(other *Stream, ev eventImpl, seq uint64) error {
 	s.waited[other] = seq
 	return nil
 }
-
-// ID is a small number naming the stream in errors (the reclamation stream is -1).
-func (s *Stream) ID() int { return s.id }
 
 // Handle is the backend's native handle: the cudaStream_t on CUDA, 0 on host.
 // It stays owned by the Stream.

@@ -1,13 +1,12 @@
 package gemm
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"encoding/binary"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"

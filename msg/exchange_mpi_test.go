@@ -3,8 +3,6 @@
 package msg
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
@@ -557,7 +556,7 @@ func TestReceiverOutOfMemoryDrains(t *testing.T) {
 	if rank == 1 {
 		// Room for the message in the budget, but not beside what rank 1
 		// already holds: the length is accepted, the allocation fails.
-		conf.Limit = devalloc.Limit{Bytes: 3 << 20}
+		conf.Limit = 3 << 20
 	}
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Config: &conf})
 	require.NoError(t, err)

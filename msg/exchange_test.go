@@ -1,14 +1,13 @@
 package msg
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"cmp"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"

@@ -3,8 +3,6 @@
 package msg
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"encoding/binary"
 	"errors"
 	"math"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
@@ -155,7 +154,7 @@ func faultCases() []faultCase {
 		}, victim: expect{sentinel: ErrChecksum, peer: faulty, field: "payload_checksum"}, faulty: victimFailed, other: victimFailed},
 		{name: "receiver-out-of-memory", prepare: func(t *testing.T, a *devalloc.Allocator) func() {
 			// The budget takes each length, but not beside what rank 1 holds.
-			hog, err := a.Alloc(a.Limit()-100<<10, a.DefaultStream())
+			hog, err := a.Alloc(a.Info().Limit-100<<10, a.DefaultStream())
 			require.NoError(t, err)
 			return func() { require.NoError(t, hog.Free()) }
 		}, victim: expect{sentinel: distbuf.ErrOutOfMemory, peer: -1, field: ""}, faulty: victimFailed, other: victimFailed},
@@ -281,7 +280,7 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	comm := world(t)
 	var a *devalloc.Allocator
 	if rank == victim && fc.prepare != nil {
-		conf := &devalloc.Config{Limit: devalloc.Limit{Bytes: 2 << 20}}
+		conf := &devalloc.Config{Limit: 2 << 20}
 		a = v.openWith(t, conf)
 	} else {
 		a = v.open(t)

@@ -1,13 +1,13 @@
 package packing
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"bytes"
 	"encoding/binary"
-	"github.com/stretchr/testify/require"
 	"math"
 	"testing"
+
+	"github.com/distbuf/distbuf"
+	"github.com/stretchr/testify/require"
 )
 
 func TestCoalescedOneAllocation(t *testing.T) {
@@ -149,7 +149,7 @@ func TestViewsAndAccessors(t *testing.T) {
 	c, err := Alloc(a, p, s)
 	require.NoError(t, err)
 	require.NoError(t, s.Synchronize())
-	base, err := c.Buffer().Addr()
+	base, _, _, err := c.Buffer().Region()
 	require.NoError(t, err)
 	for k, d := range descs {
 		v, err := c.View(k)
@@ -303,7 +303,7 @@ func TestWrapReceivedBuffer(t *testing.T) {
 			require.NoError(t, s.Synchronize())
 			require.Equal(t, src, out)
 			require.NoError(t, recv.Free())
-			_, err = recvBuf.Addr()
+			_, _, _, err = recvBuf.Region()
 			require.ErrorIs(t, err, distbuf.ErrFreed, "the Coalesced owns the wrapped buffer")
 			// A buffer too small for the layout.
 			small, err := a.Alloc(size/2, s)
@@ -358,7 +358,7 @@ func TestMillionBlocksOneAllocation(t *testing.T) {
 	views, err := c.Views()
 	require.NoError(t, err)
 	require.Len(t, views, 1_000_000)
-	base, err := c.Buffer().Addr()
+	base, _, _, err := c.Buffer().Region()
 	require.NoError(t, err)
 	last := views[len(views)-1]
 	require.LessOrEqual(t, last.Addr()+uintptr(last.Bytes()), base+uintptr(c.Size()))
@@ -437,7 +437,7 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 			require.Equal(t, p.Groups()[1].Bytes, c.Size())
 			require.Equal(t, prefix+c.Size(), c.Buffer().Size())
 			require.Equal(t, 1, c.Dest())
-			base, err := c.Buffer().Addr()
+			base, _, _, err := c.Buffer().Region()
 			require.NoError(t, err)
 			members, err := p.Members(1)
 			require.NoError(t, err)

@@ -238,7 +238,7 @@ func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
 		if err != nil {
 			return fmt.Errorf("packing: %w: %w", ErrUnavailable, err)
 		}
-		table, err := m.table.Addr()
+		table, _, _, err := m.table.Region()
 		if err != nil {
 			return fmt.Errorf("packing: %w", err)
 		}
@@ -282,10 +282,10 @@ func CopySpans(s *devalloc.Stream, dsts, srcs, sizes []uintptr) error {
 		return fmt.Errorf("packing: copy spans: nil stream or lists of different lengths: %w", ErrInvalid)
 	}
 	a := s.Allocator()
-	if !a.Kind().IsDevice() {
-		return fmt.Errorf("packing: copy spans: the %s backend has no kernel: %w", a.Kind(), ErrUnavailable)
+	if a.Info().Backend != devalloc.BackendCUDA {
+		return fmt.Errorf("packing: copy spans: the %s backend has no kernel: %w", a.Info().Backend, ErrUnavailable)
 	}
-	d, err := device(a.Device())
+	d, err := device(a.Info().Device)
 	if err != nil {
 		return fmt.Errorf("packing: copy spans: %w: %w", ErrUnavailable, err)
 	}
@@ -311,7 +311,7 @@ func CopySpans(s *devalloc.Stream, dsts, srcs, sizes []uintptr) error {
 	err = writeTable(table, entries)
 	var addr uintptr
 	if err == nil {
-		addr, err = table.Addr()
+		addr, _, _, err = table.Region()
 	}
 	if err == nil {
 		// distbuf_copy_table(table, int n, int reverse): entries copy their first address to their second.

@@ -63,7 +63,7 @@ func TestJoined(t *testing.T) {
 			parts, err := c.Parts()
 			require.NoError(t, err)
 			require.Len(t, parts, len(p.Groups()))
-			base, err := c.Buffer().Addr()
+			base, _, _, err := c.Buffer().Region()
 			require.NoError(t, err)
 			want := make([]byte, end)
 			for g, part := range parts {
@@ -185,7 +185,7 @@ func TestShare(t *testing.T) {
 	require.EqualValues(t, 1, live(), "c1 still holds the buffer")
 	v, err := c1.View(0)
 	require.NoError(t, err)
-	base, err := buf.Addr()
+	base, _, _, err := buf.Region()
 	require.NoError(t, err)
 	require.Equal(t, base+uintptr(size+v.Offset()), v.Addr())
 	require.NoError(t, c1.Free())

@@ -66,7 +66,7 @@ func (c *Coalesced) OnHost(s *devalloc.Stream, mode devalloc.Mode, fn func(h *Ho
 	case mode != devalloc.Read && mode != devalloc.Write:
 		return fmt.Errorf("packing: on host: mode %v: want devalloc.Read or devalloc.Write: %w", mode, ErrInvalid)
 	case s.Allocator() != c.buf.Allocator():
-		return fmt.Errorf("packing: on host: stream %d belongs to another allocator than coalesced buffer #%d: %w", s.ID(), c.buf.ID(), ErrInvalid)
+		return fmt.Errorf("packing: on host: the stream belongs to another allocator than coalesced buffer #%d: %w", c.buf.ID(), ErrInvalid)
 	}
 	if c.host != nil {
 		return c.onHostInPlace(s, mode, fn)
@@ -174,7 +174,7 @@ func waitStream(s *devalloc.Stream) error {
 		err = rerr
 	}
 	if err != nil {
-		return fmt.Errorf("packing: on host: wait for stream %d: %w", s.ID(), err)
+		return fmt.Errorf("packing: on host: wait for the stream: %w", err)
 	}
 	return nil
 }

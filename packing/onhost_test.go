@@ -1,8 +1,6 @@
 package packing
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"bytes"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
@@ -268,8 +267,8 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		// Work on OnHost's stream, and work on another stream that the
 		// ledger orders before it, both held back: fn must not run before
 		// they have.
-		for _, on := range []*devalloc.Stream{s, s2} {
-			val := byte(0x3C + on.ID())
+		for i, on := range []*devalloc.Stream{s, s2} {
+			val := byte(0x3C + i)
 			open := gateStream(t, on)
 			defer open()
 			require.NoError(t, on.Memset(c.Buffer(), c.Start(), c.Size(), val))
@@ -284,14 +283,14 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 							return err
 						}
 						if !bytes.Equal(raw, bytes.Repeat([]byte{val}, len(raw))) {
-							return fmt.Errorf("block %d: fn does not see the memset of stream %d", k, on.ID())
+							return fmt.Errorf("block %d: fn does not see the memset of stream %d", k, i)
 						}
 					}
 					return nil
 				})
 			}()
 			time.Sleep(50 * time.Millisecond)
-			require.False(t, ran.Load(), "fn ran before the memset on stream %d", on.ID())
+			require.False(t, ran.Load(), "fn ran before the memset on stream %d", i)
 			open()
 			select {
 			case err := <-res:

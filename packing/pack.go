@@ -93,7 +93,7 @@ func NewMover(s *devalloc.Stream, c *Coalesced, refs []Ref, method CopyMethod) (
 	if len(refs) != n {
 		return nil, fmt.Errorf("packing: mover: %d refs for %d blocks: %w", len(refs), n, ErrInvalid)
 	}
-	m := &Mover{c: c, dev: c.buf.Allocator().Device()}
+	m := &Mover{c: c, dev: c.buf.Allocator().Info().Device}
 	sizes := make([]int64, n)
 	allHost := c.host != nil
 	allDevice := c.Location() == devalloc.OnDevice

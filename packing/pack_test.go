@@ -1,12 +1,11 @@
 package packing
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"bytes"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
@@ -135,7 +134,7 @@ func TestPackUnpackCUDA(t *testing.T) {
 	for _, m := range []CopyMethod{CopyAuto, CopyKernel, CopyBatch, CopyPerBlock} {
 		t.Run(m.String(), func(t *testing.T) {
 			if m == CopyKernel {
-				if err := KernelStatus(a.Device()); err != nil {
+				if err := KernelStatus(a.Info().Device); err != nil {
 					gputest.Unavailable(t, "the gather kernel", err)
 				}
 			}

@@ -36,7 +36,7 @@ type benchResult struct {
 // emit writes r as one JSON line.
 func (c *benchContext) emit(r benchResult) error {
 	if r.Backend == "" && c.alloc != nil {
-		r.Backend = c.alloc.Kind().String()
+		r.Backend = kindName(c.alloc)
 	}
 	line, err := json.Marshal(r)
 	if err != nil {

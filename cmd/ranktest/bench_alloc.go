@@ -143,7 +143,7 @@ var allocVariants = []allocVariant{
 	{mode: "retained", cfg: devalloc.Config{Policy: devalloc.Retain}, goals: true},
 	{mode: "retained-noreuse", cfg: devalloc.Config{Policy: devalloc.Retain, Cache: -1},
 		cudaOnly: "needs the CUDA backend (the reuse it turns off is the CUDA pool's)"},
-	{mode: "fallback", cfg: devalloc.Config{Pool: devalloc.PoolOff, Cache: allocParams.fallbackCache},
+	{mode: "fallback", cfg: devalloc.Config{NoPool: true, Cache: allocParams.fallbackCache},
 		cudaOnly: "needs the CUDA backend (the cudaMalloc fallback)"},
 	{mode: "retained-packed", cfg: devalloc.Config{Policy: devalloc.Retain}, packed: true, goals: true},
 }
@@ -227,8 +227,8 @@ func benchAlloc(c *benchContext) (err error) {
 // openVariant opens an allocator for v on the run's backend and device.
 func openVariant(c *benchContext, v allocVariant) (a *devalloc.Allocator, skip string, err error) {
 	backend, device := devalloc.BackendHost, 0
-	if c.alloc.Kind().IsDevice() {
-		backend, device = devalloc.BackendCUDA, c.alloc.Device()
+	if c.alloc.Info().Backend == devalloc.BackendCUDA {
+		backend, device = devalloc.BackendCUDA, c.alloc.Info().Device
 	}
 	if v.raw {
 		return nil, "", fmt.Errorf("%s has no allocator", v.mode)
@@ -243,14 +243,14 @@ func (c *benchContext) skipLine(mode, reason string, extra map[string]any) error
 		extra = map[string]any{}
 	}
 	extra["skipped"] = reason
-	return c.emit(benchResult{Bench: "alloc", Mode: mode, Backend: c.alloc.Kind().String(), Extra: extra})
+	return c.emit(benchResult{Bench: "alloc", Mode: mode, Backend: kindName(c.alloc), Extra: extra})
 }
 
 func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err error) {
 	if v.raw {
 		return benchAllocRaw(c, run, v.mode)
 	}
-	if v.cudaOnly != "" && !c.alloc.Kind().IsDevice() {
+	if v.cudaOnly != "" && c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return c.skipLine(v.mode, v.cudaOnly, nil)
 	}
 	if v.packed {
@@ -275,13 +275,13 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 		med := round3(median(ours.lat))
 		run.pair[v.mode][size] = med
 		extra := map[string]any{"case": "pair", "p90_us": round3(percentile(ours.lat, 0.9)), "nosync_median_us": round3(ours.nosync),
-			"kind": a.Kind().String()}
+			"kind": kindName(a)}
 		if v.mode == "retained" {
 			addRatios(extra, run.pair["threshold0"][size], run.pair["cudamalloc"][size], med, false)
 		}
 		addPairVsC(extra, run.base, ours, med, cpair, v.goals)
 		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: p.pairs, Bytes: size, MedianUS: med,
-			Backend: a.Kind().String(), Extra: extra}); err != nil {
+			Backend: kindName(a), Extra: extra}); err != nil {
 			return err
 		}
 	}
@@ -298,7 +298,7 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 		}
 		addVsC(extra, run.base, res.median, cres, goalIf(v.goals))
 		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-			Backend: a.Kind().String(), Extra: extra}); err != nil {
+			Backend: kindName(a), Extra: extra}); err != nil {
 			return err
 		}
 	}
@@ -349,7 +349,7 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 			}
 			addVsC(extra, run.base, res.median, cres, goalIf(mode == "retained"))
 			if err := c.emit(benchResult{Bench: "alloc", Mode: "large-only", N: res.cycles, Bytes: res.bytes,
-				MedianUS: res.median, Backend: a.Kind().String(), Extra: extra}); err != nil {
+				MedianUS: res.median, Backend: kindName(a), Extra: extra}); err != nil {
 				return errors.Join(err, a.Close())
 			}
 		}
@@ -463,7 +463,7 @@ func cycleSizes(seed uint64, i, large, tiny int) []int64 {
 // backend: onDevice on a device, where cycles are cheap and their ratios
 // to C's need the samples, allocParams.minCycles on the host.
 func cyclesOn(a *devalloc.Allocator, onDevice int) int {
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		return onDevice
 	}
 	return allocParams.minCycles
@@ -536,12 +536,12 @@ func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	p := allocParams
 	cycles := max(c.cfg.iters, minCycles)
 	r := &cycleRun{c: c, a: a, s: a.DefaultStream(), v: v, large: large, tiny: tiny, touch: touch, total: p.warmup + cycles,
-		res:   cycleResult{cycles: cycles, allocs: large + tiny, kind: a.Kind().String(), touch: touch},
+		res:   cycleResult{cycles: cycles, allocs: large + tiny, kind: kindName(a), touch: touch},
 		times: make([]float64, 0, cycles), bufs: make([]*devalloc.Buffer, 0, large+tiny)}
 	if v.packed && !v.replan {
 		r.plans = make([]bondPlan, p.bonds)
 	}
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		r.driverCalls = &cudart.Tally{}
 	}
 	a.ResetPeak()
@@ -755,10 +755,10 @@ func percentile(xs []float64, q float64) float64 {
 
 // benchAllocRaw measures the cudaMalloc/cudaFree baseline: pairs and cycles.
 func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
-	if !c.alloc.Kind().IsDevice() {
+	if c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return c.skipLine(mode, "needs the CUDA backend (raw cudaMalloc/cudaFree)", nil)
 	}
-	r, err := openRawCUDA(c.alloc.Device())
+	r, err := openRawCUDA(c.alloc.Info().Device)
 	if err != nil {
 		return err
 	}
@@ -798,10 +798,10 @@ func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
 }
 
 func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) {
-	if !c.alloc.Kind().IsDevice() {
+	if c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return c.skipLine("large-only", "needs the CUDA backend (raw cudaMalloc/cudaFree)", map[string]any{"allocator": mode})
 	}
-	r, err := openRawCUDA(c.alloc.Device())
+	r, err := openRawCUDA(c.alloc.Info().Device)
 	if err != nil {
 		return err
 	}
@@ -827,13 +827,13 @@ func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) 
 // the allocator's goals can be judged. The retained line carries the
 // ratios to threshold 0 and to cudamalloc of the same run.
 func benchRawPool(c *benchContext, run *allocRun) (err error) {
-	if !c.alloc.Kind().IsDevice() {
+	if c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return c.skipLine("raw-pool", "needs the CUDA backend (a cudaMemPool called directly)", nil)
 	}
 	p := allocParams
 	for _, retained := range []bool{false, true} {
 		name := map[bool]string{false: "threshold0", true: "retained"}[retained]
-		r, err := openRawPool(c.alloc.Device(), retained)
+		r, err := openRawPool(c.alloc.Info().Device, retained)
 		if err != nil {
 			return err
 		}
@@ -936,7 +936,7 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, pools []*devalloc.Allocator, t cycleTouch) error {
 	p := allocParams
 	cycles := p.pairedCycles
-	if !pools[0].Kind().IsDevice() {
+	if pools[0].Info().Backend != devalloc.BackendCUDA {
 		// The host's memsets are slow, and its pool is not the driver's:
 		// four sweeps, so that most cycles reuse the plans of the first.
 		cycles = max(p.minCycles, 4*p.bonds)
@@ -1001,7 +1001,7 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 			extra["c_large_only_driver_calls_per_cycle"] = totalCalls(cLarge.driverCalls)
 		}
 		if err := c.emit(benchResult{Bench: "alloc", Mode: v.mode, N: res[k].cycles, Bytes: res[k].bytes, MedianUS: res[k].median,
-			Backend: pools[k].Kind().String(), Extra: extra}); err != nil {
+			Backend: kindName(pools[k]), Extra: extra}); err != nil {
 			return err
 		}
 	}

@@ -76,7 +76,7 @@ type gemmBench struct {
 }
 
 func newGemmBench(c *benchContext) (*gemmBench, error) {
-	g := &gemmBench{c: c, a: c.alloc, s: c.alloc.DefaultStream(), device: c.alloc.Kind().IsDevice(), iters: max(c.cfg.iters, 3)}
+	g := &gemmBench{c: c, a: c.alloc, s: c.alloc.DefaultStream(), device: c.alloc.Info().Backend == devalloc.BackendCUDA, iters: max(c.cfg.iters, 3)}
 	var err error
 	if g.eng, err = gemm.NewEngine(g.s, gemm.EngineOptions{}); err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ func newGemmBench(c *benchContext) (*gemmBench, error) {
 		if err != nil {
 			return nil, err
 		}
-		g.dev = rt.Device(c.alloc.Device())
+		g.dev = rt.Device(c.alloc.Info().Device)
 	}
 	return g, nil
 }
@@ -431,14 +431,14 @@ func (g *gemmBench) directStrided(o *operands, dim, n int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	h, err := lib.NewHandle(g.a.Device(), g.s.Handle(), false)
+	h, err := lib.NewHandle(g.a.Info().Device, g.s.Handle(), false)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = h.Destroy() }()
 	var addr [3]uintptr
 	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
-		if addr[i], err = c.Buffer().Addr(); err != nil {
+		if addr[i], _, _, err = c.Buffer().Region(); err != nil {
 			return 0, err
 		}
 	}

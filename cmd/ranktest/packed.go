@@ -169,7 +169,7 @@ func (sv *solver) verifyAll(st *iterStats, bd *bondData, recv *msg.Received, ite
 // memory through one copy to pinned memory.
 func (sv *solver) verifyReceived(st *iterStats, bd *bondData, src int, c *packing.Coalesced, iter int) error {
 	buf := c.Buffer()
-	base, err := buf.Addr()
+	base, _, _, err := buf.Region()
 	if err != nil {
 		return err
 	}

@@ -25,9 +25,9 @@ const (
 func warnSharedGPU(world *cluster.Comm, a *devalloc.Allocator, out io.Writer) error {
 	local := world.Local()
 	row := []int64{int64(world.Rank()), placementOf(a), mpsUnknown}
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		if rt, err := cudart.Load(); err == nil {
-			if v, err := rt.Device(a.Device()).Attribute(cudart.AttrMPSEnabled); err == nil {
+			if v, err := rt.Device(a.Info().Device).Attribute(cudart.AttrMPSEnabled); err == nil {
 				row[2] = mpsOff
 				if v == 1 {
 					row[2] = mpsOn
@@ -62,3 +62,21 @@ func warnSharedGPU(world *cluster.Comm, a *devalloc.Allocator, out io.Writer) er
 	}
 	return nil
 }
+
+// allocKinds names the allocators a rank may run on, as the results report
+// them; ranks compare them by index.
+var allocKinds = [...]string{"host", "cuda-pool", "cuda-malloc"}
+
+// allocKind is the index in allocKinds of the allocator a runs on.
+func allocKind(a *devalloc.Allocator) int {
+	switch info := a.Info(); {
+	case info.Backend == devalloc.BackendHost:
+		return 0
+	case info.Pool:
+		return 1
+	}
+	return 2
+}
+
+// kindName names the allocator a runs on: host, cuda-pool or cuda-malloc.
+func kindName(a *devalloc.Allocator) string { return allocKinds[allocKind(a)] }

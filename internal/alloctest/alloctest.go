@@ -1,14 +1,14 @@
 package alloctest
 
 import (
-	"github.com/distbuf/distbuf"
-
 	"bytes"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/stretchr/testify/require"
 )
@@ -17,8 +17,9 @@ import (
 type Harness struct {
 	// Backend is passed in Options.Backend.
 	Backend devalloc.Backend
-	// Kinds lists the acceptable Kind values (e.g. cuda-pool or cuda-malloc).
-	Kinds []devalloc.Kind
+	// Pool is the Info.Pool the allocators must report: true for the CUDA
+	// pool, false for the cudaMalloc fallback and the host backend.
+	Pool bool
 	// Device is passed in Options.Device.
 	Device int
 }
@@ -31,7 +32,8 @@ func (h Harness) open(t *testing.T, cfg devalloc.Config, mod ...func(*devalloc.O
 	}
 	a, err := devalloc.Open(opts)
 	require.NoError(t, err)
-	require.Contains(t, h.Kinds, a.Kind())
+	require.Equal(t, h.Backend, a.Info().Backend)
+	require.Equal(t, h.Pool, a.Info().Pool)
 	return a
 }
 
@@ -104,12 +106,14 @@ func Run(t *testing.T, h Harness) {
 
 func testOpen(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
-	require.NotEmpty(t, a.Describe())
-	require.Equal(t, devalloc.Retain, a.Policy())
+	info := a.Info()
+	require.NotEmpty(t, info.Description)
+	require.Equal(t, h.Backend == devalloc.BackendCUDA && !h.Pool, info.FallbackReason != "", "a fallback, and only a fallback, gives a reason: %q", info.FallbackReason)
+	require.Equal(t, devalloc.Retain, info.Config.Policy)
+	require.Zero(t, info.Limit)
+	require.Equal(t, h.Device, info.Device)
 	require.NotNil(t, a.DefaultStream())
-	free, total := a.MemInfo()
-	require.Positive(t, total)
-	require.LessOrEqual(t, free, total)
+	require.Positive(t, info.TotalMemory)
 	closeClean(t, a)
 }
 
@@ -141,11 +145,12 @@ func testBadInput(t *testing.T, h Harness) {
 	_, err = b.Hold(devalloc.Mode(7))
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorIs(t, s.Enqueue(nil), distbuf.ErrInvalid)
-	require.ErrorIs(t, a.Prime(0), distbuf.ErrInvalid)
+	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: h.Device, Config: &devalloc.Config{Prime: -1}})
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorIs(t, a.Trim(-1), distbuf.ErrInvalid)
 	require.ErrorIs(t, a.SetPolicy(devalloc.Policy(9)), distbuf.ErrInvalid)
 	require.ErrorIs(t, a.DefaultStream().Close(), distbuf.ErrInvalid)
-	if !a.Kind().IsDevice() {
+	if a.Info().Backend != devalloc.BackendCUDA {
 		_, err = b.Bytes()
 		require.NoError(t, err)
 	} else {
@@ -169,8 +174,6 @@ func testUseAfterFree(t *testing.T, h Harness) {
 	require.ErrorIs(t, err, distbuf.ErrFreed)
 	require.ErrorContains(t, err, "double free")
 	require.ErrorIs(t, x.Done(), distbuf.ErrInvalid, "Free closed the open access")
-	_, err = b.Addr()
-	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, err = b.Bytes()
 	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, _, _, err = b.Region()
@@ -545,18 +548,17 @@ func testHoldRead(t *testing.T, h Harness) {
 	require.NoError(t, s.Memset(p, 0, n, 0x5e))
 	hd, err := p.Hold(devalloc.Read) // the "send" starts
 	require.NoError(t, err)
-	require.Equal(t, devalloc.Read, hd.Mode())
 	require.NoError(t, hd.Wait()) // the memset is complete
 	view, err := p.Bytes()
 	require.NoError(t, err)
 	require.Equal(t, fill(n, 0x5e), view)
-	addr, _ := p.Addr()
+	addr, _, _, _ := p.Region()
 
 	require.NoError(t, p.Free()) // freed while the send is in flight
 	require.EqualValues(t, 1, a.Stats().PendingFrees)
 	q, err := a.AllocPinned(n, s)
 	require.NoError(t, err)
-	qaddr, _ := q.Addr()
+	qaddr, _, _, _ := q.Region()
 	require.NotEqual(t, addr, qaddr, "memory held by a send was handed out again")
 	require.NoError(t, s.Memset(q, 0, n, 0xff))
 	require.NoError(t, s.Synchronize())
@@ -737,7 +739,7 @@ func testPolicy(t *testing.T, h Harness) {
 	require.GreaterOrEqual(t, a.Stats().ReservedCurrent, int64(n), "retain keeps freed memory")
 
 	require.NoError(t, a.SetPolicy(devalloc.AggressiveFree))
-	require.Equal(t, devalloc.AggressiveFree, a.Policy())
+	require.Equal(t, devalloc.AggressiveFree, a.Info().Config.Policy)
 	require.Zero(t, a.Stats().ReservedCurrent, "switching to free releases unused memory")
 	cycle()
 	require.Zero(t, a.Stats().ReservedCurrent, "aggressive-free returns memory at the phase boundary")
@@ -768,8 +770,8 @@ func testPrimeTrim(t *testing.T, h Harness) {
 }
 
 func testBudget(t *testing.T, h Harness) {
-	a := h.open(t, devalloc.Config{Limit: devalloc.Limit{Bytes: 1 << 20}})
-	require.EqualValues(t, 1<<20, a.Limit())
+	a := h.open(t, devalloc.Config{Limit: 1 << 20})
+	require.EqualValues(t, 1<<20, a.Info().Limit)
 	s := a.DefaultStream()
 	b1, err := a.Alloc(512<<10, s)
 	require.NoError(t, err)
@@ -791,9 +793,9 @@ func testBudget(t *testing.T, h Harness) {
 	require.NoError(t, b3.Free())
 
 	// A percentage resolves against the memory the backend reports.
-	c := h.open(t, devalloc.Config{Limit: devalloc.Limit{Fraction: 0.5}})
-	_, total := c.MemInfo()
-	require.InDelta(t, float64(total)/2, float64(c.Limit()), float64(total)/1000)
+	c := h.open(t, devalloc.Config{LimitFraction: 0.5})
+	total := c.Info().TotalMemory
+	require.InDelta(t, float64(total)/2, float64(c.Info().Limit), float64(total)/1000)
 	closeClean(t, c)
 	closeClean(t, a)
 }
@@ -801,11 +803,11 @@ func testBudget(t *testing.T, h Harness) {
 func testOOMLadder(t *testing.T, h Harness) {
 	var a *devalloc.Allocator
 	var victim *devalloc.Buffer
-	var events []devalloc.OOMEvent
+	var events []*devalloc.OutOfMemoryError
 	var trimsAtCallback []int64
-	a = h.open(t, devalloc.Config{Limit: devalloc.Limit{Bytes: 1 << 20}}, func(o *devalloc.Options) {
-		o.OnOutOfMemory = func(ev devalloc.OOMEvent) bool {
-			events = append(events, ev)
+	a = h.open(t, devalloc.Config{Limit: 1 << 20}, func(o *devalloc.Options) {
+		o.OnOutOfMemory = func(report *devalloc.OutOfMemoryError) bool {
+			events = append(events, report)
 			trimsAtCallback = append(trimsAtCallback, a.Stats().Trims)
 			if victim != nil {
 				require.NoError(t, victim.Free())
@@ -822,8 +824,10 @@ func testOOMLadder(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	require.EqualValues(t, 512<<10, events[0].Requested)
-	require.Equal(t, 1, events[0].Attempt)
+	require.Equal(t, 2, events[0].Retries, "the sync and trim retries came first")
 	require.EqualValues(t, 768<<10, events[0].Used)
+	require.EqualValues(t, 1<<20, events[0].Limit)
+	require.ErrorIs(t, events[0], distbuf.ErrOutOfMemory)
 	require.EqualValues(t, 1, trimsAtCallback[0], "trim runs before the callback")
 	require.EqualValues(t, 3, a.Stats().OOMRetries)
 
@@ -856,7 +860,6 @@ func testStats(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s := a.DefaultStream()
 	st := a.Stats()
-	require.Equal(t, a.Kind(), st.Kind)
 	require.Zero(t, st.RequestedCurrent)
 	sizes := []int64{100, 4096, 1 << 20, 3}
 	var bufs []*devalloc.Buffer
@@ -912,7 +915,6 @@ func testLeaks(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s := a.DefaultStream()
 	b1, _ := a.Alloc(1000, s)
-	b1.SetLabel("left-env")
 	_, _ = a.Alloc(24, s)
 	b3, _ := a.Alloc(500, s)
 	require.NoError(t, b3.Free())
@@ -927,10 +929,11 @@ func testLeaks(t *testing.T, h Harness) {
 	require.Equal(t, 3, leak.Count)
 	require.EqualValues(t, 1000+24+64, leak.Bytes)
 	require.Len(t, leak.Buffers, 3)
-	require.Equal(t, "left-env", leak.Buffers[0].Label)
+	require.Equal(t, b1.ID(), leak.Buffers[0].ID)
+	require.EqualValues(t, 1000, leak.Buffers[0].Bytes)
 	require.True(t, leak.Buffers[2].Held)
 	require.ErrorContains(t, err, "3 leaked buffer(s)")
-	require.ErrorContains(t, err, "left-env")
+	require.ErrorContains(t, err, fmt.Sprintf("#%d ", b1.ID()))
 	require.ErrorIs(t, hd.Release(), distbuf.ErrClosed)
 }
 
@@ -977,8 +980,8 @@ func testOOMCallbackDuringClose(t *testing.T, h Harness) {
 	inCallback, proceed := make(chan struct{}), make(chan struct{})
 	freed := make(chan error, 1)
 	var once sync.Once
-	a := h.open(t, devalloc.Config{Limit: devalloc.Limit{Bytes: 1 << 20}}, func(o *devalloc.Options) {
-		o.OnOutOfMemory = func(devalloc.OOMEvent) bool {
+	a := h.open(t, devalloc.Config{Limit: 1 << 20}, func(o *devalloc.Options) {
+		o.OnOutOfMemory = func(*devalloc.OutOfMemoryError) bool {
 			once.Do(func() {
 				close(inCallback)
 				<-proceed
@@ -1100,27 +1103,24 @@ func testConcurrent(t *testing.T, h Harness) {
 }
 
 func testConfig(t *testing.T, h Harness) {
-	t.Setenv(devalloc.EnvConf, "policy:free,limit:2MiB")
+	t.Setenv("DISTBUF_ALLOC_CONF", "policy:free,limit:2MiB")
 	a, err := devalloc.Open(devalloc.Options{Backend: h.Backend, Device: h.Device})
 	require.NoError(t, err)
-	require.Equal(t, devalloc.AggressiveFree, a.Policy())
-	require.EqualValues(t, 2<<20, a.Limit())
+	require.Equal(t, devalloc.AggressiveFree, a.Info().Config.Policy)
+	require.EqualValues(t, 2<<20, a.Info().Limit)
 	closeClean(t, a)
 
-	t.Setenv(devalloc.EnvConf, "policy:retain,prime:lots")
+	t.Setenv("DISTBUF_ALLOC_CONF", "policy:retain,prime:lots")
 	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: h.Device})
 	require.ErrorIs(t, err, distbuf.ErrBadConfig)
-	var ce *devalloc.ConfigError
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, "prime", ce.Key)
-	require.Equal(t, devalloc.EnvConf, ce.Source)
+	require.ErrorContains(t, err, `DISTBUF_ALLOC_CONF: key "prime"`)
 
-	t.Setenv(devalloc.EnvBackend, "quantum")
+	t.Setenv("DISTBUF_BACKEND", "quantum")
 	_, err = devalloc.Open(devalloc.Options{Device: h.Device, Config: &devalloc.Config{}})
 	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, "quantum")
 
-	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Config: &devalloc.Config{Limit: devalloc.Limit{Fraction: 2}}})
+	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Config: &devalloc.Config{LimitFraction: 2}})
 	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: -1, Config: &devalloc.Config{}})
 	require.ErrorIs(t, err, distbuf.ErrBadConfig)
