@@ -25,7 +25,7 @@ type Options struct {
 	// Config overrides DISTBUF_ALLOC_CONF when not nil.
 	Config *Config
 	// OnOutOfMemory is step 3 of the out-of-memory ladder: it receives the
-	// report so far (Retries counts the attempts made, Cause is the last
+	// report so far (Retries counts the retries made, Cause is the last
 	// failure), may free memory, and returns true to ask for another
 	// attempt; it is called at most 8 times per Alloc. It is called without
 	// any allocator lock held, so it may call any method, Free and Close

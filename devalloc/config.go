@@ -301,10 +301,11 @@ func parseLimit(val string) (bytes int64, fraction float64, err error) {
 // resolveBackend applies Options, then the environment, then auto.
 func resolveBackend(b Backend) (Backend, error) {
 	if b != "" {
-		if _, err := parseBackend(string(b), "Options"); err != nil {
+		parsed, err := parseBackend(string(b), "Options")
+		if err != nil {
 			return "", &configError{source: "Options", key: "Backend", value: string(b), reason: "want auto, cuda or host"}
 		}
-		return b, nil
+		return parsed, nil
 	}
 	if env, ok := os.LookupEnv(envBackend); ok && strings.TrimSpace(env) != "" {
 		return parseBackend(env, envBackend)

@@ -139,6 +139,9 @@ func TestBackendFromEnv(t *testing.T) {
 	b, err = resolveBackend(BackendCUDA)
 	require.NoError(t, err)
 	require.Equal(t, BackendCUDA, b, "Options win over the environment")
+	b, err = resolveBackend(" Cuda ")
+	require.NoError(t, err)
+	require.Equal(t, BackendCUDA, b, "a name in Options is read as in the environment")
 	_, err = resolveBackend("tpu")
 	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 }
