@@ -1,6 +1,3 @@
-// Package bytesize reads and writes sizes in bytes the way distbuf's
-// configuration strings and messages spell them: "64KiB", "1.5GB", "2G" in,
-// "1.5 GiB" out. It owns no state.
 package bytesize
 
 import (
