@@ -520,7 +520,7 @@ func TestAttachDevallocHold(t *testing.T) {
 				t.Fatal(err)
 			}
 			fillPattern(raw, w.Rank(), right, tag)
-			sendAddr, _ := sendBuf.Addr()
+			sendAddr, _, _, _ := sendBuf.Region()
 			hold, err := sendBuf.Hold(devalloc.Read)
 			if err != nil {
 				t.Fatal(err)
@@ -545,7 +545,7 @@ func TestAttachDevallocHold(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if addr, _ := other.Addr(); addr == sendAddr {
+			if addr, _, _, _ := other.Region(); addr == sendAddr {
 				t.Fatal("memory of a buffer still held by an Isend was handed out again")
 			}
 

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // Options configures Open. The zero Options opens the backend named by
@@ -21,22 +24,43 @@ type Options struct {
 	Device int
 	// Config overrides DISTBUF_ALLOC_CONF when not nil.
 	Config *Config
-	// OnOutOfMemory is step 3 of the out-of-memory ladder: it may free memory
-	// and return true to ask for another attempt. It is called without any
-	// allocator lock held, so it may call Free.
-	OnOutOfMemory func(OOMEvent) (retry bool)
+	// OnOutOfMemory is step 3 of the out-of-memory ladder: it receives the
+	// report so far (Retries counts the retries made, Cause is the last
+	// failure), may free memory, and returns true to ask for another
+	// attempt; it is called at most 8 times per Alloc. It is called without
+	// any allocator lock held, so it may call any method, Free and Close
+	// included.
+	OnOutOfMemory func(report *OutOfMemoryError) (retry bool)
 	// Warn receives warnings such as the reason for a fallback. Nil writes
 	// them to standard error: a fallback is never silent.
 	Warn func(msg string)
 }
 
-// OOMEvent is passed to Options.OnOutOfMemory.
-type OOMEvent struct {
-	Requested int64
-	Attempt   int // 1 for the first callback
-	Used      int64
-	Reserved  int64
-	Limit     int64
+// Info describes an allocator: the backend it runs on and the
+// configuration in effect. Reading it makes no driver call.
+type Info struct {
+	// Backend is the backend in use: BackendCUDA or BackendHost.
+	Backend Backend
+	// Pool is true when the CUDA backend allocates from its private
+	// stream-ordered pool, and false on its cudaMalloc fallback and on the
+	// host backend.
+	Pool bool
+	// Device is the CUDA device ordinal the allocator was opened on.
+	Device int
+	// Description names the backend and device in words, for logs.
+	Description string
+	// FallbackReason says why the allocator is not on the backend (or the
+	// CUDA allocator) asked for; empty when it is.
+	FallbackReason string
+	// Config is the configuration in effect, its Policy the one now in
+	// force (SetPolicy changes it).
+	Config Config
+	// Limit is the per-rank budget in bytes, Config's resolved at Open; 0
+	// means none.
+	Limit int64
+	// TotalMemory is the device's (or the host's) memory in bytes, as
+	// reported at Open; -1 when unknown.
+	TotalMemory int64
 }
 
 // maxCallbackRetries bounds the callback step so a callback that always asks
@@ -47,13 +71,14 @@ const maxCallbackRetries = 8
 // concurrent use.
 type Allocator struct {
 	be       backend
-	kindV    Kind
+	kindV    backendKind
+	total    int64    // the backend's total memory at Open; -1 if unknown
 	loc      Location // of the buffers Alloc returns
 	device   int
 	cfg      Config
 	limit    int64
 	reason   string
-	onOOM    func(OOMEvent) bool
+	onOOM    func(*OutOfMemoryError) bool
 	warn     func(string)
 	policy   atomic.Int32
 	budget   atomic.Int64 // with a limit: aligned bytes of live and held-for-free buffers
@@ -103,7 +128,9 @@ type counters struct {
 
 // Open creates an allocator on the backend chosen by Options and the
 // environment. With BackendAuto it uses CUDA when a usable GPU is present and
-// otherwise the host backend, reporting why through Warn and FallbackReason.
+// otherwise the host backend, reporting why through Warn and
+// Info.FallbackReason. A bad configuration matches distbuf.ErrBadConfig, a
+// CUDA backend asked for and not usable distbuf.ErrUnavailable.
 func Open(opts Options) (*Allocator, error) {
 	choice, err := resolveBackend(opts.Backend)
 	if err != nil {
@@ -114,7 +141,7 @@ func Open(opts Options) (*Allocator, error) {
 		return nil, err
 	}
 	if opts.Device < 0 {
-		return nil, &ConfigError{Source: "Options", Key: "Device", Value: fmt.Sprint(opts.Device), Reason: "must not be negative"}
+		return nil, &configError{source: "Options", key: "Device", value: fmt.Sprint(opts.Device), reason: "must not be negative"}
 	}
 	a := &Allocator{
 		device:  opts.Device,
@@ -131,7 +158,7 @@ func Open(opts Options) (*Allocator, error) {
 	case BackendHost:
 		a.be = newHostBackend()
 	case BackendCUDA, BackendAuto:
-		cudaErr := fmt.Errorf("CUDA backend not compiled in (build with cgo): %w", ErrUnavailable)
+		cudaErr := fmt.Errorf("CUDA backend not compiled in (build with cgo): %w", distbuf.ErrUnavailable)
 		if openCUDA != nil {
 			a.be, cudaErr = openCUDA(opts.Device, cfg)
 		}
@@ -143,9 +170,9 @@ func Open(opts Options) (*Allocator, error) {
 			a.reason = "auto: using host backend because CUDA is unavailable: " + cudaErr.Error()
 		}
 	}
-	if a.be.kind() == KindCUDAMalloc {
+	if a.be.kind() == kindCUDAMalloc {
 		a.reason = "cuda: stream-ordered pool not used, falling back to cudaMalloc"
-		if cfg.Pool == PoolOff {
+		if cfg.NoPool {
 			a.reason += " (pool:off)"
 		}
 	}
@@ -163,17 +190,18 @@ func Open(opts Options) (*Allocator, error) {
 func (a *Allocator) init(cfgSource string) error {
 	a.kindV = a.be.kind()
 	a.loc = OnDevice
-	if a.kindV == KindHost {
+	if a.kindV == kindHost {
 		a.loc = OnHost
 	}
 	_, total := a.be.memInfo()
-	a.limit = a.cfg.Limit.resolve(total)
-	if l := a.cfg.Limit; l.Bytes == 0 && l.Fraction > 0 && a.limit < allocAlign {
-		reason := fmt.Sprintf("resolves to %d bytes of %s, less than one allocation (%d B)", a.limit, FormatBytes(total), allocAlign)
+	a.total = total
+	a.limit = a.cfg.resolveLimit(total)
+	if c := a.cfg; c.Limit == 0 && c.LimitFraction > 0 && a.limit < allocAlign {
+		reason := fmt.Sprintf("resolves to %d bytes of %s, less than one allocation (%d B)", a.limit, bytesize.Format(total), allocAlign)
 		if total <= 0 {
 			reason = "a percentage needs the total memory, which the backend cannot report: give a size"
 		}
-		return &ConfigError{Source: cfgSource, Key: "limit", Value: l.String(), Reason: reason}
+		return &configError{source: cfgSource, key: "limit", value: c.limitString(), reason: reason}
 	}
 	a.policy.Store(int32(a.cfg.Policy))
 	if err := a.applyPolicy(a.cfg.Policy); err != nil {
@@ -196,7 +224,7 @@ func (a *Allocator) init(cfgSource string) error {
 	a.reclaim = &Stream{a: a, impl: r, id: -1}
 	a.pinned.init(a)
 	if a.cfg.Prime > 0 {
-		if err := a.Prime(a.cfg.Prime); err != nil {
+		if err := a.prime(a.cfg.Prime); err != nil {
 			return err
 		}
 	}
@@ -211,7 +239,7 @@ func (a *Allocator) enter() error {
 	a.inflight.Add(1)
 	if a.closed.Load() {
 		a.exit()
-		return fmt.Errorf("devalloc: allocator: %w", ErrClosed)
+		return fmt.Errorf("devalloc: allocator: %w", distbuf.ErrClosed)
 	}
 	return nil
 }
@@ -227,7 +255,7 @@ func (a *Allocator) enter() error {
 // reaches the backend after that.
 func (a *Allocator) lockedEnter() error {
 	if a.closed.Load() {
-		return fmt.Errorf("devalloc: allocator: %w", ErrClosed)
+		return fmt.Errorf("devalloc: allocator: %w", distbuf.ErrClosed)
 	}
 	return nil
 }
@@ -269,24 +297,20 @@ func (a *Allocator) signalDrainedLocked() {
 	}
 }
 
-// Kind reports the backend in use.
-func (a *Allocator) Kind() Kind { return a.kindV }
-
-// Describe names the backend and device in words.
-func (a *Allocator) Describe() string { return a.be.describe() }
-
-// FallbackReason says why the allocator is not on the backend asked for, or
-// is empty when it is.
-func (a *Allocator) FallbackReason() string { return a.reason }
-
-// Device is the CUDA ordinal the allocator was opened on.
-func (a *Allocator) Device() int { return a.device }
-
-// Config is the configuration in effect (Policy as set at Open).
-func (a *Allocator) Config() Config { return a.cfg }
-
-// Limit is the per-rank budget in bytes, 0 when there is none.
-func (a *Allocator) Limit() int64 { return a.limit }
+// Info describes the allocator. It works after Close too.
+func (a *Allocator) Info() Info {
+	backend := BackendCUDA
+	if a.kindV == kindHost {
+		backend = BackendHost
+	}
+	cfg := a.cfg
+	cfg.Policy = a.policyNow()
+	return Info{
+		Backend: backend, Pool: a.kindV == kindCUDAPool, Device: a.device,
+		Description: a.be.describe(), FallbackReason: a.reason,
+		Config: cfg, Limit: a.limit, TotalMemory: a.total,
+	}
+}
 
 // DefaultStream is a stream owned by the allocator, never the CUDA legacy
 // default stream.
@@ -312,13 +336,13 @@ func (a *Allocator) NewStream() (*Stream, error) {
 
 func (a *Allocator) checkStream(s *Stream) error {
 	if s == nil {
-		return fmt.Errorf("devalloc: nil stream: %w", ErrInvalid)
+		return fmt.Errorf("devalloc: nil stream: %w", distbuf.ErrInvalid)
 	}
 	if s.a != a {
-		return fmt.Errorf("devalloc: stream %d belongs to another allocator: %w", s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: stream %d belongs to another allocator: %w", s.id, distbuf.ErrInvalid)
 	}
 	if s.closed.Load() {
-		return fmt.Errorf("devalloc: stream %d: %w", s.id, ErrClosed)
+		return fmt.Errorf("devalloc: stream %d: %w", s.id, distbuf.ErrClosed)
 	}
 	return nil
 }
@@ -332,14 +356,14 @@ const maxAlloc = 1 << 50
 //
 // When memory runs out it climbs the ladder: synchronise and retry, trim the
 // pool and retry, call Options.OnOutOfMemory, and finally return an
-// *OutOfMemoryError matching ErrOutOfMemory.
+// *OutOfMemoryError matching distbuf.ErrOutOfMemory.
 func (a *Allocator) Alloc(size int64, s *Stream) (*Buffer, error) {
 	if err := a.enter(); err != nil {
 		return nil, err
 	}
 	if size <= 0 || size > maxAlloc {
 		a.exit()
-		return nil, fmt.Errorf("devalloc: alloc of %d bytes: size must be in [1, 2^50]: %w", size, ErrInvalid)
+		return nil, fmt.Errorf("devalloc: alloc of %d bytes: size must be in [1, 2^50]: %w", size, distbuf.ErrInvalid)
 	}
 	if err := a.checkStream(s); err != nil {
 		a.exit()
@@ -470,10 +494,10 @@ func (a *Allocator) tryAlloc(aligned int64, s *Stream) (uintptr, unsafe.Pointer,
 // failed with err. Called inside the guard; it returns inside it on
 // success, and outside it on failure.
 func (a *Allocator) allocWithLadder(size, aligned int64, s *Stream, err error) (uintptr, unsafe.Pointer, error) {
-	oom := func(err error) bool { return err == errBudget || errors.Is(err, ErrOutOfMemory) }
+	oom := func(err error) bool { return err == errBudget || errors.Is(err, distbuf.ErrOutOfMemory) }
 	if !oom(err) {
 		a.exit()
-		return 0, nil, fmt.Errorf("devalloc: alloc of %s: %w", FormatBytes(size), err)
+		return 0, nil, fmt.Errorf("devalloc: alloc of %s: %w", bytesize.Format(size), err)
 	}
 	retries := 0
 	retry := func() (uintptr, unsafe.Pointer, error) {
@@ -501,11 +525,11 @@ func (a *Allocator) allocWithLadder(size, aligned int64, s *Stream, err error) (
 	// 3. The user's callback may free memory. It runs outside the guard, so
 	// that it may call anything, Close included.
 	for attempt := 1; oom(err) && a.onOOM != nil && attempt <= maxCallbackRetries; attempt++ {
-		ev := OOMEvent{Requested: size, Attempt: attempt, Used: a.used(), Reserved: a.be.usage().reservedCur, Limit: a.limit}
+		report := a.oomReport(size, retries, err)
 		a.exit()
-		again := a.onOOM(ev)
+		again := a.onOOM(report)
 		if eerr := a.enter(); eerr != nil {
-			return 0, nil, fmt.Errorf("devalloc: alloc of %s: closed during the out-of-memory callback: %w", FormatBytes(size), eerr)
+			return 0, nil, fmt.Errorf("devalloc: alloc of %s: closed during the out-of-memory callback: %w", bytesize.Format(size), eerr)
 		}
 		if !again {
 			break
@@ -519,12 +543,18 @@ func (a *Allocator) allocWithLadder(size, aligned int64, s *Stream, err error) (
 	}
 	defer a.exit()
 	if !oom(err) {
-		return 0, nil, fmt.Errorf("devalloc: alloc of %s: %w", FormatBytes(size), err)
+		return 0, nil, fmt.Errorf("devalloc: alloc of %s: %w", bytesize.Format(size), err)
 	}
+	return 0, nil, a.oomReport(size, retries, err)
+}
+
+// oomReport is the out-of-memory report of a request of size bytes after
+// retries attempts, the last of which failed with cause.
+func (a *Allocator) oomReport(size int64, retries int, cause error) *OutOfMemoryError {
 	free, total := a.be.memInfo()
-	return 0, nil, &OutOfMemoryError{
+	return &OutOfMemoryError{
 		Requested: size, Limit: a.limit, Used: a.used(), Reserved: a.be.usage().reservedCur,
-		Free: free, Total: total, Retries: retries, Cause: err,
+		Free: free, Total: total, Retries: retries, Cause: cause,
 	}
 }
 
@@ -559,8 +589,8 @@ func (a *Allocator) Sync() error {
 	return a.syncStreams()
 }
 
-// Policy reports the retention policy in effect.
-func (a *Allocator) Policy() Policy { return Policy(a.policy.Load()) }
+// policyNow is the retention policy in effect.
+func (a *Allocator) policyNow() Policy { return Policy(a.policy.Load()) }
 
 // SetPolicy switches the retention policy while running. Switching to
 // AggressiveFree releases unused pool memory above the free threshold now.
@@ -570,7 +600,7 @@ func (a *Allocator) SetPolicy(p Policy) error {
 	}
 	defer a.exit()
 	if p != Retain && p != AggressiveFree {
-		return fmt.Errorf("devalloc: set policy %v: %w", p, ErrInvalid)
+		return fmt.Errorf("devalloc: set policy %v: %w", p, distbuf.ErrInvalid)
 	}
 	if err := a.applyPolicy(p); err != nil {
 		return err
@@ -602,26 +632,24 @@ func (a *Allocator) EndPhase() error {
 		return err
 	}
 	defer a.exit()
-	if a.Policy() != AggressiveFree {
+	if a.policyNow() != AggressiveFree {
 		return nil
 	}
 	return a.trimNow(a.cfg.FreeThreshold)
 }
 
-// Prime reserves bytes in the pool once, so that later allocations up to that
-// size need no driver call. It has lasting effect under Retain only:
-// AggressiveFree gives the memory back at the next phase boundary.
-func (a *Allocator) Prime(bytes int64) error {
+// prime reserves bytes in the pool once (Config.Prime).
+func (a *Allocator) prime(bytes int64) error {
 	if err := a.enter(); err != nil {
 		return err
 	}
 	defer a.exit()
 	if bytes <= 0 || bytes > maxAlloc {
-		return fmt.Errorf("devalloc: prime %d bytes: size must be in [1, 2^50]: %w", bytes, ErrInvalid)
+		return fmt.Errorf("devalloc: prime %d bytes: size must be in [1, 2^50]: %w", bytes, distbuf.ErrInvalid)
 	}
 	a.c.backendCalls.Add(1)
 	if err := a.be.prime(alignUp(bytes, allocAlign), a.defaultS.impl); err != nil {
-		return fmt.Errorf("devalloc: prime %s: %w", FormatBytes(bytes), err)
+		return fmt.Errorf("devalloc: prime %s: %w", bytesize.Format(bytes), err)
 	}
 	return nil
 }
@@ -635,7 +663,7 @@ func (a *Allocator) Trim(keepBytes int64) error {
 	}
 	defer a.exit()
 	if keepBytes < 0 {
-		return fmt.Errorf("devalloc: trim to %d bytes: %w", keepBytes, ErrInvalid)
+		return fmt.Errorf("devalloc: trim to %d bytes: %w", keepBytes, distbuf.ErrInvalid)
 	}
 	return a.trimNow(keepBytes)
 }
@@ -651,28 +679,25 @@ func (a *Allocator) trimNow(keep int64) error {
 	}
 	a.c.trims.Add(1)
 	if err := a.be.trim(keep); err != nil {
-		return fmt.Errorf("devalloc: trim to %s: %w", FormatBytes(keep), err)
+		return fmt.Errorf("devalloc: trim to %s: %w", bytesize.Format(keep), err)
 	}
 	return nil
 }
 
-// MemInfo reports the free and total memory of the device (or host) as the
-// driver sees it; -1 when unknown.
-func (a *Allocator) MemInfo() (free, total int64) { return a.be.memInfo() }
-
 // Close waits for pending frees, destroys the allocator's streams and
 // releases its pools. If buffers are still live (or freed but still held by
 // an outside agent) it returns a *LeakError listing them; their memory is not
-// released. Every later call on the allocator returns ErrClosed.
+// released; it matches distbuf.ErrLeak. Every later call on the allocator
+// returns an error matching distbuf.ErrClosed.
 //
 // Operations already in flight finish first. Streams waiting for an outside
 // agent's hold stop waiting at once, so that Close cannot wait for ever on a
 // hold that is never released: the work behind such a wait runs, and the
 // stream's next synchronisation (one in flight included) returns an error
-// matching ErrClosed that says so.
+// matching distbuf.ErrClosed that says so.
 func (a *Allocator) Close() error {
 	if a.closed.Swap(true) {
-		return fmt.Errorf("devalloc: close: %w", ErrClosed)
+		return fmt.Errorf("devalloc: close: %w", distbuf.ErrClosed)
 	}
 	a.mu.Lock()
 	streams := make([]*Stream, 0, len(a.streams)+1)
@@ -729,9 +754,6 @@ func (a *Allocator) leaks() *LeakError {
 		b.mu.Lock()
 		freed := b.state == stateFreed
 		l := LeakedBuffer{ID: b.id, Bytes: b.size, Location: Location(b.loc), Held: b.state == stateFreeing}
-		if b.more != nil {
-			l.Label = b.more.label
-		}
 		b.mu.Unlock()
 		if freed {
 			continue // freed while Close began

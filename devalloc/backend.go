@@ -1,30 +1,30 @@
 package devalloc
 
-import "unsafe"
-
-// Kind names the backend an Allocator runs on.
-type Kind int
-
-const (
-	KindHost       Kind = iota + 1 // host memory (no GPU)
-	KindCUDAPool                   // CUDA stream-ordered pool: cudaMallocFromPoolAsync on a private cudaMemPool
-	KindCUDAMalloc                 // CUDA fallback: cudaMalloc/cudaFree with stream order kept by the ledger
+import (
+	"unsafe"
 )
 
-func (k Kind) String() string {
+// backendKind is the allocator a backend runs: Info reports it as a
+// Backend and, on CUDA, whether the pool is in use.
+type backendKind int
+
+const (
+	kindHost       backendKind = iota + 1 // host memory (no GPU)
+	kindCUDAPool                          // CUDA stream-ordered pool: cudaMallocFromPoolAsync on a private cudaMemPool
+	kindCUDAMalloc                        // CUDA fallback: cudaMalloc/cudaFree with stream order kept by the ledger
+)
+
+func (k backendKind) String() string {
 	switch k {
-	case KindHost:
+	case kindHost:
 		return "host"
-	case KindCUDAPool:
+	case kindCUDAPool:
 		return "cuda-pool"
-	case KindCUDAMalloc:
+	case kindCUDAMalloc:
 		return "cuda-malloc"
 	}
 	return "unknown"
 }
-
-// IsDevice reports whether buffers of this kind live in GPU memory.
-func (k Kind) IsDevice() bool { return k == KindCUDAPool || k == KindCUDAMalloc }
 
 // Location says where a buffer's memory lives.
 type Location int
@@ -67,7 +67,7 @@ type poolUsage struct {
 // backend is one memory and execution backend. The Allocator owns it and
 // serialises nothing: implementations are safe for concurrent use.
 type backend interface {
-	kind() Kind
+	kind() backendKind
 	describe() string
 	// memInfo reports free and total memory of the device (or host); -1 if unknown.
 	memInfo() (free, total int64)
@@ -76,7 +76,7 @@ type backend interface {
 
 	// alloc returns size bytes (a multiple of allocAlign) usable in the order
 	// of s. hostPtr is non-nil when Go may address the memory. An out-of-memory
-	// failure matches ErrOutOfMemory so the ladder can retry it.
+	// failure matches distbuf.ErrOutOfMemory so the ladder can retry it.
 	alloc(size int64, s streamImpl) (addr uintptr, hostPtr unsafe.Pointer, err error)
 	// freeAsync releases memory in the order of the reclamation stream r,
 	// which has already been made to wait on every completion of the buffer.

@@ -6,14 +6,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // Mode is the kind of access work makes to a buffer.
 type Mode int
 
 const (
-	Read Mode = iota + 1
-	Write
+	Read  Mode = iota + 1 // reads the buffer: waits for its last writer (an MPI send holds it so)
+	Write                 // writes it: waits for the last writer and every reader since (an MPI receive)
 )
 
 func (m Mode) String() string {
@@ -93,7 +96,7 @@ func (c *completion) unref() {
 }
 
 // Buffer is one allocation. The Allocator owns its memory; the caller owns
-// the Buffer until Free, after which every method returns ErrFreed.
+// the Buffer until Free, after which every method returns distbuf.ErrFreed.
 //
 // The ledger orders access across streams and outside agents (the "token
 // pins storage" rule): a read waits for the last writer, a write waits for the
@@ -120,7 +123,6 @@ type Buffer struct {
 // bufferMore is the part of a buffer's ledger that a buffer allocated,
 // filled and freed on one stream never needs.
 type bufferMore struct {
-	label   string
 	readers []entry
 	open    []*Access
 	holds   []*Hold
@@ -163,35 +165,18 @@ func (b *Buffer) Location() Location { return Location(b.loc) }
 // Allocator returns the allocator that owns the buffer.
 func (b *Buffer) Allocator() *Allocator { return b.allocStream.a }
 
-// SetLabel names the buffer in leak reports.
-func (b *Buffer) SetLabel(label string) {
-	b.mu.Lock()
-	b.ext().label = label
-	b.mu.Unlock()
-}
-
 func (b *Buffer) checkLive() error {
 	if b.state != stateLive {
-		return fmt.Errorf("devalloc: buffer #%d (%s): %w", b.id, FormatBytes(b.size), ErrFreed)
+		return fmt.Errorf("devalloc: buffer #%d (%s): %w", b.id, bytesize.Format(b.size), distbuf.ErrFreed)
 	}
 	return nil
-}
-
-// Addr is the address of the memory: a device pointer for OnDevice buffers,
-// a host pointer otherwise. Its validity ends when the buffer is freed.
-func (b *Buffer) Addr() (uintptr, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.checkLive(); err != nil {
-		return 0, err
-	}
-	return b.addr, nil
 }
 
 // Bytes is a Go view of host-accessible memory (OnHost and Pinned). The
 // slice must not be used after Free, and reading or writing it from the host
 // must be ordered like any other access: inside Stream.Enqueue between Read
-// or Write and Access.Done, or after a Hold's Wait.
+// or Write and Access.Done, or after a Hold's Wait. On device memory it
+// returns an error matching distbuf.ErrNotHostAccessible.
 func (b *Buffer) Bytes() ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -199,15 +184,17 @@ func (b *Buffer) Bytes() ([]byte, error) {
 		return nil, err
 	}
 	if b.hostPtr == nil {
-		return nil, fmt.Errorf("devalloc: buffer #%d is %s memory, not addressable from Go: %w", b.id, Location(b.loc), ErrNotSupported)
+		return nil, fmt.Errorf("devalloc: buffer #%d is %s memory, not addressable from Go: %w", b.id, Location(b.loc), distbuf.ErrNotHostAccessible)
 	}
 	return unsafe.Slice((*byte)(b.hostPtr), b.size), nil
 }
 
-// Region describes the memory for code that hands it to C or MPI: its
-// address, length, and whether it is device memory. C may hold the address
-// until the buffer is freed; use a Hold to stop the free from releasing it
-// earlier.
+// Region describes the memory for code that hands it to C, CUDA or MPI:
+// its address (a device pointer for OnDevice buffers, a host pointer
+// otherwise), its length in bytes, and whether it is device memory. C may
+// hold the address until the buffer is freed; use a Hold to stop the free
+// from releasing it earlier. After Free it returns an error matching
+// distbuf.ErrFreed.
 func (b *Buffer) Region() (addr uintptr, size int64, device bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -270,13 +257,13 @@ func (b *Buffer) prepare(s *Stream, mode Mode) error {
 		for _, o := range b.more.open {
 			if o.s != s && (mode == Write || o.mode == Write) {
 				return fmt.Errorf("devalloc: buffer #%d: %s on stream %d while a %s on stream %d is open (call Done after enqueueing): %w",
-					b.id, mode, s.id, o.mode, o.s.id, ErrConflict)
+					b.id, mode, s.id, o.mode, o.s.id, distbuf.ErrConflict)
 			}
 		}
 		if mode == Write {
 			for _, h := range b.more.holds {
 				if h.mode == Write {
-					return fmt.Errorf("devalloc: buffer #%d: write on stream %d while an outside writer holds it: %w", b.id, s.id, ErrConflict)
+					return fmt.Errorf("devalloc: buffer #%d: write on stream %d while an outside writer holds it: %w", b.id, s.id, distbuf.ErrConflict)
 				}
 			}
 		}
@@ -370,7 +357,7 @@ func (x *Access) Done() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if x.done {
-		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, distbuf.ErrInvalid)
 	}
 	if err := b.checkLive(); err != nil {
 		return err
@@ -447,10 +434,10 @@ func (x *Access) checkOpen(s *Stream) error {
 func (x *Access) checkOpenLocked(s *Stream) error {
 	b := x.b
 	if x.done {
-		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d already done: %w", b.id, x.mode, x.s.id, distbuf.ErrInvalid)
 	}
 	if x.s != s {
-		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d ended with work on stream %d: %w", b.id, x.mode, x.s.id, s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: %s access on stream %d ended with work on stream %d: %w", b.id, x.mode, x.s.id, s.id, distbuf.ErrInvalid)
 	}
 	return b.checkLive()
 }
@@ -584,7 +571,7 @@ func (h *Hold) released() bool {
 // does not block.
 func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 	if mode != Read && mode != Write {
-		return nil, fmt.Errorf("devalloc: buffer #%d: hold mode %v: %w", b.id, mode, ErrInvalid)
+		return nil, fmt.Errorf("devalloc: buffer #%d: hold mode %v: %w", b.id, mode, distbuf.ErrInvalid)
 	}
 	if err := b.allocStream.a.enter(); err != nil {
 		return nil, err
@@ -599,12 +586,12 @@ func (b *Buffer) Hold(mode Mode) (*Hold, error) {
 	for _, o := range m.open {
 		if mode == Write || o.mode == Write {
 			return nil, fmt.Errorf("devalloc: buffer #%d: %s hold while a %s on stream %d is open (call Done after enqueueing): %w",
-				b.id, mode, o.mode, o.s.id, ErrConflict)
+				b.id, mode, o.mode, o.s.id, distbuf.ErrConflict)
 		}
 	}
 	for _, o := range m.holds {
 		if mode == Write || o.mode == Write {
-			return nil, fmt.Errorf("devalloc: buffer #%d: %s hold while an outside %s hold is unreleased: %w", b.id, mode, o.mode, ErrConflict)
+			return nil, fmt.Errorf("devalloc: buffer #%d: %s hold while an outside %s hold is unreleased: %w", b.id, mode, o.mode, distbuf.ErrConflict)
 		}
 	}
 	h := &Hold{b: b, mode: mode, done: make(chan struct{})}
@@ -652,16 +639,13 @@ func (h *Hold) dropDeps() {
 	h.deps = nil
 }
 
-// Mode reports whether the hold is a reader or a writer.
-func (h *Hold) Mode() Mode { return h.mode }
-
 // Wait blocks until the work this hold must follow has completed: the last
 // writer for a read hold, and every reader too for a write hold.
 func (h *Hold) Wait() error {
 	h.mu.Lock()
 	if h.rel {
 		h.mu.Unlock()
-		return fmt.Errorf("devalloc: buffer #%d: wait on a released hold: %w", h.b.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: wait on a released hold: %w", h.b.id, distbuf.ErrInvalid)
 	}
 	deps := h.deps
 	h.mu.Unlock()
@@ -685,13 +669,13 @@ func (h *Hold) Wait() error {
 // Release signals that the outside agent is finished with the buffer. If the
 // buffer was freed meanwhile and this was its last hold, the memory is
 // released (in stream order, without blocking). After Close, Release only
-// lets streams waiting for the hold go on, and returns ErrClosed: the
+// lets streams waiting for the hold go on, and returns distbuf.ErrClosed: the
 // buffer is reported as leaked and its memory is not released.
 func (h *Hold) Release() error {
 	h.mu.Lock()
 	if h.rel {
 		h.mu.Unlock()
-		return fmt.Errorf("devalloc: buffer #%d: hold released twice: %w", h.b.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d: hold released twice: %w", h.b.id, distbuf.ErrInvalid)
 	}
 	h.rel = true
 	h.mu.Unlock()
@@ -712,7 +696,7 @@ func (h *Hold) Release() error {
 		}
 	}
 	if !entered {
-		return fmt.Errorf("devalloc: buffer #%d: hold released after Close: %w", b.id, ErrClosed)
+		return fmt.Errorf("devalloc: buffer #%d: hold released after Close: %w", b.id, distbuf.ErrClosed)
 	}
 	if b.state == stateFreeing && len(m.holds) == 0 {
 		b.allocStream.a.c.heldFrees.Add(-1)
@@ -725,7 +709,7 @@ func (h *Hold) Release() error {
 // pool in stream order, after every completion the ledger recorded, after
 // all work enqueued so far on the allocating stream, and after every hold is
 // released. Access still open is closed now. A second Free, like any use
-// after Free, returns ErrFreed.
+// after Free, returns distbuf.ErrFreed.
 func (b *Buffer) Free() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -733,7 +717,7 @@ func (b *Buffer) Free() error {
 		return err
 	}
 	if b.state != stateLive {
-		return fmt.Errorf("devalloc: double free of buffer #%d (%s): %w", b.id, FormatBytes(b.size), ErrFreed)
+		return fmt.Errorf("devalloc: double free of buffer #%d (%s): %w", b.id, bytesize.Format(b.size), distbuf.ErrFreed)
 	}
 	if b.more != nil {
 		for len(b.more.open) > 0 {

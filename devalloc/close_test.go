@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,10 +27,10 @@ func TestCloseAbandonedWaitNamesItself(t *testing.T) {
 	for a.inFlight() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	require.ErrorIs(t, a.Close(), ErrLeak)
+	require.ErrorIs(t, a.Close(), distbuf.ErrLeak)
 	select {
 	case err := <-synced:
-		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, err, distbuf.ErrClosed)
 		require.ErrorContains(t, err, "abandoned")
 		require.ErrorContains(t, err, "never released")
 	case <-time.After(10 * time.Second):
@@ -39,8 +40,8 @@ func TestCloseAbandonedWaitNamesItself(t *testing.T) {
 
 // TestCloseRacesFree: Frees and Memsets race with Close. Each Free either
 // releases its buffer, which the leak report then leaves out, or returns
-// ErrClosed, and the report names the buffer; a Memset either runs before
-// Close destroys the streams or returns ErrClosed.
+// distbuf.ErrClosed, and the report names the buffer; a Memset either runs before
+// Close destroys the streams or returns distbuf.ErrClosed.
 func TestCloseRacesFree(t *testing.T) {
 	for round := range 20 {
 		a, err := Open(Options{Backend: BackendHost, Config: &Config{}})
@@ -60,7 +61,7 @@ func TestCloseRacesFree(t *testing.T) {
 				<-start
 				for i := g; i < n; i += 2 {
 					if err := a.DefaultStream().Memset(bufs[i], 0, 256, 1); err != nil {
-						require.ErrorIs(t, err, ErrClosed)
+						require.ErrorIs(t, err, distbuf.ErrClosed)
 					}
 					errs[i] = bufs[i].Free()
 				}
@@ -75,7 +76,7 @@ func TestCloseRacesFree(t *testing.T) {
 		var kept []uint64
 		for i, err := range errs {
 			if err != nil {
-				require.ErrorIs(t, err, ErrClosed)
+				require.ErrorIs(t, err, distbuf.ErrClosed)
 				kept = append(kept, bufs[i].ID())
 			}
 		}
@@ -131,5 +132,5 @@ func TestCloseWaitsForAlloc(t *testing.T) {
 	require.ErrorAs(t, <-closed, &leak)
 	require.Equal(t, 1, leak.Count)
 	require.Equal(t, b.ID(), leak.Buffers[0].ID)
-	require.ErrorIs(t, b.Free(), ErrClosed)
+	require.ErrorIs(t, b.Free(), distbuf.ErrClosed)
 }

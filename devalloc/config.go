@@ -3,19 +3,23 @@ package devalloc
 import (
 	"fmt"
 	"math"
-	"math/big"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
-// Environment variables read by Open when Options leaves the matching field empty.
+// The environment variables Open reads when Options leaves the matching
+// field empty (doc.go lists them all).
 const (
-	EnvBackend = "DISTBUF_BACKEND"    // auto | cuda | host
-	EnvConf    = "DISTBUF_ALLOC_CONF" // e.g. "policy:retain,prime:2GiB,limit:80%"
+	envBackend = "DISTBUF_BACKEND"    // auto | cuda | host
+	envConf    = "DISTBUF_ALLOC_CONF" // e.g. "policy:retain,prime:2GiB,limit:80%"
 )
 
-// Backend selects the memory backend.
+// Backend names a memory backend: the one Options asks for, and the one
+// Info reports in use (BackendCUDA or BackendHost; Info.Pool says which of
+// the CUDA allocators it is).
 type Backend string
 
 const (
@@ -24,13 +28,13 @@ const (
 	BackendHost Backend = "host" // host memory; no GPU needed
 )
 
-// ParseBackend accepts "auto", "cuda" and "host".
-func ParseBackend(s string) (Backend, error) {
+// parseBackend accepts "auto", "cuda" and "host", in any case.
+func parseBackend(s, source string) (Backend, error) {
 	switch b := Backend(strings.ToLower(strings.TrimSpace(s))); b {
 	case BackendAuto, BackendCUDA, BackendHost:
 		return b, nil
 	}
-	return "", &ConfigError{Source: EnvBackend, Key: "backend", Value: s, Reason: "want auto, cuda or host"}
+	return "", &configError{source: source, key: "backend", value: s, reason: "want auto, cuda or host"}
 }
 
 // Policy is the pool retention policy. It can be changed while running with
@@ -57,8 +61,8 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
 
-// ParsePolicy accepts "retain", and "free" or "aggressive-free".
-func ParsePolicy(s string) (Policy, error) {
+// parsePolicy accepts "retain", and "free" or "aggressive-free".
+func parsePolicy(s string) (Policy, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "retain":
 		return Retain, nil
@@ -68,37 +72,13 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("want retain or free")
 }
 
-// PoolMode says whether the CUDA backend may use a stream-ordered memory pool.
-type PoolMode int
-
-const (
-	PoolAuto PoolMode = iota // use the pool when the device supports it
-	PoolOff                  // force the cudaMalloc fallback
-)
-
-func (m PoolMode) String() string {
-	if m == PoolOff {
-		return "off"
-	}
-	return "auto"
-}
-
-// Limit is the hard per-rank budget: bytes, or a fraction of the device's (or
-// host's) total memory. The zero Limit means no budget.
-type Limit struct {
-	Bytes    int64
-	Fraction float64 // in (0, 1]; used when Bytes is 0
-}
-
-// IsZero reports whether no budget is set.
-func (l Limit) IsZero() bool { return l.Bytes == 0 && l.Fraction == 0 }
-
-func (l Limit) String() string {
+// limitString writes the budget of c as the limit key takes it.
+func (c Config) limitString() string {
 	switch {
-	case l.Bytes > 0:
-		return formatSizeExact(l.Bytes)
-	case l.Fraction > 0:
-		return formatPercent(l.Fraction)
+	case c.Limit > 0:
+		return bytesize.Exact(c.Limit)
+	case c.LimitFraction > 0:
+		return formatPercent(c.LimitFraction)
 	}
 	return "none"
 }
@@ -154,32 +134,39 @@ func parsePercent(pct string) (float64, error) {
 // allocation unit of 1 PiB, the largest allocation distbuf accepts.
 const minLimitFraction = float64(allocAlign) / (1 << 50)
 
-// resolve turns the limit into bytes given the total memory; 0 means none
-// (or a fraction of unknown memory). Open refuses a fraction that resolves
-// to less than one allocation.
-func (l Limit) resolve(total int64) int64 {
-	if l.Bytes > 0 {
-		return l.Bytes
+// resolveLimit turns the budget into bytes given the total memory; 0 means
+// none (or a fraction of unknown memory). Open refuses a fraction that
+// resolves to less than one allocation.
+func (c Config) resolveLimit(total int64) int64 {
+	if c.Limit > 0 {
+		return c.Limit
 	}
-	if l.Fraction > 0 && total > 0 {
-		return int64(l.Fraction * float64(total))
+	if c.LimitFraction > 0 && total > 0 {
+		return int64(c.LimitFraction * float64(total))
 	}
 	return 0
 }
 
-// Config is the allocator configuration. The zero Config is the default:
-// retain, no priming, no budget, release threshold 0 under AggressiveFree,
-// pool when supported, 256 MiB fallback cache.
+// Config is the allocator configuration: what DISTBUF_ALLOC_CONF can set.
+// The zero Config is the default: retain, no priming, no budget, release
+// threshold 0 under AggressiveFree, pool when supported, 256 MiB cache.
 type Config struct {
 	Policy Policy
-	// Prime is reserved in the pool once at Open (opt-in).
+	// Prime is reserved in the pool once at Open (opt-in), so that later
+	// allocations up to that size need no driver call. It lasts under
+	// Retain only: AggressiveFree gives it back at the next phase boundary.
 	Prime int64
-	// Limit is the hard per-rank budget, independent of the retention policy.
-	Limit Limit
+	// Limit is the hard per-rank budget in bytes, independent of the
+	// retention policy: it caps the bytes of live buffers. 0 means none,
+	// unless LimitFraction is set.
+	Limit int64
+	// LimitFraction, in (0, 1], sets the budget to that fraction of the
+	// device's (or host's) total memory when Limit is 0.
+	LimitFraction float64
 	// FreeThreshold is the release threshold used under AggressiveFree.
 	FreeThreshold int64
-	// Pool forces the cudaMalloc fallback when PoolOff.
-	Pool PoolMode
+	// NoPool forces the CUDA backend's cudaMalloc fallback (pool:off).
+	NoPool bool
 	// Cache bounds the bytes devalloc keeps for reuse without the driver:
 	// the cudaMalloc fallback's cache, and on the pool under Retain the
 	// blocks kept for the next allocation of their size on the stream they
@@ -196,22 +183,22 @@ const defaultCache = 256 << 20
 func (c Config) String() string {
 	parts := []string{"policy:" + c.Policy.String()}
 	if c.Prime > 0 {
-		parts = append(parts, "prime:"+formatSizeExact(c.Prime))
+		parts = append(parts, "prime:"+bytesize.Exact(c.Prime))
 	}
-	if !c.Limit.IsZero() {
-		parts = append(parts, "limit:"+c.Limit.String())
+	if c.Limit != 0 || c.LimitFraction != 0 {
+		parts = append(parts, "limit:"+c.limitString())
 	}
 	if c.FreeThreshold > 0 {
-		parts = append(parts, "threshold:"+formatSizeExact(c.FreeThreshold))
+		parts = append(parts, "threshold:"+bytesize.Exact(c.FreeThreshold))
 	}
-	if c.Pool != PoolAuto {
-		parts = append(parts, "pool:"+c.Pool.String())
+	if c.NoPool {
+		parts = append(parts, "pool:off")
 	}
 	if c.Cache != 0 {
 		if c.Cache < 0 {
 			parts = append(parts, "cache:off")
 		} else {
-			parts = append(parts, "cache:"+formatSizeExact(c.Cache))
+			parts = append(parts, "cache:"+bytesize.Exact(c.Cache))
 		}
 	}
 	return strings.Join(parts, ",")
@@ -226,7 +213,8 @@ func (c Config) String() string {
 // one byte, and a percentage at least 2.3e-11% (one 256-byte allocation of
 // 1 PiB); Open also refuses a percentage that comes to less than 256 bytes
 // of the memory it finds. An unknown, repeated or malformed key is an error
-// naming the key. ParseConfig(c.String()) == c for every Config it returns.
+// naming the key, matching distbuf.ErrBadConfig. ParseConfig(c.String()) == c
+// for every Config it returns.
 func ParseConfig(s string) (Config, error) { return parseConfig(s, "config") }
 
 func parseConfig(s, source string) (Config, error) {
@@ -240,10 +228,10 @@ func parseConfig(s, source string) (Config, error) {
 		key, val, ok := strings.Cut(field, ":")
 		key, val = strings.ToLower(strings.TrimSpace(key)), strings.TrimSpace(val)
 		bad := func(reason string) error {
-			return &ConfigError{Source: source, Key: key, Value: val, Reason: reason}
+			return &configError{source: source, key: key, value: val, reason: reason}
 		}
 		if !ok {
-			return c, &ConfigError{Source: source, Key: key, Value: "", Reason: "want key:value"}
+			return c, &configError{source: source, key: key, value: "", reason: "want key:value"}
 		}
 		if seen[key] {
 			return c, bad("key given twice")
@@ -252,34 +240,34 @@ func parseConfig(s, source string) (Config, error) {
 		var err error
 		switch key {
 		case "policy":
-			if c.Policy, err = ParsePolicy(val); err != nil {
+			if c.Policy, err = parsePolicy(val); err != nil {
 				return c, bad(err.Error())
 			}
 		case "prime":
-			if c.Prime, err = ParseBytes(val); err != nil {
+			if c.Prime, err = bytesize.Parse(val); err != nil {
 				return c, bad(err.Error())
 			}
 		case "limit":
-			if c.Limit, err = parseLimit(val); err != nil {
+			if c.Limit, c.LimitFraction, err = parseLimit(val); err != nil {
 				return c, bad(err.Error())
 			}
 		case "threshold":
-			if c.FreeThreshold, err = ParseBytes(val); err != nil {
+			if c.FreeThreshold, err = bytesize.Parse(val); err != nil {
 				return c, bad(err.Error())
 			}
 		case "pool":
 			switch strings.ToLower(val) {
 			case "auto", "on":
-				c.Pool = PoolAuto
+				c.NoPool = false
 			case "off":
-				c.Pool = PoolOff
+				c.NoPool = true
 			default:
 				return c, bad("want auto or off")
 			}
 		case "cache":
 			if strings.EqualFold(val, "off") {
 				c.Cache = -1
-			} else if c.Cache, err = ParseBytes(val); err != nil {
+			} else if c.Cache, err = bytesize.Parse(val); err != nil {
 				return c, bad(err.Error())
 			}
 		default:
@@ -289,114 +277,38 @@ func parseConfig(s, source string) (Config, error) {
 	return c, nil
 }
 
-func parseLimit(val string) (Limit, error) {
+func parseLimit(val string) (bytes int64, fraction float64, err error) {
 	if strings.EqualFold(val, "none") || val == "0" {
-		return Limit{}, nil
+		return 0, 0, nil
 	}
 	if pct, ok := strings.CutSuffix(val, "%"); ok {
 		f, err := parsePercent(pct)
 		if err != nil {
-			return Limit{}, err
+			return 0, 0, err
 		}
-		return Limit{Fraction: f}, nil
+		return 0, f, nil
 	}
-	n, err := ParseBytes(val)
+	n, err := bytesize.Parse(val)
 	if err != nil {
-		return Limit{}, err
+		return 0, 0, err
 	}
 	if n == 0 {
-		return Limit{}, fmt.Errorf("a limit of 0 bytes: write none (or 0) for no budget")
+		return 0, 0, fmt.Errorf("a limit of 0 bytes: write none (or 0) for no budget")
 	}
-	return Limit{Bytes: n}, nil
-}
-
-var byteUnits = []struct {
-	suffix string
-	scale  int64
-}{
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-	{"kb", 1_000}, {"mb", 1_000_000}, {"gb", 1_000_000_000}, {"tb", 1_000_000_000_000},
-	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40},
-	{"b", 1},
-}
-
-// ParseBytes parses a non-negative size such as "4096", "64KiB", "1.5GB" or "2G"
-// (bare K, M, G, T are powers of 1024). The value must be a whole number of
-// bytes: "0.5" and "1.1KiB" are errors, not rounded.
-func ParseBytes(s string) (int64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	scale := int64(1)
-	for _, u := range byteUnits {
-		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
-			t, scale = strings.TrimSpace(rest), u.scale
-			break
-		}
-	}
-	notASize := fmt.Errorf("not a size (want e.g. 4096, 64KiB, 2GiB)")
-	// A decimal number with an exponent of a sensible size (an exact
-	// rational of 10^1000000000 would take gigabytes to hold).
-	if t == "" || strings.ContainsAny(t, "/_") {
-		return 0, notASize
-	}
-	if _, exp, ok := strings.Cut(t, "e"); ok {
-		if e, err := strconv.Atoi(exp); err != nil || e < -40 || e > 40 {
-			return 0, notASize
-		}
-	}
-	r, ok := new(big.Rat).SetString(t)
-	if !ok || strings.HasPrefix(t, "0x") || strings.HasPrefix(t, "0b") || strings.HasPrefix(t, "0o") {
-		return 0, notASize
-	}
-	r.Mul(r, new(big.Rat).SetInt64(scale))
-	switch {
-	case r.Sign() < 0:
-		return 0, fmt.Errorf("size must not be negative")
-	case !r.IsInt():
-		return 0, fmt.Errorf("not a whole number of bytes")
-	case r.Num().Cmp(big.NewInt(math.MaxInt64/2)) > 0:
-		return 0, fmt.Errorf("size out of range")
-	}
-	return r.Num().Int64(), nil
-}
-
-// FormatBytes renders n for people, with a binary unit: "512 B", "64 KiB",
-// "1.5 GiB" (at most two decimals).
-func FormatBytes(n int64) string {
-	units := [...]string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	f, i := float64(n), 0
-	for math.Abs(f) >= 1024 && i < len(units)-1 {
-		f /= 1024
-		i++
-	}
-	s := strconv.FormatFloat(f, 'f', 2, 64)
-	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	return s + " " + units[i]
-}
-
-// formatSizeExact renders n so that ParseBytes gives n back: the largest
-// binary unit that divides it exactly.
-func formatSizeExact(n int64) string {
-	for _, u := range []struct {
-		suffix string
-		scale  int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n != 0 && n%u.scale == 0 {
-			return strconv.FormatInt(n/u.scale, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(n, 10)
+	return n, 0, nil
 }
 
 // resolveBackend applies Options, then the environment, then auto.
 func resolveBackend(b Backend) (Backend, error) {
 	if b != "" {
-		if _, err := ParseBackend(string(b)); err != nil {
-			return "", &ConfigError{Source: "Options", Key: "Backend", Value: string(b), Reason: "want auto, cuda or host"}
+		parsed, err := parseBackend(string(b), "Options")
+		if err != nil {
+			return "", &configError{source: "Options", key: "Backend", value: string(b), reason: "want auto, cuda or host"}
 		}
-		return b, nil
+		return parsed, nil
 	}
-	if env, ok := os.LookupEnv(EnvBackend); ok && strings.TrimSpace(env) != "" {
-		return ParseBackend(env)
+	if env, ok := os.LookupEnv(envBackend); ok && strings.TrimSpace(env) != "" {
+		return parseBackend(env, envBackend)
 	}
 	return BackendAuto, nil
 }
@@ -410,32 +322,30 @@ func resolveConfig(c *Config) (Config, string, error) {
 		}
 		return *c, "Options", nil
 	}
-	if env, ok := os.LookupEnv(EnvConf); ok {
-		c, err := parseConfig(env, EnvConf)
-		return c, EnvConf, err
+	if env, ok := os.LookupEnv(envConf); ok {
+		c, err := parseConfig(env, envConf)
+		return c, envConf, err
 	}
 	return Config{}, "defaults", nil
 }
 
 func (c Config) validate(source string) error {
 	bad := func(key, val, reason string) error {
-		return &ConfigError{Source: source, Key: key, Value: val, Reason: reason}
+		return &configError{source: source, key: key, value: val, reason: reason}
 	}
 	switch {
 	case c.Policy != Retain && c.Policy != AggressiveFree:
 		return bad("Policy", c.Policy.String(), "want Retain or AggressiveFree")
 	case c.Prime < 0:
 		return bad("Prime", strconv.FormatInt(c.Prime, 10), "must not be negative")
-	case c.Limit.Bytes < 0:
-		return bad("Limit", strconv.FormatInt(c.Limit.Bytes, 10), "must not be negative")
-	case c.Limit.Fraction < 0 || c.Limit.Fraction > 1 || math.IsNaN(c.Limit.Fraction):
-		return bad("Limit", c.Limit.String(), "fraction must be in (0, 1]")
-	case c.Limit.Fraction > 0 && c.Limit.Fraction < minLimitFraction:
-		return bad("Limit", c.Limit.String(), fmt.Sprintf("fraction too small: under one allocation (%d B) of any memory up to 1 PiB", allocAlign))
+	case c.Limit < 0:
+		return bad("Limit", strconv.FormatInt(c.Limit, 10), "must not be negative")
+	case c.LimitFraction < 0 || c.LimitFraction > 1 || math.IsNaN(c.LimitFraction):
+		return bad("LimitFraction", strconv.FormatFloat(c.LimitFraction, 'g', -1, 64), "must be in (0, 1]")
+	case c.LimitFraction > 0 && c.LimitFraction < minLimitFraction:
+		return bad("LimitFraction", strconv.FormatFloat(c.LimitFraction, 'g', -1, 64), fmt.Sprintf("too small: under one allocation (%d B) of any memory up to 1 PiB", allocAlign))
 	case c.FreeThreshold < 0:
 		return bad("FreeThreshold", strconv.FormatInt(c.FreeThreshold, 10), "must not be negative")
-	case c.Pool != PoolAuto && c.Pool != PoolOff:
-		return bad("Pool", c.Pool.String(), "want PoolAuto or PoolOff")
 	case c.Cache < -1:
 		return bad("Cache", strconv.FormatInt(c.Cache, 10), "want -1 (off), 0 (default) or a size")
 	}

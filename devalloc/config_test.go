@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/stretchr/testify/require"
 )
@@ -12,11 +13,11 @@ import (
 func TestParseConfig(t *testing.T) {
 	c, err := ParseConfig("policy:retain,prime:2GiB,limit:80%")
 	require.NoError(t, err)
-	require.Equal(t, Config{Policy: Retain, Prime: 2 << 30, Limit: Limit{Fraction: 0.8}}, c)
+	require.Equal(t, Config{Policy: Retain, Prime: 2 << 30, LimitFraction: 0.8}, c)
 
 	c, err = ParseConfig(" policy : free , limit: 512MiB, threshold:64MiB, pool:off, cache:off ")
 	require.NoError(t, err)
-	require.Equal(t, Config{Policy: AggressiveFree, Limit: Limit{Bytes: 512 << 20}, FreeThreshold: 64 << 20, Pool: PoolOff, Cache: -1}, c)
+	require.Equal(t, Config{Policy: AggressiveFree, Limit: 512 << 20, FreeThreshold: 64 << 20, NoPool: true, Cache: -1}, c)
 
 	c, err = ParseConfig("")
 	require.NoError(t, err)
@@ -53,10 +54,10 @@ func TestParseConfigErrorsNameTheKey(t *testing.T) {
 		{"limit:1e99999999999", "limit"},
 	} {
 		_, err := ParseConfig(tc.in)
-		require.ErrorIs(t, err, ErrBadConfig, tc.in)
-		var ce *ConfigError
+		require.ErrorIs(t, err, distbuf.ErrBadConfig, tc.in)
+		var ce *configError
 		require.True(t, errors.As(err, &ce), tc.in)
-		require.Equal(t, tc.key, ce.Key, tc.in)
+		require.Equal(t, tc.key, ce.key, tc.in)
 		require.Contains(t, err.Error(), tc.key, tc.in)
 	}
 }
@@ -70,7 +71,7 @@ func TestParseConfigRejectsWithReason(t *testing.T) {
 		"limit:-2GiB":   "negative",
 	} {
 		_, err := ParseConfig(in)
-		require.ErrorIs(t, err, ErrBadConfig, in)
+		require.ErrorIs(t, err, distbuf.ErrBadConfig, in)
 		require.ErrorContains(t, err, reason, in)
 	}
 }
@@ -78,16 +79,16 @@ func TestParseConfigRejectsWithReason(t *testing.T) {
 func TestConfigStringRoundTrip(t *testing.T) {
 	for _, c := range []Config{
 		{},
-		{Policy: AggressiveFree, Prime: 3 << 30, Limit: Limit{Fraction: 0.75}, FreeThreshold: 1000, Pool: PoolOff, Cache: -1},
-		{Limit: Limit{Bytes: 12345}, Cache: 64 << 20},
-		{Limit: Limit{Fraction: 1.0 / 3}},
-		{Limit: Limit{Fraction: 2.0 / 3}},
-		{Limit: Limit{Fraction: 0.1}},
-		{Limit: Limit{Fraction: 1}},
-		{Limit: Limit{Fraction: 0.07}},
-		{Limit: Limit{Fraction: 1e-9}},
-		{Limit: Limit{Fraction: minLimitFraction}},
-		{Limit: Limit{Bytes: 1<<53 + 1}},     // beyond float64's integers
+		{Policy: AggressiveFree, Prime: 3 << 30, LimitFraction: 0.75, FreeThreshold: 1000, NoPool: true, Cache: -1},
+		{Limit: 12345, Cache: 64 << 20},
+		{LimitFraction: 1.0 / 3},
+		{LimitFraction: 2.0 / 3},
+		{LimitFraction: 0.1},
+		{LimitFraction: 1},
+		{LimitFraction: 0.07},
+		{LimitFraction: 1e-9},
+		{LimitFraction: minLimitFraction},
+		{Limit: 1<<53 + 1},                   // beyond float64's integers
 		{Prime: 9_007_199_254_740_993 * 256}, // likewise, in a unit
 	} {
 		back, err := ParseConfig(c.String())
@@ -109,59 +110,40 @@ func TestPercentRoundTrip(t *testing.T) {
 	require.Equal(t, "0.01%", formatPercent(0.0001))
 	c, err := ParseConfig("limit:80%")
 	require.NoError(t, err)
-	require.Equal(t, 0.8, c.Limit.Fraction)
+	require.Equal(t, 0.8, c.LimitFraction)
 	c, err = ParseConfig("limit:8e1%")
 	require.NoError(t, err)
-	require.Equal(t, 0.8, c.Limit.Fraction)
+	require.Equal(t, 0.8, c.LimitFraction)
 }
 
 // TestOpenRefusesLimitBelowOneAllocation: a percentage valid in itself may
 // still resolve to less than one allocation of this machine's memory.
 func TestOpenRefusesLimitBelowOneAllocation(t *testing.T) {
-	_, err := Open(Options{Backend: BackendHost, Config: &Config{Limit: Limit{Fraction: 1e-12}}})
-	require.ErrorIs(t, err, ErrBadConfig)
+	_, err := Open(Options{Backend: BackendHost, Config: &Config{LimitFraction: 1e-12}})
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, "less than one allocation")
-	t.Setenv(EnvConf, "limit:1e-10%")
+	t.Setenv(envConf, "limit:1e-10%")
 	_, err = Open(Options{Backend: BackendHost})
-	require.ErrorIs(t, err, ErrBadConfig)
-	require.ErrorContains(t, err, EnvConf)
-	_, err = Open(Options{Backend: BackendHost, Config: &Config{Limit: Limit{Fraction: 1e-300}}})
-	require.ErrorIs(t, err, ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
+	require.ErrorContains(t, err, envConf)
+	_, err = Open(Options{Backend: BackendHost, Config: &Config{LimitFraction: 1e-300}})
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorContains(t, err, "too small")
 }
 
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{
-		"0": 0, "4096": 4096, "64KiB": 64 << 10, "2G": 2 << 30, "1.5GB": 1_500_000_000,
-		"3 MiB": 3 << 20, "7b": 7, "1TiB": 1 << 40, "2.3MB": 2_300_000, "0.1KB": 100, "1e3": 1000,
-		"1.5KiB": 1536, "9007199254740993": 9007199254740993,
-	} {
-		got, err := ParseBytes(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-	for _, in := range []string{"", "-1", "abc", "NaN", "1e300TiB", "Inf", "0.5", "1.1KiB", "3/4", "1_000", "0x100", "1e-99999999"} {
-		_, err := ParseBytes(in)
-		require.Error(t, err, in)
-	}
-}
-
-func TestFormatBytes(t *testing.T) {
-	require.Equal(t, "512 B", FormatBytes(512))
-	require.Equal(t, "64 KiB", FormatBytes(64<<10))
-	require.Equal(t, "1.5 GiB", FormatBytes(3<<29))
-}
-
 func TestBackendFromEnv(t *testing.T) {
-	t.Setenv(EnvBackend, "HOST")
+	t.Setenv(envBackend, "HOST")
 	b, err := resolveBackend("")
 	require.NoError(t, err)
 	require.Equal(t, BackendHost, b)
 	b, err = resolveBackend(BackendCUDA)
 	require.NoError(t, err)
 	require.Equal(t, BackendCUDA, b, "Options win over the environment")
+	b, err = resolveBackend(" Cuda ")
+	require.NoError(t, err)
+	require.Equal(t, BackendCUDA, b, "a name in Options is read as in the environment")
 	_, err = resolveBackend("tpu")
-	require.ErrorIs(t, err, ErrBadConfig)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 }
 
 func TestAutoFallbackIsReported(t *testing.T) {
@@ -172,14 +154,14 @@ func TestAutoFallbackIsReported(t *testing.T) {
 	var warned []string
 	a, err := Open(Options{Backend: BackendAuto, Config: &Config{}, Warn: func(m string) { warned = append(warned, m) }})
 	require.NoError(t, err)
-	require.Equal(t, KindHost, a.Kind())
-	require.Contains(t, a.FallbackReason(), "CUDA")
+	require.Equal(t, BackendHost, a.Info().Backend)
+	require.Contains(t, a.Info().FallbackReason, "CUDA")
 	require.Len(t, warned, 1)
 	require.EqualValues(t, 1, a.Stats().Fallbacks)
 	require.NoError(t, a.Close())
 
 	_, err = Open(Options{Backend: BackendCUDA, Config: &Config{}})
-	require.ErrorIs(t, err, ErrUnavailable, "an explicit cuda request never falls back")
+	require.ErrorIs(t, err, distbuf.ErrUnavailable, "an explicit cuda request never falls back")
 }
 
 func FuzzParseConfig(f *testing.F) {
@@ -189,8 +171,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := ParseConfig(s)
 		if err != nil {
-			if !errors.Is(err, ErrBadConfig) {
-				t.Fatalf("error %v does not match ErrBadConfig", err)
+			if !errors.Is(err, distbuf.ErrBadConfig) {
+				t.Fatalf("error %v does not match distbuf.ErrBadConfig", err)
 			}
 			return
 		}

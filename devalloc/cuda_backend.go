@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
 
@@ -21,8 +23,9 @@ func init() {
 	cudaDriverCalls = func() map[string]uint64 { return cudart.Calls() }
 }
 
-// cudaError carries a CUDA failure and matches the devalloc sentinel of the
-// same meaning: out of memory, unavailable, not supported, invalid.
+// cudaError carries a CUDA failure and matches the distbuf sentinel of the
+// same meaning: out of memory, unavailable (a missing device or library, or
+// a call the runtime does not support), invalid.
 type cudaError struct {
 	op  string
 	err error
@@ -33,13 +36,11 @@ func (e *cudaError) Unwrap() error { return e.err }
 
 func (e *cudaError) Is(target error) bool {
 	switch target {
-	case ErrOutOfMemory:
+	case distbuf.ErrOutOfMemory:
 		return errors.Is(e.err, cudart.ErrOutOfMemory)
-	case ErrUnavailable:
-		return errors.Is(e.err, cudart.ErrUnavailable)
-	case ErrNotSupported:
-		return errors.Is(e.err, cudart.ErrNotSupported)
-	case ErrInvalid:
+	case distbuf.ErrUnavailable:
+		return errors.Is(e.err, cudart.ErrUnavailable) || errors.Is(e.err, cudart.ErrNotSupported)
+	case distbuf.ErrInvalid:
 		return errors.Is(e.err, cudart.ErrInvalid)
 	}
 	return false
@@ -52,7 +53,7 @@ func wrapCUDA(op string, err error) error {
 	return &cudaError{op: op, err: err}
 }
 
-var errCUDAClosed = fmt.Errorf("cuda backend: %w", ErrClosed)
+var errCUDAClosed = fmt.Errorf("cuda backend: %w", distbuf.ErrClosed)
 
 func countCUDADevices() (int, error) {
 	rt, err := cudart.Load()
@@ -86,12 +87,12 @@ type cudaBackend struct {
 	rt       *cudart.Runtime
 	dev      *cudart.Device
 	ordinal  int
-	kindV    Kind
+	kindV    backendKind
 	hostWait hostWaitMode
 	info     string // describe()
 
-	pool      cudart.MemPool // KindCUDAPool
-	fb        *mallocCache   // KindCUDAMalloc
+	pool      cudart.MemPool // kindCUDAPool
+	fb        *mallocCache   // kindCUDAMalloc
 	threshold atomic.Uint64
 
 	events eventPool
@@ -119,7 +120,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 		return nil, wrapCUDA("count devices", err)
 	}
 	if device >= n {
-		return nil, fmt.Errorf("cuda: device %d not present (%d device(s)): %w", device, n, ErrUnavailable)
+		return nil, fmt.Errorf("cuda: device %d not present (%d device(s)): %w", device, n, distbuf.ErrUnavailable)
 	}
 	d := rt.Device(device)
 	// The first call on the device creates its context: driver problems
@@ -140,7 +141,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 	pools, _ := d.Attribute(cudart.AttrMemoryPoolsSupported)
 	noPool := ""
 	switch {
-	case cfg.Pool == PoolOff || cudaTestPoolOff:
+	case cfg.NoPool || cudaTestPoolOff:
 		noPool = "pool:off"
 	case !caps.MemoryPools:
 		noPool = "the runtime lacks the stream-ordered pool functions"
@@ -161,7 +162,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 			_ = d.MemPoolDestroy(be.pool)
 			return nil, wrapCUDA("configure the memory pool", err)
 		}
-		be.kindV = KindCUDAPool
+		be.kindV = kindCUDAPool
 		limit := cfg.Cache
 		if limit == 0 {
 			limit = defaultCache
@@ -187,14 +188,14 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 		be.reuse.recycle = be.events.put
 		mode = "private stream-ordered pool"
 		if be.reuse.limit > 0 {
-			mode += fmt.Sprintf(" (reuse of freed blocks up to %s)", FormatBytes(be.reuse.limit))
+			mode += fmt.Sprintf(" (reuse of freed blocks up to %s)", bytesize.Format(be.reuse.limit))
 		}
 	} else {
 		be.fb = newMallocCache(d, &be.events, cfg.Cache)
-		be.kindV = KindCUDAMalloc
+		be.kindV = kindCUDAMalloc
 		cache := "no cache"
 		if be.fb.limit > 0 {
-			cache = FormatBytes(be.fb.limit) + " cache"
+			cache = bytesize.Format(be.fb.limit) + " cache"
 		}
 		mode = fmt.Sprintf("cudaMalloc fallback (%s; %s)", noPool, cache)
 	}
@@ -206,7 +207,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 	major, _ := d.Attribute(cudart.AttrComputeCapabilityMajor)
 	minor, _ := d.Attribute(cudart.AttrComputeCapabilityMinor)
 	be.info = fmt.Sprintf("CUDA device %d (%s, sm_%d%d, %s): %s, host waits by %s; %s (runtime %s, driver %s)",
-		device, name, major, minor, FormatBytes(total), mode, be.hostWait,
+		device, name, major, minor, bytesize.Format(total), mode, be.hostWait,
 		rt.Path(), cudart.FormatVersion(rt.RuntimeVersion()), cudart.FormatVersion(rt.DriverVersion()))
 	return be, nil
 }
@@ -214,7 +215,7 @@ func openCUDABackend(device int, cfg Config) (backend, error) {
 func chooseHostWait(d *cudart.Device) (hostWaitMode, error) {
 	mapped, _ := d.Attribute(cudart.AttrCanMapHostMemory)
 	canMemop := d.Runtime().Capabilities().StreamWaitValue && mapped == 1
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvCUDAHostWait))); v {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(envCUDAHostWait))); v {
 	case "", "auto":
 		if canMemop {
 			return hostWaitMemop, nil
@@ -222,19 +223,19 @@ func chooseHostWait(d *cudart.Device) (hostWaitMode, error) {
 		return hostWaitCallback, nil
 	case "memop":
 		if !canMemop {
-			return 0, &ConfigError{Source: EnvCUDAHostWait, Key: "hostwait", Value: v,
-				Reason: "cuStreamWaitValue32 or mapped pinned memory is not available on this device"}
+			return 0, &configError{source: envCUDAHostWait, key: "hostwait", value: v,
+				reason: "cuStreamWaitValue32 or mapped pinned memory is not available on this device"}
 		}
 		return hostWaitMemop, nil
 	case "callback":
 		return hostWaitCallback, nil
 	default:
-		return 0, &ConfigError{Source: EnvCUDAHostWait, Key: "hostwait", Value: v, Reason: "want auto, memop or callback"}
+		return 0, &configError{source: envCUDAHostWait, key: "hostwait", value: v, reason: "want auto, memop or callback"}
 	}
 }
 
-func (be *cudaBackend) kind() Kind       { return be.kindV }
-func (be *cudaBackend) describe() string { return be.info }
+func (be *cudaBackend) kind() backendKind { return be.kindV }
+func (be *cudaBackend) describe() string  { return be.info }
 
 func (be *cudaBackend) memInfo() (free, total int64) {
 	f, t, err := be.dev.MemGetInfo()
@@ -247,7 +248,7 @@ func (be *cudaBackend) memInfo() (free, total int64) {
 func (be *cudaBackend) stream(s streamImpl) (*cudaStream, error) {
 	cs, ok := s.(*cudaStream)
 	if !ok || cs.be != be {
-		return nil, fmt.Errorf("cuda backend: stream of another backend: %w", ErrInvalid)
+		return nil, fmt.Errorf("cuda backend: stream of another backend: %w", distbuf.ErrInvalid)
 	}
 	return cs, nil
 }
@@ -273,7 +274,7 @@ func (be *cudaBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer,
 		var err error
 		addr, err = be.dev.MallocFromPoolAsync(size, be.pool, cs.h)
 		err = wrapCUDA("allocate from the pool", err)
-		if errors.Is(err, ErrOutOfMemory) {
+		if errors.Is(err, distbuf.ErrOutOfMemory) {
 			// The ladder synchronises and retries next: the kept blocks
 			// are free memory by then.
 			err = errors.Join(err, be.reuse.drain(nil))
@@ -411,7 +412,7 @@ func (be *cudaBackend) trim(keep int64) error {
 	// that the trim can release them.
 	streams, err := be.reuse.drainStreams()
 	for _, s := range streams {
-		if serr := s.use(func() error { return wrapCUDA("synchronize", be.dev.StreamSynchronize(s.h)) }); serr != nil && !errors.Is(serr, ErrClosed) {
+		if serr := s.use(func() error { return wrapCUDA("synchronize", be.dev.StreamSynchronize(s.h)) }); serr != nil && !errors.Is(serr, distbuf.ErrClosed) {
 			err = errors.Join(err, serr)
 		}
 	}

@@ -40,8 +40,8 @@ func BenchmarkCUDAAllocFree(b *testing.B) {
 	}{
 		{"retained", devalloc.Config{}, true},
 		{"threshold0", devalloc.Config{Policy: devalloc.AggressiveFree}, true},
-		{"fallback-cached", devalloc.Config{Pool: devalloc.PoolOff}, false},
-		{"cudamalloc", devalloc.Config{Pool: devalloc.PoolOff, Cache: -1}, false},
+		{"fallback-cached", devalloc.Config{NoPool: true}, false},
+		{"cudamalloc", devalloc.Config{NoPool: true, Cache: -1}, false},
 	}
 	for _, c := range configs {
 		for _, size := range []int64{256, 64 << 10, 16 << 20} {

@@ -8,3 +8,6 @@ func ForceCUDAPoolOff() (restore func()) {
 	cudaTestPoolOff = true
 	return func() { cudaTestPoolOff = old }
 }
+
+// DriverCalls lets the external tests count driver calls per operation.
+var DriverCalls = driverCalls

@@ -5,6 +5,7 @@ package devalloc_test
 import (
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/alloctest"
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -25,39 +26,39 @@ func useFakeCUDA(t *testing.T, defines ...string) {
 
 func TestCUDAFakeConformance(t *testing.T) {
 	useFakeCUDA(t)
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Kinds: []devalloc.Kind{devalloc.KindCUDAPool}})
+	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Pool: true})
 }
 
 func TestCUDAFakeConformanceFallback(t *testing.T) {
 	useFakeCUDA(t)
 	defer devalloc.ForceCUDAPoolOff()()
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Kinds: []devalloc.Kind{devalloc.KindCUDAMalloc}})
+	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA})
 }
 
 func TestCUDAFakeDetails(t *testing.T) {
 	useFakeCUDA(t)
-	testCUDABackendDetails(t, devalloc.KindCUDAPool)
+	testCUDABackendDetails(t, true)
 }
 
 func TestCUDAFakeHostWaits(t *testing.T) {
 	t.Run("memop", func(t *testing.T) {
 		useFakeCUDA(t)
-		testCUDAHostWaits(t, devalloc.KindCUDAPool)
+		testCUDAHostWaits(t, true)
 	})
 	t.Run("callback", func(t *testing.T) {
 		useFakeCUDA(t)
-		t.Setenv(devalloc.EnvCUDAHostWait, "callback")
-		testCUDAHostWaits(t, devalloc.KindCUDAPool)
+		t.Setenv("DISTBUF_CUDA_HOSTWAIT", "callback")
+		testCUDAHostWaits(t, true)
 	})
 	t.Run("no-wait-value", func(t *testing.T) {
 		useFakeCUDA(t, "FAKE_NO_WAIT_VALUE")
 		a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
 		require.NoError(t, err)
-		require.Contains(t, a.Describe(), "blocking host callbacks", "falls back when cuStreamWaitValue32 is missing")
+		require.Contains(t, a.Info().Description, "blocking host callbacks", "falls back when cuStreamWaitValue32 is missing")
 		require.NoError(t, a.Close())
-		t.Setenv(devalloc.EnvCUDAHostWait, "memop")
+		t.Setenv("DISTBUF_CUDA_HOSTWAIT", "memop")
 		_, err = devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-		require.ErrorIs(t, err, devalloc.ErrBadConfig)
+		require.ErrorIs(t, err, distbuf.ErrBadConfig)
 		require.ErrorContains(t, err, "cuStreamWaitValue32")
 	})
 }
@@ -73,9 +74,9 @@ func TestCUDAFakeNoPoolSupport(t *testing.T) {
 			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{},
 				Warn: func(m string) { warned = append(warned, m) }})
 			require.NoError(t, err)
-			require.Equal(t, devalloc.KindCUDAMalloc, a.Kind())
-			require.Contains(t, a.Describe(), tc.reason)
-			require.NotEmpty(t, a.FallbackReason())
+			require.False(t, a.Info().Pool, "the cudaMalloc fallback")
+			require.Contains(t, a.Info().Description, tc.reason)
+			require.NotEmpty(t, a.Info().FallbackReason)
 			require.Len(t, warned, 1, "the fallback is reported")
 			require.EqualValues(t, 1, a.Stats().Fallbacks)
 			require.NoError(t, a.Close())
@@ -91,18 +92,18 @@ func TestCUDAFakeUnavailable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			useFakeCUDA(t, tc.define)
 			_, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-			require.ErrorIs(t, err, devalloc.ErrUnavailable)
+			require.ErrorIs(t, err, distbuf.ErrUnavailable)
 			require.ErrorContains(t, err, tc.name)
 			n, err := devalloc.DeviceCount()
 			require.Zero(t, n)
-			require.ErrorIs(t, err, devalloc.ErrUnavailable)
+			require.ErrorIs(t, err, distbuf.ErrUnavailable)
 
 			var warned string
 			a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendAuto, Config: &devalloc.Config{},
 				Warn: func(m string) { warned = m }})
 			require.NoError(t, err)
-			require.Equal(t, devalloc.KindHost, a.Kind(), "auto falls back to the host backend")
-			require.Contains(t, a.FallbackReason(), tc.name)
+			require.Equal(t, devalloc.BackendHost, a.Info().Backend, "auto falls back to the host backend")
+			require.Contains(t, a.Info().FallbackReason, tc.name)
 			require.Contains(t, warned, tc.name)
 			require.NoError(t, a.Close())
 		})
@@ -110,13 +111,13 @@ func TestCUDAFakeUnavailable(t *testing.T) {
 	t.Run("missing-library", func(t *testing.T) {
 		t.Setenv(cudart.EnvCUDART, "/nonexistent/libcudart.so.13")
 		_, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-		require.ErrorIs(t, err, devalloc.ErrUnavailable)
+		require.ErrorIs(t, err, distbuf.ErrUnavailable)
 		require.ErrorContains(t, err, "/nonexistent/libcudart.so.13")
 	})
 	t.Run("missing-symbol", func(t *testing.T) {
 		useFakeCUDA(t, "FAKE_OMIT_cudaMemcpyAsync")
 		_, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-		require.ErrorIs(t, err, devalloc.ErrUnavailable)
+		require.ErrorIs(t, err, distbuf.ErrUnavailable)
 		require.ErrorContains(t, err, "cudaMemcpyAsync")
 	})
 }

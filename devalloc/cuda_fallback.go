@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
 
@@ -39,8 +40,8 @@ import (
 //
 // The bound is Config.Cache (256 MiB by default; -1 keeps no cache,
 // so every free is a cudaFree and every allocation a cudaMalloc), raised to
-// the bytes primed (Prime allocates with cudaMalloc and caches the block),
-// and lowered to the release threshold under AggressiveFree. Trim(keep)
+// the bytes primed (Config.Prime allocates with cudaMalloc and caches the
+// block), and lowered to the release threshold under AggressiveFree. Trim(keep)
 // frees cached blocks, largest first, until at most keep bytes stay
 // reserved, and lowers the primed amount to keep.
 type mallocCache struct {
@@ -202,7 +203,7 @@ func (c *mallocCache) free(addr uintptr, r *cudaStream) error {
 	defer c.mu.Unlock()
 	size, ok := c.live[addr]
 	if !ok {
-		return fmt.Errorf("cuda fallback: free of unknown address %#x: %w", addr, ErrInvalid)
+		return fmt.Errorf("cuda fallback: free of unknown address %#x: %w", addr, distbuf.ErrInvalid)
 	}
 	delete(c.live, addr)
 	c.liveBytes -= size

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf/internal/cudart"
-
 	"github.com/stretchr/testify/require"
 )
 

@@ -24,9 +24,9 @@ func openReuse(t *testing.T, cache int64) *devalloc.Allocator {
 	t.Helper()
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{Cache: cache}, Warn: func(string) {}})
 	require.NoError(t, err)
-	if a.Kind() != devalloc.KindCUDAPool {
+	if !a.Info().Pool {
 		require.NoError(t, a.Close())
-		t.Skipf("the pool is not in use (%s)", a.Describe())
+		t.Skipf("the pool is not in use (%s)", a.Info().Description)
 	}
 	t.Cleanup(func() { require.NoError(t, a.Close()) })
 	return a
@@ -36,7 +36,7 @@ func allocAddr(t *testing.T, a *devalloc.Allocator, n int64, s *devalloc.Stream)
 	t.Helper()
 	b, err := a.Alloc(n, s)
 	require.NoError(t, err)
-	addr, err := b.Addr()
+	addr, _, _, err := b.Region()
 	require.NoError(t, err)
 	return b, addr
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
 
@@ -18,7 +19,7 @@ import (
 //
 // Host work (Enqueue functions, waits for an outside agent's Hold) is
 // ordered on the device by one word of mapped pinned memory per stream (see
-// EnvCUDAHostWait): each host operation takes the next sequence number and
+// envCUDAHostWait): each host operation takes the next sequence number and
 // the stream waits until the word reaches it (cuStreamWaitValue32, GEQ). A
 // worker goroutine completes the operations in order and writes their
 // numbers, so the word only grows and one word serves the stream's life. An
@@ -77,7 +78,7 @@ func (s *cudaStream) use(fn func() error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.dead {
-		return fmt.Errorf("cuda stream: %w", ErrClosed)
+		return fmt.Errorf("cuda stream: %w", distbuf.ErrClosed)
 	}
 	return fn()
 }
@@ -108,7 +109,7 @@ func (s *cudaStream) record() (eventImpl, error) {
 func (s *cudaStream) wait(e eventImpl) error {
 	ev, ok := baseEvent(e).(*cudaEvent)
 	if !ok || ev.be != s.be {
-		return fmt.Errorf("cuda stream: event of another backend: %w", ErrInvalid)
+		return fmt.Errorf("cuda stream: event of another backend: %w", distbuf.ErrInvalid)
 	}
 	return s.use(func() error { return wrapCUDA("wait for an event", s.be.dev.StreamWaitEvent(s.h, ev.h)) })
 }

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distbuf/distbuf/internal/gputest"
-
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/alloctest"
+	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,34 +28,34 @@ func requireCUDA(t *testing.T) {
 
 func TestCUDAConformance(t *testing.T) {
 	requireCUDA(t)
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Kinds: []devalloc.Kind{devalloc.KindCUDAPool}})
+	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Pool: true})
 }
 
 func TestCUDAConformanceFallback(t *testing.T) {
 	requireCUDA(t)
 	defer devalloc.ForceCUDAPoolOff()()
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Kinds: []devalloc.Kind{devalloc.KindCUDAMalloc}})
+	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA})
 }
 
 func TestCUDAHostWaitCallback(t *testing.T) {
 	requireCUDA(t)
-	t.Setenv(devalloc.EnvCUDAHostWait, "callback")
-	testCUDAHostWaits(t, devalloc.KindCUDAPool)
+	t.Setenv("DISTBUF_CUDA_HOSTWAIT", "callback")
+	testCUDAHostWaits(t, true)
 }
 
 func TestCUDABackendDetails(t *testing.T) {
 	requireCUDA(t)
-	testCUDABackendDetails(t, devalloc.KindCUDAPool)
+	testCUDABackendDetails(t, true)
 }
 
 // testCUDAHostWaits checks host work on a stream in whatever host-wait mode is
 // in effect, without functions that block on one another across streams
 // (which the callback mode cannot promise).
-func testCUDAHostWaits(t *testing.T, kind devalloc.Kind) {
+func testCUDAHostWaits(t *testing.T, pool bool) {
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}, Warn: func(string) {}})
 	require.NoError(t, err)
-	require.Equal(t, kind, a.Kind())
-	t.Log(a.Describe())
+	require.Equal(t, pool, a.Info().Pool)
+	t.Log(a.Info().Description)
 	s := a.DefaultStream()
 	boom := errors.New("boom")
 	order := make(chan int, 3)
@@ -110,23 +110,23 @@ func testCUDAHostWaits(t *testing.T, kind devalloc.Kind) {
 	_, err = q.Hold(devalloc.Read)
 	require.NoError(t, err)
 	require.NoError(t, s2.Memset(q, 0, n, 0)) // a write: waits for the reading hold
-	require.ErrorIs(t, a.Close(), devalloc.ErrLeak)
+	require.ErrorIs(t, a.Close(), distbuf.ErrLeak)
 }
 
 // testCUDABackendDetails checks what the conformance suite leaves to the backend.
-func testCUDABackendDetails(t *testing.T, kind devalloc.Kind) {
+func testCUDABackendDetails(t *testing.T, pool bool) {
 	n, err := devalloc.DeviceCount()
 	require.NoError(t, err)
 	require.Positive(t, n)
 
 	_, err = devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Device: n, Config: &devalloc.Config{}})
-	require.ErrorIs(t, err, devalloc.ErrUnavailable)
+	require.ErrorIs(t, err, distbuf.ErrUnavailable)
 	require.ErrorContains(t, err, "not present")
 
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
 	require.NoError(t, err)
-	require.Equal(t, kind, a.Kind())
-	require.Contains(t, a.Describe(), "CUDA device 0")
+	require.Equal(t, pool, a.Info().Pool)
+	require.Contains(t, a.Info().Description, "CUDA device 0")
 	require.NotZero(t, a.DefaultStream().Handle(), "the default stream is a real cudaStream_t")
 	s := a.DefaultStream()
 	b, err := a.Alloc(8<<20, s)
@@ -146,8 +146,8 @@ func testCUDABackendDetails(t *testing.T, kind devalloc.Kind) {
 	require.Equal(t, before.ReservedPeak, after.ReservedPeak)
 	require.Equal(t, before.AllocCalls, after.AllocCalls)
 
-	t.Setenv(devalloc.EnvCUDAHostWait, "sometimes")
+	t.Setenv("DISTBUF_CUDA_HOSTWAIT", "sometimes")
 	_, err = devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}})
-	require.ErrorIs(t, err, devalloc.ErrBadConfig)
-	require.ErrorContains(t, err, devalloc.EnvCUDAHostWait)
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
+	require.ErrorContains(t, err, "DISTBUF_CUDA_HOSTWAIT")
 }

@@ -7,27 +7,62 @@
 // Open picks the backend from Options.Backend, else DISTBUF_BACKEND, else
 // auto. Auto uses CUDA when a usable GPU is present and otherwise the host
 // backend; the reason is passed to Options.Warn (standard error by default)
-// and kept in FallbackReason, and Stats.Fallbacks counts it. Kind reports the
-// backend in use. The host backend has the same semantics as CUDA: memory
+// and kept in Info.FallbackReason, and Stats.Fallbacks counts it. On CUDA,
+// allocations come from a private stream-ordered pool, or from the
+// cudaMalloc fallback where the pool is missing or turned off (pool:off),
+// which is reported the same way. Allocator.Info reports the backend in use
+// (Info.Backend, Info.Pool), the device, the configuration in effect and the
+// resolved budget. The host backend has the same semantics as CUDA: memory
 // comes from an mmap pool off the Go heap (C and MPI may hold pointers into
-// it), and each stream runs its work in order on its own goroutine.
+// it), and each stream runs its work in order on its own goroutine. Before
+// opening one allocator per rank on a node with several GPUs, DeviceCount
+// and cluster's placement helper choose Options.Device.
+//
+// # Environment
+//
+// Open reads these variables where Options leaves the matching field empty:
+//
+//   - DISTBUF_BACKEND: auto, cuda or host (Options.Backend).
+//   - DISTBUF_ALLOC_CONF: the configuration (Options.Config) in the syntax
+//     of ParseConfig, e.g. "policy:retain,prime:2GiB,limit:80%".
+//   - DISTBUF_CUDA_HOSTWAIT: how a CUDA stream waits for the host (a Hold,
+//     or a function given to Stream.Enqueue): memop (cuStreamWaitValue32 on
+//     mapped pinned memory; the default where the driver offers it),
+//     callback (a blocking cudaLaunchHostFunc, which shares the runtime's
+//     one callback thread with every stream: a blocked hold delays them
+//     all), or auto.
+//   - DISTBUF_CUDART: the path of libcudart to load (internal/cudart).
+//
+// # Errors
+//
+// Every error names devalloc and the problem ("devalloc: double free of
+// buffer #3 (4 KiB): distbuf: buffer already freed") and matches one of the
+// root package's sentinels with errors.Is: distbuf.ErrInvalid (a bad
+// argument), ErrBadConfig (a bad Config, DISTBUF_* value or Options field),
+// ErrClosed (use after Close), ErrFreed (use of a buffer after Free),
+// ErrOutOfMemory (the *OutOfMemoryError), ErrUnavailable (no GPU, no CUDA
+// runtime, or a call this backend or runtime does not offer),
+// ErrConflict (an access that would race with one still open),
+// ErrNotHostAccessible (Buffer.Bytes of device memory) and ErrLeak (the
+// *LeakError from Close).
 //
 // # Ownership and lifetimes
 //
 // The Allocator owns its streams, its pools and the memory of every Buffer.
 // The caller owns a *Buffer from Alloc until Free; after Free every method of
-// the Buffer returns ErrFreed, a second Free included. Close destroys the
+// the Buffer returns an error matching distbuf.ErrFreed, a second Free
+// included. Close destroys the
 // streams and pools and reports buffers never freed as a *LeakError; their
 // memory is deliberately not released so stale pointers cannot crash.
 //
 // Close lets operations already in flight finish and makes later ones
-// return ErrClosed; it holds no lock while it waits for them, so an
+// return distbuf.ErrClosed; it holds no lock while it waits for them, so an
 // out-of-memory callback may free (or even close) while Close runs. A
 // stream waiting for an outside agent's Hold stops waiting when Close
 // begins, so that a hold never released cannot keep Close (or a Synchronize
 // in flight) waiting for ever: the work behind the wait runs, the stream's
-// next synchronisation returns an error matching ErrClosed that says the
-// wait was abandoned, and Hold.Release after Close returns ErrClosed. A
+// next synchronisation returns an error matching distbuf.ErrClosed that says the
+// wait was abandoned, and Hold.Release after Close returns distbuf.ErrClosed. A
 // function given to Stream.Enqueue that never returns still blocks Close.
 //
 // # The ledger (the token pins storage)
@@ -61,15 +96,18 @@
 // Retain (the default) sets the pool's release threshold to the maximum, so
 // freed memory stays for cheap reuse. AggressiveFree lowers it and returns
 // memory at synchronisation points and at EndPhase, leaving headroom for the
-// largest runs; SetPolicy switches while running. Prime reserves memory once;
-// Trim releases it. A per-rank budget (Config.Limit) is independent of the
+// largest runs; SetPolicy switches while running, and Info.Config.Policy
+// reports the one in force. Config.Prime reserves memory once, at Open;
+// Trim releases unused memory. A per-rank budget (Config.Limit, or
+// Config.LimitFraction of the device's memory) is independent of the
 // policy: it caps the bytes of live buffers. When an allocation fails, Alloc
-// synchronises and retries, trims and retries, calls Options.OnOutOfMemory,
-// and finally returns an *OutOfMemoryError matching ErrOutOfMemory.
+// synchronises and retries, trims and retries, calls Options.OnOutOfMemory
+// with the report so far (it may free and ask for another attempt),
+// and finally returns an *OutOfMemoryError matching distbuf.ErrOutOfMemory.
 //
 // The callback runs outside the allocator's close guard: it may call any
 // method, Free and Close included; an Alloc whose allocator was closed
-// meanwhile returns ErrClosed.
+// meanwhile returns distbuf.ErrClosed.
 //
 // Configuration comes from Options.Config, else DISTBUF_ALLOC_CONF, e.g.
 // "policy:retain,prime:2GiB,limit:80%"; see ParseConfig.
@@ -109,7 +147,8 @@
 // the next Alloc fills. Alloc takes the allocator's lock once (it counts
 // the stream's current mark too), Memset the buffer's lock, Free the
 // buffer's and the allocator's. Work across streams pays for its events
-// (Stats.LedgerEvents). DriverCalls reports the calls made, by entry point.
+// (Stats.LedgerEvents). The package's tests hold these costs to account by
+// counting the driver calls made per Alloc and per Free.
 //
 // # Memory freed in a stream's order
 //

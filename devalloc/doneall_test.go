@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/stretchr/testify/require"
 )
 
@@ -86,16 +87,16 @@ func TestDoneAllMisuse(t *testing.T) {
 	require.NoError(t, err)
 	events := a.Stats().LedgerEvents
 	err = DoneAll(x1, x2)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "ended with work on stream")
 	require.Equal(t, events, a.Stats().LedgerEvents, "nothing recorded")
 	require.NoError(t, x1.Done())
 	err = DoneAll(x2, x1)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "already done")
 	require.Equal(t, events+1, a.Stats().LedgerEvents, "x1's own Done only")
 	require.NoError(t, DoneAll(x2), "one access: its Done")
-	require.ErrorIs(t, x2.Done(), ErrInvalid)
+	require.ErrorIs(t, x2.Done(), distbuf.ErrInvalid)
 	require.NoError(t, b1.Free())
 	require.NoError(t, b2.Free())
 	require.NoError(t, a.Close())

@@ -4,35 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-)
 
-// Sentinel errors. Every error returned by this package either is one of these
-// or matches one of them with errors.Is.
-var (
-	// ErrOutOfMemory matches every *OutOfMemoryError.
-	ErrOutOfMemory = errors.New("devalloc: out of memory")
-	// ErrUnavailable means the requested backend cannot run on this machine
-	// (no GPU, no driver, no runtime library).
-	ErrUnavailable = errors.New("devalloc: backend unavailable")
-	// ErrNotSupported means the backend cannot do what was asked.
-	ErrNotSupported = errors.New("devalloc: not supported by this backend")
-	// ErrFreed is returned for any use of a buffer after Free, including a second Free.
-	ErrFreed = errors.New("devalloc: buffer already freed")
-	// ErrClosed is returned for any use of an allocator, stream or event after Close.
-	ErrClosed = errors.New("devalloc: closed")
-	// ErrInvalid reports a bad argument (negative size, nil stream, foreign stream...).
-	ErrInvalid = errors.New("devalloc: invalid argument")
-	// ErrConflict reports an access that would race with an access still open on
-	// another stream (one that has not called Access.Done).
-	ErrConflict = errors.New("devalloc: conflicting open access")
-	// ErrBadConfig matches every *ConfigError.
-	ErrBadConfig = errors.New("devalloc: bad configuration")
-	// ErrLeak matches the *LeakError returned by Close.
-	ErrLeak = errors.New("devalloc: leaked buffers")
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // OutOfMemoryError is returned by Alloc once the whole out-of-memory ladder
-// (sync and retry, trim and retry, user callback) has failed.
+// (sync and retry, trim and retry, user callback) has failed. It matches
+// distbuf.ErrOutOfMemory. Options.OnOutOfMemory receives the report so far.
 type OutOfMemoryError struct {
 	Requested int64 // bytes asked for
 	Limit     int64 // per-rank budget in bytes; 0 means none
@@ -40,36 +19,34 @@ type OutOfMemoryError struct {
 	Reserved  int64 // bytes the pool holds from the driver or OS
 	Free      int64 // free memory reported by the device or OS; -1 if unknown
 	Total     int64 // total memory of the device or host; -1 if unknown
-	Retries   int   // how many times the allocation was retried
+	Retries   int   // how many times the allocation was retried (so far, in the callback)
 	Cause     error // the last failure: the budget, or the backend's error
 }
 
 func (e *OutOfMemoryError) Error() string {
 	limit := "none"
 	if e.Limit > 0 {
-		limit = FormatBytes(e.Limit)
+		limit = bytesize.Format(e.Limit)
 	}
 	return fmt.Sprintf("devalloc: out of memory: requested %s (limit %s, used %s, reserved %s, free %s of %s) after %d retries: %v",
-		FormatBytes(e.Requested), limit, FormatBytes(e.Used), FormatBytes(e.Reserved),
+		bytesize.Format(e.Requested), limit, bytesize.Format(e.Used), bytesize.Format(e.Reserved),
 		formatMaybe(e.Free), formatMaybe(e.Total), e.Retries, e.Cause)
 }
 
-// Is makes errors.Is(err, ErrOutOfMemory) true.
-func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }
-
-// Unwrap exposes the last failure.
-func (e *OutOfMemoryError) Unwrap() error { return e.Cause }
+// Unwrap makes the error match distbuf.ErrOutOfMemory and exposes the last
+// failure (Cause) to errors.Is and errors.As.
+func (e *OutOfMemoryError) Unwrap() []error { return []error{distbuf.ErrOutOfMemory, e.Cause} }
 
 func formatMaybe(n int64) string {
 	if n < 0 {
 		return "?"
 	}
-	return FormatBytes(n)
+	return bytesize.Format(n)
 }
 
 // errHoldAbandoned fails the synchronisation of a stream that stopped
 // waiting for an outside hold because the allocator was closed.
-var errHoldAbandoned = fmt.Errorf("a wait for an outside hold was abandoned because the allocator was closed (the hold was never released): %w", ErrClosed)
+var errHoldAbandoned = fmt.Errorf("a wait for an outside hold was abandoned because the allocator was closed (the hold was never released): %w", distbuf.ErrClosed)
 
 // waitOrAbandon waits for ch, the release of a hold, or for abort, and
 // then reports the abandoned wait through fail.
@@ -89,27 +66,24 @@ func waitOrAbandon(ch, abort <-chan struct{}, fail func(error)) {
 // rather than by the backend.
 var errBudget = errors.New("per-rank budget exceeded")
 
-// ConfigError names the configuration key whose value could not be used.
-type ConfigError struct {
-	Source string // "DISTBUF_ALLOC_CONF", "DISTBUF_BACKEND" or "Options"
-	Key    string
-	Value  string
-	Reason string
+// configError names the configuration key whose value could not be used,
+// and where it came from: "DISTBUF_ALLOC_CONF", "DISTBUF_BACKEND",
+// "Options" or "config" (ParseConfig). It matches distbuf.ErrBadConfig.
+type configError struct {
+	source, key, value, reason string
 }
 
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("devalloc: %s: key %q: bad value %q: %s", e.Source, e.Key, e.Value, e.Reason)
+func (e *configError) Error() string {
+	return fmt.Sprintf("devalloc: %s: key %q: bad value %q: %s", e.source, e.key, e.value, e.reason)
 }
 
-// Is makes errors.Is(err, ErrBadConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrBadConfig }
+func (e *configError) Is(target error) bool { return target == distbuf.ErrBadConfig }
 
 // LeakedBuffer describes one buffer still live when the allocator was closed.
 type LeakedBuffer struct {
 	ID       uint64
 	Bytes    int64
 	Location Location
-	Label    string
 	Held     bool // freed by the owner but still held by an outside agent
 }
 
@@ -124,17 +98,14 @@ type LeakError struct {
 
 func (e *LeakError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "devalloc: %d leaked buffer(s), %s", e.Count, FormatBytes(e.Bytes))
+	fmt.Fprintf(&b, "devalloc: %d leaked buffer(s), %s", e.Count, bytesize.Format(e.Bytes))
 	for i, l := range e.Buffers {
 		if i == 0 {
 			b.WriteString(": ")
 		} else {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "#%d %s %s", l.ID, FormatBytes(l.Bytes), l.Location)
-		if l.Label != "" {
-			fmt.Fprintf(&b, " %q", l.Label)
-		}
+		fmt.Fprintf(&b, "#%d %s %s", l.ID, bytesize.Format(l.Bytes), l.Location)
 		if l.Held {
 			b.WriteString(" (freed, still held)")
 		}
@@ -145,5 +116,5 @@ func (e *LeakError) Error() string {
 	return b.String()
 }
 
-// Is makes errors.Is(err, ErrLeak) true.
-func (e *LeakError) Is(target error) bool { return target == ErrLeak }
+// Is makes errors.Is(err, distbuf.ErrLeak) true.
+func (e *LeakError) Is(target error) bool { return target == distbuf.ErrLeak }

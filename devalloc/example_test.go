@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 )
 
@@ -53,8 +54,8 @@ func Example() {
 	if err := a.Close(); err != nil {
 		log.Fatal(err) // a *LeakError if a buffer had not been freed
 	}
-	st := a.Stats() // Stats still answers after Close
-	fmt.Println(st.Kind, st.AllocCalls, st.Frees, st.LiveBuffers)
+	st := a.Stats() // Stats and Info still answer after Close
+	fmt.Println(a.Info().Backend, st.AllocCalls, st.Frees, st.LiveBuffers)
 	// Output:
 	// 4096 42 42
 	// host 1 1 0
@@ -111,7 +112,7 @@ func ExampleStream_Enqueue() {
 }
 
 // Close reports buffers that were never freed as a *LeakError, naming them
-// by the label they were given; their memory is deliberately kept.
+// by their ID and size; their memory is deliberately kept.
 func ExampleLeakError() {
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
 	if err != nil {
@@ -121,12 +122,40 @@ func ExampleLeakError() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	buf.SetLabel("halo")
 
 	err = a.Close() // buf was never freed
 	var leak *devalloc.LeakError
 	if errors.As(err, &leak) {
-		fmt.Println(errors.Is(err, devalloc.ErrLeak), leak.Count, devalloc.FormatBytes(leak.Bytes), leak.Buffers[0].Label)
+		fmt.Println(errors.Is(err, distbuf.ErrLeak), leak.Count, leak.Bytes, leak.Buffers[0].ID == buf.ID())
 	}
-	// Output: true 1 1 MiB halo
+	// Output: true 1 1048576 true
+}
+
+// A per-rank budget caps the bytes of live buffers. An allocation past it
+// climbs the out-of-memory ladder (synchronise, trim, the callback) and
+// then fails with an *OutOfMemoryError that carries the figures.
+func ExampleOutOfMemoryError() {
+	a, err := devalloc.Open(devalloc.Options{
+		Backend: devalloc.BackendHost,
+		Config:  &devalloc.Config{Limit: 1 << 20},
+		// The callback may free memory and ask for another attempt.
+		OnOutOfMemory: func(report *devalloc.OutOfMemoryError) bool { return false },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := a.DefaultStream()
+	held, err := a.Alloc(768<<10, s)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = a.Alloc(512<<10, s)
+	var oom *devalloc.OutOfMemoryError
+	if errors.As(err, &oom) {
+		fmt.Println(errors.Is(err, distbuf.ErrOutOfMemory), oom.Requested, oom.Limit, oom.Used)
+	}
+	if err := errors.Join(held.Free(), a.Close()); err != nil {
+		log.Fatal(err)
+	}
+	// Output: true 524288 1048576 786432
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"syscall"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // hostBackend keeps memory in host RAM and runs streams on goroutines.
@@ -14,7 +17,7 @@ type hostBackend struct {
 
 func newHostBackend() *hostBackend { return &hostBackend{pool: newHostPool()} }
 
-func (h *hostBackend) kind() Kind { return KindHost }
+func (h *hostBackend) kind() backendKind { return kindHost }
 
 func (h *hostBackend) describe() string { return "host memory (mmap pool, goroutine streams)" }
 
@@ -47,7 +50,7 @@ func (h *hostBackend) alloc(size int64, s streamImpl) (uintptr, unsafe.Pointer, 
 func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
 	hs, ok := r.(*hostStream)
 	if !ok {
-		return fmt.Errorf("host backend: stream of another backend: %w", ErrInvalid)
+		return fmt.Errorf("host backend: stream of another backend: %w", distbuf.ErrInvalid)
 	}
 	var err error
 	if hs.runNowIfIdle(func() { err = h.pool.free(addr) }) {
@@ -58,7 +61,7 @@ func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
 		return err
 	}
 	err = r.enqueue(func() error { return h.pool.freeOrdered(addr, ticket) })
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, distbuf.ErrClosed) {
 		// A closed stream has run all its work: nothing to wait for.
 		return h.pool.freeOrdered(addr, ticket)
 	}
@@ -67,7 +70,7 @@ func (h *hostBackend) freeAsync(addr uintptr, _ int64, r streamImpl) error {
 
 func (h *hostBackend) copyAsync(dst, src memRef, n int64, s streamImpl) error {
 	if dst.host == nil || src.host == nil {
-		return fmt.Errorf("host copy: device memory on the host backend: %w", ErrInvalid)
+		return fmt.Errorf("host copy: device memory on the host backend: %w", distbuf.ErrInvalid)
 	}
 	return s.enqueue(func() error {
 		copy(unsafe.Slice((*byte)(dst.host), n), unsafe.Slice((*byte)(src.host), n))
@@ -77,7 +80,7 @@ func (h *hostBackend) copyAsync(dst, src memRef, n int64, s streamImpl) error {
 
 func (h *hostBackend) memsetAsync(dst memRef, val byte, n int64, s streamImpl) error {
 	if dst.host == nil {
-		return fmt.Errorf("host memset: device memory on the host backend: %w", ErrInvalid)
+		return fmt.Errorf("host memset: device memory on the host backend: %w", distbuf.ErrInvalid)
 	}
 	return s.enqueue(func() error {
 		b := unsafe.Slice((*byte)(dst.host), n)
@@ -96,7 +99,7 @@ func (h *hostBackend) memsetAsync(dst memRef, val byte, n int64, s streamImpl) e
 func (h *hostBackend) allocPinned(size int64) (unsafe.Pointer, error) {
 	mem, err := syscall.Mmap(-1, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
-		return nil, fmt.Errorf("host pinned: mmap %s: %v: %w", FormatBytes(size), err, ErrOutOfMemory)
+		return nil, fmt.Errorf("host pinned: mmap %s: %v: %w", bytesize.Format(size), err, distbuf.ErrOutOfMemory)
 	}
 	return unsafe.Pointer(&mem[0]), nil
 }

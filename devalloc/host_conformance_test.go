@@ -8,5 +8,5 @@ import (
 )
 
 func TestHostConformance(t *testing.T) {
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendHost, Kinds: []devalloc.Kind{devalloc.KindHost}})
+	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendHost})
 }

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // hostPool is the host backend's stand-in for the driver's memory pool: it
@@ -194,7 +197,7 @@ func (p *hostPool) findFree(size int64) *chunk {
 func (p *hostPool) addSegment(size int64, ar *arena) (*chunk, error) {
 	mem, err := p.mmap(size)
 	if err != nil {
-		return nil, fmt.Errorf("host pool: mmap %s: %v: %w", FormatBytes(size), err, ErrOutOfMemory)
+		return nil, fmt.Errorf("host pool: mmap %s: %v: %w", bytesize.Format(size), err, distbuf.ErrOutOfMemory)
 	}
 	seg := &segment{mem: mem, size: size, arena: ar}
 	p.segments[seg] = struct{}{}
@@ -249,7 +252,7 @@ func (p *hostPool) order(addr uintptr, s *hostStream) (uint64, error) {
 	defer p.mu.Unlock()
 	c, ok := p.live[addr]
 	if !ok || c.orderedOn != nil {
-		return 0, fmt.Errorf("host pool: free of unknown address %#x: %w", addr, ErrInvalid)
+		return 0, fmt.Errorf("host pool: free of unknown address %#x: %w", addr, distbuf.ErrInvalid)
 	}
 	c.orderedOn = s
 	p.tickets++
@@ -326,7 +329,7 @@ func (p *hostPool) free(addr uintptr) error {
 	defer p.mu.Unlock()
 	c, ok := p.live[addr]
 	if !ok || c.orderedOn != nil {
-		return fmt.Errorf("host pool: free of unknown address %#x: %w", addr, ErrInvalid)
+		return fmt.Errorf("host pool: free of unknown address %#x: %w", addr, distbuf.ErrInvalid)
 	}
 	return p.freeLocked(c)
 }

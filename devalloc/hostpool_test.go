@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/distbuf/distbuf"
 	"github.com/stretchr/testify/require"
 )
 
@@ -94,7 +95,7 @@ func TestHostPoolMmapFailure(t *testing.T) {
 	p := newHostPool()
 	p.mmap = func(int64) ([]byte, error) { return nil, errors.New("ENOMEM") }
 	_, _, err := p.alloc(4096, nil)
-	require.ErrorIs(t, err, ErrOutOfMemory)
+	require.ErrorIs(t, err, distbuf.ErrOutOfMemory)
 	require.ErrorContains(t, err, "ENOMEM")
 }
 
@@ -102,11 +103,13 @@ func TestHostPoolMmapFailure(t *testing.T) {
 func TestLadderOrderOnBackendFailure(t *testing.T) {
 	var steps []string
 	var a *Allocator
-	a, err := Open(Options{Backend: BackendHost, Config: &Config{}, OnOutOfMemory: func(ev OOMEvent) bool {
+	a, err := Open(Options{Backend: BackendHost, Config: &Config{}, OnOutOfMemory: func(report *OutOfMemoryError) bool {
 		st := a.Stats()
 		steps = append(steps, "callback")
 		require.EqualValues(t, 1, st.Trims, "trim ran before the callback")
 		require.EqualValues(t, 2, st.OOMRetries, "sync and trim retries ran before the callback")
+		require.Equal(t, 2, report.Retries, "the report counts them")
+		require.ErrorIs(t, report, distbuf.ErrOutOfMemory)
 		return false
 	}})
 	require.NoError(t, err)
@@ -175,8 +178,8 @@ func TestHostPoolOrderedTickets(t *testing.T) {
 	t1, err := p.order(addr, s)
 	require.NoError(t, err)
 	_, err = p.order(addr, s)
-	require.ErrorIs(t, err, ErrInvalid, "a chunk whose free is queued cannot be freed again")
-	require.ErrorIs(t, p.free(addr), ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid, "a chunk whose free is queued cannot be freed again")
+	require.ErrorIs(t, p.free(addr), distbuf.ErrInvalid)
 	again, ptr2, err := p.alloc(4096, s)
 	require.NoError(t, err)
 	require.Same(t, c, again, "reused on its stream")

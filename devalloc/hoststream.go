@@ -3,6 +3,8 @@ package devalloc
 import (
 	"fmt"
 	"sync"
+
+	"github.com/distbuf/distbuf"
 )
 
 // hostStream runs its work in order on one goroutine, like a device stream:
@@ -55,7 +57,7 @@ func (s *hostStream) push(op func()) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fmt.Errorf("host stream: %w", ErrClosed)
+		return fmt.Errorf("host stream: %w", distbuf.ErrClosed)
 	}
 	s.queue = append(s.queue, op)
 	s.cond.Signal()
@@ -99,7 +101,7 @@ func (s *hostStream) record() (eventImpl, error) {
 func (s *hostStream) wait(e eventImpl) error {
 	ev, ok := baseEvent(e).(*hostEvent)
 	if !ok {
-		return fmt.Errorf("host stream: event from another backend: %w", ErrInvalid)
+		return fmt.Errorf("host stream: event from another backend: %w", distbuf.ErrInvalid)
 	}
 	return s.push(func() { <-ev.done })
 }

@@ -1,6 +1,8 @@
 package devalloc
 
-import "testing"
+import (
+	"testing"
+)
 
 // An event recorded on an idle host stream is complete at once: waiting for
 // it (as a hold on a fresh allocation does) wakes no goroutine.

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/distbuf/distbuf"
 )
 
 // ledgerModel drives random reads, writes, holds, frees and devalloc's own
@@ -67,7 +69,7 @@ func (m *ledgerModel) check(mem []byte, id uint64, want [16]byte, what string) {
 
 func (m *ledgerModel) write(mb *modelBuf, s *Stream, r uint8) {
 	x, err := mb.b.Write(s)
-	if errors.Is(err, ErrConflict) && len(mb.holds) > 0 {
+	if errors.Is(err, distbuf.ErrConflict) && len(mb.holds) > 0 {
 		return // an outside writer holds it: refused by design
 	}
 	if err != nil {
@@ -209,7 +211,7 @@ func (m *ledgerModel) alloc(s *Stream, r uint8) {
 // memset is devalloc's own write of the whole buffer: it ends in s's mark.
 func (m *ledgerModel) memset(mb *modelBuf, s *Stream, r uint8) {
 	err := s.Memset(mb.b, 0, mb.b.Size(), r)
-	if errors.Is(err, ErrConflict) && len(mb.holds) > 0 {
+	if errors.Is(err, distbuf.ErrConflict) && len(mb.holds) > 0 {
 		return
 	}
 	if err != nil {
@@ -226,7 +228,7 @@ func (m *ledgerModel) memset(mb *modelBuf, s *Stream, r uint8) {
 func (m *ledgerModel) copyTo(dst, src *modelBuf, s *Stream) {
 	n := min(dst.b.Size(), src.b.Size())
 	err := s.Copy(dst.b, 0, src.b, 0, n)
-	if errors.Is(err, ErrConflict) && len(dst.holds) > 0 {
+	if errors.Is(err, distbuf.ErrConflict) && len(dst.holds) > 0 {
 		return
 	}
 	if err != nil {

@@ -1,6 +1,10 @@
 package devalloc
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/distbuf/distbuf"
+)
 
 // A stream mark is "everything enqueued on a stream so far", recorded as an
 // event only when something must wait for it. devalloc's own work (the
@@ -148,7 +152,7 @@ func (s *Stream) markEvent(epoch uint64) (eventImpl, uint64, error) {
 			return m.ev, m.seq, nil
 		}
 	}
-	return nil, 0, fmt.Errorf("devalloc: stream %d: mark %d has no entry left: %w", s.id, epoch, ErrInvalid)
+	return nil, 0, fmt.Errorf("devalloc: stream %d: mark %d has no entry left: %w", s.id, epoch, distbuf.ErrInvalid)
 }
 
 // markRan reports whether mark epoch has been recorded and its event has

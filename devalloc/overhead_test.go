@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
 )
 
 // nullBackend does no memory or stream work at all: benchmarks on it time
@@ -18,7 +20,7 @@ type nullStream struct{}
 
 type nullEvent struct{}
 
-func (*nullBackend) kind() Kind                     { return KindCUDAPool }
+func (*nullBackend) kind() backendKind              { return kindCUDAPool }
 func (*nullBackend) describe() string               { return "null" }
 func (*nullBackend) memInfo() (int64, int64)        { return 1 << 40, 1 << 40 }
 func (*nullBackend) newStream() (streamImpl, error) { return nullStream{}, nil }
@@ -32,7 +34,7 @@ func (b *nullBackend) alloc(size int64, _ streamImpl) (uintptr, unsafe.Pointer, 
 func (*nullBackend) freeAsync(uintptr, int64, streamImpl) error        { return nil }
 func (*nullBackend) copyAsync(memRef, memRef, int64, streamImpl) error { return nil }
 func (*nullBackend) memsetAsync(memRef, byte, int64, streamImpl) error { return nil }
-func (*nullBackend) allocPinned(int64) (unsafe.Pointer, error)         { return nil, ErrNotSupported }
+func (*nullBackend) allocPinned(int64) (unsafe.Pointer, error)         { return nil, distbuf.ErrUnavailable }
 func (*nullBackend) freePinned(unsafe.Pointer, int64) error            { return nil }
 func (*nullBackend) setReleaseThreshold(uint64) error                  { return nil }
 func (*nullBackend) prime(int64, streamImpl) error                     { return nil }

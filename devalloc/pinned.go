@@ -6,6 +6,9 @@ import (
 	"math/bits"
 	"sync"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // pinnedPool keeps page-locked host memory for staging. Allocating it is slow
@@ -60,14 +63,14 @@ func (a *Allocator) AllocPinned(size int64, s *Stream) (*Buffer, error) {
 
 func (a *Allocator) takePinned(size int64, s *Stream) (*pinnedBlock, error) {
 	if size <= 0 || size > maxAlloc {
-		return nil, fmt.Errorf("devalloc: pinned alloc of %d bytes: size must be in [1, 2^50]: %w", size, ErrInvalid)
+		return nil, fmt.Errorf("devalloc: pinned alloc of %d bytes: size must be in [1, 2^50]: %w", size, distbuf.ErrInvalid)
 	}
 	if err := a.checkStream(s); err != nil {
 		return nil, err
 	}
 	blk, err := a.pinned.take(size)
 	if err != nil {
-		return nil, fmt.Errorf("devalloc: pinned alloc of %s: %w", FormatBytes(size), err)
+		return nil, fmt.Errorf("devalloc: pinned alloc of %s: %w", bytesize.Format(size), err)
 	}
 	return blk, nil
 }
@@ -115,7 +118,7 @@ func (p *pinnedPool) release(b *Buffer, on streamImpl) error {
 	blk := p.all[b.hostPtr]
 	if blk == nil {
 		_ = guard.destroy()
-		return fmt.Errorf("pinned block %p not from this pool: %w", b.hostPtr, ErrInvalid)
+		return fmt.Errorf("pinned block %p not from this pool: %w", b.hostPtr, distbuf.ErrInvalid)
 	}
 	blk.guard = guard
 	class := int(b.pinnedClass)

@@ -5,10 +5,6 @@ package devalloc
 // cheap enough for every iteration, but not free (keep it off the clock of
 // what it measures).
 type Stats struct {
-	Kind   Kind
-	Policy Policy
-	Limit  int64 // per-rank budget in bytes; 0 means none
-
 	// Bytes asked for by Alloc: live now, the high-water mark since the last
 	// ResetPeak, and the sum over all allocations.
 	RequestedCurrent, RequestedPeak, RequestedTotal int64
@@ -59,9 +55,6 @@ func (a *Allocator) Stats() Stats {
 	n := a.n
 	a.mu.Unlock()
 	return Stats{
-		Kind:             a.kindV,
-		Policy:           a.Policy(),
-		Limit:            a.limit,
 		RequestedCurrent: n.requestedCur,
 		RequestedPeak:    n.requestedPeak,
 		RequestedTotal:   n.requestedTotal,
@@ -89,7 +82,8 @@ func (a *Allocator) Stats() Stats {
 	}
 }
 
-// ResetPeak starts new high-water marks at the current values.
+// ResetPeak starts new high-water marks at the current values: the peaks
+// of a phase (a sweep, a solve) are then read from Stats at its end.
 func (a *Allocator) ResetPeak() {
 	a.mu.Lock()
 	a.n.requestedPeak = a.n.requestedCur

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/distbuf/distbuf"
 )
 
 // Stream is an in-order queue of work on one device: a cudaStream_t on the
@@ -94,9 +96,6 @@ func (s *Stream) waitLedger(other *Stream, ev eventImpl, seq uint64) error {
 	return nil
 }
 
-// ID is a small number naming the stream in errors (the reclamation stream is -1).
-func (s *Stream) ID() int { return s.id }
-
 // Handle is the backend's native handle: the cudaStream_t on CUDA, 0 on host.
 // It stays owned by the Stream.
 func (s *Stream) Handle() uintptr { return s.impl.handle() }
@@ -110,7 +109,7 @@ func (s *Stream) enter() error {
 	}
 	if s.closed.Load() {
 		s.a.exit()
-		return fmt.Errorf("devalloc: stream %d: %w", s.id, ErrClosed)
+		return fmt.Errorf("devalloc: stream %d: %w", s.id, distbuf.ErrClosed)
 	}
 	return nil
 }
@@ -139,7 +138,7 @@ func (s *Stream) Wait(e *Event) error {
 		return err
 	}
 	if e.stream.a != s.a {
-		return fmt.Errorf("devalloc: stream %d: event from another allocator: %w", s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: stream %d: event from another allocator: %w", s.id, distbuf.ErrInvalid)
 	}
 	if err := s.impl.wait(e.impl); err != nil {
 		return fmt.Errorf("devalloc: stream %d wait: %w", s.id, err)
@@ -153,7 +152,7 @@ func (s *Stream) Wait(e *Event) error {
 // returned by the next Synchronize.
 func (s *Stream) Enqueue(fn func() error) error {
 	if fn == nil {
-		return fmt.Errorf("devalloc: stream %d: nil function: %w", s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: stream %d: nil function: %w", s.id, distbuf.ErrInvalid)
 	}
 	if err := s.enter(); err != nil {
 		return err
@@ -192,14 +191,14 @@ func (s *Stream) Synchronize() error {
 // stream cannot be closed except by Allocator.Close.
 func (s *Stream) Close() error {
 	if s == s.a.defaultS {
-		return fmt.Errorf("devalloc: the default stream is closed by Allocator.Close: %w", ErrInvalid)
+		return fmt.Errorf("devalloc: the default stream is closed by Allocator.Close: %w", distbuf.ErrInvalid)
 	}
 	if err := s.a.enter(); err != nil {
 		return err
 	}
 	defer s.a.exit()
 	if s.closed.Swap(true) {
-		return fmt.Errorf("devalloc: stream %d: %w", s.id, ErrClosed)
+		return fmt.Errorf("devalloc: stream %d: %w", s.id, distbuf.ErrClosed)
 	}
 	s.a.mu.Lock()
 	delete(s.a.streams, s)
@@ -217,10 +216,10 @@ type Event struct {
 
 func (e *Event) check() error {
 	if e == nil {
-		return fmt.Errorf("devalloc: nil event: %w", ErrInvalid)
+		return fmt.Errorf("devalloc: nil event: %w", distbuf.ErrInvalid)
 	}
 	if e.released.Load() {
-		return fmt.Errorf("devalloc: event used after Release: %w", ErrInvalid)
+		return fmt.Errorf("devalloc: event used after Release: %w", distbuf.ErrInvalid)
 	}
 	return nil
 }
@@ -261,10 +260,10 @@ func (e *Event) Wait() error {
 // Release destroys the event. Streams already waiting on it keep waiting.
 func (e *Event) Release() error {
 	if e == nil {
-		return fmt.Errorf("devalloc: nil event: %w", ErrInvalid)
+		return fmt.Errorf("devalloc: nil event: %w", distbuf.ErrInvalid)
 	}
 	if e.released.Swap(true) {
-		return fmt.Errorf("devalloc: event released twice: %w", ErrInvalid)
+		return fmt.Errorf("devalloc: event released twice: %w", distbuf.ErrInvalid)
 	}
 	return e.impl.destroy()
 }
@@ -279,10 +278,10 @@ func (b *Buffer) ref(off int64) memRef {
 
 func checkRange(what string, b *Buffer, off, n int64) error {
 	if b == nil {
-		return fmt.Errorf("devalloc: %s: nil buffer: %w", what, ErrInvalid)
+		return fmt.Errorf("devalloc: %s: nil buffer: %w", what, distbuf.ErrInvalid)
 	}
 	if off < 0 || n < 0 || off > b.size || n > b.size-off {
-		return fmt.Errorf("devalloc: %s: range [%d, %d+%d) outside buffer #%d of %d bytes: %w", what, off, off, n, b.id, b.size, ErrInvalid)
+		return fmt.Errorf("devalloc: %s: range [%d, %d+%d) outside buffer #%d of %d bytes: %w", what, off, off, n, b.id, b.size, distbuf.ErrInvalid)
 	}
 	return nil
 }
@@ -298,7 +297,7 @@ func (s *Stream) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int64) e
 		return err
 	}
 	if dst == src && dstOff < srcOff+n && srcOff < dstOff+n {
-		return fmt.Errorf("devalloc: copy within buffer #%d: overlapping ranges: %w", dst.id, ErrInvalid)
+		return fmt.Errorf("devalloc: copy within buffer #%d: overlapping ranges: %w", dst.id, distbuf.ErrInvalid)
 	}
 	if err := s.checkOwn(dst); err != nil {
 		return err
@@ -365,13 +364,13 @@ func (s *Stream) Memset(b *Buffer, off, n int64, val byte) error {
 // then enters the close guard with b's lock held (lockedEnter).
 func (s *Stream) checkOwn(b *Buffer) error {
 	if s == nil {
-		return fmt.Errorf("devalloc: nil stream: %w", ErrInvalid)
+		return fmt.Errorf("devalloc: nil stream: %w", distbuf.ErrInvalid)
 	}
 	if err := s.a.checkStream(s); err != nil {
 		return err
 	}
 	if b.allocStream.a != s.a {
-		return fmt.Errorf("devalloc: buffer #%d belongs to another allocator than stream %d: %w", b.id, s.id, ErrInvalid)
+		return fmt.Errorf("devalloc: buffer #%d belongs to another allocator than stream %d: %w", b.id, s.id, distbuf.ErrInvalid)
 	}
 	return nil
 }

@@ -154,14 +154,14 @@ func (g *gemmBench) directStrided(b *testing.B, o *operands, dim, n, iters int) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := lib.NewHandle(g.a.Device(), g.s.Handle(), false)
+	h, err := lib.NewHandle(g.a.Info().Device, g.s.Handle(), false)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = h.Destroy() }()
 	var addr [3]uintptr
 	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
-		if addr[i], err = c.Buffer().Addr(); err != nil {
+		if addr[i], _, _, err = c.Buffer().Region(); err != nil {
 			b.Fatal(err)
 		}
 	}

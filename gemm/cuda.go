@@ -26,7 +26,7 @@ func cublasType(d packing.DType) cublas.DType {
 func operandBases(o Operands) ([3]uintptr, error) {
 	var bases [3]uintptr
 	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
-		addr, err := c.Buffer().Addr()
+		addr, _, _, err := c.Buffer().Region()
 		if err != nil {
 			return bases, fmt.Errorf("gemm: %w", err)
 		}
@@ -46,7 +46,7 @@ func (e *Engine) prepareDevice(p *Plan, bases [3]uintptr, kern kernelLauncher) (
 	if p.dev == nil {
 		p.dev = &deviceState{a: a, s: e.s}
 	} else if p.dev.a != a {
-		return nil, nil, fmt.Errorf("gemm: the plan's device memory belongs to another allocator (device %d): use one plan per device: %w", p.dev.a.Device(), ErrInvalid)
+		return nil, nil, fmt.Errorf("gemm: the plan's device memory belongs to another allocator (device %d): use one plan per device: %w", p.dev.a.Info().Device, ErrInvalid)
 	}
 	d := p.dev
 	n := int64(len(p.problems))
@@ -133,11 +133,11 @@ func (e *Engine) derivePointers(d *deviceState, n int, bases [3]uintptr, kern ke
 	if err != nil {
 		return joinDone(err, rd)
 	}
-	stackAddr, err := d.stack.Addr()
+	stackAddr, _, _, err := d.stack.Region()
 	if err != nil {
 		return joinDone(err, rd, wr)
 	}
-	out, err := d.arrays.Addr()
+	out, _, _, err := d.arrays.Region()
 	if err == nil {
 		err = kern.pointers(stackAddr, n, bases, out)
 	}
@@ -214,12 +214,12 @@ func (e *Engine) runCUDA(p *Plan, o Operands, declare func(*devalloc.Buffer, boo
 		}
 	}
 	if stack != nil {
-		if stackAddr, err = stack.Addr(); err != nil {
+		if stackAddr, _, _, err = stack.Region(); err != nil {
 			return fmt.Errorf("gemm: %w", err)
 		}
 	}
 	if arr != nil {
-		base, err := arr.Addr()
+		base, _, _, err := arr.Region()
 		if err != nil {
 			return fmt.Errorf("gemm: %w", err)
 		}

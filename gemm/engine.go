@@ -79,7 +79,7 @@ func NewEngine(s *devalloc.Stream, opts EngineOptions) (*Engine, error) {
 	if s == nil {
 		return nil, fmt.Errorf("gemm: nil stream: %w", ErrInvalid)
 	}
-	e := &Engine{s: s, device: s.Allocator().Kind().IsDevice()}
+	e := &Engine{s: s, device: s.Allocator().Info().Backend == devalloc.BackendCUDA}
 	if !e.device {
 		return e, nil
 	}
@@ -87,7 +87,7 @@ func NewEngine(s *devalloc.Stream, opts EngineOptions) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gemm: %w: %w", ErrUnavailable, err)
 	}
-	h, err := lib.NewHandle(s.Allocator().Device(), s.Handle(), opts.TF32)
+	h, err := lib.NewHandle(s.Allocator().Info().Device, s.Handle(), opts.TF32)
 	if err != nil {
 		return nil, fmt.Errorf("gemm: %w", err)
 	}
@@ -132,7 +132,7 @@ func (e *Engine) kernels(p *Plan) kernelLauncher {
 		return e.kern
 	}
 	e.kernOnce.Do(func() {
-		dev := e.s.Allocator().Device()
+		dev := e.s.Allocator().Info().Device
 		d, ks, err := loadKernels(dev)
 		if err != nil {
 			e.kernErr = fmt.Errorf("gemm: small-block kernel unavailable, cuBLAS runs those products: %w", err)

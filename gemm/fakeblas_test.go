@@ -166,7 +166,7 @@ func (f *fakeBLAS) ptr(addr uintptr, n int64) (unsafe.Pointer, error) {
 		if err != nil {
 			continue
 		}
-		base, _ := b.Addr()
+		base, _, _, _ := b.Region()
 		if addr >= base && addr+uintptr(n) <= base+uintptr(len(mem)) {
 			return unsafe.Pointer(&mem[addr-base]), nil
 		}

@@ -435,7 +435,7 @@ func (p *Plan) triple(i int) Triple {
 // overlaps need the sweep.
 func checkAliasing(pr *Problem, tripleAt func(int) Triple, probs []problem, elem int64) error {
 	region := func(c *packing.Coalesced) (uintptr, uintptr) {
-		v, _ := c.Buffer().Addr()
+		v, _, _, _ := c.Buffer().Region()
 		v += uintptr(c.Start())
 		return v, v + uintptr(c.Size())
 	}
@@ -457,7 +457,7 @@ func checkAliasing(pr *Problem, tripleAt func(int) Triple, probs []problem, elem
 	}
 	ivs := make([]iv, 0, 3*len(probs))
 	add := func(c *packing.Coalesced, input bool, off func(*problem) int64, bytes func(*problem) int64) {
-		base, _ := c.Buffer().Addr()
+		base, _, _, _ := c.Buffer().Region()
 		base += uintptr(c.Start())
 		for i := range probs {
 			lo := base + uintptr(off(&probs[i]))

@@ -308,7 +308,7 @@ func TestRunAfterFree(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, eng.Run(p))
 	require.NoError(t, B.Free())
-	require.ErrorIs(t, eng.Run(p), devalloc.ErrFreed)
+	require.ErrorIs(t, eng.Run(p), distbuf.ErrFreed)
 	require.NoError(t, p.Close())
 	require.ErrorIs(t, eng.Run(p), ErrInvalid, "closed plan")
 	require.ErrorIs(t, p.Close(), ErrInvalid)

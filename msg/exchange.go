@@ -162,10 +162,10 @@ func New(o Options) (*Exchanger, error) {
 		return undo(fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", distbuf.ErrInvalid))
 	}
 	x.maxIn = maxMessageBytes
-	if l := o.Alloc.Limit(); l > 0 {
+	if l := o.Alloc.Info().Limit; l > 0 {
 		x.maxIn = min(x.maxIn, l)
 	}
-	if _, total := o.Alloc.MemInfo(); total > 0 {
+	if total := o.Alloc.Info().TotalMemory; total > 0 {
 		x.maxIn = min(x.maxIn, total)
 	}
 	// Every rank joins the node-local setup, whatever its transport.
@@ -464,7 +464,7 @@ func (e *exchange) checkCounts(byDest []*outMsg) {
 
 // maxInWhy says what bounds the announced lengths this rank accepts.
 func (x *Exchanger) maxInWhy() string {
-	switch l := x.a.Limit(); {
+	switch l := x.a.Info().Limit; {
 	case l > 0 && l == x.maxIn:
 		return "its allocator's budget"
 	case x.maxIn == maxMessageBytes:

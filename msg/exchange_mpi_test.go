@@ -559,7 +559,7 @@ func TestReceiverOutOfMemoryDrains(t *testing.T) {
 	if rank == 1 {
 		// Room for the message in the budget, but not beside what rank 1
 		// already holds: the length is accepted, the allocation fails.
-		conf.Limit = devalloc.Limit{Bytes: 3 << 20}
+		conf.Limit = 3 << 20
 	}
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Config: &conf})
 	require.NoError(t, err)
@@ -589,7 +589,7 @@ func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, row
 	r, err := x.Exchange(bufs)
 	switch rank {
 	case 1:
-		require.ErrorIs(t, err, devalloc.ErrOutOfMemory, "the receive buffer does not fit the budget")
+		require.ErrorIs(t, err, distbuf.ErrOutOfMemory, "the receive buffer does not fit the budget")
 		require.ErrorContains(t, err, "rank 0")
 	default:
 		// The sender completes (the receiver drained its message) and

@@ -194,7 +194,7 @@ func TestExchangeBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, bufs[0].Free())
 	_, err = x.Exchange(bufs)
-	require.ErrorIs(t, err, devalloc.ErrFreed)
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, err = x.Exchange([]*packing.Coalesced{nil})
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	for _, c := range flat {

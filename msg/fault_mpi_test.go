@@ -155,10 +155,10 @@ func faultCases() []faultCase {
 		}, victim: expect{sentinel: ErrChecksum, peer: faulty, field: "payload_checksum"}, faulty: victimFailed, other: victimFailed},
 		{name: "receiver-out-of-memory", prepare: func(t *testing.T, a *devalloc.Allocator) func() {
 			// The budget takes each length, but not beside what rank 1 holds.
-			hog, err := a.Alloc(a.Limit()-100<<10, a.DefaultStream())
+			hog, err := a.Alloc(a.Info().Limit-100<<10, a.DefaultStream())
 			require.NoError(t, err)
 			return func() { require.NoError(t, hog.Free()) }
-		}, victim: expect{sentinel: devalloc.ErrOutOfMemory, peer: -1, field: ""}, faulty: victimFailed, other: victimFailed},
+		}, victim: expect{sentinel: distbuf.ErrOutOfMemory, peer: -1, field: ""}, faulty: victimFailed, other: victimFailed},
 		{name: "missing-piece", opts: short, inject: onPiecesTo(func(p [][]byte) [][]byte {
 			return p[:len(p)-1]
 		}), victim: expect{sentinel: ErrTimeout, peer: faulty, field: "pieces"}, faulty: victimFailed, other: victimFailed},
@@ -281,7 +281,7 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	comm := world(t)
 	var a *devalloc.Allocator
 	if rank == victim && fc.prepare != nil {
-		conf := &devalloc.Config{Limit: devalloc.Limit{Bytes: 2 << 20}}
+		conf := &devalloc.Config{Limit: 2 << 20}
 		a = v.openWith(t, conf)
 	} else {
 		a = v.open(t)

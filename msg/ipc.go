@@ -10,6 +10,7 @@ import (
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/bytesize"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/gather"
 	"github.com/distbuf/distbuf/internal/wire"
@@ -244,7 +245,7 @@ func setupIPC(x *Exchanger, wantNCCL bool) (*ipcLink, string, error) {
 		switch {
 		case wantNCCL || x.o.Transport != TransportAuto:
 			why = fmt.Sprintf("transport %v", x.o.Transport)
-		case !x.a.Kind().IsDevice():
+		case x.a.Info().Backend != devalloc.BackendCUDA:
 			why = "the allocator is not on a GPU"
 		case local.Size() < 2:
 			why = "no other rank on this node"
@@ -259,7 +260,7 @@ func setupIPC(x *Exchanger, wantNCCL bool) (*ipcLink, string, error) {
 				why = "the CUDA runtime lacks the interprocess functions or cuMemGetAddressRange"
 				return false
 			}
-			l.dev = rt.Device(x.a.Device())
+			l.dev = rt.Device(x.a.Info().Device)
 			l.kernelCopies = l.dev.MPSEnabled()
 			if err := l.makeEvents(); err != nil {
 				why = err.Error()
@@ -493,7 +494,7 @@ func (e *exchange) ipcPlace(byDest []*outMsg) error {
 	}
 	w, err := l.dev.Malloc(size)
 	if err != nil {
-		return fmt.Errorf("msg: node-local window of %s: %w", devalloc.FormatBytes(size), err)
+		return fmt.Errorf("msg: node-local window of %s: %w", bytesize.Format(size), err)
 	}
 	h, err := l.dev.IpcGetMemHandle(w)
 	if err != nil {
@@ -559,11 +560,11 @@ func (e *exchange) prepareIPC(m *outMsg) (err error) {
 	le.PutUint64(mem[32:], uint64(m.size))
 	copy(mem[40:ipcHead], l.winHandle[:])
 	m.man.Encode(mem[ipcHead:], h)
-	addr, err := notice.Addr()
+	addr, _, _, err := notice.Region()
 	if err != nil {
 		return e.outErr(m.dest, "notice", err)
 	}
-	srcAddr, err := c.Buffer().Addr()
+	srcAddr, _, _, err := c.Buffer().Region()
 	if err != nil {
 		return e.outErr(m.dest, "window", err)
 	}
@@ -662,7 +663,7 @@ func (e *exchange) mangleIPC(m *outMsg, man []byte, off int64) error {
 	if err == nil {
 		copy(mem, whole[p:])
 		var src uintptr
-		if src, err = pin.Addr(); err == nil {
+		if src, _, _, err = pin.Region(); err == nil {
 			s := cudart.Stream(x.sendS.Handle())
 			err = e.rawCopy(pin, x.sendS, func() error { return l.dev.MemcpyAsync(l.win+uintptr(off+p), src, size, s) })
 		}
@@ -703,7 +704,7 @@ func (e *exchange) rawCopy(buf *devalloc.Buffer, s *devalloc.Stream, enqueue fun
 func (e *exchange) copyToWindow(src *devalloc.Buffer, off int64, dst uintptr, n int64) error {
 	x, l := e.x, e.x.ipc
 	s := cudart.Stream(x.sendS.Handle())
-	addr, err := src.Addr()
+	addr, _, _, err := src.Region()
 	if err != nil {
 		return err
 	}
@@ -778,7 +779,7 @@ func (e *exchange) finishIPC(in *inMsg) {
 		if err != nil {
 			return e.inErr(in, "ipc_event", err)
 		}
-		dst, err := in.buf.Addr()
+		dst, _, _, err := in.buf.Region()
 		if err != nil {
 			return e.inErr(in, "receive buffer", err)
 		}

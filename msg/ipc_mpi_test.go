@@ -196,7 +196,7 @@ func TestWindowCopiesBatched(t *testing.T) {
 	s := a.DefaultStream()
 	tr := traffic{seed: 17, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
 	require.Equal(t, x.ipc.dev.MPSEnabled(), x.ipc.kernelCopies, "the kernel takes the batches where the GPU is shared through MPS")
-	kernelLoads := gather.Status(a.Device()) == nil
+	kernelLoads := gather.Status(a.Info().Device) == nil
 	for _, kernel := range []bool{false, true} {
 		for round := range 2 {
 			x.ipc.kernelCopies = kernel // as under MPS, or not

@@ -32,12 +32,12 @@ func TestCopyBatchWithoutKernel(t *testing.T) {
 	require.NoError(t, err)
 	copy(mem, data)
 	require.NoError(t, s.Copy(src, 0, pin, 0, 500))
-	srcAddr, err := src.Addr()
+	srcAddr, _, _, err := src.Region()
 	require.NoError(t, err)
-	dstAddr, err := dst.Addr()
+	dstAddr, _, _, err := dst.Region()
 	require.NoError(t, err)
 
-	l := &ipcLink{dev: rt.Device(a.Device()), kernelCopies: true} // as under MPS
+	l := &ipcLink{dev: rt.Device(a.Info().Device), kernelCopies: true} // as under MPS
 	for round := range 2 {
 		var b copyBatch
 		b.add(dstAddr, srcAddr, 200)

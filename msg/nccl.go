@@ -41,8 +41,8 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 	var lib *nccl.Lib
 	var drain *devalloc.Buffer
 	switch {
-	case !a.Kind().IsDevice():
-		why = fmt.Sprintf("the allocator's memory is %s, not device memory", a.Kind())
+	case a.Info().Backend != devalloc.BackendCUDA:
+		why = fmt.Sprintf("the allocator's memory is %s, not device memory", a.Info().Backend)
 	default:
 		var err error
 		if lib, err = nccl.Load(); err != nil {
@@ -63,7 +63,7 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 	v := make([]int64, slots)
 	if why != "" {
 		v[0] = 1
-	} else if d := a.Device(); d < slots-1 {
+	} else if d := a.Info().Device; d < slots-1 {
 		v[1+d] = 1
 	}
 	if err := cluster.Allreduce(comm, v, v, cluster.Sum); err != nil {
@@ -100,7 +100,7 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 		}
 		return nil, "", fmt.Errorf("msg: nccl: %w", idErr)
 	}
-	c, err := lib.NewComm(msgBuf[1:], comm.Size(), comm.Rank(), a.Device())
+	c, err := lib.NewComm(msgBuf[1:], comm.Size(), comm.Rank(), a.Info().Device)
 	if err != nil {
 		return nil, "", fmt.Errorf("msg: nccl: %w", err)
 	}
@@ -232,7 +232,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 			in.drain = true
 			drained = append(drained, in)
 			for off := int64(0); off < in.size; off += link.chunk {
-				da, _ := link.drain.Addr()
+				da, _, _, _ := link.drain.Region()
 				recvs = append(recvs, transfer{da, min(link.chunk, in.size-off), s})
 			}
 			continue
@@ -350,7 +350,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 			return 0, nil, nil, errors.Join(e.outErr(m.dest, "staging", err), hold.Release())
 		}
 	}
-	base, err := src.Addr()
+	base, _, _, err := src.Region()
 	if err != nil {
 		if tmp != nil {
 			_ = tmp.Free()
@@ -377,7 +377,7 @@ func (e *exchange) allocNCCL(in *inMsg) (uintptr, cluster.Releaser, error) {
 	}
 	var addr uintptr
 	if err == nil {
-		if addr, err = buf.Addr(); err != nil {
+		if addr, _, _, err = buf.Region(); err != nil {
 			_ = h.Release()
 		}
 	}

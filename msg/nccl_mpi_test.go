@@ -174,7 +174,7 @@ func TestNCCLReceiverOutOfMemoryDrains(t *testing.T) {
 	conf := devalloc.Config{}
 	if rank == 1 {
 		// The drain buffer and a little more: not the 16 MiB message.
-		conf.Limit = devalloc.Limit{Bytes: ncclChunk + 4<<20}
+		conf.Limit = ncclChunk + 4<<20
 	}
 	a, x := ncclExchanger(t, comm, conf)
 	starveReceiver(t, a, x, rank, 2048, 1024) // 16 MiB

@@ -11,6 +11,7 @@ import (
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/bytesize"
 )
 
 // Defaults of Options.
@@ -209,7 +210,7 @@ func (o Options) resolveChunks() (Options, int64, error) {
 		if v, ok := os.LookupEnv(EnvChunk); ok {
 			if strings.TrimSpace(v) == "off" {
 				chunk = -1
-			} else if chunk, err = devalloc.ParseBytes(v); err != nil {
+			} else if chunk, err = bytesize.Parse(v); err != nil {
 				return o, 0, fmt.Errorf("msg: %s=%q: %w: %w", EnvChunk, v, distbuf.ErrBadConfig, err)
 			}
 		}

@@ -65,7 +65,7 @@ func readsOffer(x *Exchanger, wantNCCL bool) (bool, string) {
 	switch {
 	case wantNCCL || x.o.Transport != TransportAuto:
 		return false, fmt.Sprintf("transport %v", x.o.Transport)
-	case x.a.Kind().IsDevice():
+	case x.a.Info().Backend == devalloc.BackendCUDA:
 		return false, "the allocator is on a GPU"
 	case x.comm.Local().Size() < 2:
 		return false, "no other rank on this node"

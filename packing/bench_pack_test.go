@@ -94,7 +94,7 @@ func benchGather(b *testing.B, a *devalloc.Allocator) error {
 	b.ReportMetric(us*1e3, "ns/op")
 	b.ReportMetric(bytes/us/1e3, "GB/s")
 	var perUS float64
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		tbps := bytes / us / 1e6
 		b.ReportMetric(tbps, "TB/s")
 		b.ReportMetric(2*tbps, "TB/s-read+write")

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf"
-	"github.com/distbuf/distbuf/devalloc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -150,7 +149,7 @@ func TestViewsAndAccessors(t *testing.T) {
 	c, err := Alloc(a, p, s)
 	require.NoError(t, err)
 	require.NoError(t, s.Synchronize())
-	base, err := c.Buffer().Addr()
+	base, _, _, err := c.Buffer().Region()
 	require.NoError(t, err)
 	for k, d := range descs {
 		v, err := c.View(k)
@@ -205,7 +204,7 @@ func TestViewsAndAccessors(t *testing.T) {
 	_, err = views(c)
 	require.ErrorIs(t, err, distbuf.ErrFreed)
 	_, err = c.Buffer().Write(s)
-	require.ErrorIs(t, err, devalloc.ErrFreed, "the buffer went with the Coalesced")
+	require.ErrorIs(t, err, distbuf.ErrFreed, "the buffer went with the Coalesced")
 	require.ErrorIs(t, c.Free(), distbuf.ErrFreed)
 }
 
@@ -304,8 +303,8 @@ func TestWrapReceivedBuffer(t *testing.T) {
 			require.NoError(t, s.Synchronize())
 			require.Equal(t, src, out)
 			require.NoError(t, recv.Free())
-			_, err = recvBuf.Addr()
-			require.ErrorIs(t, err, devalloc.ErrFreed, "the Coalesced owns the wrapped buffer")
+			_, _, _, err = recvBuf.Region()
+			require.ErrorIs(t, err, distbuf.ErrFreed, "the Coalesced owns the wrapped buffer")
 			// A buffer too small for the layout.
 			small, err := a.Alloc(size/2, s)
 			require.NoError(t, err)
@@ -359,7 +358,7 @@ func TestMillionBlocksOneAllocation(t *testing.T) {
 	views, err := views(c)
 	require.NoError(t, err)
 	require.Len(t, views, 1_000_000)
-	base, err := c.Buffer().Addr()
+	base, _, _, err := c.Buffer().Region()
 	require.NoError(t, err)
 	last := views[len(views)-1]
 	require.LessOrEqual(t, last.addr()+uintptr(last.bytes()), base+uintptr(c.Size()))
@@ -438,7 +437,7 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 			require.Equal(t, p.Groups()[1].Bytes, c.Size())
 			require.Equal(t, prefix+c.Size(), c.Buffer().Size())
 			require.Equal(t, 1, c.Dest())
-			base, err := c.Buffer().Addr()
+			base, _, _, err := c.Buffer().Region()
 			require.NoError(t, err)
 			members, err := p.groupMembers(1)
 			require.NoError(t, err)

@@ -116,7 +116,7 @@ func (m *Mover) runDevice(s *devalloc.Stream, unpack bool) error {
 		if err != nil {
 			return fmt.Errorf("packing: %w: %w", distbuf.ErrUnavailable, err)
 		}
-		table, err := m.table.Addr()
+		table, _, _, err := m.table.Region()
 		if err != nil {
 			return fmt.Errorf("packing: %w", err)
 		}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf"
-	"github.com/distbuf/distbuf/devalloc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,7 +64,7 @@ func TestJoined(t *testing.T) {
 			parts, err := c.Parts()
 			require.NoError(t, err)
 			require.Len(t, parts, len(p.Groups()))
-			base, err := c.Buffer().Addr()
+			base, _, _, err := c.Buffer().Region()
 			require.NoError(t, err)
 			want := make([]byte, end)
 			for g, part := range parts {
@@ -111,7 +110,7 @@ func TestJoined(t *testing.T) {
 				_, err := part.View(0)
 				require.ErrorIs(t, err, distbuf.ErrFreed, "the joined buffer's Free ends its parts")
 				_, err = part.Buffer().Read(s)
-				require.ErrorIs(t, err, devalloc.ErrFreed, "a part's buffer is the joined buffer")
+				require.ErrorIs(t, err, distbuf.ErrFreed, "a part's buffer is the joined buffer")
 				_, _, ok := part.Locate(0)
 				require.False(t, ok)
 			}
@@ -191,7 +190,7 @@ func TestWrapRelease(t *testing.T) {
 	require.EqualValues(t, 1, live(), "the buffer is the caller's")
 	v, err := c1.View(0)
 	require.NoError(t, err)
-	base, err := buf.Addr()
+	base, _, _, err := buf.Region()
 	require.NoError(t, err)
 	require.Equal(t, base+uintptr(size+v.Offset()), v.addr())
 	require.NoError(t, c1.Free())

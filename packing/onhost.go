@@ -29,7 +29,7 @@ import (
 // and waits on the host for s to reach it, then holds c's buffer (a Hold of
 // the mode) while fn runs: a Free meanwhile keeps the memory until fn is
 // done, and work that other streams declare meanwhile waits for fn, except
-// a write during a Write, which the ledger refuses with devalloc.ErrConflict.
+// a write during a Write, which the ledger refuses with distbuf.ErrConflict.
 //
 // On device memory OnHost stages the group through pinned memory: a buffer
 // of c's layout from the allocator's pinned pool (reused once warm), a copy
@@ -39,7 +39,7 @@ import (
 // before the copy in to after the copy back, so that no other stream's
 // write can fall between them and be overwritten by the copy back: while fn
 // runs, any access to c declared on another stream, and any Hold, fails
-// with devalloc.ErrConflict. OnHost returns once the copy back is enqueued,
+// with distbuf.ErrConflict. OnHost returns once the copy back is enqueued,
 // without waiting for it: the staging buffer's Free is ordered after it in
 // s, and its pinned block goes back to the pool only once the copy has read
 // it. The cost is two copies of the whole group (one for Read) and a host
@@ -67,7 +67,7 @@ func (c *Coalesced) OnHost(s *devalloc.Stream, mode devalloc.Mode, fn func(h *Ho
 	case mode != devalloc.Read && mode != devalloc.Write:
 		return fmt.Errorf("packing: on host: mode %v: want devalloc.Read or devalloc.Write: %w", mode, distbuf.ErrInvalid)
 	case s.Allocator() != c.buf.Allocator():
-		return fmt.Errorf("packing: on host: stream %d belongs to another allocator than coalesced buffer #%d: %w", s.ID(), c.buf.ID(), distbuf.ErrInvalid)
+		return fmt.Errorf("packing: on host: the stream belongs to another allocator than coalesced buffer #%d: %w", c.buf.ID(), distbuf.ErrInvalid)
 	}
 	if c.host != nil {
 		return c.onHostInPlace(s, mode, fn)
@@ -175,7 +175,7 @@ func waitStream(s *devalloc.Stream) error {
 		err = rerr
 	}
 	if err != nil {
-		return fmt.Errorf("packing: on host: wait for stream %d: %w", s.ID(), err)
+		return fmt.Errorf("packing: on host: wait for the stream: %w", err)
 	}
 	return nil
 }

@@ -267,8 +267,8 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		// Work on OnHost's stream, and work on another stream that the
 		// ledger orders before it, both held back: fn must not run before
 		// they have.
-		for _, on := range []*devalloc.Stream{s, s2} {
-			val := byte(0x3C + on.ID())
+		for i, on := range []*devalloc.Stream{s, s2} {
+			val := byte(0x3C + i)
 			open := gateStream(t, on)
 			defer open()
 			require.NoError(t, on.Memset(c.Buffer(), c.Start(), c.Size(), val))
@@ -283,14 +283,14 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 							return err
 						}
 						if !bytes.Equal(raw, bytes.Repeat([]byte{val}, len(raw))) {
-							return fmt.Errorf("block %d: fn does not see the memset of stream %d", k, on.ID())
+							return fmt.Errorf("block %d: fn does not see the memset of stream %d", k, i)
 						}
 					}
 					return nil
 				})
 			}()
 			time.Sleep(50 * time.Millisecond)
-			require.False(t, ran.Load(), "fn ran before the memset on stream %d", on.ID())
+			require.False(t, ran.Load(), "fn ran before the memset on stream %d", i)
 			open()
 			select {
 			case err := <-res:
@@ -396,18 +396,18 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 			if err == nil {
 				require.NoError(t, x.Done())
 			}
-			require.ErrorIs(t, err, devalloc.ErrConflict, "a write on another stream during fn")
+			require.ErrorIs(t, err, distbuf.ErrConflict, "a write on another stream during fn")
 			hd, err := c.Buffer().Hold(devalloc.Read)
 			if err == nil {
 				require.NoError(t, hd.Release())
 			}
-			require.ErrorIs(t, err, devalloc.ErrConflict, "a hold during fn")
+			require.ErrorIs(t, err, distbuf.ErrConflict, "a hold during fn")
 			if c.Buffer().Location() == devalloc.OnDevice {
 				x, err := c.Buffer().Read(s2)
 				if err == nil {
 					require.NoError(t, x.Done())
 				}
-				require.ErrorIs(t, err, devalloc.ErrConflict, "a read on another stream during a staged fn")
+				require.ErrorIs(t, err, distbuf.ErrConflict, "a read on another stream during a staged fn")
 			}
 			return fillAll(h, 3)
 		}))

@@ -104,7 +104,7 @@ func newMover(s *devalloc.Stream, c *Coalesced, refs []Ref, method copyMethod) (
 	if len(refs) != n {
 		return nil, fmt.Errorf("packing: mover: %d refs for %d blocks: %w", len(refs), n, distbuf.ErrInvalid)
 	}
-	m := &Mover{c: c, dev: c.buf.Allocator().Device()}
+	m := &Mover{c: c, dev: c.buf.Allocator().Info().Device}
 	sizes := make([]int64, n)
 	allHost := c.host != nil
 	allDevice := c.buf.Location() == devalloc.OnDevice

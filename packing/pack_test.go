@@ -135,7 +135,7 @@ func TestPackUnpackCUDA(t *testing.T) {
 	for _, m := range []copyMethod{copyAuto, copyKernel, copyBatch, copyPerBlock} {
 		t.Run(m.String(), func(t *testing.T) {
 			if m == copyKernel {
-				if err := gather.Status(a.Device()); err != nil {
+				if err := gather.Status(a.Info().Device); err != nil {
 					gputest.Unavailable(t, "the gather kernel", err)
 				}
 			}
@@ -177,7 +177,7 @@ func TestMoverBadInput(t *testing.T) {
 	m, err := newMover(s, c, []Ref{{src, 0}, {src, 32}}, copyAuto)
 	require.NoError(t, err)
 	require.NoError(t, src.Free())
-	require.ErrorIs(t, m.Pack(s), devalloc.ErrFreed, "a freed source is caught")
+	require.ErrorIs(t, m.Pack(s), distbuf.ErrFreed, "a freed source is caught")
 	require.NoError(t, c.Free())
 	require.ErrorIs(t, m.Unpack(s), distbuf.ErrFreed)
 	require.NoError(t, m.Close())
@@ -215,7 +215,7 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 			cp, err := Alloc(a, p, s, AllocOptions{CopyOf: pin})
 			require.NoError(t, err)
 			require.Same(t, p, cp.Plan())
-			require.Equal(t, a.Kind().IsDevice(), cp.Buffer().Location() == devalloc.OnDevice, "the allocator's own memory")
+			require.Equal(t, (a.Info().Backend == devalloc.BackendCUDA), cp.Buffer().Location() == devalloc.OnDevice, "the allocator's own memory")
 			require.Equal(t, readAll(t, s, pin.Buffer())[:pin.Size()], readAll(t, s, cp.Buffer())[:cp.Size()])
 			require.NoError(t, cp.Free())
 			_, err = Alloc(a, p, s, AllocOptions{Group: 1, CopyOf: pin})

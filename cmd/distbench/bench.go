@@ -8,6 +8,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/allockind"
 )
 
 // benchContext is what a benchmark receives: the parsed flags, the rank's
@@ -35,7 +36,7 @@ type benchResult struct {
 // emit writes r as one JSON line.
 func (c *benchContext) emit(r benchResult) error {
 	if r.Backend == "" && c.alloc != nil {
-		r.Backend = c.alloc.Kind().String()
+		r.Backend = allockind.Name(c.alloc)
 	}
 	line, err := json.Marshal(r)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/allockind"
 	"github.com/distbuf/distbuf/internal/nccl"
 	"github.com/distbuf/distbuf/internal/rawmpi"
 	"github.com/distbuf/distbuf/internal/wire"
@@ -65,7 +66,7 @@ func benchExchange(c *benchContext) error {
 	switch m := c.cfg.mode; {
 	case m == "":
 		modes = small
-		device = c.alloc.Kind().IsDevice()
+		device = c.alloc.Info().Backend == devalloc.BackendCUDA
 	case m == "device":
 		device = true
 	default:
@@ -178,7 +179,7 @@ func (e *exchangeSetup) timed(f func() error) (float64, error) {
 
 func benchExchangeHost(c *benchContext, modes []string) error {
 	a := c.alloc
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		host, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
 		if err != nil {
 			return err
@@ -261,8 +262,8 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		},
 		"perblock": func() error { return e.perBlock() },
 		"raw": func() error {
-			sa, _ := rawSend.Addr()
-			ra, _ := rawRecv.Addr()
+			sa, _, _, _ := rawSend.Region()
+			ra, _, _, _ := rawRecv.Region()
 			got, err := rawmpi.Exchange(sa, e.wire(), ra, e.wire(), e.peer, tagRaw)
 			if err == nil && got != e.wire() {
 				err = fmt.Errorf("raw: received %d bytes, want %d", got, e.wire())
@@ -270,8 +271,8 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 			return err
 		},
 		"raw-payload": func() error {
-			sa, _ := rawSend.Addr()
-			ra, _ := rawRecv.Addr()
+			sa, _, _, _ := rawSend.Region()
+			ra, _, _, _ := rawRecv.Region()
 			_, err := rawmpi.Exchange(sa, e.payload(), ra, e.payload(), e.peer, tagRaw)
 			return err
 		},
@@ -357,7 +358,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		case "perblock":
 			extra["mpi_messages_per_exchange"] = e.n
 		}
-		if err := c.emit(benchResult{Bench: "exchange", Mode: m, N: e.n, Bytes: int64(e.n) * e.bytes, MedianUS: med[m], Backend: a.Kind().String(), Extra: extra}); err != nil {
+		if err := c.emit(benchResult{Bench: "exchange", Mode: m, N: e.n, Bytes: int64(e.n) * e.bytes, MedianUS: med[m], Backend: allockind.Name(a), Extra: extra}); err != nil {
 			return err
 		}
 	}
@@ -418,8 +419,8 @@ func (e *exchangeSetup) perBlock() error {
 // share its copy engines and its link).
 func benchExchangeDevice(c *benchContext) error {
 	a := c.alloc
-	if !a.Kind().IsDevice() {
-		return fmt.Errorf("-mode device needs the CUDA backend (-backend cuda), have %s", a.Kind())
+	if a.Info().Backend != devalloc.BackendCUDA {
+		return fmt.Errorf("-mode device needs the CUDA backend (-backend cuda), have %s", allockind.Name(a))
 	}
 	e, err := newExchangeSetup(c, a, 256, 1<<20)
 	if err != nil {
@@ -496,11 +497,11 @@ func benchExchangeDevice(c *benchContext) error {
 	}
 	exchange := func() (float64, error) { return exchangeWith(x) }
 	rawMPI := func() (float64, error) {
-		sa, err := mpiSend.Addr()
+		sa, _, _, err := mpiSend.Region()
 		if err != nil {
 			return 0, err
 		}
-		ra, err := mpiRecv.Addr()
+		ra, _, _, err := mpiRecv.Region()
 		if err != nil {
 			return 0, err
 		}
@@ -607,7 +608,7 @@ func ncclExchange(c *benchContext, e *exchangeSetup, reps int, unusable string) 
 	if err := cluster.Bcast(e.comm, id, 0); err != nil {
 		return nil, "", err
 	}
-	comm, err := lib.NewComm(id, e.comm.Size(), e.comm.Rank(), a.Device())
+	comm, err := lib.NewComm(id, e.comm.Size(), e.comm.Rank(), a.Info().Device)
 	if err != nil {
 		return nil, "", err
 	}
@@ -618,8 +619,8 @@ func ncclExchange(c *benchContext, e *exchangeSetup, reps int, unusable string) 
 		return nil, "", err
 	}
 	defer func() { _ = recv.Free() }()
-	sendAddr, _ := send.Addr()
-	recvAddr, _ := recv.Addr()
+	sendAddr, _, _, _ := send.Region()
+	recvAddr, _, _, _ := recv.Region()
 	n := send.Size()
 	once := func() error {
 		r, err := send.Read(s)

@@ -81,7 +81,7 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 		fmt.Fprint(out, usage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.backend, "backend", "", "memory backend: auto, cuda or host (default: $"+devalloc.EnvBackend+", else auto)")
+	fs.StringVar(&cfg.backend, "backend", "", "memory backend: auto, cuda or host (default: $"+"DISTBUF_BACKEND"+", else auto)")
 	fs.StringVar(&cfg.mode, "mode", "", "exchange: packed, packed-cold, persistent, packed-mpi, perblock, raw (several, separated by commas, take turns), or device; default: every host mode, and device on the CUDA backend")
 	fs.IntVar(&cfg.iters, "iters", 20, fmt.Sprintf("the least number of repetitions of each mode (at most %d)", maxIters))
 	fs.IntVar(&cfg.blocks, "blocks", 0, fmt.Sprintf("blocks per rank (0: the benchmark's default; at most %d)", maxBlocks))
@@ -129,7 +129,7 @@ func mainErr(cfg config) (rank int, err error) {
 	rank = world.Rank()
 	backend := cfg.backend
 	if backend == "" {
-		backend = strings.ToLower(strings.TrimSpace(os.Getenv(devalloc.EnvBackend)))
+		backend = strings.ToLower(strings.TrimSpace(os.Getenv("DISTBUF_BACKEND")))
 	}
 	if err := ranksettings.Agree(world, []ranksettings.Setting{
 		ranksettings.Text("benchmark", cfg.bench),
@@ -147,14 +147,13 @@ func mainErr(cfg config) (rank int, err error) {
 			return rank, err
 		}
 	}
-	var kind devalloc.Backend // "": devalloc reads DISTBUF_BACKEND
-	if cfg.backend != "" {
-		if kind, err = devalloc.ParseBackend(cfg.backend); err != nil {
-			return rank, fmt.Errorf("-backend %q: %w", cfg.backend, err)
-		}
-	}
-	a, err := devalloc.Open(devalloc.Options{Backend: kind, Device: device, Warn: func(string) {}})
+	// An empty backend lets devalloc read DISTBUF_BACKEND; Open refuses an
+	// unknown name.
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.Backend(cfg.backend), Device: device, Warn: func(string) {}})
 	if err != nil {
+		if cfg.backend != "" {
+			err = fmt.Errorf("-backend %q: %w", cfg.backend, err)
+		}
 		return rank, err
 	}
 	c := &benchContext{cfg: cfg, alloc: a, world: world, out: os.Stdout}

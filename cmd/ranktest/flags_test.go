@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/allockind"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,41 +43,41 @@ func TestEnvironmentUnlessFlagGiven(t *testing.T) {
 		require.NoError(t, err)
 		return openAllocator(cfg)
 	}
-	t.Setenv(devalloc.EnvConf, "policy:free,limit:64MiB")
-	t.Setenv(devalloc.EnvBackend, "host")
+	t.Setenv("DISTBUF_ALLOC_CONF", "policy:free,limit:64MiB")
+	t.Setenv("DISTBUF_BACKEND", "host")
 	a, err := open()
 	require.NoError(t, err)
-	require.Equal(t, devalloc.AggressiveFree, a.Policy(), "the environment's policy, without -policy")
-	require.EqualValues(t, 64<<20, a.Limit(), "the rest of the environment's configuration")
-	require.Equal(t, devalloc.KindHost, a.Kind())
+	require.Equal(t, devalloc.AggressiveFree, a.Info().Config.Policy, "the environment's policy, without -policy")
+	require.EqualValues(t, 64<<20, a.Info().Limit, "the rest of the environment's configuration")
+	require.Equal(t, devalloc.BackendHost, a.Info().Backend)
 	require.NoError(t, a.Close())
 	a, err = open("-policy", "retain")
 	require.NoError(t, err)
-	require.Equal(t, devalloc.Retain, a.Policy(), "-policy given")
-	require.EqualValues(t, 64<<20, a.Limit())
+	require.Equal(t, devalloc.Retain, a.Info().Config.Policy, "-policy given")
+	require.EqualValues(t, 64<<20, a.Info().Limit)
 	require.NoError(t, a.Close())
 
 	// DISTBUF_BACKEND=cuda means CUDA or an error, unless -backend says
 	// otherwise. (Where CUDA opens, the allocator is a CUDA one.)
-	t.Setenv(devalloc.EnvBackend, "cuda")
+	t.Setenv("DISTBUF_BACKEND", "cuda")
 	if a, err = open(); err == nil {
-		require.True(t, a.Kind().IsDevice(), "DISTBUF_BACKEND=cuda opened %s", a.Kind())
+		require.Equal(t, devalloc.BackendCUDA, a.Info().Backend, "DISTBUF_BACKEND=cuda opened %s", allockind.Name(a))
 		require.NoError(t, a.Close())
 	} else {
 		require.ErrorContains(t, err, "cuda")
 	}
 	a, err = open("-backend", "host")
 	require.NoError(t, err)
-	require.Equal(t, devalloc.KindHost, a.Kind())
+	require.Equal(t, devalloc.BackendHost, a.Info().Backend)
 	require.NoError(t, a.Close())
-	t.Setenv(devalloc.EnvBackend, "tape")
+	t.Setenv("DISTBUF_BACKEND", "tape")
 	_, err = open()
 	require.ErrorContains(t, err, "tape")
 }
 
 func TestSettingsNamePolicyAndBackendAsResolved(t *testing.T) {
-	t.Setenv(devalloc.EnvConf, "policy:free,limit:1GiB")
-	t.Setenv(devalloc.EnvBackend, "")
+	t.Setenv("DISTBUF_ALLOC_CONF", "policy:free,limit:1GiB")
+	t.Setenv("DISTBUF_BACKEND", "")
 	byName := func(cfg config) map[string]string {
 		out := map[string]string{}
 		for _, s := range agreedSettings(cfg) {
@@ -89,7 +90,7 @@ func TestSettingsNamePolicyAndBackendAsResolved(t *testing.T) {
 	require.Equal(t, `"auto"`, s["-backend"])
 	require.Equal(t, "3", s["-iters"])
 	// Another limit is no other policy.
-	t.Setenv(devalloc.EnvConf, "policy:free,limit:2MiB")
+	t.Setenv("DISTBUF_ALLOC_CONF", "policy:free,limit:2MiB")
 	require.Equal(t, `"free"`, byName(config{iters: 3})["-policy"])
 	require.Equal(t, `"retain"`, byName(config{policy: "retain"})["-policy"])
 }

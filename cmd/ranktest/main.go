@@ -71,8 +71,8 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("ranktest", flag.ContinueOnError)
 	fs.SetOutput(usage)
-	fs.StringVar(&cfg.backend, "backend", "auto", "memory backend: auto, cuda or host (when not given: $"+devalloc.EnvBackend+", else auto)")
-	fs.StringVar(&cfg.policy, "policy", "retain", "pool retention policy: retain or free (when not given: the policy in $"+devalloc.EnvConf+", else retain)")
+	fs.StringVar(&cfg.backend, "backend", "auto", "memory backend: auto, cuda or host (when not given: $DISTBUF_BACKEND, else auto)")
+	fs.StringVar(&cfg.policy, "policy", "retain", "pool retention policy: retain or free (when not given: the policy in $DISTBUF_ALLOC_CONF, else retain)")
 	fs.IntVar(&cfg.iters, "iters", 20, fmt.Sprintf("solves per rank (at most %d)", maxIters))
 	fs.Uint64Var(&cfg.seed, "seed", 1, "workload seed")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON summary object as the last line")
@@ -146,15 +146,15 @@ func agreedSettings(cfg config) []ranksettings.Setting {
 	// (an unreadable value is reported by openAllocator).
 	backend, policy := cfg.backend, cfg.policy
 	if backend == "" {
-		backend = strings.ToLower(strings.TrimSpace(os.Getenv(devalloc.EnvBackend)))
+		backend = strings.ToLower(strings.TrimSpace(os.Getenv("DISTBUF_BACKEND")))
 	}
 	if backend == "" {
 		backend = string(devalloc.BackendAuto)
 	}
-	if p, err := devalloc.ParsePolicy(policy); err == nil {
+	if p, err := parsePolicy(policy); err == nil {
 		policy = p.String()
 	} else if policy == "" {
-		conf, _ := devalloc.ParseConfig(os.Getenv(devalloc.EnvConf))
+		conf, _ := devalloc.ParseConfig(os.Getenv("DISTBUF_ALLOC_CONF"))
 		policy = conf.Policy.String()
 	}
 	number, text := ranksettings.Number, ranksettings.Text
@@ -188,27 +188,31 @@ func startCPUProfile(path string) (func() error, error) {
 	}, nil
 }
 
+// parsePolicy reads a -policy value as DISTBUF_ALLOC_CONF's policy key
+// does: retain, or free (aggressive-free).
+func parsePolicy(s string) (devalloc.Policy, error) {
+	if strings.ContainsAny(s, ",:") {
+		return 0, fmt.Errorf("want retain or free")
+	}
+	c, err := devalloc.ParseConfig("policy:" + s)
+	return c.Policy, err
+}
+
 // openAllocator opens the rank's allocator: the backend of -backend, else
 // of DISTBUF_BACKEND, else auto; the configuration of DISTBUF_ALLOC_CONF,
 // whose policy -policy overrides when given.
 func openAllocator(cfg config) (*devalloc.Allocator, error) {
-	var backend devalloc.Backend // "": devalloc reads DISTBUF_BACKEND
-	if cfg.backend != "" {
-		b, err := devalloc.ParseBackend(cfg.backend)
-		if err != nil {
-			return nil, fmt.Errorf("-backend %q: %w", cfg.backend, err)
-		}
-		backend = b
-	}
+	// "": devalloc reads DISTBUF_BACKEND; Open refuses a name it does not know.
+	backend := devalloc.Backend(strings.ToLower(strings.TrimSpace(cfg.backend)))
 	conf := devalloc.Config{}
-	if env := os.Getenv(devalloc.EnvConf); env != "" {
+	if env := os.Getenv("DISTBUF_ALLOC_CONF"); env != "" {
 		var err error
 		if conf, err = devalloc.ParseConfig(env); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.policy != "" {
-		policy, err := devalloc.ParsePolicy(cfg.policy)
+		policy, err := parsePolicy(cfg.policy)
 		if err != nil {
 			return nil, fmt.Errorf("-policy %q: %w", cfg.policy, err)
 		}

@@ -54,7 +54,7 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 		return c, err
 	}
 	alpha := alphaFor(iter)
-	device := sv.a.Kind().IsDevice()
+	device := sv.a.Info().Backend == devalloc.BackendCUDA
 	cudaAware, _ := cluster.CUDAAware()
 
 	// Receives first: one message per incoming block, into host-accessible

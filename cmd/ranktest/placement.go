@@ -25,9 +25,9 @@ const (
 func warnSharedGPU(world *cluster.Comm, a *devalloc.Allocator, out io.Writer) error {
 	local := world.Local()
 	row := []int64{int64(world.Rank()), placementOf(a), mpsUnknown}
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		if rt, err := cudart.Load(); err == nil {
-			if v, err := rt.Device(a.Device()).Attribute(cudart.AttrMPSEnabled); err == nil {
+			if v, err := rt.Device(a.Info().Device).Attribute(cudart.AttrMPSEnabled); err == nil {
 				row[2] = mpsOff
 				if v == 1 {
 					row[2] = mpsOn

@@ -12,6 +12,8 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/allockind"
+	"github.com/distbuf/distbuf/internal/bytesize"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
 
@@ -160,8 +162,8 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 			layouts = fmt.Sprintf("%d bond(s), more than the %d layouts kept: every solve planned afresh", cfg.bonds, maxCachedLayouts)
 		}
 		fmt.Fprintf(out, "ranktest: %d rank(s), backend %s (%s), policy %s, mode %s, %d blocks per rank, %d solves over %s\n",
-			world.Size(), a.Kind(), a.Describe(), a.Policy(), cfg.mode, sv.shape.blocks, cfg.iters, layouts)
-		if r := a.FallbackReason(); r != "" {
+			world.Size(), allockind.Name(a), a.Info().Description, a.Info().Config.Policy, cfg.mode, sv.shape.blocks, cfg.iters, layouts)
+		if r := a.Info().FallbackReason; r != "" {
 			fmt.Fprintf(out, "ranktest: %s\n", r)
 		}
 	}
@@ -240,7 +242,7 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		return err
 	}
 	// Ranks may land on different backends (a node without a GPU, say).
-	lo64, hi64 := []int64{int64(a.Kind())}, []int64{int64(a.Kind())}
+	lo64, hi64 := []int64{int64(allockind.Index(a))}, []int64{int64(allockind.Index(a))}
 	if err := errors.Join(cluster.Allreduce(world, lo64, lo64, cluster.Min), cluster.Allreduce(world, hi64, hi64, cluster.Max)); err != nil {
 		return err
 	}
@@ -251,15 +253,15 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		}
 	}
 	if world.Rank() == 0 {
-		if a.Kind().IsDevice() {
+		if a.Info().Backend == devalloc.BackendCUDA {
 			fmt.Fprintf(out, "placement (device of each rank): %v\n", devices)
 			if err := sv.eng.KernelStatus(); err != nil {
 				fmt.Fprintf(out, "ranktest: %v\n", err)
 			}
 		}
 		if lo64[0] != hi64[0] {
-			fmt.Fprintf(out, "ranktest: the ranks do not all run on the same backend (%s to %s): see each rank's devalloc.FallbackReason\n",
-				devalloc.Kind(lo64[0]), devalloc.Kind(hi64[0]))
+			fmt.Fprintf(out, "ranktest: the ranks do not all run on the same backend (%s to %s): see each rank's devalloc Info.FallbackReason\n",
+				allockind.Names[lo64[0]], allockind.Names[hi64[0]])
 		}
 		ranks := float64(world.Size())
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -279,11 +281,11 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		fmt.Fprintf(out, "median solve (slowest rank) %s; verification: %d block(s) wrong\n", human(stats.median(2, tSolve), "us"), failures)
 		if cfg.json {
 			var runtimeCalls *int64
-			if a.Kind().IsDevice() {
+			if a.Info().Backend == devalloc.BackendCUDA {
 				runtimeCalls = &counts[9]
 			}
 			line, _ := json.Marshal(summary{
-				OK: failures == 0, Ranks: world.Size(), Backend: a.Kind().String(), Policy: a.Policy().String(), Mode: cfg.mode,
+				OK: failures == 0, Ranks: world.Size(), Backend: allockind.Name(a), Policy: a.Info().Config.Policy.String(), Mode: cfg.mode,
 				Iters: cfg.iters, Blocks: sv.shape.blocks, Bonds: cfg.bonds, Fresh: cfg.fresh,
 				AllocCalls: counts[0], GemmLaunches: counts[1], Messages: counts[2], BytesMoved: counts[3], VerifyFailures: failures,
 				GemmPlansBuilt: counts[8], RuntimeCalls: runtimeCalls, MedianSolveUS: round3(stats.median(2, tSolve)), PhaseUS: phasesOf(stats, 2),
@@ -360,7 +362,7 @@ func human(v float64, unit string) string {
 		}
 		return fmt.Sprintf("%.1f us", v)
 	case "B":
-		return devalloc.FormatBytes(int64(v))
+		return bytesize.Format(int64(v))
 	}
 	if v == float64(int64(v)) {
 		return fmt.Sprintf("%d", int64(v))
@@ -370,8 +372,8 @@ func human(v float64, unit string) string {
 
 // placementOf is the CUDA ordinal the allocator runs on, -1 on the host.
 func placementOf(a *devalloc.Allocator) int64 {
-	if !a.Kind().IsDevice() {
+	if a.Info().Backend != devalloc.BackendCUDA {
 		return -1
 	}
-	return int64(a.Device())
+	return int64(a.Info().Device)
 }

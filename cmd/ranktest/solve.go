@@ -103,7 +103,7 @@ func newSolver(cfg config, world *cluster.Comm, a *devalloc.Allocator) (*solver,
 	if sv.eng, err = gemm.NewEngine(sv.s, gemm.EngineOptions{}); err != nil {
 		return nil, err
 	}
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		if sv.timer, err = newDeviceTimer(sv.s); err != nil {
 			return nil, errors.Join(err, sv.close())
 		}

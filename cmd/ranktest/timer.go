@@ -22,7 +22,7 @@ func newDeviceTimer(s *devalloc.Stream) (*deviceTimer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device timer: %w", err)
 	}
-	t := &deviceTimer{dev: rt.Device(s.Allocator().Device()), stream: cudart.Stream(s.Handle())}
+	t := &deviceTimer{dev: rt.Device(s.Allocator().Info().Device), stream: cudart.Stream(s.Handle())}
 	for i := range t.ev {
 		if t.ev[i], err = t.dev.EventCreateTiming(); err != nil {
 			return nil, errors.Join(fmt.Errorf("device timer: %w", err), t.close())

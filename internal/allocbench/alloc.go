@@ -11,6 +11,7 @@ import (
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/allockind"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -145,7 +146,7 @@ var allocVariants = []allocVariant{
 	{mode: "retained", cfg: devalloc.Config{Policy: devalloc.Retain}, goals: true},
 	{mode: "retained-noreuse", cfg: devalloc.Config{Policy: devalloc.Retain, Cache: -1},
 		cudaOnly: "needs the CUDA backend (the reuse it turns off is the CUDA pool's)"},
-	{mode: "fallback", cfg: devalloc.Config{Pool: devalloc.PoolOff, Cache: allocParams.fallbackCache},
+	{mode: "fallback", cfg: devalloc.Config{NoPool: true, Cache: allocParams.fallbackCache},
 		cudaOnly: "needs the CUDA backend (the cudaMalloc fallback)"},
 	{mode: "retained-packed", cfg: devalloc.Config{Policy: devalloc.Retain}, packed: true, goals: true},
 }
@@ -225,8 +226,8 @@ func runModes(c *benchContext, modes []string) (err error) {
 // openVariant opens an allocator for v on the run's backend and device.
 func openVariant(c *benchContext, v allocVariant) (a *devalloc.Allocator, skip string, err error) {
 	backend, device := devalloc.BackendHost, 0
-	if c.alloc.Kind().IsDevice() {
-		backend, device = devalloc.BackendCUDA, c.alloc.Device()
+	if c.alloc.Info().Backend == devalloc.BackendCUDA {
+		backend, device = devalloc.BackendCUDA, c.alloc.Info().Device
 	}
 	if v.raw {
 		return nil, "", fmt.Errorf("%s has no allocator", v.mode)
@@ -241,14 +242,14 @@ func (c *benchContext) skipLine(mode, reason string, extra map[string]any) error
 		extra = map[string]any{}
 	}
 	extra["skipped"] = reason
-	return c.emit(Result{Mode: mode, Backend: c.alloc.Kind().String(), Extra: extra})
+	return c.emit(Result{Mode: mode, Backend: allockind.Name(c.alloc), Extra: extra})
 }
 
 func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err error) {
 	if v.raw {
 		return benchAllocRaw(c, run, v.mode)
 	}
-	if v.cudaOnly != "" && !c.alloc.Kind().IsDevice() {
+	if v.cudaOnly != "" && c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return c.skipLine(v.mode, v.cudaOnly, nil)
 	}
 	if v.packed {
@@ -276,13 +277,13 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 		med := round3(median(ours.lat))
 		run.pair[v.mode][size] = med
 		extra := map[string]any{"case": "pair", "p90_us": round3(percentile(ours.lat, 0.9)), "nosync_median_us": round3(ours.nosync),
-			"kind": a.Kind().String()}
+			"kind": allockind.Name(a)}
 		if v.mode == "retained" {
 			addRatios(extra, run.pair["threshold0"][size], run.pair["cudamalloc"][size], med, false)
 		}
 		addPairVsC(extra, run.base, ours, med, cpair, v.goals)
 		if err := c.emit(Result{Mode: v.mode, N: p.pairs, Bytes: size, MedianUS: med,
-			Backend: a.Kind().String(), Extra: extra}); err != nil {
+			Backend: allockind.Name(a), Extra: extra}); err != nil {
 			return err
 		}
 	}
@@ -302,7 +303,7 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 		}
 		addVsC(extra, run.base, res.median, cres, goalIf(v.goals))
 		if err := c.emit(Result{Mode: v.mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-			Backend: a.Kind().String(), Extra: extra}); err != nil {
+			Backend: allockind.Name(a), Extra: extra}); err != nil {
 			return err
 		}
 	}
@@ -359,7 +360,7 @@ func benchAllocLargeOnly(c *benchContext, run *allocRun) error {
 			}
 			addVsC(extra, run.base, res.median, cres, goalIf(mode == "retained"))
 			if err := c.emit(Result{Mode: "large-only", N: res.cycles, Bytes: res.bytes,
-				MedianUS: res.median, Backend: a.Kind().String(), Extra: extra}); err != nil {
+				MedianUS: res.median, Backend: allockind.Name(a), Extra: extra}); err != nil {
 				return errors.Join(err, a.Close())
 			}
 		}
@@ -473,7 +474,7 @@ func cycleSizes(seed uint64, i, large, tiny int) []int64 {
 // backend: onDevice on a device, where cycles are cheap and their ratios
 // to C's need the samples, allocParams.minCycles on the host.
 func cyclesOn(a *devalloc.Allocator, onDevice int) int {
-	if a.Kind().IsDevice() && !allocParams.exactCycles {
+	if a.Info().Backend == devalloc.BackendCUDA && !allocParams.exactCycles {
 		return onDevice
 	}
 	return allocParams.minCycles
@@ -546,12 +547,12 @@ func newCycleRun(c *benchContext, a *devalloc.Allocator, v allocVariant, large, 
 	p := allocParams
 	cycles := max(c.cfg.iters, minCycles)
 	r := &cycleRun{c: c, a: a, s: a.DefaultStream(), v: v, large: large, tiny: tiny, touch: touch, total: p.warmup + cycles,
-		res:   cycleResult{cycles: cycles, allocs: large + tiny, kind: a.Kind().String(), touch: touch},
+		res:   cycleResult{cycles: cycles, allocs: large + tiny, kind: allockind.Name(a), touch: touch},
 		times: make([]float64, 0, cycles), bufs: make([]*devalloc.Buffer, 0, large+tiny)}
 	if v.packed && !v.replan {
 		r.plans = make([]bondPlan, p.bonds)
 	}
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		r.driverCalls = &cudart.Tally{}
 	}
 	a.ResetPeak()
@@ -765,10 +766,10 @@ func percentile(xs []float64, q float64) float64 {
 
 // benchAllocRaw measures the cudaMalloc/cudaFree baseline: pairs and cycles.
 func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
-	if !c.alloc.Kind().IsDevice() {
+	if c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return c.skipLine(mode, "needs the CUDA backend (raw cudaMalloc/cudaFree)", nil)
 	}
-	r, err := openRawCUDA(c.alloc.Device())
+	r, err := openRawCUDA(c.alloc.Info().Device)
 	if err != nil {
 		return err
 	}
@@ -814,10 +815,10 @@ func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
 }
 
 func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) {
-	if !c.alloc.Kind().IsDevice() {
+	if c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return c.skipLine("large-only", "needs the CUDA backend (raw cudaMalloc/cudaFree)", map[string]any{"allocator": mode})
 	}
-	r, err := openRawCUDA(c.alloc.Device())
+	r, err := openRawCUDA(c.alloc.Info().Device)
 	if err != nil {
 		return err
 	}
@@ -846,7 +847,7 @@ func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) 
 // the allocator's goals can be judged. The retained line carries the
 // ratios to threshold 0 and to cudamalloc of the same run.
 func benchRawPool(c *benchContext, run *allocRun) (err error) {
-	if !c.alloc.Kind().IsDevice() {
+	if c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return c.skipLine("raw-pool", "needs the CUDA backend (a cudaMemPool called directly)", nil)
 	}
 	p := allocParams
@@ -855,7 +856,7 @@ func benchRawPool(c *benchContext, run *allocRun) (err error) {
 		if !c.want.allocatorIs(name) {
 			continue
 		}
-		r, err := openRawPool(c.alloc.Device(), retained)
+		r, err := openRawPool(c.alloc.Info().Device, retained)
 		if err != nil {
 			return err
 		}
@@ -964,7 +965,7 @@ func benchAllocPacked(c *benchContext, run *allocRun, v allocVariant) (err error
 func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, pools []*devalloc.Allocator, t cycleTouch) error {
 	p := allocParams
 	cycles := p.pairedCycles
-	if !pools[0].Kind().IsDevice() && !p.exactCycles {
+	if pools[0].Info().Backend != devalloc.BackendCUDA && !p.exactCycles {
 		// The host's memsets are slow, and its pool is not the driver's:
 		// four sweeps, so that most cycles reuse the plans of the first.
 		cycles = max(p.minCycles, 4*p.bonds)
@@ -1029,7 +1030,7 @@ func benchPackedCycles(c *benchContext, run *allocRun, variants []allocVariant, 
 			extra["c_large_only_driver_calls_per_cycle"] = totalCalls(cLarge.driverCalls)
 		}
 		if err := c.emit(Result{Mode: v.mode, N: res[k].cycles, Bytes: res[k].bytes, MedianUS: res[k].median,
-			Backend: pools[k].Kind().String(), Extra: extra}); err != nil {
+			Backend: allockind.Name(pools[k]), Extra: extra}); err != nil {
 			return err
 		}
 	}

@@ -24,10 +24,10 @@ type cBaseline struct {
 }
 
 func openCBaseline(c *benchContext) (*cBaseline, error) {
-	if !c.alloc.Kind().IsDevice() {
+	if c.alloc.Info().Backend != devalloc.BackendCUDA {
 		return &cBaseline{skip: "needs the CUDA backend (the C baseline calls the pool through libcudart)"}, nil
 	}
-	p, err := openCPool(c.alloc.Device())
+	p, err := openCPool(c.alloc.Info().Device)
 	if err != nil {
 		return nil, fmt.Errorf("C baseline: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/allockind"
 )
 
 // Result is one measurement: the median of Mode's N pairs or cycles of
@@ -95,7 +96,7 @@ func Open(backend devalloc.Backend, seed uint64) (*Session, error) {
 func (s *Session) Close() error { return s.c.alloc.Close() }
 
 // IsDevice reports whether the session runs on device memory.
-func (s *Session) IsDevice() bool { return s.c.alloc.Kind().IsDevice() }
+func (s *Session) IsDevice() bool { return s.c.alloc.Info().Backend == devalloc.BackendCUDA }
 
 // Run runs mode ("" for every mode, in Modes' order) as m selects and
 // returns its results.
@@ -148,7 +149,7 @@ type benchContext struct {
 func (c *benchContext) emit(r Result) error {
 	r.Bench = "alloc"
 	if r.Backend == "" {
-		r.Backend = c.alloc.Kind().String()
+		r.Backend = allockind.Name(c.alloc)
 	}
 	if c.out == nil {
 		return errors.New("allocbench: a result outside Session.Run")

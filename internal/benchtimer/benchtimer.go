@@ -24,12 +24,12 @@ type Timer struct {
 // New returns a timer for work on s, a stream of a.
 func New(a *devalloc.Allocator, s *devalloc.Stream) (*Timer, error) {
 	t := &Timer{s: s}
-	if a.Kind().IsDevice() {
+	if a.Info().Backend == devalloc.BackendCUDA {
 		rt, err := cudart.Load()
 		if err != nil {
 			return nil, err
 		}
-		t.dev = rt.Device(a.Device())
+		t.dev = rt.Device(a.Info().Device)
 	}
 	return t, nil
 }

@@ -196,10 +196,11 @@ func CopySpans(s *devalloc.Stream, dsts, srcs, sizes []uintptr) error {
 		return fmt.Errorf("gather: copy spans: nil stream or lists of different lengths: %w", distbuf.ErrInvalid)
 	}
 	a := s.Allocator()
-	if !a.Kind().IsDevice() {
-		return fmt.Errorf("gather: copy spans: the %s backend has no kernel: %w", a.Kind(), distbuf.ErrUnavailable)
+	info := a.Info()
+	if info.Backend != devalloc.BackendCUDA {
+		return fmt.Errorf("gather: copy spans: the %s backend has no kernel: %w", info.Backend, distbuf.ErrUnavailable)
 	}
-	d, err := Device(a.Device())
+	d, err := Device(info.Device)
 	if err != nil {
 		return fmt.Errorf("gather: copy spans: %w: %w", distbuf.ErrUnavailable, err)
 	}
@@ -225,7 +226,7 @@ func CopySpans(s *devalloc.Stream, dsts, srcs, sizes []uintptr) error {
 	err = writeTable(table, entries)
 	var addr uintptr
 	if err == nil {
-		addr, err = table.Addr()
+		addr, _, _, err = table.Region()
 	}
 	if err == nil {
 		err = Launch(d, k, cudart.Stream(s.Handle()), addr, n, false)

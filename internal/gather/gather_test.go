@@ -128,11 +128,11 @@ func TestCopySpans(t *testing.T) {
 	for i := range pinned {
 		pinned[i] = byte(200 + i)
 	}
-	srcAddr, err := src.Addr()
+	srcAddr, _, _, err := src.Region()
 	require.NoError(t, err)
-	dstAddr, err := dst.Addr()
+	dstAddr, _, _, err := dst.Region()
 	require.NoError(t, err)
-	pinAddr, err := pin.Addr()
+	pinAddr, _, _, err := pin.Region()
 	require.NoError(t, err)
 	// {source offset, destination offset, bytes}: 16-, 8-, 4- and 1-aligned,
 	// and one above the kernel's piece size.
@@ -190,9 +190,9 @@ func TestKernelsPerRuntime(t *testing.T) {
 		require.NoError(t, err)
 		data := bytes.Repeat([]byte{byte(i + 1), 7}, 128)
 		writeAll(t, s, src, data)
-		srcAddr, err := src.Addr()
+		srcAddr, _, _, err := src.Region()
 		require.NoError(t, err)
-		dstAddr, err := dst.Addr()
+		dstAddr, _, _, err := dst.Region()
 		require.NoError(t, err)
 		require.NoError(t, CopySpans(s, []uintptr{dstAddr, dstAddr + 128}, []uintptr{srcAddr, srcAddr + 128}, []uintptr{128, 128}), "runtime %d", i)
 		require.Equal(t, data, readAll(t, s, dst), "runtime %d", i)

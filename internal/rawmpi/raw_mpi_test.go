@@ -42,8 +42,8 @@ func TestExchangeWithPeer(t *testing.T) {
 	for i := range mem {
 		mem[i] = byte(i + w.Rank())
 	}
-	sa, _ := send.Addr()
-	ra, _ := recv.Addr()
+	sa, _, _, _ := send.Region()
+	ra, _, _, _ := recv.Region()
 	got, err := Exchange(sa, 1000, ra, 2000, 1-w.Rank(), 5)
 	require.NoError(t, err)
 	require.EqualValues(t, 1000, got)
