@@ -30,16 +30,10 @@ func hostBase(c *packing.Coalesced) (unsafe.Pointer, error) {
 // run in parallel on goroutines (a wave has no two products writing one C
 // block), or, for the Loop strategy, one stream function per product.
 func (e *Engine) runHost(p *Plan, o Operands) error {
-	pr := &p.prob
-	var bases [3]unsafe.Pointer
-	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
-		b, err := hostBase(c)
-		if err != nil {
-			return err
-		}
-		bases[i] = b
+	x, err := newHostGemm(p, o)
+	if err != nil {
+		return err
 	}
-	x := hostGemm{dt: p.dtype, ta: blasOp(pr.TransA), tb: blasOp(pr.TransB), alpha: o.Alpha, bases: bases}
 	if p.strategy == Loop {
 		for _, l := range p.launches {
 			q := &p.problems[l.lo]
@@ -72,6 +66,20 @@ func blasOp(o Op) blas.Transpose {
 		return blas.Trans
 	}
 	return blas.NoTrans
+}
+
+// newHostGemm binds p's products to o's host memory.
+func newHostGemm(p *Plan, o Operands) (hostGemm, error) {
+	pr := &p.prob
+	var bases [3]unsafe.Pointer
+	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
+		b, err := hostBase(c)
+		if err != nil {
+			return hostGemm{}, err
+		}
+		bases[i] = b
+	}
+	return hostGemm{dt: p.dtype, ta: blasOp(pr.TransA), tb: blasOp(pr.TransB), alpha: o.Alpha, bases: bases}, nil
 }
 
 type hostGemm struct {
