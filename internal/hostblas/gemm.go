@@ -1,0 +1,350 @@
+package hostblas
+
+import "fmt"
+
+// Elem is an element type the product takes.
+type Elem interface {
+	float32 | float64 | complex64 | complex128
+}
+
+// Workspace holds the copies of operands a product makes; see the package
+// doc for its ownership.
+type Workspace struct {
+	f32  []float32
+	f64  []float64
+	c64  []complex64
+	c128 []complex128
+}
+
+// scratch is n elements of w's slice of T, grown when short.
+func scratch[T Elem](w *Workspace, n int) []T {
+	var p *[]T
+	switch any(*new(T)).(type) {
+	case float32:
+		p = any(&w.f32).(*[]T)
+	case float64:
+		p = any(&w.f64).(*[]T)
+	case complex64:
+		p = any(&w.c64).(*[]T)
+	default:
+		p = any(&w.c128).(*[]T)
+	}
+	if cap(*p) < n {
+		*p = make([]T, n)
+	}
+	return (*p)[:n]
+}
+
+func isComplex[T Elem]() bool {
+	switch any(*new(T)).(type) {
+	case complex64, complex128:
+		return true
+	}
+	return false
+}
+
+// Cache blocks of the packed path: op(A) is copied MC rows by KC columns
+// at a time, op(B) KC rows by NC columns, so the copies stay in the caches
+// the micro-kernel reads them from, and the workspace holds at most
+// MC*KC + KC*NC elements.
+const (
+	MC = 128
+	KC = 256
+	NC = 512
+)
+
+// smallDim is the largest m, n and k the plain loops take: below it,
+// copying the operands into panels costs more than the tiles save.
+const smallDim = 8
+
+// Gemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices: op(A)
+// is m x k (A is m x k with row stride lda, or k x m when transA), op(B) is
+// k x n (B is k x n with row stride ldb, or n x k when transB), and C is
+// m x n with row stride ldc. w holds the copies it makes; nil takes a
+// fresh one. It panics when a dimension is negative, a stride is shorter
+// than its row or a slice shorter than its matrix: the caller checks its
+// problems before running them.
+func Gemm[T Elem](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int, w *Workspace) {
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("hostblas: negative dimension: m %d, n %d, k %d", m, n, k))
+	}
+	checkMatrix("A", a, ar, ac, lda)
+	checkMatrix("B", b, br, bc, ldb)
+	checkMatrix("C", c, m, n, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if alpha == 0 || k == 0 {
+		for i := range m {
+			scaleRow(c[i*ldc:i*ldc+n], beta)
+		}
+		return
+	}
+	if w == nil {
+		w = new(Workspace)
+	}
+	if m <= smallDim && n <= smallDim && k <= smallDim {
+		if transB {
+			dotLoops(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, w)
+		} else {
+			axpyLoops(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		}
+		return
+	}
+	packed(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, w)
+}
+
+func checkMatrix[T Elem](name string, x []T, rows, cols, ld int) {
+	if ld < max(cols, 1) {
+		panic(fmt.Sprintf("hostblas: %s: row stride %d shorter than its %d columns", name, ld, cols))
+	}
+	if rows > 0 && cols > 0 && len(x) < (rows-1)*ld+cols {
+		panic(fmt.Sprintf("hostblas: %s: %d elements for %d x %d with row stride %d", name, len(x), rows, cols, ld))
+	}
+}
+
+// scaleRow sets row to beta*row, writing zeros without reading when beta
+// is 0.
+func scaleRow[T Elem](row []T, beta T) {
+	switch beta {
+	case 1:
+	case 0:
+		clear(row)
+	default:
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// axpyLoops is the small product with B untransposed: row i of C takes
+// alpha*op(A)[i,l] times row l of B, for each l, contiguous in j.
+func axpyLoops[T Elem](transA bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	rs, cs := lda, 1 // op(A)[i,l] = a[i*rs+l*cs]
+	if transA {
+		rs, cs = 1, lda
+	}
+	for i := range m {
+		crow := c[i*ldc : i*ldc+n]
+		scaleRow(crow, beta)
+		for l := range k {
+			s := alpha * a[i*rs+l*cs]
+			brow := b[l*ldb : l*ldb+n]
+			for j, x := range brow {
+				crow[j] += s * x
+			}
+		}
+	}
+}
+
+// dotLoops is the small product with B transposed: element (i, j) of C is
+// the dot product of row i of op(A) with row j of B, both contiguous (a
+// transposed A's row is copied first).
+func dotLoops[T Elem](transA bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int, w *Workspace) {
+	var col []T
+	if transA {
+		col = scratch[T](w, k)
+	}
+	for i := range m {
+		var arow []T
+		if transA {
+			for l := range col {
+				col[l] = a[l*lda+i]
+			}
+			arow = col
+		} else {
+			arow = a[i*lda : i*lda+k]
+		}
+		crow := c[i*ldc : i*ldc+n]
+		for j := range crow {
+			brow := b[j*ldb : j*ldb+k]
+			brow = brow[:len(arow)]
+			var sum T
+			for l, x := range arow {
+				sum += x * brow[l]
+			}
+			switch beta {
+			case 0:
+				crow[j] = alpha * sum
+			case 1:
+				crow[j] += alpha * sum
+			default:
+				crow[j] = beta*crow[j] + alpha*sum
+			}
+		}
+	}
+}
+
+// packed is the product through panels: for each cache block of op(B) and
+// op(A), copy them into the workspace and run the micro-kernel over every
+// MR x NR tile of C, beta applying in the first block of k only.
+func packed[T Elem](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int, w *Workspace) {
+	mr, nr, micro := microKernel[T]()
+	mc, kc, nc := min(m, MC), min(k, KC), min(n, NC)
+	mcUp, ncUp := (mc+mr-1)/mr*mr, (nc+nr-1)/nr*nr
+	buf := scratch[T](w, mcUp*kc+kc*ncUp+mr*nr)
+	ap, bp, tile := buf[:mcUp*kc], buf[mcUp*kc:mcUp*kc+kc*ncUp], buf[mcUp*kc+kc*ncUp:]
+	for j0 := 0; j0 < n; j0 += NC {
+		nb := min(NC, n-j0)
+		for l0 := 0; l0 < k; l0 += KC {
+			kb := min(KC, k-l0)
+			bt := beta
+			if l0 > 0 {
+				bt = 1
+			}
+			packB(transB, b, ldb, l0, kb, j0, nb, nr, bp)
+			for i0 := 0; i0 < m; i0 += MC {
+				mb := min(MC, m-i0)
+				packA(transA, a, lda, i0, mb, l0, kb, mr, ap)
+				for jt := 0; jt < nb; jt += nr {
+					bpan := bp[jt*kb : (jt+nr)*kb]
+					for it := 0; it < mb; it += mr {
+						micro(kb, ap[it*kb:(it+mr)*kb], bpan, tile)
+						store(tile, nr, min(mr, mb-it), min(nr, nb-jt), alpha, bt, c[(i0+it)*ldc+j0+jt:], ldc)
+					}
+				}
+			}
+		}
+	}
+}
+
+// packA copies op(A)[i0:i0+mb, l0:l0+kb] into dst as panels of mr rows,
+// each stored l-major (the mr elements of one l together), the last one
+// padded with zeros.
+func packA[T Elem](transA bool, a []T, lda, i0, mb, l0, kb, mr int, dst []T) {
+	for it := 0; it < mb; it += mr {
+		pan := dst[it*kb : (it+mr)*kb]
+		rows := min(mr, mb-it)
+		if transA { // op(A)[i,l] = a[l*lda+i]: row l of A holds the panel's l-slice
+			for l := range kb {
+				src := a[(l0+l)*lda+i0+it:]
+				d := pan[l*mr : l*mr+mr]
+				copy(d, src[:rows])
+				clear(d[rows:])
+			}
+			continue
+		}
+		for r := range rows {
+			src := a[(i0+it+r)*lda+l0 : (i0+it+r)*lda+l0+kb]
+			for l, x := range src {
+				pan[l*mr+r] = x
+			}
+		}
+		for r := rows; r < mr; r++ {
+			for l := range kb {
+				pan[l*mr+r] = 0
+			}
+		}
+	}
+}
+
+// packB copies op(B)[l0:l0+kb, j0:j0+nb] into dst as panels of nr
+// columns, each stored l-major, the last one padded with zeros.
+func packB[T Elem](transB bool, b []T, ldb, l0, kb, j0, nb, nr int, dst []T) {
+	for jt := 0; jt < nb; jt += nr {
+		pan := dst[jt*kb : (jt+nr)*kb]
+		cols := min(nr, nb-jt)
+		if !transB { // row l of B holds the panel's l-slice
+			for l := range kb {
+				src := b[(l0+l)*ldb+j0+jt:]
+				d := pan[l*nr : l*nr+nr]
+				copy(d, src[:cols])
+				clear(d[cols:])
+			}
+			continue
+		}
+		for cc := range cols { // op(B)[l,j] = b[j*ldb+l]
+			src := b[(j0+jt+cc)*ldb+l0 : (j0+jt+cc)*ldb+l0+kb]
+			for l, x := range src {
+				pan[l*nr+cc] = x
+			}
+		}
+		for cc := cols; cc < nr; cc++ {
+			for l := range kb {
+				pan[l*nr+cc] = 0
+			}
+		}
+	}
+}
+
+// store writes the rows x cols corner of an MR x NR tile of sums (row-major,
+// nr to a row) into c as alpha*sum + beta*c.
+func store[T Elem](tile []T, nr, rows, cols int, alpha, beta T, c []T, ldc int) {
+	for r := range rows {
+		crow := c[r*ldc : r*ldc+cols]
+		sums := tile[r*nr : r*nr+cols]
+		switch beta {
+		case 0:
+			for j, s := range sums {
+				crow[j] = alpha * s
+			}
+		case 1:
+			for j, s := range sums {
+				crow[j] += alpha * s
+			}
+		default:
+			for j, s := range sums {
+				crow[j] = beta*crow[j] + alpha*s
+			}
+		}
+	}
+}
+
+// microKernel is the tile size and kernel for T: real tiles of 2 x 4 and
+// complex ones of 2 x 2, eight sums in either case, as many as the sixteen
+// SSE registers hold beside the operands (a 4 x 4 real tile spills and
+// runs at half the speed).
+func microKernel[T Elem]() (mr, nr int, micro func(k int, ap, bp, tile []T)) {
+	if isComplex[T]() {
+		return 2, 2, micro2x2[T]
+	}
+	return 2, 4, micro2x4[T]
+}
+
+// micro2x2 is micro2x4 for a 2 x 2 tile.
+func micro2x2[T Elem](k int, ap, bp, tile []T) {
+	var c00, c01, c10, c11 T
+	ap, bp = ap[:2*k], bp[:2*k]
+	for len(ap) >= 2 && len(bp) >= 2 {
+		a0, a1 := ap[0], ap[1]
+		b0, b1 := bp[0], bp[1]
+		c00 += a0 * b0
+		c01 += a0 * b1
+		c10 += a1 * b0
+		c11 += a1 * b1
+		ap, bp = ap[2:], bp[2:]
+	}
+	t := tile[:4]
+	t[0], t[1], t[2], t[3] = c00, c01, c10, c11
+}
+
+// micro2x4 sums, over l < k, the outer products of ap's and bp's
+// l-slices (2 and 4 elements) into a 2 x 4 tile.
+func micro2x4[T Elem](k int, ap, bp, tile []T) {
+	var c00, c01, c02, c03, c10, c11, c12, c13 T
+	ap, bp = ap[:2*k], bp[:4*k]
+	for len(ap) >= 2 && len(bp) >= 4 {
+		a0, a1 := ap[0], ap[1]
+		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+		c00 += a0 * b0
+		c01 += a0 * b1
+		c02 += a0 * b2
+		c03 += a0 * b3
+		c10 += a1 * b0
+		c11 += a1 * b1
+		c12 += a1 * b2
+		c13 += a1 * b3
+		ap, bp = ap[2:], bp[4:]
+	}
+	t := tile[:8]
+	t[0], t[1], t[2], t[3] = c00, c01, c02, c03
+	t[4], t[5], t[6], t[7] = c10, c11, c12, c13
+}
