@@ -28,8 +28,8 @@
 // into launches. A plan depends on the operands' layouts (their packing
 // plans and groups), the operations and the triples, not on the buffers:
 // Engine.RunOn runs it on any buffers laid out alike, with its own alpha and
-// beta, and refuses others with ErrLayout (a changed block structure: plan
-// again). A solver whose structure repeats every sweep plans each structure
+// beta, and refuses others ("operand layout differs from the plan's": a
+// changed block structure, plan again). A solver whose structure repeats every sweep plans each structure
 // once, as msg.Pattern does for the exchange; PlansBuilt counts the plans a
 // process has made. Planning reads each block's class and offset once
 // (packing.Coalesced.Locate), numbers shapes once per pair of A and B
