@@ -52,9 +52,10 @@ type Triple struct{ A, B, C int }
 // they are), also one that appears in several triples: those triples
 // are split into waves, the first occurrence of each C block in wave 0, the
 // second in wave 1, and so on in list order; Beta applies in wave 0 only and
-// later waves accumulate with beta = 1. Alpha and Beta must be real for real
-// dtypes. A, B and C may be the same Coalesced, but no C block may share
-// memory with an A or B block of the problem.
+// later waves accumulate with beta = 1. With Beta = 0, C is written without
+// being read, on every backend, so a NaN there does not survive. Alpha and
+// Beta must be real for real dtypes. A, B and C may be the same Coalesced,
+// but no C block may share memory with an A or B block of the problem.
 //
 // The products are given by block id (Blocks) or by position (Triples),
 // one list or the other; "list order" is the order of the one given, and

@@ -281,7 +281,7 @@ func (g *gemmBench) compare(o *operands, sts ...gemm.Strategy) ([]float64, []int
 func (g *gemmBench) run(mode string) error {
 	if !g.device && mode != "loop" && mode != "batched" {
 		return g.c.emit(benchResult{Bench: "gemm", Mode: mode, Extra: map[string]any{
-			"skipped": "needs CUDA: grouped and per-shape batched calls are cuBLAS launches, and the small-block kernel runs on the GPU; the host backend runs every plan as parallel gonum calls",
+			"skipped": "needs CUDA: grouped and per-shape batched calls are cuBLAS launches, and the small-block kernel runs on the GPU; the host backend runs every plan as parallel host GEMM calls",
 		}})
 	}
 	switch mode {
