@@ -331,7 +331,7 @@ func micro2x2[T Elem](k int, ap, bp, tile []T) {
 func micro2x4[T Elem](k int, ap, bp, tile []T) {
 	var c00, c01, c02, c03, c10, c11, c12, c13 T
 	ap, bp = ap[:2*k], bp[:4*k]
-	for len(ap) >= 2 && len(bp) >= 4 {
+	for len(ap) >= 4 && len(bp) >= 8 {
 		a0, a1 := ap[0], ap[1]
 		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
 		c00 += a0 * b0
@@ -342,7 +342,29 @@ func micro2x4[T Elem](k int, ap, bp, tile []T) {
 		c11 += a1 * b1
 		c12 += a1 * b2
 		c13 += a1 * b3
-		ap, bp = ap[2:], bp[4:]
+		a0, a1 = ap[2], ap[3]
+		b0, b1, b2, b3 = bp[4], bp[5], bp[6], bp[7]
+		c00 += a0 * b0
+		c01 += a0 * b1
+		c02 += a0 * b2
+		c03 += a0 * b3
+		c10 += a1 * b0
+		c11 += a1 * b1
+		c12 += a1 * b2
+		c13 += a1 * b3
+		ap, bp = ap[4:], bp[8:]
+	}
+	if len(ap) >= 2 && len(bp) >= 4 {
+		a0, a1 := ap[0], ap[1]
+		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+		c00 += a0 * b0
+		c01 += a0 * b1
+		c02 += a0 * b2
+		c03 += a0 * b3
+		c10 += a1 * b0
+		c11 += a1 * b1
+		c12 += a1 * b2
+		c13 += a1 * b3
 	}
 	t := tile[:8]
 	t[0], t[1], t[2], t[3] = c00, c01, c02, c03
