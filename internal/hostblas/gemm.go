@@ -184,14 +184,20 @@ func dotLoops[T Elem](transA bool, m, n, k int, alpha T, a []T, lda int, b []T, 
 }
 
 // packed is the product through panels: for each cache block of op(B) and
-// op(A), copy them into the workspace and run the micro-kernel over every
-// MR x NR tile of C, beta applying in the first block of k only.
+// op(A), copy op(B) into the workspace as panels of NR columns and run the
+// micro-kernel over every MR x NR tile of C, beta applying in the first
+// block of k only. The kernel reads op(A)'s rows in place when A is not
+// transposed, and from a copy when it is.
 func packed[T Elem](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int, w *Workspace) {
 	mr, nr, micro := microKernel[T]()
 	mc, kc, nc := min(m, MC), min(k, KC), min(n, NC)
-	mcUp, ncUp := (mc+mr-1)/mr*mr, (nc+nr-1)/nr*nr
-	buf := scratch[T](w, mcUp*kc+kc*ncUp+mr*nr)
-	ap, bp, tile := buf[:mcUp*kc], buf[mcUp*kc:mcUp*kc+kc*ncUp], buf[mcUp*kc+kc*ncUp:]
+	ncUp := (nc + nr - 1) / nr * nr
+	aLen := 0
+	if transA {
+		aLen = mc * kc
+	}
+	buf := scratch[T](w, aLen+kc*ncUp+mr*nr)
+	ap, bp, tile := buf[:aLen], buf[aLen:aLen+kc*ncUp], buf[aLen+kc*ncUp:]
 	for j0 := 0; j0 < n; j0 += NC {
 		nb := min(NC, n-j0)
 		for l0 := 0; l0 < k; l0 += KC {
@@ -203,12 +209,23 @@ func packed[T Elem](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b
 			packB(transB, b, ldb, l0, kb, j0, nb, nr, bp)
 			for i0 := 0; i0 < m; i0 += MC {
 				mb := min(MC, m-i0)
-				packA(transA, a, lda, i0, mb, l0, kb, mr, ap)
+				// row r of the block of op(A) is rowA[r*rs+off : ...+kb]
+				rowA, rs, off := a, lda, i0*lda+l0
+				if transA {
+					packA(a, lda, i0, mb, l0, kb, ap)
+					rowA, rs, off = ap, kb, 0
+				}
 				for jt := 0; jt < nb; jt += nr {
 					bpan := bp[jt*kb : (jt+nr)*kb]
 					for it := 0; it < mb; it += mr {
-						micro(kb, ap[it*kb:(it+mr)*kb], bpan, tile)
-						store(tile, nr, min(mr, mb-it), min(nr, nb-jt), alpha, bt, c[(i0+it)*ldc+j0+jt:], ldc)
+						rows := min(mr, mb-it)
+						a0 := rowA[off+it*rs : off+it*rs+kb]
+						a1 := a0 // a last single row is computed twice, stored once
+						if rows > 1 {
+							a1 = rowA[off+(it+1)*rs : off+(it+1)*rs+kb]
+						}
+						micro(a0, a1, bpan, tile)
+						store(tile, nr, rows, min(nr, nb-jt), alpha, bt, c[(i0+it)*ldc+j0+jt:], ldc)
 					}
 				}
 			}
@@ -216,32 +233,13 @@ func packed[T Elem](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b
 	}
 }
 
-// packA copies op(A)[i0:i0+mb, l0:l0+kb] into dst as panels of mr rows,
-// each stored l-major (the mr elements of one l together), the last one
-// padded with zeros.
-func packA[T Elem](transA bool, a []T, lda, i0, mb, l0, kb, mr int, dst []T) {
-	for it := 0; it < mb; it += mr {
-		pan := dst[it*kb : (it+mr)*kb]
-		rows := min(mr, mb-it)
-		if transA { // op(A)[i,l] = a[l*lda+i]: row l of A holds the panel's l-slice
-			for l := range kb {
-				src := a[(l0+l)*lda+i0+it:]
-				d := pan[l*mr : l*mr+mr]
-				copy(d, src[:rows])
-				clear(d[rows:])
-			}
-			continue
-		}
-		for r := range rows {
-			src := a[(i0+it+r)*lda+l0 : (i0+it+r)*lda+l0+kb]
-			for l, x := range src {
-				pan[l*mr+r] = x
-			}
-		}
-		for r := rows; r < mr; r++ {
-			for l := range kb {
-				pan[l*mr+r] = 0
-			}
+// packA copies op(A)[i0:i0+mb, l0:l0+kb] of a transposed A into dst, row
+// after row: op(A)'s row i is A's column i.
+func packA[T Elem](a []T, lda, i0, mb, l0, kb int, dst []T) {
+	for l := range kb {
+		src := a[(l0+l)*lda+i0 : (l0+l)*lda+i0+mb]
+		for r, x := range src {
+			dst[r*kb+l] = x
 		}
 	}
 }
@@ -298,73 +296,73 @@ func store[T Elem](tile []T, nr, rows, cols int, alpha, beta T, c []T, ldc int) 
 	}
 }
 
-// microKernel is the tile size and kernel for T: real tiles of 2 x 4 and
-// complex ones of 2 x 2, eight sums in either case, as many as the sixteen
-// SSE registers hold beside the operands (a 4 x 4 real tile spills and
-// runs at half the speed).
-func microKernel[T Elem]() (mr, nr int, micro func(k int, ap, bp, tile []T)) {
+// microKernel is the tile size and kernel for T: MR = 2 rows of op(A) by
+// NR = 4 columns for real types and 2 for complex ones, eight sums in
+// either case, as many as the sixteen SSE registers hold beside the
+// operands (a 4 x 4 real tile spills and runs at half the speed).
+func microKernel[T Elem]() (mr, nr int, micro func(a0, a1, bp, tile []T)) {
 	if isComplex[T]() {
 		return 2, 2, micro2x2[T]
 	}
 	return 2, 4, micro2x4[T]
 }
 
-// micro2x2 is micro2x4 for a 2 x 2 tile.
-func micro2x2[T Elem](k int, ap, bp, tile []T) {
+// micro2x2 sums, over l, a0[l] and a1[l] (two rows of op(A)) times bp's
+// l-slice of 2 columns into a 2 x 2 tile.
+func micro2x2[T Elem](a0, a1, bp, tile []T) {
 	var c00, c01, c10, c11 T
-	ap, bp = ap[:2*k], bp[:2*k]
-	for len(ap) >= 2 && len(bp) >= 2 {
-		a0, a1 := ap[0], ap[1]
+	a1, bp = a1[:len(a0)], bp[:2*len(a0)]
+	for len(a0) >= 1 && len(a1) >= 1 && len(bp) >= 2 {
+		x0, x1 := a0[0], a1[0]
 		b0, b1 := bp[0], bp[1]
-		c00 += a0 * b0
-		c01 += a0 * b1
-		c10 += a1 * b0
-		c11 += a1 * b1
-		ap, bp = ap[2:], bp[2:]
+		c00 += x0 * b0
+		c01 += x0 * b1
+		c10 += x1 * b0
+		c11 += x1 * b1
+		a0, a1, bp = a0[1:], a1[1:], bp[2:]
 	}
 	t := tile[:4]
 	t[0], t[1], t[2], t[3] = c00, c01, c10, c11
 }
 
-// micro2x4 sums, over l < k, the outer products of ap's and bp's
-// l-slices (2 and 4 elements) into a 2 x 4 tile.
-func micro2x4[T Elem](k int, ap, bp, tile []T) {
+// micro2x4 is micro2x2 for 4 columns, unrolled by two in l.
+func micro2x4[T Elem](a0, a1, bp, tile []T) {
 	var c00, c01, c02, c03, c10, c11, c12, c13 T
-	ap, bp = ap[:2*k], bp[:4*k]
-	for len(ap) >= 4 && len(bp) >= 8 {
-		a0, a1 := ap[0], ap[1]
+	a1, bp = a1[:len(a0)], bp[:4*len(a0)]
+	for len(a0) >= 2 && len(a1) >= 2 && len(bp) >= 8 {
+		x0, x1 := a0[0], a1[0]
 		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
-		c00 += a0 * b0
-		c01 += a0 * b1
-		c02 += a0 * b2
-		c03 += a0 * b3
-		c10 += a1 * b0
-		c11 += a1 * b1
-		c12 += a1 * b2
-		c13 += a1 * b3
-		a0, a1 = ap[2], ap[3]
+		c00 += x0 * b0
+		c01 += x0 * b1
+		c02 += x0 * b2
+		c03 += x0 * b3
+		c10 += x1 * b0
+		c11 += x1 * b1
+		c12 += x1 * b2
+		c13 += x1 * b3
+		x0, x1 = a0[1], a1[1]
 		b0, b1, b2, b3 = bp[4], bp[5], bp[6], bp[7]
-		c00 += a0 * b0
-		c01 += a0 * b1
-		c02 += a0 * b2
-		c03 += a0 * b3
-		c10 += a1 * b0
-		c11 += a1 * b1
-		c12 += a1 * b2
-		c13 += a1 * b3
-		ap, bp = ap[4:], bp[8:]
+		c00 += x0 * b0
+		c01 += x0 * b1
+		c02 += x0 * b2
+		c03 += x0 * b3
+		c10 += x1 * b0
+		c11 += x1 * b1
+		c12 += x1 * b2
+		c13 += x1 * b3
+		a0, a1, bp = a0[2:], a1[2:], bp[8:]
 	}
-	if len(ap) >= 2 && len(bp) >= 4 {
-		a0, a1 := ap[0], ap[1]
+	if len(a0) >= 1 && len(a1) >= 1 && len(bp) >= 4 {
+		x0, x1 := a0[0], a1[0]
 		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
-		c00 += a0 * b0
-		c01 += a0 * b1
-		c02 += a0 * b2
-		c03 += a0 * b3
-		c10 += a1 * b0
-		c11 += a1 * b1
-		c12 += a1 * b2
-		c13 += a1 * b3
+		c00 += x0 * b0
+		c01 += x0 * b1
+		c02 += x0 * b2
+		c03 += x0 * b3
+		c10 += x1 * b0
+		c11 += x1 * b1
+		c12 += x1 * b2
+		c13 += x1 * b3
 	}
 	t := tile[:8]
 	t[0], t[1], t[2], t[3] = c00, c01, c02, c03
