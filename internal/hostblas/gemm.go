@@ -224,8 +224,14 @@ func packed[T Elem](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b
 						if rows > 1 {
 							a1 = rowA[off+(it+1)*rs : off+(it+1)*rs+kb]
 						}
-						micro(a0, a1, bpan, tile)
-						store(tile, nr, rows, min(nr, nb-jt), alpha, bt, c[(i0+it)*ldc+j0+jt:], ldc)
+						cols := min(nr, nb-jt)
+						ct := c[(i0+it)*ldc+j0+jt:]
+						if rows == mr && cols == nr { // a whole tile: the kernel writes C
+							micro(a0, a1, bpan, ct[:nr], ct[ldc:ldc+nr], alpha, bt)
+							continue
+						}
+						micro(a0, a1, bpan, tile[:nr], tile[nr:2*nr], 1, 0)
+						store(tile, nr, rows, cols, alpha, bt, ct, ldc)
 					}
 				}
 			}
@@ -300,7 +306,7 @@ func store[T Elem](tile []T, nr, rows, cols int, alpha, beta T, c []T, ldc int) 
 // NR = 4 columns for real types and 2 for complex ones, eight sums in
 // either case, as many as the sixteen SSE registers hold beside the
 // operands (a 4 x 4 real tile spills and runs at half the speed).
-func microKernel[T Elem]() (mr, nr int, micro func(a0, a1, bp, tile []T)) {
+func microKernel[T Elem]() (mr, nr int, micro func(a0, a1, bp, c0, c1 []T, alpha, beta T)) {
 	if isComplex[T]() {
 		return 2, 2, micro2x2[T]
 	}
@@ -308,8 +314,9 @@ func microKernel[T Elem]() (mr, nr int, micro func(a0, a1, bp, tile []T)) {
 }
 
 // micro2x2 sums, over l, a0[l] and a1[l] (two rows of op(A)) times bp's
-// l-slice of 2 columns into a 2 x 2 tile.
-func micro2x2[T Elem](a0, a1, bp, tile []T) {
+// l-slice of 2 columns, and writes the 2 x 2 sums into the rows c0 and c1
+// of C as alpha*sum + beta*C.
+func micro2x2[T Elem](a0, a1, bp, c0, c1 []T, alpha, beta T) {
 	var c00, c01, c10, c11 T
 	a1, bp = a1[:len(a0)], bp[:2*len(a0)]
 	for len(a0) >= 1 && len(a1) >= 1 && len(bp) >= 2 {
@@ -321,12 +328,19 @@ func micro2x2[T Elem](a0, a1, bp, tile []T) {
 		c11 += x1 * b1
 		a0, a1, bp = a0[1:], a1[1:], bp[2:]
 	}
-	t := tile[:4]
-	t[0], t[1], t[2], t[3] = c00, c01, c10, c11
+	c0, c1 = c0[:2], c1[:2]
+	switch beta {
+	case 0:
+		c0[0], c0[1] = alpha*c00, alpha*c01
+		c1[0], c1[1] = alpha*c10, alpha*c11
+	default:
+		c0[0], c0[1] = alpha*c00+beta*c0[0], alpha*c01+beta*c0[1]
+		c1[0], c1[1] = alpha*c10+beta*c1[0], alpha*c11+beta*c1[1]
+	}
 }
 
 // micro2x4 is micro2x2 for 4 columns, unrolled by two in l.
-func micro2x4[T Elem](a0, a1, bp, tile []T) {
+func micro2x4[T Elem](a0, a1, bp, c0, c1 []T, alpha, beta T) {
 	var c00, c01, c02, c03, c10, c11, c12, c13 T
 	a1, bp = a1[:len(a0)], bp[:4*len(a0)]
 	for len(a0) >= 2 && len(a1) >= 2 && len(bp) >= 8 {
@@ -364,7 +378,16 @@ func micro2x4[T Elem](a0, a1, bp, tile []T) {
 		c12 += x1 * b2
 		c13 += x1 * b3
 	}
-	t := tile[:8]
-	t[0], t[1], t[2], t[3] = c00, c01, c02, c03
-	t[4], t[5], t[6], t[7] = c10, c11, c12, c13
+	c0, c1 = c0[:4], c1[:4]
+	switch beta {
+	case 0:
+		c0[0], c0[1], c0[2], c0[3] = alpha*c00, alpha*c01, alpha*c02, alpha*c03
+		c1[0], c1[1], c1[2], c1[3] = alpha*c10, alpha*c11, alpha*c12, alpha*c13
+	case 1:
+		c0[0], c0[1], c0[2], c0[3] = c0[0]+alpha*c00, c0[1]+alpha*c01, c0[2]+alpha*c02, c0[3]+alpha*c03
+		c1[0], c1[1], c1[2], c1[3] = c1[0]+alpha*c10, c1[1]+alpha*c11, c1[2]+alpha*c12, c1[3]+alpha*c13
+	default:
+		c0[0], c0[1], c0[2], c0[3] = alpha*c00+beta*c0[0], alpha*c01+beta*c0[1], alpha*c02+beta*c0[2], alpha*c03+beta*c0[3]
+		c1[0], c1[1], c1[2], c1[3] = alpha*c10+beta*c1[0], alpha*c11+beta*c1[1], alpha*c12+beta*c1[2], alpha*c13+beta*c1[3]
+	}
 }
