@@ -43,14 +43,14 @@ func isComplex[T Elem]() bool {
 	return false
 }
 
-// Cache blocks of the packed path: op(A) is copied MC rows by KC columns
-// at a time, op(B) KC rows by NC columns, so the copies stay in the caches
-// the micro-kernel reads them from, and the workspace holds at most
-// MC*KC + KC*NC elements.
+// Cache blocks of the packed path: the kernel works on blockM rows of
+// op(A) and blockN columns of op(B) over blockK of k at a time, so the
+// copies stay in the caches it reads them from, and the workspace holds at
+// most blockM*blockK + blockK*blockN elements.
 const (
-	MC = 128
-	KC = 256
-	NC = 512
+	blockM = 128
+	blockK = 256
+	blockN = 512
 )
 
 // smallDim is the largest m, n and k the plain loops take: below it,
@@ -190,7 +190,7 @@ func dotLoops[T Elem](transA bool, m, n, k int, alpha T, a []T, lda int, b []T, 
 // transposed, and from a copy when it is.
 func packed[T Elem](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int, w *Workspace) {
 	mr, nr, micro := microKernel[T]()
-	mc, kc, nc := min(m, MC), min(k, KC), min(n, NC)
+	mc, kc, nc := min(m, blockM), min(k, blockK), min(n, blockN)
 	ncUp := (nc + nr - 1) / nr * nr
 	aLen := 0
 	if transA {
@@ -198,17 +198,17 @@ func packed[T Elem](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b
 	}
 	buf := scratch[T](w, aLen+kc*ncUp+mr*nr)
 	ap, bp, tile := buf[:aLen], buf[aLen:aLen+kc*ncUp], buf[aLen+kc*ncUp:]
-	for j0 := 0; j0 < n; j0 += NC {
-		nb := min(NC, n-j0)
-		for l0 := 0; l0 < k; l0 += KC {
-			kb := min(KC, k-l0)
+	for j0 := 0; j0 < n; j0 += blockN {
+		nb := min(blockN, n-j0)
+		for l0 := 0; l0 < k; l0 += blockK {
+			kb := min(blockK, k-l0)
 			bt := beta
 			if l0 > 0 {
 				bt = 1
 			}
 			packB(transB, b, ldb, l0, kb, j0, nb, nr, bp)
-			for i0 := 0; i0 < m; i0 += MC {
-				mb := min(MC, m-i0)
+			for i0 := 0; i0 < m; i0 += blockM {
+				mb := min(blockM, m-i0)
 				// row r of the block of op(A) is rowA[r*rs+off : ...+kb]
 				rowA, rs, off := a, lda, i0*lda+l0
 				if transA {
@@ -251,7 +251,9 @@ func packA[T Elem](a []T, lda, i0, mb, l0, kb int, dst []T) {
 }
 
 // packB copies op(B)[l0:l0+kb, j0:j0+nb] into dst as panels of nr
-// columns, each stored l-major, the last one padded with zeros.
+// columns, each stored l-major, the last one padded with zeros: the sums
+// of the padding columns are never stored, and zeros keep a stale NaN or
+// denormal from slowing them down.
 func packB[T Elem](transB bool, b []T, ldb, l0, kb, j0, nb, nr int, dst []T) {
 	for jt := 0; jt < nb; jt += nr {
 		pan := dst[jt*kb : (jt+nr)*kb]

@@ -208,7 +208,7 @@ func forEachType(t *testing.T, f func(t *testing.T, name string, run func(*rand.
 // that are no multiple of a tile, and the special scalars.
 func TestShapes(t *testing.T) {
 	dims := []int{1, 2, 3, 5, 7, 8, 9, 13, 33}
-	shapes := [][3]int{{1, 1, 1}, {1, 1, 9}, {9, 1, 1}, {1, 9, 1}, {7, 5, 1}, {3, 17, 2}, {17, 3, 11}, {MC + 3, 6, 5}, {5, NC + 3, 2}, {6, 5, KC + 7}, {0, 3, 2}, {3, 0, 2}, {3, 2, 0}}
+	shapes := [][3]int{{1, 1, 1}, {1, 1, 9}, {9, 1, 1}, {1, 9, 1}, {7, 5, 1}, {3, 17, 2}, {17, 3, 11}, {blockM + 3, 6, 5}, {5, blockN + 3, 2}, {6, 5, blockK + 7}, {0, 3, 2}, {3, 0, 2}, {3, 2, 0}}
 	for _, m := range dims {
 		for _, n := range dims {
 			for _, k := range dims {
