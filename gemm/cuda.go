@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cublas"
 	"github.com/distbuf/distbuf/packing"
@@ -46,7 +47,7 @@ func (e *Engine) prepareDevice(p *Plan, bases [3]uintptr, kern kernelLauncher) (
 	if p.dev == nil {
 		p.dev = &deviceState{a: a, s: e.s}
 	} else if p.dev.a != a {
-		return nil, nil, fmt.Errorf("gemm: the plan's device memory belongs to another allocator (device %d): use one plan per device: %w", p.dev.a.Info().Device, ErrInvalid)
+		return nil, nil, fmt.Errorf("gemm: the plan's device memory belongs to another allocator (device %d): use one plan per device: %w", p.dev.a.Info().Device, distbuf.ErrInvalid)
 	}
 	d := p.dev
 	n := int64(len(p.problems))

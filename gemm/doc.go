@@ -28,14 +28,20 @@
 // into launches. A plan depends on the operands' layouts (their packing
 // plans and groups), the operations and the triples, not on the buffers:
 // Engine.RunOn runs it on any buffers laid out alike, with its own alpha and
-// beta, and refuses others with ErrLayout (a changed block structure: plan
-// again). A solver whose structure repeats every sweep plans each structure
+// beta, and refuses others ("operand layout differs from the plan's": a
+// changed block structure, plan again). A solver whose structure repeats every sweep plans each structure
 // once, as msg.Pattern does for the exchange; PlansBuilt counts the plans a
 // process has made. Planning reads each block's class and offset once
 // (packing.Coalesced.Locate), numbers shapes once per pair of A and B
 // classes, and buckets the products by wave, kind and shape in one
 // counting pass (O(n); a bucket out of C order is sorted), with no
 // reflection: BenchmarkPlan reports about 40 ns a block.
+//
+// Errors name the problem ("gemm: C block aliases an input", "gemm:
+// mismatched shapes", "gemm: operand layout differs from the plan's") and
+// match distbuf.ErrInvalid; a backend that cannot run a plan matches
+// distbuf.ErrUnavailable, and use of a closed Engine or Plan
+// distbuf.ErrClosed.
 //
 // # Launches
 //
@@ -65,8 +71,10 @@
 // # Engines and lifetimes
 //
 // An Engine runs plans in the order of one devalloc Stream: on the host
-// backend with gonum's BLAS, one stream function per wave whose products run
-// in parallel goroutines (errgroup); on CUDA with the kernel and cuBLAS,
+// backend with distbuf's own row-major GEMM (internal/hostblas: plain loops
+// for blocks up to 8, register tiles over packed panels above), one stream
+// function per wave whose products run in parallel goroutines (errgroup);
+// on CUDA with the kernel and cuBLAS,
 // loaded at run time, through one cuBLAS handle bound to the stream, owned
 // by the Engine until Close. RunOn declares the reads of A and B and the
 // write of C in the buffers' ledgers, so it follows earlier work on any

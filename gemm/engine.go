@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cublas"
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -17,9 +18,9 @@ type EngineOptions struct {
 	TF32 bool
 }
 
-// Engine runs plans in the order of one stream: gonum on the host backend,
-// cuBLAS on CUDA with one handle bound to the stream. The Engine owns the
-// handle until Close. It is safe for concurrent use, though its work is
+// Engine runs plans in the order of one stream: distbuf's own GEMM on the
+// host backend, cuBLAS on CUDA with one handle bound to the stream. The
+// Engine owns the handle until Close. It is safe for concurrent use, though its work is
 // serialised by the stream anyway.
 type Engine struct {
 	s      *devalloc.Stream
@@ -77,7 +78,7 @@ type EngineStats struct {
 // NewEngine makes an engine for stream s, on the backend of s's allocator.
 func NewEngine(s *devalloc.Stream, opts EngineOptions) (*Engine, error) {
 	if s == nil {
-		return nil, fmt.Errorf("gemm: nil stream: %w", ErrInvalid)
+		return nil, fmt.Errorf("gemm: nil stream: %w", distbuf.ErrInvalid)
 	}
 	e := &Engine{s: s, device: s.Allocator().Info().Backend == devalloc.BackendCUDA}
 	if !e.device {
@@ -85,7 +86,7 @@ func NewEngine(s *devalloc.Stream, opts EngineOptions) (*Engine, error) {
 	}
 	lib, err := cublas.Load()
 	if err != nil {
-		return nil, fmt.Errorf("gemm: %w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("gemm: %w: %w", distbuf.ErrUnavailable, err)
 	}
 	h, err := lib.NewHandle(s.Allocator().Info().Device, s.Handle(), opts.TF32)
 	if err != nil {
@@ -113,7 +114,7 @@ func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return fmt.Errorf("gemm: engine closed twice: %w", ErrInvalid)
+		return fmt.Errorf("gemm: engine closed twice: %w", distbuf.ErrClosed)
 	}
 	e.closed = true
 	if e.blas != nil {
@@ -157,7 +158,7 @@ func (e *Engine) KernelStatus() error {
 // problem's Alpha and Beta: RunOn(p, Operands{A, B, C, Alpha, Beta}).
 func (e *Engine) Run(p *Plan) error {
 	if p == nil {
-		return fmt.Errorf("gemm: nil plan: %w", ErrInvalid)
+		return fmt.Errorf("gemm: nil plan: %w", distbuf.ErrInvalid)
 	}
 	pr := &p.prob
 	return e.RunOn(p, Operands{A: pr.A, B: pr.B, C: pr.C, Alpha: pr.Alpha, Beta: pr.Beta})
@@ -165,7 +166,7 @@ func (e *Engine) Run(p *Plan) error {
 
 // RunOn enqueues the plan on the engine's stream over o's buffers, which
 // must be laid out as the plan's operands (the same packing plans and
-// groups; ErrLayout otherwise): a solver whose block structure repeats plans
+// groups; an error matching distbuf.ErrInvalid otherwise): a solver whose block structure repeats plans
 // once and runs the plan on each solve's new buffers. It declares the reads
 // of A and B and the write of C in the buffers' ledgers, so the products
 // follow earlier writers and readers on any stream and Free waits for them;
@@ -175,15 +176,15 @@ func (e *Engine) RunOn(p *Plan, o Operands) (err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return fmt.Errorf("gemm: run on a closed engine: %w", ErrInvalid)
+		return fmt.Errorf("gemm: run on a closed engine: %w", distbuf.ErrClosed)
 	}
 	if p == nil {
-		return fmt.Errorf("gemm: nil plan: %w", ErrInvalid)
+		return fmt.Errorf("gemm: nil plan: %w", distbuf.ErrInvalid)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return fmt.Errorf("gemm: run of a closed plan: %w", ErrInvalid)
+		return fmt.Errorf("gemm: run of a closed plan: %w", distbuf.ErrClosed)
 	}
 	if err := p.bind(o); err != nil {
 		return err
@@ -194,7 +195,7 @@ func (e *Engine) RunOn(p *Plan, o Operands) (err error) {
 	for _, c := range []*packing.Coalesced{o.A, o.B, o.C} {
 		loc := c.Buffer().Location()
 		if e.device && loc != devalloc.OnDevice && !e.anyMemory || !e.device && !loc.HostAccessible() {
-			return fmt.Errorf("gemm: %s memory on a %s engine: %w", loc, map[bool]string{true: "CUDA", false: "host"}[e.device], ErrUnavailable)
+			return fmt.Errorf("gemm: %s memory on a %s engine: %w", loc, map[bool]string{true: "CUDA", false: "host"}[e.device], distbuf.ErrUnavailable)
 		}
 	}
 	// The accesses end together, after the launches, in one event.

@@ -1,34 +1,32 @@
 package gemm
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/distbuf/distbuf"
 )
 
-// Sentinel errors; the specific ones also match ErrInvalid.
+// The problems a plan or a run refuses, each named in the error's text and
+// matching distbuf.ErrInvalid.
 var (
-	// ErrInvalid matches every error caused by a bad argument.
-	ErrInvalid = errors.New("gemm: invalid argument")
-	// ErrShape: the blocks of a triple do not multiply (op(A) is m x k,
+	// errShape: the blocks of a triple do not multiply (op(A) is m x k,
 	// op(B) k x n, C m x n).
-	ErrShape = fmt.Errorf("gemm: mismatched shapes: %w", ErrInvalid)
-	// ErrDType: blocks of different element types, or a complex scalar for
+	errShape = fmt.Errorf("gemm: mismatched shapes: %w", distbuf.ErrInvalid)
+	// errDType: blocks of different element types, or a complex scalar for
 	// a real product.
-	ErrDType = fmt.Errorf("gemm: dtype mismatch: %w", ErrInvalid)
-	// ErrAlias: a C block shares memory with an A or B block of the problem.
-	ErrAlias = fmt.Errorf("gemm: C block aliases an input: %w", ErrInvalid)
-	// ErrOutOfRange: a triple names a block its buffer does not have.
-	ErrOutOfRange = fmt.Errorf("gemm: block index out of range: %w", ErrInvalid)
-	// ErrLayout: Engine.RunOn was given an operand laid out by another
+	errDType = fmt.Errorf("gemm: dtype mismatch: %w", distbuf.ErrInvalid)
+	// errAlias: a C block shares memory with an A or B block of the problem.
+	errAlias = fmt.Errorf("gemm: C block aliases an input: %w", distbuf.ErrInvalid)
+	// errOutOfRange: a triple names a block its buffer does not have.
+	errOutOfRange = fmt.Errorf("gemm: block index out of range: %w", distbuf.ErrInvalid)
+	// errLayout: Engine.RunOn was given an operand laid out by another
 	// packing plan or group than the plan's: the block structure changed,
 	// so plan again.
-	ErrLayout = fmt.Errorf("gemm: operand layout differs from the plan's: %w", ErrInvalid)
-	// ErrUnavailable: the backend cannot run the plan (no cuBLAS, host
-	// memory on a CUDA engine or the reverse).
-	ErrUnavailable = errors.New("gemm: backend unavailable")
+	errLayout = fmt.Errorf("gemm: operand layout differs from the plan's: %w", distbuf.ErrInvalid)
 )
 
-// TripleError names the triple a plan could not accept.
+// TripleError names the triple a plan could not accept. It matches
+// distbuf.ErrInvalid.
 type TripleError struct {
 	Index  int // position in Problem.Triples
 	Triple Triple

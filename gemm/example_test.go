@@ -11,7 +11,7 @@ import (
 )
 
 // Two 2x2 products, C[i] = A[i]*B[i], planned once and run as one batch
-// on the host backend (gonum's BLAS).
+// on the host backend.
 func Example() {
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
 	if err != nil {

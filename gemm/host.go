@@ -3,15 +3,12 @@ package gemm
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 
+	"github.com/distbuf/distbuf/internal/hostblas"
 	"github.com/distbuf/distbuf/packing"
 	"golang.org/x/sync/errgroup"
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
-	"gonum.org/v1/gonum/blas/blas64"
-	"gonum.org/v1/gonum/blas/cblas128"
-	"gonum.org/v1/gonum/blas/cblas64"
 )
 
 // parallelFlops is the work below which one goroutine runs a whole wave.
@@ -30,21 +27,15 @@ func hostBase(c *packing.Coalesced) (unsafe.Pointer, error) {
 // run in parallel on goroutines (a wave has no two products writing one C
 // block), or, for the Loop strategy, one stream function per product.
 func (e *Engine) runHost(p *Plan, o Operands) error {
-	pr := &p.prob
-	var bases [3]unsafe.Pointer
-	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
-		b, err := hostBase(c)
-		if err != nil {
-			return err
-		}
-		bases[i] = b
+	x, err := newHostGemm(p, o)
+	if err != nil {
+		return err
 	}
-	x := hostGemm{dt: p.dtype, ta: blasOp(pr.TransA), tb: blasOp(pr.TransB), alpha: o.Alpha, bases: bases}
 	if p.strategy == Loop {
 		for _, l := range p.launches {
-			q := &p.problems[l.lo]
+			probs := p.problems[l.lo:l.hi]
 			beta := betaOf(o.Beta, l.wave)
-			if err := e.s.Enqueue(func() error { x.run(q, beta); return nil }); err != nil {
+			if err := e.s.Enqueue(func() error { x.products(probs, beta); return nil }); err != nil {
 				return fmt.Errorf("gemm: %w", err)
 			}
 			e.stats.Launches++
@@ -67,16 +58,25 @@ func (e *Engine) runHost(p *Plan, o Operands) error {
 	return nil
 }
 
-func blasOp(o Op) blas.Transpose {
-	if o == Trans {
-		return blas.Trans
+// newHostGemm binds p's products to o's host memory.
+func newHostGemm(p *Plan, o Operands) (hostGemm, error) {
+	pr := &p.prob
+	var bases [3]unsafe.Pointer
+	for i, c := range []*packing.Coalesced{o.A, o.B, o.C} {
+		b, err := hostBase(c)
+		if err != nil {
+			return hostGemm{}, err
+		}
+		bases[i] = b
 	}
-	return blas.NoTrans
+	return hostGemm{dt: p.dtype, ta: pr.TransA == Trans, tb: pr.TransB == Trans, alpha: o.Alpha, bases: bases}, nil
 }
 
+// hostGemm is a plan's products bound to host memory: the operands' layout
+// starts and the scalars.
 type hostGemm struct {
 	dt     packing.DType
-	ta, tb blas.Transpose
+	ta, tb bool
 	alpha  complex128
 	bases  [3]unsafe.Pointer
 }
@@ -89,9 +89,7 @@ func (x hostGemm) wave(probs []problem, beta complex128) error {
 	}
 	workers := runtime.GOMAXPROCS(0)
 	if total < parallelFlops || len(probs) < 2 || workers < 2 {
-		for i := range probs {
-			x.run(&probs[i], beta)
-		}
+		x.products(probs, beta)
 		return nil
 	}
 	var g errgroup.Group
@@ -102,9 +100,7 @@ func (x hostGemm) wave(probs []problem, beta complex128) error {
 		if acc >= per || i == len(probs)-1 {
 			part := probs[start : i+1]
 			g.Go(func() error {
-				for j := range part {
-					x.run(&part[j], beta)
-				}
+				x.products(part, beta)
 				return nil
 			})
 			start, acc = i+1, 0
@@ -117,23 +113,37 @@ func slice[T any](base unsafe.Pointer, off int64, n int) []T {
 	return unsafe.Slice((*T)(unsafe.Add(base, off)), n)
 }
 
-// run is one row-major product with gonum, whose BLAS is row-major too.
-func (x hostGemm) run(q *problem, beta complex128) {
+// workspaces holds the host GEMM's operand copies between stream
+// functions and goroutines: each takes one for its products.
+var workspaces = sync.Pool{New: func() any { return new(hostblas.Workspace) }}
+
+// products runs probs in order with one workspace.
+func (x hostGemm) products(probs []problem, beta complex128) {
+	w := workspaces.Get().(*hostblas.Workspace)
+	defer workspaces.Put(w)
+	for i := range probs {
+		x.run(&probs[i], beta, w)
+	}
+}
+
+// run is one row-major product: blocks are packed, so A's and B's row
+// strides are the plan's and C's is n.
+func (x hostGemm) run(q *problem, beta complex128, w *hostblas.Workspace) {
 	m, n, k := int(q.m), int(q.n), int(q.k)
 	lda, ldb := int(q.lda), int(q.ldb)
 	a, b, c := x.bases[0], x.bases[1], x.bases[2]
 	switch x.dt {
 	case packing.Float64:
-		blas64.Implementation().Dgemm(x.ta, x.tb, m, n, k, real(x.alpha),
-			slice[float64](a, q.a, m*k), lda, slice[float64](b, q.b, k*n), ldb, real(beta), slice[float64](c, q.c, m*n), n)
+		hostblas.Gemm(x.ta, x.tb, m, n, k, real(x.alpha), slice[float64](a, q.a, m*k), lda,
+			slice[float64](b, q.b, k*n), ldb, real(beta), slice[float64](c, q.c, m*n), n, w)
 	case packing.Float32:
-		blas32.Implementation().Sgemm(x.ta, x.tb, m, n, k, float32(real(x.alpha)),
-			slice[float32](a, q.a, m*k), lda, slice[float32](b, q.b, k*n), ldb, float32(real(beta)), slice[float32](c, q.c, m*n), n)
+		hostblas.Gemm(x.ta, x.tb, m, n, k, float32(real(x.alpha)), slice[float32](a, q.a, m*k), lda,
+			slice[float32](b, q.b, k*n), ldb, float32(real(beta)), slice[float32](c, q.c, m*n), n, w)
 	case packing.Complex128:
-		cblas128.Implementation().Zgemm(x.ta, x.tb, m, n, k, x.alpha,
-			slice[complex128](a, q.a, m*k), lda, slice[complex128](b, q.b, k*n), ldb, beta, slice[complex128](c, q.c, m*n), n)
+		hostblas.Gemm(x.ta, x.tb, m, n, k, x.alpha, slice[complex128](a, q.a, m*k), lda,
+			slice[complex128](b, q.b, k*n), ldb, beta, slice[complex128](c, q.c, m*n), n, w)
 	case packing.Complex64:
-		cblas64.Implementation().Cgemm(x.ta, x.tb, m, n, k, complex64(x.alpha),
-			slice[complex64](a, q.a, m*k), lda, slice[complex64](b, q.b, k*n), ldb, complex64(beta), slice[complex64](c, q.c, m*n), n)
+		hostblas.Gemm(x.ta, x.tb, m, n, k, complex64(x.alpha), slice[complex64](a, q.a, m*k), lda,
+			slice[complex64](b, q.b, k*n), ldb, complex64(beta), slice[complex64](c, q.c, m*n), n, w)
 	}
 }

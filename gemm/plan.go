@@ -52,9 +52,10 @@ type Triple struct{ A, B, C int }
 // they are), also one that appears in several triples: those triples
 // are split into waves, the first occurrence of each C block in wave 0, the
 // second in wave 1, and so on in list order; Beta applies in wave 0 only and
-// later waves accumulate with beta = 1. Alpha and Beta must be real for real
-// dtypes. A, B and C may be the same Coalesced, but no C block may share
-// memory with an A or B block of the problem.
+// later waves accumulate with beta = 1. With Beta = 0, C is written without
+// being read, on every backend, so a NaN there does not survive. Alpha and
+// Beta must be real for real dtypes. A, B and C may be the same Coalesced,
+// but no C block may share memory with an A or B block of the problem.
 //
 // The products are given by block id (Blocks) or by position (Triples),
 // one list or the other; "list order" is the order of the one given, and
@@ -244,17 +245,17 @@ func PlansBuilt() int64 { return plansBuilt.Load() }
 // the plan on them, Engine.RunOn on any buffers with the same layouts.
 func NewPlan(pr Problem, opts Options) (*Plan, error) {
 	if pr.A == nil || pr.B == nil || pr.C == nil {
-		return nil, fmt.Errorf("gemm: nil operand buffer: %w", ErrInvalid)
+		return nil, fmt.Errorf("gemm: nil operand buffer: %w", distbuf.ErrInvalid)
 	}
 	if pr.TransA > Trans || pr.TransB > Trans {
-		return nil, fmt.Errorf("gemm: operations %d, %d: want NoTrans or Trans: %w", pr.TransA, pr.TransB, ErrInvalid)
+		return nil, fmt.Errorf("gemm: operations %d, %d: want NoTrans or Trans: %w", pr.TransA, pr.TransB, distbuf.ErrInvalid)
 	}
 	if opts.Strategy < Auto || opts.Strategy > Kernel {
-		return nil, fmt.Errorf("gemm: strategy %v: %w", opts.Strategy, ErrInvalid)
+		return nil, fmt.Errorf("gemm: strategy %v: %w", opts.Strategy, distbuf.ErrInvalid)
 	}
 	if len(pr.Blocks) > 0 {
 		if len(pr.Triples) > 0 {
-			return nil, fmt.Errorf("gemm: %d products by block id and %d by position: give one list: %w", len(pr.Blocks), len(pr.Triples), ErrInvalid)
+			return nil, fmt.Errorf("gemm: %d products by block id and %d by position: give one list: %w", len(pr.Blocks), len(pr.Triples), distbuf.ErrInvalid)
 		}
 		triples, err := resolveBlocks(&pr)
 		if err != nil {
@@ -287,7 +288,7 @@ func (p *Plan) build(smallMax int32) error {
 	pr := &p.prob
 	n := len(pr.Triples)
 	if n > 1<<31-1 {
-		return fmt.Errorf("gemm: %d triples: at most 2^31-1: %w", n, ErrInvalid)
+		return fmt.Errorf("gemm: %d triples: at most 2^31-1: %w", n, distbuf.ErrInvalid)
 	}
 	sc := scratchPool.Get().(*planScratch)
 	defer scratchPool.Put(sc)
@@ -321,7 +322,7 @@ func (p *Plan) build(smallMax int32) error {
 			p.dtype = ca.DType
 		}
 		if ca.DType != p.dtype || cb.DType != p.dtype || cc.DType != p.dtype {
-			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("dtypes %v, %v, %v (the problem is %v)", ca.DType, cb.DType, cc.DType, p.dtype), Err: ErrDType}
+			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("dtypes %v, %v, %v (the problem is %v)", ca.DType, cb.DType, cc.DType, p.dtype), Err: errDType}
 		}
 		m, k := ca.Rows, ca.Cols
 		if pr.TransA == Trans {
@@ -333,10 +334,10 @@ func (p *Plan) build(smallMax int32) error {
 		}
 		if k != kb || cc.Rows != m || cc.Cols != nn {
 			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("op%v(A) is %dx%d, op%v(B) %dx%d, C %dx%d",
-				pr.TransA, m, k, pr.TransB, kb, nn, cc.Rows, cc.Cols), Err: ErrShape}
+				pr.TransA, m, k, pr.TransB, kb, nn, cc.Rows, cc.Cols), Err: errShape}
 		}
 		if max(m, nn, k, ca.Cols, cb.Cols) > 1<<31-1 {
-			return &TripleError{Index: i, Triple: t, Reason: "a dimension exceeds 2^31-1", Err: ErrShape}
+			return &TripleError{Index: i, Triple: t, Reason: "a dimension exceeds 2^31-1", Err: errShape}
 		}
 		var s int32
 		if pairs != nil {
@@ -373,7 +374,7 @@ func (p *Plan) build(smallMax int32) error {
 
 func checkScalars(dt packing.DType, n int, alpha, beta complex128) error {
 	if n > 0 && !dt.IsComplex() && (imag(alpha) != 0 || imag(beta) != 0) {
-		return fmt.Errorf("gemm: complex alpha %v or beta %v for %v blocks: %w", alpha, beta, dt, ErrDType)
+		return fmt.Errorf("gemm: complex alpha %v or beta %v for %v blocks: %w", alpha, beta, dt, errDType)
 	}
 	return nil
 }
@@ -393,7 +394,7 @@ func resolveBlocks(pr *Problem) ([]Triple, error) {
 			if k[o], err = ops[o].Position(id); err != nil {
 				name := [3]string{"A", "B", "C"}[o]
 				if errors.Is(err, distbuf.ErrInvalid) {
-					return nil, fmt.Errorf("gemm: product %d (A id %d, B id %d, C id %d): no block with id %d in the %s buffer: %w", i, b.A, b.B, b.C, id, name, ErrOutOfRange)
+					return nil, fmt.Errorf("gemm: product %d (A id %d, B id %d, C id %d): no block with id %d in the %s buffer: %w", i, b.A, b.B, b.C, id, name, errOutOfRange)
 				}
 				return nil, fmt.Errorf("gemm: product %d: the %s buffer: %w", i, name, err)
 			}
@@ -413,13 +414,13 @@ func locateError(pr *Problem, i int, t Triple) error {
 			return err
 		}
 	}
-	return fmt.Errorf("gemm: triple %d: a block was not found: %w", i, ErrOutOfRange)
+	return fmt.Errorf("gemm: triple %d: a block was not found: %w", i, errOutOfRange)
 }
 
 func viewOf(c *packing.Coalesced, k int, name string, i int, t Triple) (packing.View, error) {
 	v, err := c.View(k)
 	if err != nil {
-		return v, &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("%s block %d of %d", name, k, c.Len()), Err: fmt.Errorf("%w: %w", ErrOutOfRange, err)}
+		return v, &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("%s block %d of %d", name, k, c.Len()), Err: fmt.Errorf("%w: %w", errOutOfRange, err)}
 	}
 	return v, nil
 }
@@ -485,7 +486,7 @@ func checkAliasing(pr *Problem, tripleAt func(int) Triple, probs []problem, elem
 				ci, ii = other, v
 			}
 			t := tripleAt(ci.triple)
-			return &TripleError{Index: ci.triple, Triple: t, Reason: fmt.Sprintf("C block %d shares memory with an input of triple %d", t.C, ii.triple), Err: ErrAlias}
+			return &TripleError{Index: ci.triple, Triple: t, Reason: fmt.Sprintf("C block %d shares memory with an input of triple %d", t.C, ii.triple), Err: errAlias}
 		}
 		if v.input {
 			if lastIn == nil || v.hi > lastIn.hi {
@@ -944,7 +945,7 @@ func (p *Plan) bind(o Operands) error {
 				break
 			}
 		}
-		return fmt.Errorf("gemm: operand %s is not laid out as the plan's (another packing plan or group): plan again: %w", which, ErrLayout)
+		return fmt.Errorf("gemm: operand %s is not laid out as the plan's (another packing plan or group): plan again: %w", which, errLayout)
 	}
 	if err := checkScalars(p.dtype, len(p.problems), o.Alpha, o.Beta); err != nil {
 		return err
@@ -968,7 +969,7 @@ func (p *Plan) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return fmt.Errorf("gemm: plan closed twice: %w", ErrInvalid)
+		return fmt.Errorf("gemm: plan closed twice: %w", distbuf.ErrClosed)
 	}
 	p.closed = true
 	// Nothing reads the products after Close (a run checks closed first):

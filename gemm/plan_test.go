@@ -174,30 +174,30 @@ func TestPlanBadInput(t *testing.T) {
 		mod  func(p *Problem)
 		want error
 	}{
-		{"nil operand", func(p *Problem) { p.B = nil }, ErrInvalid},
-		{"bad op", func(p *Problem) { p.TransA = 7 }, ErrInvalid},
-		{"A index past the end", func(p *Problem) { p.Triples = []Triple{{3, 0, 0}} }, ErrOutOfRange},
-		{"negative C index", func(p *Problem) { p.Triples = []Triple{{0, 0, -1}} }, ErrOutOfRange},
-		{"inner dimensions", func(p *Problem) { p.TransB = Trans }, ErrShape},
-		{"C shape", func(p *Problem) { p.C = A }, ErrShape},
-		{"dtype", func(p *Problem) { p.B = F }, ErrDType},
-		{"C dtype", func(p *Problem) { p.C = Z }, ErrDType},
-		{"complex alpha for real blocks", func(p *Problem) { p.Alpha = 1i }, ErrDType},
-		{"C is A", func(p *Problem) { p.A, p.B, p.C = both, both, both; p.Triples = []Triple{{0, 1, 0}} }, ErrAlias},
+		{"nil operand", func(p *Problem) { p.B = nil }, distbuf.ErrInvalid},
+		{"bad op", func(p *Problem) { p.TransA = 7 }, distbuf.ErrInvalid},
+		{"A index past the end", func(p *Problem) { p.Triples = []Triple{{3, 0, 0}} }, errOutOfRange},
+		{"negative C index", func(p *Problem) { p.Triples = []Triple{{0, 0, -1}} }, errOutOfRange},
+		{"inner dimensions", func(p *Problem) { p.TransB = Trans }, errShape},
+		{"C shape", func(p *Problem) { p.C = A }, errShape},
+		{"dtype", func(p *Problem) { p.B = F }, errDType},
+		{"C dtype", func(p *Problem) { p.C = Z }, errDType},
+		{"complex alpha for real blocks", func(p *Problem) { p.Alpha = 1i }, errDType},
+		{"C is A", func(p *Problem) { p.A, p.B, p.C = both, both, both; p.Triples = []Triple{{0, 1, 0}} }, errAlias},
 		{"C is another triple's B", func(p *Problem) {
 			p.A, p.B, p.C = both, both, both
 			p.Triples = []Triple{{0, 1, 2}, {2, 0, 1}}
-		}, ErrAlias},
+		}, errAlias},
 	}
 	for _, c := range cases {
 		pr := ok
 		c.mod(&pr)
 		_, err := NewPlan(pr, Options{})
 		require.ErrorIs(t, err, c.want, c.name)
-		require.ErrorIs(t, err, ErrInvalid, c.name)
+		require.ErrorIs(t, err, distbuf.ErrInvalid, c.name)
 	}
 	_, err := NewPlan(ok, Options{Strategy: 9})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	// Disjoint blocks of one buffer are fine.
 	_, err = NewPlan(Problem{A: both, B: both, C: both, Alpha: 1, Triples: []Triple{{0, 1, 2}}}, Options{})
 	require.NoError(t, err)
@@ -241,18 +241,18 @@ func TestPlanByBlockID(t *testing.T) {
 	require.Equal(t, ppos.Summary(), pid.Summary())
 
 	_, err = NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Blocks: byID, Triples: byPos}, Options{})
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "give one list")
 	bad := slices.Clone(byID)
 	bad[5].C = 1000 // a block of group 0, not C's
 	_, err = NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Blocks: bad}, Options{})
-	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorIs(t, err, errOutOfRange)
 	require.ErrorContains(t, err, "product 5")
 	require.ErrorContains(t, err, "no block with id 1000 in the C buffer")
 	bad = slices.Clone(byID)
 	bad[7].A = n // past A's ids
 	_, err = NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Blocks: bad}, Options{})
-	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorIs(t, err, errOutOfRange)
 	require.ErrorContains(t, err, "in the A buffer")
 }
 
@@ -279,7 +279,7 @@ func TestRunOnAliasedOperands(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, eng.Close()) }()
 	err = eng.RunOn(p, Operands{A: A, B: B, C: A, Alpha: 1})
-	require.ErrorIs(t, err, ErrAlias)
+	require.ErrorIs(t, err, errAlias)
 	var te *TripleError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, 0, te.Index)
@@ -310,10 +310,11 @@ func TestRunAfterFree(t *testing.T) {
 	require.NoError(t, B.Free())
 	require.ErrorIs(t, eng.Run(p), distbuf.ErrFreed)
 	require.NoError(t, p.Close())
-	require.ErrorIs(t, eng.Run(p), ErrInvalid, "closed plan")
-	require.ErrorIs(t, p.Close(), ErrInvalid)
+	require.ErrorIs(t, eng.Run(p), distbuf.ErrClosed, "closed plan")
+	require.ErrorIs(t, p.Close(), distbuf.ErrClosed)
 	require.NoError(t, eng.Close())
-	require.ErrorIs(t, eng.Run(p), ErrInvalid, "closed engine")
+	require.ErrorIs(t, eng.Run(p), distbuf.ErrClosed, "closed engine")
+	require.ErrorIs(t, eng.Close(), distbuf.ErrClosed, "engine closed twice")
 	require.NoError(t, A.Free())
 	require.NoError(t, C.Free())
 	_, err = NewPlan(Problem{A: A, B: A, C: C, Alpha: 1, Triples: []Triple{{0, 0, 0}}}, Options{})
@@ -362,10 +363,10 @@ func TestPlanFirstError(t *testing.T) {
 		index   int
 		err     error
 	}{
-		{"late chunk only", func(tr []Triple) { tr[3900].C = n }, 3900, ErrOutOfRange},
-		{"early before late", func(tr []Triple) { tr[3900].A = -1; tr[700].C = n + 5 }, 700, ErrOutOfRange},
-		{"A before C in one triple", func(tr []Triple) { tr[2500].C = n; tr[2500].A = n }, 2500, ErrOutOfRange},
-		{"first triple", func(tr []Triple) { tr[0].B = n; tr[4000].A = n }, 0, ErrOutOfRange},
+		{"late chunk only", func(tr []Triple) { tr[3900].C = n }, 3900, errOutOfRange},
+		{"early before late", func(tr []Triple) { tr[3900].A = -1; tr[700].C = n + 5 }, 700, errOutOfRange},
+		{"A before C in one triple", func(tr []Triple) { tr[2500].C = n; tr[2500].A = n }, 2500, errOutOfRange},
+		{"first triple", func(tr []Triple) { tr[0].B = n; tr[4000].A = n }, 0, errOutOfRange},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -386,7 +387,7 @@ func TestPlanFirstError(t *testing.T) {
 		tr := diag()
 		tr[3500].A = n
 		_, err := NewPlan(Problem{A: A, B: mixed, C: C, Alpha: 1, Triples: tr}, Options{})
-		require.ErrorIs(t, err, ErrShape)
+		require.ErrorIs(t, err, errShape)
 		var te *TripleError
 		require.ErrorAs(t, err, &te)
 		require.Equal(t, 2600, te.Index)
@@ -415,7 +416,7 @@ func TestPlanAfterClose(t *testing.T) {
 	sum := p1.Summary()
 	require.NoError(t, p1.Close())
 	require.Equal(t, sum, p1.Summary(), "the summary outlives Close")
-	require.ErrorIs(t, eng.Run(p1), ErrInvalid)
+	require.ErrorIs(t, eng.Run(p1), distbuf.ErrClosed)
 	for seed := uint64(8); seed < 12; seed++ {
 		pr, A, B, C := sparseProblem(t, s, packing.Float64, NoTrans, Trans, seed)
 		ref, mag := reference(pr, A, B, C)
