@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"slices"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -12,84 +13,66 @@ import (
 	"github.com/distbuf/distbuf/packing"
 )
 
-// One step of a block-sparse contraction on every rank: fill the operands
-// from Go, multiply into the blocks each rank is owed (the send buffers are
-// the GEMM's C operands), exchange them, and read what arrived. The same
-// code runs on the host backend and, unchanged, on a GPU (devalloc's
-// default backend: DISTBUF_BACKEND, else the GPU when there is one).
+// One step of a block-sparse contraction on every rank: fill an operand
+// from Go, multiply into the blocks owed to each rank (the send buffers are
+// the GEMM's C operands), exchange, and read what arrived. The same code
+// runs on the host backend and, unchanged, on a GPU: devalloc's default
+// backend is DISTBUF_BACKEND, else the GPU when there is one. must and
+// check end the program on an error.
 func Example_contraction() {
-	world, err := cluster.World() // after cluster.Init, once per process
-	check(err)
+	world := must(cluster.World()) // after cluster.Init, once per process
 	rank, size := world.Rank(), world.Size()
-	a, err := devalloc.Open(devalloc.Options{})
-	check(err)
+	a := must(devalloc.Open(devalloc.Options{}))
 	s := a.DefaultStream()
-	x, err := msg.New(msg.Options{Comm: world, Alloc: a}) // collective
-	check(err)
+	x := must(msg.New(msg.Options{Comm: world, Alloc: a})) // collective
 
-	// The operands: A (id 1, 2x3) and B (id 2, 3x2) in one buffer.
-	ops, err := packing.NewPlan([]packing.Desc{{ID: 1, DType: packing.Float64, Rows: 2, Cols: 3}, {ID: 2, DType: packing.Float64, Rows: 3, Cols: 2}}, packing.Options{})
-	check(err)
-	in, err := packing.Alloc(a, ops, s)
-	check(err)
+	// The operand: A (id 1, 2x2) = [1 2; 3 rank], filled from Go.
+	ops := []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 2, Cols: 2}}
+	in := must(packing.Alloc(a, must(packing.NewPlan(ops, packing.Options{})), s))
 	check(in.OnHost(s, devalloc.Write, func(h *packing.HostBlocks) error {
-		A, errA := h.Float64s(0)
-		B, errB := h.Float64s(1)
-		if err := errors.Join(errA, errB); err != nil {
-			return err
-		}
-		for i := range A {
-			A[i], B[i] = float64(i+1), float64(rank+1) // A = [1 2 3; 4 5 6]
-		}
-		return nil
+		A, err := h.Float64s(0)
+		copy(A, []float64{1, 2, 3, float64(rank)})
+		return err
 	}))
 
-	// C block 100+r, 2x2, for each rank r: one send buffer per rank.
+	// The plan by destination: C block 100+r (2x2) is owed to rank r.
 	var owed []packing.Desc
 	for r := range size {
 		owed = append(owed, packing.Desc{ID: uint64(100 + r), DType: packing.Float64, Rows: 2, Cols: 2, Dest: r})
 	}
-	layout, err := packing.NewPlan(owed, packing.Options{})
-	check(err)
-	send, err := msg.AllocSend(a, layout, s)
-	check(err)
-	eng, err := gemm.NewEngine(s, gemm.EngineOptions{})
-	check(err)
-	var plans []*gemm.Plan
+	send := must(msg.AllocSend(a, must(packing.NewPlan(owed, packing.Options{})), s)) // a buffer per rank
+	eng := must(gemm.NewEngine(s, gemm.EngineOptions{}))
 	for _, c := range send {
-		p, err := gemm.NewPlan(gemm.Problem{A: in, B: in, C: c, Alpha: 1,
-			Blocks: []gemm.BlockTriple{{A: 1, B: 2, C: uint64(100 + c.Dest())}}}, gemm.Options{})
-		check(err)
-		check(eng.Run(p))
-		plans = append(plans, p)
+		p := must(gemm.NewPlan(gemm.Problem{A: in, B: in, C: c, Alpha: 1,
+			Blocks: []gemm.BlockTriple{{A: 1, B: 1, C: uint64(100 + c.Dest())}}}, gemm.Options{}))
+		check(errors.Join(eng.Run(p), p.Close()))
 	}
 
-	recv, err := x.Exchange(send) // collective; ordered after the products
-	check(err)
+	recv := must(x.Exchange(send)) // collective; ordered after the products
 	ok := true
 	for src := range size {
-		check(recv.From(src).OnHost(s, devalloc.Read, func(h *packing.HostBlocks) error {
-			k, err := recv.From(src).Position(uint64(100 + rank))
-			if err != nil {
-				return err
-			}
-			C, err := h.Float64s(k) // rank src's A times its B, all src+1
-			f := float64(src + 1)
-			ok = ok && fmt.Sprint(C) == fmt.Sprint([]float64{6 * f, 6 * f, 15 * f, 15 * f})
+		c := recv.From(src)
+		k := must(c.Position(uint64(100 + rank)))
+		check(c.OnHost(s, devalloc.Read, func(h *packing.HostBlocks) error {
+			C, err := h.Float64s(k) // rank src's A times itself
+			f := float64(src)
+			ok = ok && slices.Equal(C, []float64{7, 2 + 2*f, 3 + 3*f, 6 + f*f})
 			return err
 		}))
 	}
 	fmt.Println("every block as expected:", ok)
 
-	for _, p := range plans {
-		check(p.Close())
-	}
 	for _, c := range send {
 		check(c.Free())
 	}
 	check(errors.Join(recv.Free(), in.Free(), eng.Close(), x.Close(), a.Close()))
 	// Output:
 	// every block as expected: true
+}
+
+func must[T any](v T, err error) T {
+	check(err)
+	return v
 }
 
 func check(err error) {
