@@ -47,7 +47,7 @@
 //
 // Under Auto, the products whose dimensions are all at most
 // Options.SmallMax (DefaultSmallMax, 64: the crossover measured by
-// `ranktest -bench gemm -mode crossover`) go to distbuf's own kernel, one
+// `go test -bench KernelCrossover ./gemm`) go to distbuf's own kernel, one
 // launch per wave: a warp per product up to 16 rows and columns (the DMRG
 // spectrum's tiny blocks), a thread block in 64 x 64 shared-memory tiles
 // above. The kernel reads each product's offsets and shape from the plan's

@@ -117,7 +117,7 @@ func (s Strategy) String() string {
 
 // DefaultSmallMax is the largest dimension of a product that Auto sends to
 // the small-block kernel. It is the crossover measured on an H200 with
-// `ranktest -bench gemm -mode crossover` (docs/PERFORMANCE.md): below it one
+// `go test -bench KernelCrossover ./gemm`: below it one
 // launch of the kernel beats a grouped cuBLAS call over the same products.
 const DefaultSmallMax = 64
 
