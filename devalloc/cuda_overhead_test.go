@@ -13,7 +13,7 @@ import (
 // against the fake libcudart built with FAKE_NO_WORK, whose entry points
 // return at once: devalloc's code, the backend's, the trampolines and the
 // cgo calls, which is what a pair from Go pays on top of the same pair
-// made from C (ranktest -bench alloc, nosync_vs_c). BenchmarkOverhead is
+// made from C (BenchmarkAlloc's pair/mode=M/size=S, nosync-vs-c). BenchmarkOverhead is
 // devalloc's part alone.
 func BenchmarkCUDAOverhead(b *testing.B) {
 	b.Setenv(cudart.EnvCUDART, cudarttest.Build(b, "FAKE_NO_WORK"))

@@ -26,10 +26,11 @@ func mixedDescs(n int, seed uint64) []Desc {
 	return out
 }
 
-// tinyRowDescs is the tiny blocks of a DMRG solve cycle as ranktest -bench
-// alloc -mode retained-packed packs them: sizes log-uniform in [64 B, 16 KiB]
-// rounded up to 256 B, each a float32 row, so Rows 1 and Cols a multiple of
-// 64 up to 4096 (at most 64 classes), ids increasing from 0.
+// tinyRowDescs is the tiny blocks of a DMRG solve cycle as devalloc's
+// BenchmarkAlloc packs them (packed/touch=T; internal/allocbench): sizes
+// log-uniform in [64 B, 16 KiB] rounded up to 256 B, each a float32 row, so
+// Rows 1 and Cols a multiple of 64 up to 4096 (at most 64 classes), ids
+// increasing from 0.
 func tinyRowDescs(n int, seed uint64) []Desc {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	lo, hi := math.Log(64), math.Log(16<<10)
@@ -131,11 +132,12 @@ func walkViews(descs []Desc, buf *devalloc.Buffer) error {
 	return nil
 }
 
-// BenchmarkPlanTinyRows is BenchmarkPlanViews for the plan that ranktest
-// -bench alloc builds in every timed cycle of retained-packed-replan, and at
-// each bond's first solve of retained-packed (see tinyRowDescs): a few thousand blocks of few classes, where fixed costs
-// count and the shapes are long rows. The goal is at most 5 ns/block at 2000
-// blocks, fixed costs included.
+// BenchmarkPlanTinyRows is BenchmarkPlanViews for the plan that devalloc's
+// BenchmarkAlloc builds in every timed cycle of its packed replan
+// measurement (the replan-* figures of packed/touch=T), and at each bond's
+// first solve of the packed one (see tinyRowDescs): a few thousand blocks
+// of few classes, where fixed costs count and the shapes are long rows.
+// The goal is at most 5 ns/block at 2000 blocks, fixed costs included.
 func BenchmarkPlanTinyRows(b *testing.B) {
 	for _, n := range []int{2000, 1000} {
 		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
