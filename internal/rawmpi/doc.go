@@ -1,4 +1,4 @@
-// Package rawmpi is the baseline of the exchange benchmark (ranktest -bench
+// Package rawmpi is the baseline of the exchange benchmark (distbench
 // exchange -mode raw), not part of the exchange API: the same
 // exchange written straight against MPI's C API, one MPI_Irecv and one
 // MPI_Isend per peer and one MPI_Waitall, with none of package msg's work
@@ -11,5 +11,5 @@
 // have completed, so nothing is held afterwards.
 //
 // It is internal to the module, and outside msg/internal so that
-// cmd/ranktest, which runs the benchmark, can import it.
+// cmd/distbench, which runs the benchmark, can import it.
 package rawmpi
