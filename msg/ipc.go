@@ -97,7 +97,7 @@ type ipcLink struct {
 	// another, and one launch per batch beats a copy per message (8 ranks
 	// on an H200: 909-985 -> 738-823 us a solve); without MPS the
 	// processes take the GPU in turns and cudaMemcpyBatchAsync measured
-	// faster (2 ranks: 599-629 against 675-695 us; docs/PERFORMANCE.md).
+	// faster (2 ranks: 599-629 against 675-695 us).
 	// Cleared when the kernel turns out unavailable.
 	kernelCopies bool
 }

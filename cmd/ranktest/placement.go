@@ -20,7 +20,7 @@ const (
 // warnSharedGPU tells, once per node, which ranks share a GPU without
 // NVIDIA's Multi-Process Service: the GPU then runs their processes' work in
 // turns, and a solve waits for every sharing rank's turn (on an H200, 8
-// ranks took 17x as long a solve as 2, against 1.9-2.6x under MPS:
+// ranks took 17x as long a solve as 2, against 1.85-2.60x under MPS:
 // docs/PERFORMANCE.md). Collective over the node's ranks.
 func warnSharedGPU(world *cluster.Comm, a *devalloc.Allocator, out io.Writer) error {
 	local := world.Local()
