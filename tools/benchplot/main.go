@@ -1,15 +1,16 @@
-// Command benchplot draws the benchmark plots of docs/PERFORMANCE.md from
-// the JSON lines that `make bench` (and the GPU runs) write: time against
-// block count, one line per mode, on log-log axes.
+// Command benchplot draws the plots of `make bench` (out/bench/*.png) from
+// the JSON lines it writes (and the GPU runs' sweeps): time against block
+// count, one line per mode, on log-log axes.
 //
 //	go -C tools build -o "$PWD/bin/benchplot" ./benchplot
-//	bin/benchplot -title "this machine" -o docs/img/solve-host.png out/bench/solve.jsonl
+//	bin/benchplot -title "this machine" -o out/bench/solve-host.png out/bench/solve.jsonl
 //
 // It is a module of its own (tools/go.mod), so that the library's go.mod
 // needs only what the library uses.
 //
 // Input lines are either ranktest -json summaries (mode, blocks,
-// median_solve_us) or ranktest -bench result lines (mode, n, median_us).
+// median_solve_us) or distbench result lines (mode, n, median_us; -bench
+// keeps those of one benchmark).
 package main
 
 import (
