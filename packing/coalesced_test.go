@@ -464,7 +464,7 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 			all := readAll(t, s, c.Buffer())
 			require.Equal(t, bytes.Repeat([]byte{0xAB}, prefix), all[:prefix])
 
-			// The same bytes seen through WrapAt over a copy of the buffer.
+			// The same bytes seen through Wrap at the prefix over a copy of the buffer.
 			cp, err := a.Alloc(c.Buffer().Size(), s)
 			require.NoError(t, err)
 			require.NoError(t, s.Copy(cp, 0, c.Buffer(), 0, cp.Size()))
