@@ -1,9 +1,10 @@
 // Package cudart loads the CUDA runtime library (libcudart) at run time and
 // calls the functions distbuf needs through hand-written prototypes, so
 // that distbuf builds and tests with no CUDA toolkit installed. It is the
-// one binding of the runtime in distbuf: devalloc's allocator, packing's
-// gather kernel and copy fallbacks, gemm's kernels, ranktest's timers and
-// the device setting of internal/cublas and internal/nccl all go through it.
+// one binding of the runtime in distbuf: devalloc's allocator,
+// internal/gather's copy kernel, packing's copy fallbacks, gemm's kernels,
+// internal/benchtimer's events, ranktest's call counts and the device
+// setting of internal/cublas and internal/nccl all go through it.
 //
 // # Loading
 //
