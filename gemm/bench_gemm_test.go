@@ -294,3 +294,29 @@ func BenchmarkKernelCrossover(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUniformCrossover: n products of one shape d^3, the small-block
+// kernel (ns/op) against one strided cuBLAS call (PerShape): where
+// vs-strided crosses 1, for each d, is the run length from which Auto
+// gives a uniform run to cuBLAS rather than the kernel.
+func BenchmarkUniformCrossover(b *testing.B) {
+	for _, d := range []int{9, 12, 16, 24, 32, 48, 64} {
+		for _, n := range []int{16, 64, 256, 1024, 4096, 20000} {
+			b.Run(fmt.Sprintf("dim=%d/n=%d", d, n), func(b *testing.B) {
+				g := newGemmBench(b)
+				shapes := make([][3]int, n)
+				for i := range shapes {
+					shapes[i] = [3]int{d, d, d}
+				}
+				o := g.operands(b, shapes)
+				b.ResetTimer()
+				us, _ := g.timePlan(b, o, gemm.Kernel, b.N)
+				b.StopTimer()
+				strided, _ := g.timePlan(b, o, gemm.PerShape, b.N)
+				b.ReportMetric(us*1e3, "ns/op")
+				b.ReportMetric(strided, "strided-us")
+				b.ReportMetric(strided/us, "vs-strided")
+			})
+		}
+	}
+}

@@ -50,7 +50,9 @@
 // `go test -bench KernelCrossover ./gemm`) go to distbuf's own kernel, one
 // launch per wave: a warp per product up to 16 rows and columns (the DMRG
 // spectrum's tiny blocks), a thread block in 64 x 64 shared-memory tiles
-// above. The kernel reads each product's offsets and shape from the plan's
+// above. A shape of the latter kind that 1024 or more products share goes
+// to cuBLAS instead, whose batched call is faster on long uniform runs
+// (`go test -bench UniformCrossover ./gemm`). The kernel reads each product's offsets and shape from the plan's
 // parameter stack, uploaded to the device on the first run and kept there,
 // and the operands' addresses from its arguments, so a run on new buffers
 // moves nothing from the host; it is CUDA C++ compiled at run time by NVRTC,

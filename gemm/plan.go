@@ -82,7 +82,9 @@ type Strategy int
 const (
 	// Auto: on CUDA, the products whose dimensions are all at most
 	// Options.SmallMax go to distbuf's own batched kernel, one launch per
-	// wave; the others get one grouped call per wave for real dtypes with
+	// wave, except a shape with a dimension above 16 that 1024 or more
+	// products share: cuBLAS's batched call outruns the kernel there. The
+	// others get one grouped call per wave for real dtypes with
 	// several shapes (one strided or pointer-array call when the wave has
 	// one shape), and per-shape batched calls for complex dtypes.
 	Auto Strategy = iota
@@ -120,6 +122,14 @@ func (s Strategy) String() string {
 // `go test -bench KernelCrossover ./gemm`: below it one
 // launch of the kernel beats a grouped cuBLAS call over the same products.
 const DefaultSmallMax = 64
+
+// uniformRunMin is how many products of one shape, with a dimension above
+// 16, make Auto give them to cuBLAS instead of the small-block kernel. Measured on
+// an H200 with `go test -bench UniformCrossover ./gemm`: one strided call
+// takes 0.54-0.68 of the kernel's time from 1024 products of 24^3 to 64^3
+// and 0.23-0.45 from 4096, while at 16^3 and below the kernel wins up to
+// 4096 products.
+const uniformRunMin = 1024
 
 // Options configures NewPlan.
 type Options struct {
@@ -598,6 +608,7 @@ type planScratch struct {
 	bucket         []int32 // each product's bucket, between counting and placing
 	rank           []int32 // each shape's rank: by category, then first appearance
 	order          []int32 // products in launch order, when comparison-sorted
+	runs           []int32 // products per shape, for Auto's uniform runs
 	// shapes numbers shapes in order of first appearance (huge those too
 	// large for its key); shapeCat is each shape's category.
 	shapes   shapeTable
@@ -692,6 +703,31 @@ func (sc *planScratch) shapeClass(m, n, k int32) int32 {
 	return s
 }
 
+// uniformRunsToBLAS moves to cuBLAS's category every shape of the small
+// category (a dimension above warpMax, 16: a thread block of the kernel
+// each) that at least uniformRunMin products share (uniformRunMin's
+// measurement says why). Tiny shapes stay in the kernel.
+func (sc *planScratch) uniformRunsToBLAS() {
+	runs := slices.Grow(sc.runs[:0], len(sc.shapeCat))[:len(sc.shapeCat)]
+	sc.runs = runs
+	clear(runs)
+	counted := false
+	for i := range sc.probs {
+		if s := sc.shapeOf[i]; sc.shapeCat[s] == catSmall {
+			runs[s]++
+			counted = true
+		}
+	}
+	if !counted {
+		return
+	}
+	for s, n := range runs {
+		if n >= uniformRunMin {
+			sc.shapeCat[s] = catBLAS
+		}
+	}
+}
+
 // plan orders the problems by wave, then by category (tiny, small, then
 // cuBLAS's), then by shape in order of first appearance, then by C offset,
 // and cuts them into launches. Inside a wave the order of products is free
@@ -700,6 +736,9 @@ func (sc *planScratch) shapeClass(m, n, k int32) int32 {
 func (p *Plan) plan(sc *planScratch) {
 	probs, shapeOf, waveAt, shapeCat := sc.probs, sc.shapeOf, sc.waveAt, sc.shapeCat
 	nShapes := len(shapeCat)
+	if p.strategy == Auto {
+		sc.uniformRunsToBLAS()
+	}
 	// Each shape belongs to one category, so ranking the shapes by
 	// category, then by first appearance, orders a wave's products as
 	// (category, shape) would with a third of the buckets. catStart[c] is

@@ -428,3 +428,39 @@ func TestPlanAfterClose(t *testing.T) {
 		free(A, B, C)
 	}
 }
+
+// TestAutoUniformRuns: Auto gives a shape to cuBLAS instead of the
+// small-block kernel once uniformRunMin products share it and a dimension
+// is above 16; one product fewer, or dimensions of 16, stay in the kernel.
+func TestAutoUniformRuns(t *testing.T) {
+	a := openHost(t)
+	defer func() { require.NoError(t, a.Sync()) }()
+	for _, tc := range []struct {
+		dim, n  int
+		toBLAS  bool
+		explain string
+	}{
+		{32, uniformRunMin, true, "a long run of 32^3"},
+		{17, uniformRunMin, true, "a dimension just above 16"},
+		{32, uniformRunMin - 1, false, "one product short of uniformRunMin"},
+		{16, uniformRunMin, false, "dimensions of 16"},
+	} {
+		A := alloc(t, a, uniform(tc.n, packing.Float64, tc.dim, tc.dim))
+		B := alloc(t, a, uniform(tc.n, packing.Float64, tc.dim, tc.dim))
+		C := alloc(t, a, uniform(tc.n, packing.Float64, tc.dim, tc.dim))
+		diag := make([]Triple, tc.n)
+		for i := range diag {
+			diag[i] = Triple{i, i, i}
+		}
+		for _, st := range []Strategy{Auto, Kernel} {
+			p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: diag}, Options{Strategy: st})
+			require.NoError(t, err)
+			want := Summary{Problems: tc.n, Waves: 1, Launches: 1, Small: 1, SmallProblems: tc.n}
+			if tc.toBLAS && st == Auto {
+				want = Summary{Problems: tc.n, Waves: 1, Launches: 1, Strided: 1}
+			}
+			require.Equal(t, want, p.Summary(), "%s under %s", tc.explain, st)
+			require.NoError(t, p.Close())
+		}
+	}
+}

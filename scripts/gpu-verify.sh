@@ -93,15 +93,19 @@ keys = ("vs-c", "nosync-vs-c", "vs-large-only", "twin-vs-large-only", "vs-cudama
         "c-driver-calls-per-pair", "c-in-turns-us")
 for path in sys.argv[1:]:
     print("==", path)
-    rows = []  # name, figures, goals (the last verdict of each: a benchmark's logs repeat for each b.N)
+    # go test prints a benchmark's logs before its result line, and again
+    # for each b.N it tries: the verdicts seen since the last result line
+    # (the last of each) belong to the next one.
+    rows, pending = [], {}  # rows: name, figures, goals
     for line in open(path):
         f = line.split()
         if line.startswith("BenchmarkAlloc/") and len(f) > 3:
             name = re.sub(r"^BenchmarkAlloc/(backend=cuda/)?|-\d+$", "", f[0])
-            rows.append((name, {f[i + 1]: f[i] for i in range(2, len(f) - 1, 2)}, {}))
-        elif "goal " in line and rows:
+            rows.append((name, {f[i + 1]: f[i] for i in range(2, len(f) - 1, 2)}, pending))
+            pending = {}
+        elif "goal " in line:
             what, _, verdict = line.split("goal ", 1)[1].strip().rpartition(": ")
-            rows[-1][2][what] = verdict
+            pending[what] = verdict
     for name, figures, goals in rows:
         shown = " ".join(f"{k}={figures[k]}" for k in keys if k in figures)
         median = float(figures.get("ns/op", "nan")) / 1e3
