@@ -300,8 +300,12 @@ func BenchmarkKernelCrossover(b *testing.B) {
 // vs-strided crosses 1, for each d, is the run length from which Auto
 // gives a uniform run to cuBLAS rather than the kernel.
 func BenchmarkUniformCrossover(b *testing.B) {
-	for _, d := range []int{9, 12, 16, 24, 32, 48, 64} {
-		for _, n := range []int{16, 64, 256, 1024, 4096, 20000} {
+	dims, counts := []int{9, 12, 16, 24, 32, 48, 64}, []int{16, 64, 256, 1024, 4096, 20000}
+	if testing.Short() { // both sides of the rule, at its edges
+		dims, counts = []int{16, 32}, []int{1023, 1024}
+	}
+	for _, d := range dims {
+		for _, n := range counts {
 			b.Run(fmt.Sprintf("dim=%d/n=%d", d, n), func(b *testing.B) {
 				g := newGemmBench(b)
 				shapes := make([][3]int, n)

@@ -8,7 +8,7 @@
 #                              their ratios as metrics; -short keeps the alloc
 #                              cycles small, BENCH_FULL=1 runs them at full size
 #   out/bench/solve.jsonl      ranktest -json summaries, -mode packed and perblock
-#   out/bench/exchange.jsonl   distbench exchange, packed/perblock/raw
+#   out/bench/exchange.jsonl   distbench exchange, every host mode
 #   out/bench/solve-host.png, out/bench/exchange-host.png
 #
 # Knobs: BENCH_OUT (default out/bench), RANKS (default 2; the exchange takes

@@ -14,9 +14,10 @@
 #   scripts/gpu-verify.sh run OUTDIR [STEP...]
 #       On the GPU machine (repository root, no Go, gpubin/ carried along):
 #       runs each step under its own timeout and writes to OUTDIR:
-#       summary.txt, machine.txt, the benchmarks' JSON lines (*.jsonl) and
-#       logs.tgz with every step's log.
-#       Steps (default: all):
+#       summary.txt, machine.txt, the benchmarks' output (*.jsonl, bench-*.txt),
+#       the summaries (goals.txt, exchange-summary.log, turns.txt) and logs.tgz
+#       with every step's log.
+#       Steps (default: all but turns and sweep):
 #         abi        scripts/check-cuda-abi.sh: every hand declaration vs the headers
 #         cudart     internal/cudart tests, real libcudart: kernels, copies, timing, IPC between two processes
 #         devalloc   devalloc tests, DISTBUF_REQUIRE_GPU=1 (conformance on the pool and the fallback)
@@ -26,7 +27,7 @@
 #         memcheck   the GPU tests of devalloc, packing and gemm under compute-sanitizer memcheck
 #         racecheck  the same under racecheck
 #         alloc      devalloc's BenchmarkAlloc on the GPU: every mode, devalloc in turns with the
-#                    same cycles and pairs in C (vs-c), driver calls per entry point (pairs
+#                    same cycles and pairs in C (vs-c), driver calls per pair and cycle (pairs
 #                    1000x, cycles 200x); then retained and large-only with
 #                    DISTBUF_CUDA_SETDEVICE=always; a summary against the goals
 #         bench      gemm's GPU benchmarks and packing's BenchmarkGather on the GPU
