@@ -10,6 +10,7 @@ import (
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/allockind"
+	"github.com/distbuf/distbuf/internal/benchtimer"
 	"github.com/distbuf/distbuf/internal/nccl"
 	"github.com/distbuf/distbuf/internal/rawmpi"
 	"github.com/distbuf/distbuf/internal/wire"
@@ -314,7 +315,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		if err != nil {
 			return err
 		}
-		med[m] = median(slow) // sorts slow
+		med[m] = benchtimer.Median(slow) // sorts slow
 		spread[m] = [2]float64{slow[len(slow)/10], slow[len(slow)*9/10]}
 	}
 	if c.world.Rank() != 0 {
@@ -555,7 +556,7 @@ func benchExchangeDevice(c *benchContext) error {
 		return nil
 	}
 	gbps := func(us float64) float64 { return float64(size) / us / 1e3 }
-	mD2H, mH2D, mEx, mMPI := median(d2h), median(h2d), median(ex), median(mpiHost)
+	mD2H, mH2D, mEx, mMPI := benchtimer.Median(d2h), benchtimer.Median(h2d), benchtimer.Median(ex), benchtimer.Median(mpiHost)
 	aware, _ := cluster.CUDAAware()
 	st := x.Stats()
 	transport := "staged"
@@ -564,7 +565,7 @@ func benchExchangeDevice(c *benchContext) error {
 	}
 	msgNCCL := map[string]any{"transport": overNCCL, "why_not": ncclWhy}
 	if overNCCL == "nccl" {
-		m := median(exNCCL)
+		m := benchtimer.Median(exNCCL)
 		msgNCCL["median_us"] = m
 		msgNCCL["exchange_gbps"] = gbps(m)
 		msgNCCL["ratio_to_min_copy"] = gbps(m) / min(gbps(mD2H), gbps(mH2D))
@@ -677,12 +678,12 @@ func ncclGbps(ts []float64, e *exchangeSetup) float64 {
 	if len(ts) == 0 {
 		return 0
 	}
-	return float64(e.send[0].Buffer().Size()) / median(append([]float64(nil), ts...)) / 1e3
+	return float64(e.send[0].Buffer().Size()) / benchtimer.Median(append([]float64(nil), ts...)) / 1e3
 }
 
 func ncclSpeedup(ts []float64, staged float64) float64 {
 	if len(ts) == 0 {
 		return 0
 	}
-	return staged / median(append([]float64(nil), ts...))
+	return staged / benchtimer.Median(append([]float64(nil), ts...))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/allockind"
+	"github.com/distbuf/distbuf/internal/benchtimer"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -274,7 +275,7 @@ func benchAllocVariant(c *benchContext, run *allocRun, v allocVariant) (err erro
 		if err != nil {
 			return err
 		}
-		med := round3(median(ours.lat))
+		med := round3(benchtimer.Median(ours.lat))
 		run.pair[v.mode][size] = med
 		extra := map[string]any{"case": "pair", "p90_us": round3(percentile(ours.lat, 0.9)), "nosync_median_us": round3(ours.nosync),
 			"kind": allockind.Name(a)}
@@ -737,14 +738,14 @@ func (r *cycleRun) result() cycleResult {
 		res.driverCalls = perCycle(r.driverCalls.Counts(), res.cycles)
 	}
 	measured := func(xs []float64) []float64 { return xs[min(p.warmup, len(xs)):] }
-	res.syncMedian = round3(median(measured(r.syncTimes)))
-	res.allocMedian = round3(median(measured(r.allocTimes)))
-	res.touchMedian = round3(median(measured(r.touchTimes)))
+	res.syncMedian = round3(benchtimer.Median(measured(r.syncTimes)))
+	res.allocMedian = round3(benchtimer.Median(measured(r.allocTimes)))
+	res.touchMedian = round3(benchtimer.Median(measured(r.touchTimes)))
 	if len(r.planTimes) > p.warmup {
-		res.planMedian = round3(median(measured(r.planTimes)))
-		res.largeAllocMedian = round3(median(measured(r.largeAllocTimes)))
-		res.coalescedAllocMedian = round3(median(measured(r.coalescedAllocTimes)))
-		res.coalescedTouchMedian = round3(median(measured(r.coalescedTouchTimes)))
+		res.planMedian = round3(benchtimer.Median(measured(r.planTimes)))
+		res.largeAllocMedian = round3(benchtimer.Median(measured(r.largeAllocTimes)))
+		res.coalescedAllocMedian = round3(benchtimer.Median(measured(r.coalescedAllocTimes)))
+		res.coalescedTouchMedian = round3(benchtimer.Median(measured(r.coalescedTouchTimes)))
 	}
 	return res
 }
@@ -790,7 +791,7 @@ func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
 				lat = append(lat, t)
 			}
 		}
-		med := round3(median(lat))
+		med := round3(benchtimer.Median(lat))
 		run.pair[mode][size] = med
 		if err := c.emit(Result{Mode: mode, N: p.pairs, Bytes: size, MedianUS: med, Backend: "cuda-raw",
 			Extra: map[string]any{"case": "pair", "p90_us": round3(percentile(lat, 0.9))}}); err != nil {

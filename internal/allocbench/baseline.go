@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/benchtimer"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
 
@@ -142,9 +143,9 @@ func (r *cCycleRun) result() cycleResult {
 	res.bytes = r.totalBytes / int64(res.cycles)
 	res.driverCalls = perCycle(r.calls, res.cycles)
 	summarize(&res, r.times)
-	res.allocMedian = round3(median(r.phases[0]))
-	res.touchMedian = round3(median(r.phases[1]))
-	res.syncMedian = round3(median(r.phases[2]))
+	res.allocMedian = round3(benchtimer.Median(r.phases[0]))
+	res.touchMedian = round3(benchtimer.Median(r.phases[1]))
+	res.syncMedian = round3(benchtimer.Median(r.phases[2]))
 	return res
 }
 
@@ -182,7 +183,7 @@ func summarize(res *cycleResult, times []float64) {
 	}
 	res.mean = sum / float64(len(times))
 	res.p90 = percentile(times, 0.9)
-	res.median = round3(median(times))
+	res.median = round3(benchtimer.Median(times))
 }
 
 // measureCycles runs a devalloc cycle measurement, in turns with the C
@@ -303,9 +304,9 @@ func measurePairs(base *cBaseline, a *devalloc.Allocator, size int64) (ours pair
 			c.callsPerPair = perCycle(calls, p.nosyncBatch)
 		}
 	}
-	ours.nosync = median(per)
+	ours.nosync = benchtimer.Median(per)
 	if c != nil {
-		c.nosync = median(cper)
+		c.nosync = benchtimer.Median(cper)
 	}
 	ours.callsPerAlloc, ours.callsPerFree, err = countPairCalls(a, s, size)
 	return ours, c, err
@@ -386,7 +387,7 @@ func addPairVsC(extra map[string]any, base *cBaseline, ours pairFigures, med flo
 		extra["vs_c_skipped"] = base.skip
 		return
 	}
-	cmed := round3(median(c.lat))
+	cmed := round3(benchtimer.Median(c.lat))
 	extra["c_in_turns_us"] = cmed
 	extra["vs_c"] = round3(med / cmed)
 	extra["c_nosync_median_us"] = round3(c.nosync)
@@ -434,9 +435,9 @@ func benchCPool(c *benchContext, run *allocRun) error {
 			}
 			nosync, pairCalls = append(nosync, t[0]), k
 		}
-		med := round3(median(lat))
+		med := round3(benchtimer.Median(lat))
 		if err := c.emit(Result{Mode: "c-pool", N: p.pairs, Bytes: size, MedianUS: med, Backend: "c-pool",
-			Extra: map[string]any{"case": "pair", "p90_us": round3(percentile(lat, 0.9)), "nosync_median_us": round3(median(nosync)),
+			Extra: map[string]any{"case": "pair", "p90_us": round3(percentile(lat, 0.9)), "nosync_median_us": round3(benchtimer.Median(nosync)),
 				"driver_calls_per_pair":        totalCalls(perCycle(pairCalls, p.nosyncBatch)),
 				"driver_calls_by_entry":        perCycle(pairCalls, p.nosyncBatch),
 				"driver_calls_per_synced_pair": totalCalls(perCycle(calls, p.pairs))}}); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
@@ -155,17 +154,4 @@ func (c *benchContext) emit(r Result) error {
 		return errors.New("allocbench: a result outside Session.Run")
 	}
 	return c.out(r)
-}
-
-// median of xs; it sorts xs.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	sort.Float64s(xs)
-	m := len(xs) / 2
-	if len(xs)%2 == 1 {
-		return xs[m]
-	}
-	return (xs[m-1] + xs[m]) / 2
 }
