@@ -54,8 +54,8 @@ func gate(t *testing.T, s *devalloc.Stream) (open func()) {
 	return open
 }
 
-// readBack copies b into a fresh pinned buffer on s and returns its bytes
-// once s has run.
+// readBack copies b into a fresh pinned buffer of a on s and returns its
+// bytes once s has run.
 func readBack(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream, b *devalloc.Buffer) []byte {
 	t.Helper()
 	p, err := a.AllocPinned(b.Size(), s)
@@ -67,6 +67,27 @@ func readBack(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream, b *devall
 	out := bytes.Clone(mem)
 	require.NoError(t, p.Free())
 	return out
+}
+
+// ReadAll copies a buffer's bytes to the host, through pinned memory of its
+// own allocator, once s has run: the one way tests read device memory.
+func ReadAll(t *testing.T, s *devalloc.Stream, b *devalloc.Buffer) []byte {
+	t.Helper()
+	return readBack(t, b.Allocator(), s, b)
+}
+
+// WriteAll fills a buffer from host bytes in the order of s, through pinned
+// memory of its own allocator.
+func WriteAll(t *testing.T, s *devalloc.Stream, b *devalloc.Buffer, data []byte) {
+	t.Helper()
+	require.Equal(t, int(b.Size()), len(data))
+	p, err := b.Allocator().AllocPinned(b.Size(), s)
+	require.NoError(t, err)
+	mem, err := p.Bytes()
+	require.NoError(t, err)
+	copy(mem, data)
+	require.NoError(t, s.Copy(b, 0, p, 0, b.Size()))
+	require.NoError(t, p.Free())
 }
 
 func fill(n int, v byte) []byte { return bytes.Repeat([]byte{v}, n) }
