@@ -70,21 +70,31 @@ const maxCallbackRetries = 8
 // Allocator is one rank's memory manager on one device. It is safe for
 // concurrent use.
 type Allocator struct {
-	be       backend
-	kindV    backendKind
-	total    int64    // the backend's total memory at Open; -1 if unknown
-	loc      Location // of the buffers Alloc returns
-	device   int
-	cfg      Config
-	limit    int64
-	reason   string
-	onOOM    func(*OutOfMemoryError) bool
-	warn     func(string)
-	policy   atomic.Int32
-	budget   atomic.Int64 // with a limit: aligned bytes of live and held-for-free buffers
-	defaultS *Stream
-	reclaim  *Stream
-	pinned   pinnedPool
+	be     backend
+	kindV  backendKind
+	total  int64    // the backend's total memory at Open; -1 if unknown
+	loc    Location // of the buffers Alloc returns
+	device int
+	cfg    Config
+	limit  int64
+	reason string
+	onOOM  func(*OutOfMemoryError) bool
+	warn   func(string)
+	policy atomic.Int32
+	budget atomic.Int64 // with a limit: aligned bytes of live and held-for-free buffers
+	// Auto's state: the headroom it keeps free, the largest request its
+	// growth check has looked at, the largest reservation it has seen (an
+	// allocation that takes the pool past it grew the pool), the last
+	// phase's working set (ledgerCounts.phaseUsedPeak at its end), and how
+	// many phases in a row have needed no more than the one before.
+	headroom      int64
+	autoLargest   atomic.Int64
+	autoReserved  atomic.Int64
+	lastPhaseUsed atomic.Int64
+	steadyPhases  atomic.Int32
+	defaultS      *Stream
+	reclaim       *Stream
+	pinned        pinnedPool
 
 	// The close guard: every operation counts itself in inflight for its
 	// duration; Close sets closed, then waits for the operations in flight
@@ -114,6 +124,7 @@ type ledgerCounts struct {
 	frees                                       int64
 	requestedCur, requestedPeak, requestedTotal int64
 	used                                        int64 // aligned bytes of live and held-for-free device buffers
+	phaseUsedPeak                               int64 // used's high-water mark since the last EndPhase, for Auto
 }
 
 // counters are the ones updated away from Alloc and Free.
@@ -156,7 +167,9 @@ func Open(opts Options) (*Allocator, error) {
 	}
 	switch choice {
 	case BackendHost:
-		a.be = newHostBackend()
+		if a.be, err = newHostBackend(); err != nil {
+			return nil, err
+		}
 	case BackendCUDA, BackendAuto:
 		cudaErr := fmt.Errorf("CUDA backend not compiled in (build with cgo): %w", distbuf.ErrUnavailable)
 		if openCUDA != nil {
@@ -166,7 +179,9 @@ func Open(opts Options) (*Allocator, error) {
 			if choice == BackendCUDA {
 				return nil, fmt.Errorf("devalloc: open cuda backend on device %d: %w", opts.Device, cudaErr)
 			}
-			a.be = newHostBackend()
+			if a.be, err = newHostBackend(); err != nil {
+				return nil, err
+			}
 			a.reason = "auto: using host backend because CUDA is unavailable: " + cudaErr.Error()
 		}
 	}
@@ -203,6 +218,7 @@ func (a *Allocator) init(cfgSource string) error {
 		}
 		return &configError{source: cfgSource, key: "limit", value: c.limitString(), reason: reason}
 	}
+	a.headroom = a.cfg.resolveHeadroom(total)
 	a.policy.Store(int32(a.cfg.Policy))
 	if err := a.applyPolicy(a.cfg.Policy); err != nil {
 		return err
@@ -378,7 +394,54 @@ func (a *Allocator) Alloc(size int64, s *Stream) (*Buffer, error) {
 			return nil, err
 		}
 	}
+	if aligned >= autoCheckMin && aligned > a.autoLargest.Load() && a.policyNow() == Auto {
+		a.autoLargest.Store(aligned)
+		a.autoAfterLarge(aligned)
+	}
 	return a.newBuffer(size, addr, hostPtr, a.loc, 0, s), nil
+}
+
+// Auto looks at the pool after an allocation of at least autoCheckMin
+// bytes that is larger than any it has looked at: where a working set grows
+// (each step's largest buffer is a new one), never the tail's small
+// allocations nor the same sizes again, so a run at a fixed size pays
+// nothing once its largest buffer has been seen.
+const autoCheckMin = 1 << 20
+
+// autoAfterLarge is Auto's growth check. A new largest allocation that took
+// the reservation past the largest seen grew the pool although it may hold
+// unused memory, which then did not fit the request: memory kept for an
+// earlier, smaller working set. When the device is tight that memory is
+// given back at once, so that another rank on the device, whose own pool
+// cannot reclaim it, finds it free, as it would under AggressiveFree; when
+// the device has room it stays, as under Retain.
+//
+// The new buffer (aligned bytes) is not yet among the used bytes.
+func (a *Allocator) autoAfterLarge(aligned int64) {
+	r := a.be.reserved()
+	if r <= a.autoReserved.Load() {
+		return
+	}
+	a.autoReserved.Store(r)
+	if !a.tight(r - aligned) {
+		return
+	}
+	a.c.trims.Add(1)
+	if a.be.releaseUnused() == nil {
+		a.autoReserved.Store(a.be.reserved())
+	}
+}
+
+// tight reports whether less device memory is free than the larger of the
+// headroom and the pool's unused reservation (reserved bytes r less those
+// of live buffers): keeping the unused memory would then leave the rest of
+// the device, another rank's pool included, less room than this pool sits on.
+func (a *Allocator) tight(r int64) bool {
+	free, _ := a.be.memInfo()
+	if free < 0 {
+		return false
+	}
+	return free < max(a.headroom, 2*(r-a.used()))
 }
 
 // newBuffer makes the Buffer of a successful allocation and puts it among
@@ -412,6 +475,7 @@ func (a *Allocator) newBuffer(size int64, addr uintptr, hostPtr unsafe.Pointer, 
 		n.allocCalls++
 		n.backendCalls++
 		n.used += b.aligned()
+		n.phaseUsedPeak = max(n.phaseUsedPeak, n.used)
 		n.requestedCur += size
 		n.requestedTotal += size
 		n.requestedPeak = max(n.requestedPeak, n.requestedCur)
@@ -599,7 +663,7 @@ func (a *Allocator) SetPolicy(p Policy) error {
 		return err
 	}
 	defer a.exit()
-	if p != Retain && p != AggressiveFree {
+	if p != Auto && p != Retain && p != AggressiveFree {
 		return fmt.Errorf("devalloc: set policy %v: %w", p, distbuf.ErrInvalid)
 	}
 	if err := a.applyPolicy(p); err != nil {
@@ -614,7 +678,7 @@ func (a *Allocator) SetPolicy(p Policy) error {
 
 func (a *Allocator) applyPolicy(p Policy) error {
 	threshold := uint64(math.MaxUint64)
-	if p == AggressiveFree {
+	if !p.retains() {
 		threshold = uint64(a.cfg.FreeThreshold)
 	}
 	if err := a.be.setReleaseThreshold(threshold); err != nil {
@@ -626,16 +690,55 @@ func (a *Allocator) applyPolicy(p Policy) error {
 // EndPhase marks a phase boundary (the end of a solve, a sweep). Under
 // AggressiveFree it waits for the work on the allocator's streams (so pending
 // frees have run) and returns unused pool memory above the free threshold to
-// the driver; under Retain it does nothing.
+// the driver; under Retain it does nothing. Under Auto it reads the pool's
+// reservation and the device's free memory (no wait) and does what
+// AggressiveFree does when less than the headroom is free, or when the
+// device is tight and the working set has not yet held still for
+// autoSteadyPhases phases (the peak bytes of live buffers no larger than
+// the phase before's: while it grows, what the pool keeps is the wrong size
+// for the next); otherwise nothing, so a run whose phases need the same
+// memory keeps it once they have shown they do.
 func (a *Allocator) EndPhase() error {
 	if err := a.enter(); err != nil {
 		return err
 	}
 	defer a.exit()
-	if a.policyNow() != AggressiveFree {
-		return nil
+	switch a.policyNow() {
+	case AggressiveFree:
+		return a.trimNow(a.cfg.FreeThreshold)
+	case Auto:
+		return a.autoEndPhase()
 	}
-	return a.trimNow(a.cfg.FreeThreshold)
+	return nil
+}
+
+// autoSteadyPhases is how many phases in a row must need no more of the
+// pool than the one before for Auto to keep its memory on a tight device:
+// two, so that the common growing run, two solves at each size, counts as
+// growing, and a run at one size keeps its memory from its third phase on.
+const autoSteadyPhases = 2
+
+func (a *Allocator) autoEndPhase() error {
+	r := a.be.reserved()
+	a.mu.Lock()
+	peak := a.n.phaseUsedPeak
+	a.n.phaseUsedPeak = a.n.used
+	a.mu.Unlock()
+	last := a.lastPhaseUsed.Swap(peak)
+	steady := a.steadyPhases.Add(1)
+	if peak > last+max(largestStep, last/64) {
+		steady = 0
+		a.steadyPhases.Store(0)
+	}
+	free, _ := a.be.memInfo()
+	if free >= 0 && (free < a.headroom || steady < autoSteadyPhases && a.tight(r)) {
+		if err := a.trimNow(0); err != nil {
+			return err
+		}
+		r = a.be.reserved()
+	}
+	a.autoReserved.Store(r)
+	return nil
 }
 
 // prime reserves bytes in the pool once (Config.Prime).

@@ -97,6 +97,14 @@ type backend interface {
 	prime(bytes int64, s streamImpl) error
 	// trim releases unused pool memory until at most keep bytes stay reserved.
 	trim(keep int64) error
+	// reserved is the pool's reservation now, read without sampling the
+	// statistics: one pool query at most.
+	reserved() int64
+	// releaseUnused gives back the unused memory whose frees have run,
+	// without waiting for any stream and leaving kept blocks alone: the
+	// cheap trim Auto makes when an allocation grew a pool that had memory
+	// to spare.
+	releaseUnused() error
 	// syncPoint runs after the allocator's streams were synchronised; a backend
 	// that models release-at-sync does it here.
 	syncPoint()

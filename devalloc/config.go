@@ -15,6 +15,8 @@ import (
 const (
 	envBackend = "DISTBUF_BACKEND"    // auto | cuda | host
 	envConf    = "DISTBUF_ALLOC_CONF" // e.g. "policy:retain,prime:2GiB,limit:80%"
+	// envHostMemory sizes the host backend's device memory (hostMemory).
+	envHostMemory = "DISTBUF_HOST_MEMORY"
 )
 
 // Backend names a memory backend: the one Options asks for, and the one
@@ -42,10 +44,19 @@ func parseBackend(s, source string) (Backend, error) {
 type Policy int
 
 const (
+	// Auto retains freed memory as Retain does until the device's memory is
+	// tight, and then gives back what the pool keeps unused, as
+	// AggressiveFree would: the retained speed for a run at a fixed size and
+	// the reach of AggressiveFree for one that grows until the device is
+	// full, with no choice to make. The device is tight when less of its
+	// memory is free than the larger of Config.Headroom and the pool's own
+	// unused reservation (doc.go, "Policy, budget and out-of-memory", says
+	// when it looks). It is the default.
+	Auto Policy = iota
 	// Retain keeps freed memory in the pool (release threshold = max), so the
 	// next allocation is a cheap reuse with no driver round trip. Fastest for
 	// converged runs at a fixed problem size.
-	Retain Policy = iota
+	Retain
 	// AggressiveFree hands unused pool memory back at synchronisation points and
 	// phase boundaries, leaving the most headroom for the largest runs.
 	AggressiveFree
@@ -53,6 +64,8 @@ const (
 
 func (p Policy) String() string {
 	switch p {
+	case Auto:
+		return "auto"
 	case Retain:
 		return "retain"
 	case AggressiveFree:
@@ -61,15 +74,21 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
 
-// parsePolicy accepts "retain", and "free" or "aggressive-free".
+// retains reports whether the pool keeps freed memory between phases: the
+// release threshold is the maximum and freed blocks may be kept for reuse.
+func (p Policy) retains() bool { return p == Auto || p == Retain }
+
+// parsePolicy accepts "auto", "retain", and "free" or "aggressive-free".
 func parsePolicy(s string) (Policy, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "auto":
+		return Auto, nil
 	case "retain":
 		return Retain, nil
 	case "free", "aggressive-free", "aggressivefree":
 		return AggressiveFree, nil
 	}
-	return 0, fmt.Errorf("want retain or free")
+	return 0, fmt.Errorf("want auto, retain or free")
 }
 
 // limitString writes the budget of c as the limit key takes it.
@@ -148,8 +167,9 @@ func (c Config) resolveLimit(total int64) int64 {
 }
 
 // Config is the allocator configuration: what DISTBUF_ALLOC_CONF can set.
-// The zero Config is the default: retain, no priming, no budget, release
-// threshold 0 under AggressiveFree, pool when supported, 256 MiB cache.
+// The zero Config is the default: auto, no priming, no budget, release
+// threshold 0 under AggressiveFree, a sixteenth of the device as auto's
+// headroom, pool when supported, 256 MiB cache.
 type Config struct {
 	Policy Policy
 	// Prime is reserved in the pool once at Open (opt-in), so that later
@@ -165,6 +185,16 @@ type Config struct {
 	LimitFraction float64
 	// FreeThreshold is the release threshold used under AggressiveFree.
 	FreeThreshold int64
+	// Headroom is the device memory Auto keeps free for everything else on
+	// the device (other ranks sharing it, other libraries): once less than
+	// this (or than the pool's own unused reservation) is free, Auto gives
+	// back what the pool does not use. 0 means the default, unless
+	// HeadroomFraction is set: DefaultHeadroomFraction of the device's
+	// memory.
+	Headroom int64
+	// HeadroomFraction, in (0, 1], sets Headroom to that fraction of the
+	// device's (or host's) total memory when Headroom is 0.
+	HeadroomFraction float64
 	// NoPool forces the CUDA backend's cudaMalloc fallback (pool:off).
 	NoPool bool
 	// Cache bounds the bytes devalloc keeps for reuse without the driver:
@@ -178,6 +208,26 @@ type Config struct {
 
 const defaultCache = 256 << 20
 
+// DefaultHeadroomFraction is the share of the device's memory Auto keeps
+// free when Config sets no headroom: enough for another rank's growth step
+// or a library's workspace beside the pool, small enough that a run at a
+// fixed size keeps its retained memory until the device is all but full.
+const DefaultHeadroomFraction = 1.0 / 16
+
+// resolveHeadroom is the headroom in bytes on a device of total bytes (0
+// when neither is known).
+func (c Config) resolveHeadroom(total int64) int64 {
+	switch {
+	case c.Headroom > 0:
+		return c.Headroom
+	case total <= 0:
+		return 0
+	case c.HeadroomFraction > 0:
+		return int64(c.HeadroomFraction * float64(total))
+	}
+	return int64(DefaultHeadroomFraction * float64(total))
+}
+
 // String renders the configuration in the DISTBUF_ALLOC_CONF syntax;
 // ParseConfig(c.String()) == c.
 func (c Config) String() string {
@@ -190,6 +240,12 @@ func (c Config) String() string {
 	}
 	if c.FreeThreshold > 0 {
 		parts = append(parts, "threshold:"+bytesize.Exact(c.FreeThreshold))
+	}
+	switch {
+	case c.Headroom > 0:
+		parts = append(parts, "headroom:"+bytesize.Exact(c.Headroom))
+	case c.HeadroomFraction > 0:
+		parts = append(parts, "headroom:"+formatPercent(c.HeadroomFraction))
 	}
 	if c.NoPool {
 		parts = append(parts, "pool:off")
@@ -205,8 +261,9 @@ func (c Config) String() string {
 }
 
 // ParseConfig parses "key:value" pairs separated by commas, starting from the
-// zero Config. Keys: policy (retain|free), prime (size), limit (size, N% or
-// none), threshold (size), pool (auto|off), cache (size or off). Sizes take
+// zero Config. Keys: policy (auto|retain|free), prime (size), limit (size,
+// N% or none), threshold (size), headroom (size or N%), pool (auto|off),
+// cache (size or off). Sizes take
 // B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024)
 // and must come to a whole number of bytes ("0.5" is an error, not 0). A
 // limit of "none" or "0" means no budget; any other limit must be at least
@@ -255,6 +312,10 @@ func parseConfig(s, source string) (Config, error) {
 			if c.FreeThreshold, err = bytesize.Parse(val); err != nil {
 				return c, bad(err.Error())
 			}
+		case "headroom":
+			if c.Headroom, c.HeadroomFraction, err = parseHeadroom(val); err != nil {
+				return c, bad(err.Error())
+			}
 		case "pool":
 			switch strings.ToLower(val) {
 			case "auto", "on":
@@ -271,7 +332,7 @@ func parseConfig(s, source string) (Config, error) {
 				return c, bad(err.Error())
 			}
 		default:
-			return c, bad("unknown key (want policy, prime, limit, threshold, pool or cache)")
+			return c, bad("unknown key (want policy, prime, limit, threshold, headroom, pool or cache)")
 		}
 	}
 	return c, nil
@@ -296,6 +357,17 @@ func parseLimit(val string) (bytes int64, fraction float64, err error) {
 		return 0, 0, fmt.Errorf("a limit of 0 bytes: write none (or 0) for no budget")
 	}
 	return n, 0, nil
+}
+
+// parseHeadroom reads a size or a percentage of the device's memory. 0
+// means the default.
+func parseHeadroom(val string) (bytes int64, fraction float64, err error) {
+	if pct, ok := strings.CutSuffix(val, "%"); ok {
+		f, err := parsePercent(pct)
+		return 0, f, err
+	}
+	n, err := bytesize.Parse(val)
+	return n, 0, err
 }
 
 // resolveBackend applies Options, then the environment, then auto.
@@ -334,8 +406,8 @@ func (c Config) validate(source string) error {
 		return &configError{source: source, key: key, value: val, reason: reason}
 	}
 	switch {
-	case c.Policy != Retain && c.Policy != AggressiveFree:
-		return bad("Policy", c.Policy.String(), "want Retain or AggressiveFree")
+	case c.Policy != Auto && c.Policy != Retain && c.Policy != AggressiveFree:
+		return bad("Policy", c.Policy.String(), "want Auto, Retain or AggressiveFree")
 	case c.Prime < 0:
 		return bad("Prime", strconv.FormatInt(c.Prime, 10), "must not be negative")
 	case c.Limit < 0:
@@ -346,6 +418,10 @@ func (c Config) validate(source string) error {
 		return bad("LimitFraction", strconv.FormatFloat(c.LimitFraction, 'g', -1, 64), fmt.Sprintf("too small: under one allocation (%d B) of any memory up to 1 PiB", allocAlign))
 	case c.FreeThreshold < 0:
 		return bad("FreeThreshold", strconv.FormatInt(c.FreeThreshold, 10), "must not be negative")
+	case c.Headroom < 0:
+		return bad("Headroom", strconv.FormatInt(c.Headroom, 10), "must not be negative")
+	case c.HeadroomFraction < 0 || c.HeadroomFraction > 1 || math.IsNaN(c.HeadroomFraction):
+		return bad("HeadroomFraction", strconv.FormatFloat(c.HeadroomFraction, 'g', -1, 64), "must be in (0, 1]")
 	case c.Cache < -1:
 		return bad("Cache", strconv.FormatInt(c.Cache, 10), "want -1 (off), 0 (default) or a size")
 	}

@@ -23,6 +23,19 @@ func TestParseConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Config{}, c)
 
+	c, err = ParseConfig("policy:auto,headroom:12.5%")
+	require.NoError(t, err)
+	require.Equal(t, Config{Policy: Auto, HeadroomFraction: 0.125}, c)
+	require.Equal(t, Auto, Config{}.Policy, "auto is the default")
+
+	c, err = ParseConfig("headroom:4GiB")
+	require.NoError(t, err)
+	require.Equal(t, Config{Headroom: 4 << 30}, c)
+	require.EqualValues(t, 4<<30, c.resolveHeadroom(80<<30))
+	require.EqualValues(t, 5<<30, Config{}.resolveHeadroom(80<<30), "a sixteenth of the device by default")
+	require.EqualValues(t, 8<<30, Config{HeadroomFraction: 0.1}.resolveHeadroom(80<<30))
+	require.Zero(t, Config{}.resolveHeadroom(-1), "no headroom where the total is unknown")
+
 	c, err = ParseConfig("limit:none,cache:1.5GB")
 	require.NoError(t, err)
 	require.Equal(t, Config{Cache: 1_500_000_000}, c)
@@ -31,6 +44,9 @@ func TestParseConfig(t *testing.T) {
 func TestParseConfigErrorsNameTheKey(t *testing.T) {
 	for _, tc := range []struct{ in, key string }{
 		{"policy:keep", "policy"},
+		{"headroom:lots", "headroom"},
+		{"headroom:120%", "headroom"},
+		{"headroom:-1GiB", "headroom"},
 		{"prime:lots", "prime"},
 		{"limit:150%", "limit"},
 		{"limit:-3%", "limit"},
@@ -81,6 +97,8 @@ func TestConfigStringRoundTrip(t *testing.T) {
 		{},
 		{Policy: AggressiveFree, Prime: 3 << 30, LimitFraction: 0.75, FreeThreshold: 1000, NoPool: true, Cache: -1},
 		{Limit: 12345, Cache: 64 << 20},
+		{Policy: Retain, Headroom: 3 << 30},
+		{Policy: Auto, HeadroomFraction: 1.0 / 3},
 		{LimitFraction: 1.0 / 3},
 		{LimitFraction: 2.0 / 3},
 		{LimitFraction: 0.1},
@@ -165,7 +183,7 @@ func TestAutoFallbackIsReported(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{"policy:retain,prime:2GiB,limit:80%", "limit:none", "pool:off,cache:off", "threshold:1.5GB", ",,", "a:b:c"} {
+	for _, s := range []string{"policy:retain,prime:2GiB,limit:80%", "limit:none", "pool:off,cache:off", "threshold:1.5GB", "policy:auto,headroom:6.25%", "headroom:3GiB", ",,", "a:b:c"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -420,6 +420,33 @@ func (be *cudaBackend) trim(keep int64) error {
 	return errors.Join(err, wrapCUDA("trim the pool", be.dev.MemPoolTrimTo(be.pool, keep)))
 }
 
+func (be *cudaBackend) reserved() int64 {
+	if be.closed.Load() {
+		return be.final.reservedCur
+	}
+	if be.fb != nil {
+		return be.fb.usage().reservedCur
+	}
+	v, err := be.dev.MemPoolGetUint64(be.pool, cudart.PoolAttrReservedMemCurrent)
+	if err != nil {
+		return 0
+	}
+	return int64(v)
+}
+
+// releaseUnused is cudaMemPoolTrimTo(0) alone: memory whose frees have not
+// run yet and the blocks kept for reuse stay; the fallback gives back its
+// cache (cudaFree, which synchronises the device).
+func (be *cudaBackend) releaseUnused() error {
+	if be.closed.Load() {
+		return errCUDAClosed
+	}
+	if be.fb != nil {
+		return be.fb.trim(0)
+	}
+	return wrapCUDA("trim the pool", be.dev.MemPoolTrimTo(be.pool, 0))
+}
+
 // syncPoint: the driver applies the pool's release threshold by itself at
 // synchronisations. Under a low threshold the reservation may have grown
 // and shrunk since the last look, so sample it now (see sample).

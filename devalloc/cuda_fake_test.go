@@ -35,6 +35,13 @@ func TestCUDAFakeConformanceFallback(t *testing.T) {
 	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA})
 }
 
+// TestCUDAFakeAutoReachesFree is TestAutoReachesFree on the fake driver's
+// pools, which share one device of FAKE_MEMORY bytes.
+func TestCUDAFakeAutoReachesFree(t *testing.T) {
+	useFakeCUDA(t, "FAKE_MEMORY=536870912")
+	testAutoReachesFree(t, devalloc.BackendCUDA, false)
+}
+
 func TestCUDAFakeDetails(t *testing.T) {
 	useFakeCUDA(t)
 	testCUDABackendDetails(t, true)

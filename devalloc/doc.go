@@ -32,6 +32,12 @@
 //     one callback thread with every stream: a blocked hold delays them
 //     all), or auto.
 //   - DISTBUF_CUDART: the path of libcudart to load (internal/cudart).
+//   - DISTBUF_HOST_MEMORY: the host backend's device memory, a size (or
+//     none, the default): what the host pools of the process may reserve
+//     together, as a GPU's memory bounds the pools of the ranks that share
+//     it. Info.TotalMemory reports it and an allocation beyond it climbs the
+//     out-of-memory ladder, so that a run meant to fill a device (or a test
+//     of the policies) behaves on a machine without one as it would there.
 //
 // # Errors
 //
@@ -93,11 +99,24 @@
 //
 // # Policy, budget and out-of-memory
 //
-// Retain (the default) sets the pool's release threshold to the maximum, so
-// freed memory stays for cheap reuse. AggressiveFree lowers it and returns
-// memory at synchronisation points and at EndPhase, leaving headroom for the
-// largest runs; SetPolicy switches while running, and Info.Config.Policy
-// reports the one in force. Config.Prime reserves memory once, at Open;
+// Retain sets the pool's release threshold to the maximum, so freed memory
+// stays for cheap reuse. AggressiveFree lowers it and returns memory at
+// synchronisation points and at EndPhase, leaving headroom for the largest
+// runs. Auto, the default, retains as Retain does until the device's memory
+// is tight: less of it free than the larger of Config.Headroom (a sixteenth
+// of the device unless set) and twice what the pool keeps unused, which is
+// the room a working set that changes shape needs beside what it keeps.
+// Then it gives back what the pool does not use, at two moments: at
+// EndPhase, unless the phases have held still (the peak bytes of live
+// buffers no larger than the phase before's, twice in a row: a run at one
+// size keeps its memory from its third phase on, one that grows gives back
+// at each phase end), and when a new largest allocation grew the pool,
+// which means the memory it kept did not fit (one pool query, made only for
+// an allocation of at least 1 MiB larger than any before). On a device that
+// several ranks share, a pool cannot reclaim what another rank's pool keeps:
+// this is what lets every rank grow as far as under AggressiveFree, where
+// Retain stops a step earlier. SetPolicy switches while running, and
+// Info.Config.Policy reports the one in force. Config.Prime reserves memory once, at Open;
 // Trim releases unused memory. A per-rank budget (Config.Limit, or
 // Config.LimitFraction of the device's memory) is independent of the
 // policy: it caps the bytes of live buffers. When an allocation fails, Alloc
@@ -108,6 +127,10 @@
 // The callback runs outside the allocator's close guard: it may call any
 // method, Free and Close included; an Alloc whose allocator was closed
 // meanwhile returns distbuf.ErrClosed.
+//
+// LargestAlloc measures the largest allocation that would succeed now
+// without the ladder, beside Stats' reserved and used bytes: a pool whose
+// unused reservation cannot serve a request it would hold has fragmented.
 //
 // Configuration comes from Options.Config, else DISTBUF_ALLOC_CONF, e.g.
 // "policy:retain,prime:2GiB,limit:80%"; see ParseConfig.
@@ -123,7 +146,8 @@
 // spares the cudaSetDevice (see internal/cudart); no event is recorded and
 // no pool attribute is read. Under Retain a Free on its allocating stream
 // keeps the block instead (Config.Cache bounds the bytes kept, oldest given
-// back first, and no block above a sixteenth of it is kept), and the next
+// back first, and no block above a sixteenth of it is kept; the same holds
+// under Auto, which retains), and the next
 // Alloc of the same size on that stream takes it without a driver call:
 // what the pool would hand back there, since work after the Alloc runs
 // after the work before the Free. Kept blocks go back to the pool with

@@ -3,6 +3,8 @@ package devalloc
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -15,13 +17,44 @@ type hostBackend struct {
 	pool *hostPool
 }
 
-func newHostBackend() *hostBackend { return &hostBackend{pool: newHostPool()} }
+// newHostBackend makes the host backend, its pool capped by
+// DISTBUF_HOST_MEMORY when set.
+func newHostBackend() (*hostBackend, error) {
+	capacity, err := hostMemory()
+	if err != nil {
+		return nil, err
+	}
+	h := &hostBackend{pool: newHostPool()}
+	h.pool.capacity = capacity
+	return h, nil
+}
+
+// hostMemory reads DISTBUF_HOST_MEMORY: the size of the host backend's
+// device memory, for runs that mean to meet a device's limit on a machine
+// without one; 0 (unset, or "none") for the machine's own memory.
+func hostMemory() (int64, error) {
+	v := strings.TrimSpace(os.Getenv(envHostMemory))
+	if v == "" || strings.EqualFold(v, "none") {
+		return 0, nil
+	}
+	n, err := bytesize.Parse(v)
+	if err == nil && n <= 0 {
+		err = fmt.Errorf("want a positive size, or none")
+	}
+	if err != nil {
+		return 0, &configError{source: envHostMemory, key: "size", value: v, reason: err.Error()}
+	}
+	return n, nil
+}
 
 func (h *hostBackend) kind() backendKind { return kindHost }
 
 func (h *hostBackend) describe() string { return "host memory (mmap pool, goroutine streams)" }
 
 func (h *hostBackend) memInfo() (free, total int64) {
+	if c := h.pool.capacity; c > 0 {
+		return max(0, c-hostReserved.Load()), c
+	}
 	var si syscall.Sysinfo_t
 	if err := syscall.Sysinfo(&si); err != nil {
 		return -1, -1
@@ -115,6 +148,8 @@ func (h *hostBackend) setReleaseThreshold(bytes uint64) error {
 
 func (h *hostBackend) prime(bytes int64, _ streamImpl) error { return h.pool.prime(bytes) }
 func (h *hostBackend) trim(keep int64) error                 { return h.pool.trim(keep) }
+func (h *hostBackend) reserved() int64                       { return h.pool.usage().reservedCur }
+func (h *hostBackend) releaseUnused() error                  { return h.pool.trim(0) }
 func (h *hostBackend) syncPoint()                            { h.pool.syncPoint() }
 func (h *hostBackend) usage() poolUsage                      { return h.pool.usage() }
 func (h *hostBackend) resetHigh()                            { h.pool.resetHigh() }

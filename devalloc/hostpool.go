@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -41,6 +42,23 @@ type hostPool struct {
 
 	reserved, reservedHigh, reservedTotal int64
 	used, usedHigh                        int64
+	// capacity is the host backend's device memory (DISTBUF_HOST_MEMORY):
+	// what the process's host pools may reserve together; 0 for none.
+	capacity int64
+}
+
+// hostReserved is what the host pools of the process opened with
+// DISTBUF_HOST_MEMORY have reserved: the host backend's device memory in
+// use, which that size caps as a GPU's memory caps the pools of the ranks
+// that share it. Pools opened without it stand on the machine's memory and
+// are not counted.
+var hostReserved atomic.Int64
+
+// unreserve gives size bytes of the host backend's device memory back.
+func (p *hostPool) unreserve(size int64) {
+	if p.capacity > 0 {
+		hostReserved.Add(-size)
+	}
 }
 
 type arena struct {
@@ -195,8 +213,16 @@ func (p *hostPool) findFree(size int64) *chunk {
 }
 
 func (p *hostPool) addSegment(size int64, ar *arena) (*chunk, error) {
+	if p.capacity > 0 {
+		if all := hostReserved.Add(size); all > p.capacity {
+			hostReserved.Add(-size)
+			return nil, fmt.Errorf("host pool: reserving %s more would exceed the host memory of %s (%s, %s reserved by this process): %w",
+				bytesize.Format(size), bytesize.Format(p.capacity), envHostMemory, bytesize.Format(all-size), distbuf.ErrOutOfMemory)
+		}
+	}
 	mem, err := p.mmap(size)
 	if err != nil {
+		p.unreserve(size)
 		return nil, fmt.Errorf("host pool: mmap %s: %v: %w", bytesize.Format(size), err, distbuf.ErrOutOfMemory)
 	}
 	seg := &segment{mem: mem, size: size, arena: ar}
@@ -397,6 +423,7 @@ func (p *hostPool) trimLocked(keep int64) error {
 		p.removeFree(best)
 		delete(p.segments, best.seg)
 		p.reserved -= best.seg.size
+		p.unreserve(best.seg.size)
 		if err := p.munmap(best.seg.mem); err != nil {
 			return fmt.Errorf("host pool: munmap: %w", err)
 		}
@@ -450,6 +477,7 @@ func (p *hostPool) release() int64 {
 		}
 		delete(p.segments, seg)
 		p.reserved -= seg.size
+		p.unreserve(seg.size)
 		_ = p.munmap(seg.mem)
 	}
 	p.small, p.large = arena{}, arena{}

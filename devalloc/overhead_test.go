@@ -39,6 +39,8 @@ func (*nullBackend) freePinned(unsafe.Pointer, int64) error            { return 
 func (*nullBackend) setReleaseThreshold(uint64) error                  { return nil }
 func (*nullBackend) prime(int64, streamImpl) error                     { return nil }
 func (*nullBackend) trim(int64) error                                  { return nil }
+func (*nullBackend) reserved() int64                                   { return 0 }
+func (*nullBackend) releaseUnused() error                              { return nil }
 func (*nullBackend) syncPoint()                                        {}
 func (*nullBackend) usage() poolUsage                                  { return poolUsage{} }
 func (*nullBackend) resetHigh()                                        {}

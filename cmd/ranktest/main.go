@@ -72,7 +72,7 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 	fs := flag.NewFlagSet("ranktest", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.StringVar(&cfg.backend, "backend", "auto", "memory backend: auto, cuda or host (when not given: $DISTBUF_BACKEND, else auto)")
-	fs.StringVar(&cfg.policy, "policy", "retain", "pool retention policy: retain or free (when not given: the policy in $DISTBUF_ALLOC_CONF, else retain)")
+	fs.StringVar(&cfg.policy, "policy", "auto", "pool retention policy: auto, retain or free (when not given: the policy in $DISTBUF_ALLOC_CONF, else auto)")
 	fs.IntVar(&cfg.iters, "iters", 20, fmt.Sprintf("solves per rank (at most %d)", maxIters))
 	fs.Uint64Var(&cfg.seed, "seed", 1, "workload seed")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON summary object as the last line")
@@ -189,10 +189,10 @@ func startCPUProfile(path string) (func() error, error) {
 }
 
 // parsePolicy reads a -policy value as DISTBUF_ALLOC_CONF's policy key
-// does: retain, or free (aggressive-free).
+// does: auto, retain, or free (aggressive-free).
 func parsePolicy(s string) (devalloc.Policy, error) {
 	if strings.ContainsAny(s, ",:") {
-		return 0, fmt.Errorf("want retain or free")
+		return 0, fmt.Errorf("want auto, retain or free")
 	}
 	c, err := devalloc.ParseConfig("policy:" + s)
 	return c.Policy, err

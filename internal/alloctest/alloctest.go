@@ -130,7 +130,7 @@ func testOpen(t *testing.T, h Harness) {
 	info := a.Info()
 	require.NotEmpty(t, info.Description)
 	require.Equal(t, h.Backend == devalloc.BackendCUDA && !h.Pool, info.FallbackReason != "", "a fallback, and only a fallback, gives a reason: %q", info.FallbackReason)
-	require.Equal(t, devalloc.Retain, info.Config.Policy)
+	require.Equal(t, devalloc.Auto, info.Config.Policy, "auto is the default")
 	require.Zero(t, info.Limit)
 	require.Equal(t, h.Device, info.Device)
 	require.NotNil(t, a.DefaultStream())
