@@ -7,4 +7,7 @@ require (
 	golang.org/x/sync v0.25.0
 )
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	github.com/NVIDIA/go-nvml v0.12.9-0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

@@ -328,6 +328,13 @@ func (a *Allocator) Info() Info {
 	}
 }
 
+// MemInfo reports the device's free and total memory now
+// (cudaMemGetInfo; on the host backend the memory DISTBUF_HOST_MEMORY gives
+// it, else the machine's), -1 for what the backend cannot say. Free memory
+// is what no pool holds: memory this allocator's pool keeps unused is not
+// free, though its allocations can use it.
+func (a *Allocator) MemInfo() (free, total int64) { return a.be.memInfo() }
+
 // DefaultStream is a stream owned by the allocator, never the CUDA legacy
 // default stream.
 func (a *Allocator) DefaultStream() *Stream { return a.defaultS }

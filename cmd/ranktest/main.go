@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 
 	"github.com/distbuf/distbuf/cluster"
@@ -29,6 +30,7 @@ type config struct {
 	device     int    // CUDA device, set from the rank's placement
 	cpuProfile string // per-rank CPU profile path prefix; "" for none
 	calls      bool   // time the runtime calls of the solves by entry point
+	growConfig
 }
 
 // Bounds on the sizes the flags give, far above any run this harness is
@@ -82,6 +84,7 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 	fs.BoolVar(&cfg.fresh, "fresh", false, "plan every solve afresh (layout, GEMM plans, exchange pattern), as for a block structure that never repeats")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
 	fs.BoolVar(&cfg.calls, "calls", false, "time every CUDA runtime call of the solves and report calls and time per solve by entry point (two clock reads a call: tens of nanoseconds each, up to half a microsecond on virtual machines with a slow clock)")
+	registerGrowFlags(fs, &cfg.growConfig)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -103,7 +106,7 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 	case cfg.bonds < 1 || cfg.bonds > maxBonds:
 		return cfg, fmt.Errorf("-bonds %d: want 1 to %d bonds", cfg.bonds, maxBonds)
 	}
-	return cfg, nil
+	return cfg, checkGrowFlags(cfg.growConfig)
 }
 
 // mainErr brings up MPI (a one-rank world when built without the mpi tag),
@@ -168,6 +171,13 @@ func agreedSettings(cfg config) []ranksettings.Setting {
 		number("-calls", map[bool]int64{false: 0, true: 1}[cfg.calls]),
 		text("-policy", policy),
 		text("-backend", backend),
+		text("-workload", cfg.workload),
+		number("-m", int64(cfg.m)),
+		text("-grow", strconv.FormatFloat(cfg.grow, 'g', -1, 64)),
+		number("-grow-until", int64(cfg.growUntil)),
+		number("-step-solves", int64(cfg.stepSolves)),
+		number("-probe", map[bool]int64{false: 0, true: 1}[cfg.probe]),
+		number("-ballast-free", cfg.ballastFree),
 	}
 }
 

@@ -133,6 +133,12 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 			err = a.Close()
 		}
 	}()
+	if cfg.workload == "maxm" {
+		if cfg.mode == "perblock" {
+			return fmt.Errorf("-mode perblock: -workload maxm allocates, touches and frees; it has no modes")
+		}
+		return runWorkloadSteps(cfg, world, a, newAnchorWorkload(a), out, errOut)
+	}
 	sv, err := newSolver(cfg, world, a)
 	if err != nil {
 		return err
