@@ -93,7 +93,8 @@ func runWorkloadSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w 
 	defer func() { err = errors.Join(err, release()) }()
 	var tl *timeline
 	if cfg.timeline != "" && world.Rank() == 0 {
-		if tl, err = startTimeline(cfg.timeline, a, func(note string) { fmt.Fprintln(errOut, "ranktest:", note) }); err != nil {
+		header := timelineHeader{Policy: a.Info().Config.Policy.String(), Workload: cfg.workload, Device: a.Info().Description, Ranks: world.Size()}
+		if tl, err = startTimeline(cfg.timeline, a, header, func(note string) { fmt.Fprintln(errOut, "ranktest:", note) }); err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, tl.close()) }()
@@ -342,7 +343,7 @@ func registerGrowFlags(fs *flag.FlagSet, g *growConfig) {
 		g.ballastFree = n
 		return err
 	})
-	fs.StringVar(&g.timeline, "timeline", "", "rank 0 samples its device's memory and utilization (NVML) and its pool every 10 ms into FILE, one JSON object a line")
+	fs.StringVar(&g.timeline, "timeline", "", "rank 0 samples its device's memory and utilization (NVML) and its pool every 2 ms into FILE, one JSON object a line")
 }
 
 // checkGrowFlags validates the step flags.

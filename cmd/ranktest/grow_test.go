@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +96,35 @@ func TestGrowingRunPolicies(t *testing.T) {
 	}
 	require.Positive(t, ends["retain"][len(ends["retain"])-1])
 	require.Positive(t, ends["auto"][0], "auto keeps its memory while the device has room")
+}
+
+// TestTimeline: -timeline writes a header and memory samples of the run;
+// benchplot -timeline draws them.
+func TestTimeline(t *testing.T) {
+	t.Setenv("DISTBUF_HOST_MEMORY", "512MiB")
+	path := filepath.Join(t.TempDir(), "run.timeline")
+	sum, _ := growRun(t, config{growConfig: growConfig{m: 512, grow: 1.25, timeline: path}})
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var header timelineHeader
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &header))
+	require.Equal(t, timelineHeader{Policy: "auto", Workload: "maxm", Device: "host memory (mmap pool, goroutine streams)", Ranks: 1}, header)
+	require.Greater(t, len(lines), 3)
+	var peak int64
+	seen := map[int64]bool{}
+	for _, l := range lines[1:] {
+		var s timelineSample
+		require.NoError(t, json.Unmarshal([]byte(l), &s), l)
+		require.NotNil(t, s.PoolReserved, l)
+		require.NotNil(t, s.DeviceTotal, l)
+		require.EqualValues(t, 512<<20, *s.DeviceTotal)
+		peak = max(peak, *s.PoolReserved)
+		seen[s.M] = true
+	}
+	require.Positive(t, peak)
+	require.LessOrEqual(t, peak, int64(512<<20))
+	require.True(t, seen[int64(sum.Steps[0].M)], "samples name the step's m")
 }
 
 // TestFixedSteps: without -grow, -iters solves at -m, one step.

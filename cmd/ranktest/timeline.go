@@ -14,7 +14,7 @@ import (
 )
 
 // timelineEvery is the sampling period of -timeline.
-const timelineEvery = 10 * time.Millisecond
+const timelineEvery = 2 * time.Millisecond
 
 // timelineSample is one line of a -timeline file. Memory lines carry the
 // device's memory in use (NVML where it loads, else the allocator's
@@ -61,15 +61,27 @@ type timeline struct {
 	err    error
 }
 
-// startTimeline opens path and samples every timelineEvery until close.
-// note receives the reason NVML is not used, if it is not.
-func startTimeline(path string, a *devalloc.Allocator, note func(string)) (*timeline, error) {
+// timelineHeader is the first line of a -timeline file.
+type timelineHeader struct {
+	Policy   string `json:"policy"`
+	Workload string `json:"workload"`
+	Device   string `json:"device"`
+	Ranks    int    `json:"ranks"`
+}
+
+// startTimeline opens path, writes the header and samples every
+// timelineEvery until close. note receives the reason NVML is not used, if
+// it is not.
+func startTimeline(path string, a *devalloc.Allocator, header timelineHeader, note func(string)) (*timeline, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("-timeline: %w", err)
 	}
 	tl := &timeline{f: f, w: bufio.NewWriter(f), a: a, start: time.Now(), stop: make(chan struct{})}
 	tl.enc = json.NewEncoder(tl.w)
+	if err := tl.enc.Encode(header); err != nil {
+		return nil, errors.Join(fmt.Errorf("-timeline: %w", err), f.Close())
+	}
 	if a.Info().Backend == devalloc.BackendCUDA {
 		if tl.mon, err = openDeviceMonitor(a.Info().Device); err != nil {
 			note(fmt.Sprintf("-timeline: device memory from the CUDA runtime, no utilization: %v", err))
@@ -95,7 +107,7 @@ func (tl *timeline) run() {
 	tick := time.NewTicker(timelineEvery)
 	defer tick.Stop()
 	for n := 0; ; n++ {
-		tl.sample(n%20 == 0)
+		tl.sample(n%100 == 0)
 		select {
 		case <-tl.stop:
 			tl.sample(true)

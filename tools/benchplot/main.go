@@ -10,7 +10,10 @@
 //
 // Input lines are either ranktest -json summaries (mode, blocks,
 // median_solve_us) or distbench result lines (mode, n, median_us; -bench
-// keeps those of one benchmark).
+// keeps those of one benchmark). With -timeline the inputs are ranktest
+// -timeline files, drawn one under the other: device memory in use, the
+// pool's reservation and the live buffers, and GPU utilization, against
+// time (the design note's picture of a growing run, one per policy).
 package main
 
 import (
@@ -121,14 +124,20 @@ func main() {
 	title := flag.String("title", "", "plot title")
 	out := flag.String("o", "", "output PNG file")
 	bench := flag.String("bench", "", "only -bench result lines of this benchmark")
+	timeline := flag.Bool("timeline", false, "the inputs are ranktest -timeline files: draw each as memory and GPU utilization against time")
 	flag.Parse()
 	if *out == "" || flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: benchplot -o out.png [-title T] [-bench NAME] results.jsonl...")
+		fmt.Fprintln(os.Stderr, "usage: benchplot -o out.png [-title T] [-bench NAME] results.jsonl...\n       benchplot -timeline -o out.png [-title T] run.timeline...")
 		os.Exit(2)
 	}
-	pts, err := read(flag.Args(), *bench)
-	if err == nil {
-		err = drawPlot(pts, *title, *out)
+	var err error
+	if *timeline {
+		err = drawTimelines(flag.Args(), *title, *out)
+	} else {
+		var pts []point
+		if pts, err = read(flag.Args(), *bench); err == nil {
+			err = drawPlot(pts, *title, *out)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchplot:", err)
