@@ -17,7 +17,10 @@ import (
 // returns its -json summary.
 func growRun(t *testing.T, cfg config) (growSummary, string) {
 	t.Helper()
-	cfg.backend, cfg.json, cfg.workload = "host", true, "maxm"
+	if cfg.backend == "" {
+		cfg.backend = "host"
+	}
+	cfg.json, cfg.workload = true, "maxm"
 	if cfg.stepSolves == 0 {
 		cfg.stepSolves = 2
 	}
