@@ -2,14 +2,14 @@ package gemm
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/internal/hostblas"
+	"github.com/distbuf/distbuf/internal/benchtimer"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -230,21 +230,32 @@ func BenchmarkEncodeStack(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(probs)), "ns/entry")
 }
 
-// BenchmarkHostGemm is the host GEMM alone: every product of a plan run in
-// order on one goroutine, as one wave of the host engine runs them below
-// its parallel threshold. The workloads are the solve's spectrum (2000
-// blocks of dimensions 1 to 8, one in a hundred of 24 to 64) in each dtype
-// and, in float64, each pair of operations; and 2000 float64 products of
-// uniform size 8, 32 and 64. ns/product is the mean over the products, and
-// cpu-ns/product the same in the thread's CPU time, which a busy machine
-// disturbs less;
-// GFLOP/s counts a complex multiply-add as eight real operations.
+// BenchmarkHostGemm is the host GEMM alone, per shape class: every
+// product of a plan run in order on one goroutine, as one wave of the host
+// engine runs them below its parallel threshold. The classes are the
+// solve's spectrum (2000 blocks of dimensions 1 to 8, one in a hundred of
+// 24 to 64) in each dtype and, in float64, each pair of operations; the
+// spectrum's tiny blocks alone and its large ones alone; 2000 products of
+// one size d, d = 1 to 16 in each dtype and 32 and 64 in float64.
+//
+// Each iteration runs the products by the engine's path and, in turns with
+// it, by another: where some products take the plain loops (every
+// dimension at most hostTinyMax), by gonum's BLAS alone, vs-gonum being the
+// median of the ratios engine/gonum (below 1 the loops pay, the goal); in
+// the other classes of size up to 16, by the loops alone, loops-vs-gonum
+// being loops/engine (where it is above 1 the edge is right). ns/product is
+// the engine's path, mean over the products; GFLOP/s counts a complex
+// multiply-add as eight real operations.
 func BenchmarkHostGemm(b *testing.B) {
 	type workload struct {
 		name   string
 		dt     packing.DType
 		ta, tb Op
 		dim    func(rng *rand.Rand) int
+		loops  bool // also time the plain loops where gonum runs
+	}
+	within := func(lo, hi int) func(*rand.Rand) int {
+		return func(rng *rand.Rand) int { return lo + rng.IntN(hi-lo+1) }
 	}
 	spectrum := func(rng *rand.Rand) int {
 		if rng.Float64() < 0.01 {
@@ -253,15 +264,24 @@ func BenchmarkHostGemm(b *testing.B) {
 		return 1 + rng.IntN(8)
 	}
 	fixed := func(d int) func(*rand.Rand) int { return func(*rand.Rand) int { return d } }
+	dtypes := []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
 	var cases []workload
-	for _, dt := range []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128} {
-		cases = append(cases, workload{"solve/" + dt.String() + "/NN", dt, NoTrans, NoTrans, spectrum})
+	for _, dt := range dtypes {
+		cases = append(cases, workload{"class=solve/" + dt.String() + "/NN", dt, NoTrans, NoTrans, spectrum, false})
 	}
 	for _, ops := range [][2]Op{{Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
-		cases = append(cases, workload{"solve/float64/" + ops[0].String() + ops[1].String(), packing.Float64, ops[0], ops[1], spectrum})
+		cases = append(cases, workload{"class=solve/float64/" + ops[0].String() + ops[1].String(), packing.Float64, ops[0], ops[1], spectrum, false})
 	}
-	for _, d := range []int{8, 32, 64} {
-		cases = append(cases, workload{fmt.Sprintf("dim=%d/float64/NN", d), packing.Float64, NoTrans, NoTrans, fixed(d)})
+	cases = append(cases,
+		workload{"class=solve-tiny/float64/NN", packing.Float64, NoTrans, NoTrans, within(1, 8), false},
+		workload{"class=solve-large/float64/NN", packing.Float64, NoTrans, NoTrans, within(24, 64), false})
+	for _, dt := range dtypes {
+		for _, d := range []int{1, 2, 4, 7, 8, 9, 16} {
+			cases = append(cases, workload{fmt.Sprintf("class=dim-%d/%v/NN", d, dt), dt, NoTrans, NoTrans, fixed(d), true})
+		}
+	}
+	for _, d := range []int{32, 64} {
+		cases = append(cases, workload{fmt.Sprintf("class=dim-%d/float64/NN", d), packing.Float64, NoTrans, NoTrans, fixed(d), false})
 	}
 	const n = 2000
 	for _, w := range cases {
@@ -275,8 +295,10 @@ func BenchmarkHostGemm(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 1))
 			var da, db, dc []packing.Desc
 			var flops int64
+			tiny := false
 			for i := range n {
 				m, k, nn := w.dim(rng), w.dim(rng), w.dim(rng)
+				tiny = tiny || max(m, k, nn) <= int(hostTinyMax(w.dt))
 				ar, ac := m, k
 				if w.ta == Trans {
 					ar, ac = k, m
@@ -335,34 +357,61 @@ func BenchmarkHostGemm(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			// other runs in turns with the engine's path: gonum alone where
+			// the engine takes the plain loops, the loops alone in the other
+			// classes of size up to 16.
+			other, metric := x, ""
+			switch {
+			case tiny:
+				other.tinyMax, metric = 0, "vs-gonum"
+			case w.loops:
+				other.tinyMax, metric = math.MaxInt32, "loops-vs-gonum"
+			}
 			// The operands are only read here: the stream has nothing else
 			// queued, and the benchmark holds the memory until the end.
 			if err := s.Synchronize(); err != nil {
 				b.Fatal(err)
 			}
-			var w hostblas.Workspace
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			cpu0 := threadCPU(b)
-			for b.Loop() {
-				for i := range p.problems {
-					x.run(&p.problems[i], 1, &w)
+			timed := func(x hostGemm) time.Duration {
+				t0 := time.Now()
+				x.products(p.problems, 1)
+				return time.Since(t0)
+			}
+			var own, theirs time.Duration
+			var ratios []float64
+			for i := 0; b.Loop(); i++ {
+				if metric == "" {
+					own += timed(x)
+					continue
+				}
+				// Each goes first in every other iteration: neither
+				// always finds the other's operands in cache.
+				var t, o time.Duration
+				if i%2 == 0 {
+					t, o = timed(x), timed(other)
+				} else {
+					o, t = timed(other), timed(x)
+				}
+				own, theirs = own+t, theirs+o
+				if tiny {
+					ratios = append(ratios, float64(t)/float64(o))
+				} else {
+					ratios = append(ratios, float64(o)/float64(t))
 				}
 			}
-			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			ns := float64(own.Nanoseconds()) / float64(b.N)
 			b.ReportMetric(ns/n, "ns/product")
-			b.ReportMetric(float64(threadCPU(b)-cpu0)/float64(b.N)/n, "cpu-ns/product")
 			b.ReportMetric(float64(flops)/ns, "GFLOP/s")
+			if metric != "" {
+				r := benchtimer.Median(ratios)
+				b.ReportMetric(r, metric)
+				if tiny {
+					b.ReportMetric(float64(theirs.Nanoseconds())/float64(b.N)/n, "gonum-ns/product")
+					b.Logf("goal vs-gonum < 1 (the plain loops run only where they pay): %s", map[bool]string{true: "met", false: "MISSED"}[r < 1])
+				}
+			}
 		})
 	}
-}
-
-// threadCPU is the CPU time the calling thread has used, in nanoseconds.
-func threadCPU(b *testing.B) int64 {
-	const rusageThread = 1 // RUSAGE_THREAD (Linux)
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
-		b.Skipf("no per-thread CPU time: %v", err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }

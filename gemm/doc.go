@@ -73,9 +73,13 @@
 // # Engines and lifetimes
 //
 // An Engine runs plans in the order of one devalloc Stream: on the host
-// backend with distbuf's own row-major GEMM (internal/hostblas: plain loops
-// for blocks up to 8, register tiles over packed panels above), one stream
-// function per wave whose products run in parallel goroutines (errgroup);
+// backend with gonum's BLAS (gonum.org/v1/gonum/blas/gonum, row-major as
+// the blocks are: an importer compiles gonum's blas packages and their
+// kernels, nothing of gonum.org/v1/plot, which gonum's go.mod lists), and
+// plain loops for the products whose dimensions are all at most 8 (7 in
+// float32), where a BLAS call costs more than it saves (`go test -bench
+// HostGemm ./gemm`), in one stream function per wave whose products run
+// in parallel goroutines (errgroup);
 // on CUDA with the kernel and cuBLAS,
 // loaded at run time, through one cuBLAS handle bound to the stream, owned
 // by the Engine until Close. RunOn declares the reads of A and B and the

@@ -18,8 +18,8 @@ type EngineOptions struct {
 	TF32 bool
 }
 
-// Engine runs plans in the order of one stream: distbuf's own GEMM on the
-// host backend, cuBLAS on CUDA with one handle bound to the stream. The
+// Engine runs plans in the order of one stream: gonum's BLAS on the host
+// backend, cuBLAS on CUDA with one handle bound to the stream. The
 // Engine owns the handle until Close. It is safe for concurrent use, though its work is
 // serialised by the stream anyway.
 type Engine struct {

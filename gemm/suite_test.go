@@ -767,7 +767,7 @@ func TestOperandsOfOnePlan(t *testing.T) {
 
 // TestBetaZeroOverwrites fills C with NaN and runs with Beta = 0: C is
 // written without being read on every backend and path (products of 5 and
-// 20 rows: the host's plain loops and its panels, the kernel's warp and
+// 20 rows: the host's plain loops and gonum's BLAS, the kernel's warp and
 // tile paths), so no NaN survives, in every dtype and pair of operations.
 func TestBetaZeroOverwrites(t *testing.T) {
 	for _, bc := range backends {
