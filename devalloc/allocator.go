@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/distbuf/distbuf"
@@ -92,6 +93,7 @@ type Allocator struct {
 	autoReserved  atomic.Int64
 	lastPhaseUsed atomic.Int64
 	steadyPhases  atomic.Int32
+	lastLook      atomic.Int64 // when EndPhase last read the pool and the device (unix nanoseconds)
 	defaultS      *Stream
 	reclaim       *Stream
 	pinned        pinnedPool
@@ -725,8 +727,11 @@ func (a *Allocator) EndPhase() error {
 // growing, and a run at one size keeps its memory from its third phase on.
 const autoSteadyPhases = 2
 
+// autoLookEvery is how often Auto reads the pool and the device at phase
+// ends once the phases hold still.
+const autoLookEvery = 100 * time.Millisecond
+
 func (a *Allocator) autoEndPhase() error {
-	r := a.be.reserved()
 	a.mu.Lock()
 	peak := a.n.phaseUsedPeak
 	a.n.phaseUsedPeak = a.n.used
@@ -737,6 +742,15 @@ func (a *Allocator) autoEndPhase() error {
 		steady = 0
 		a.steadyPhases.Store(0)
 	}
+	// Once the phases hold still only the headroom can ask for memory back:
+	// look at the device now and then, not at every phase, so that a run at
+	// one size pays no driver call for its phase ends.
+	now := time.Now().UnixNano()
+	if steady >= autoSteadyPhases && now-a.lastLook.Load() < int64(autoLookEvery) {
+		return nil
+	}
+	a.lastLook.Store(now)
+	r := a.be.reserved()
 	free, _ := a.be.memInfo()
 	if free >= 0 && (free < a.headroom || steady < autoSteadyPhases && a.tight(r)) {
 		if err := a.trimNow(0); err != nil {

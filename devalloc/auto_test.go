@@ -3,6 +3,7 @@ package devalloc_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
@@ -102,7 +103,7 @@ func testAutoReachesFree(t *testing.T, backend devalloc.Backend, retainCostsReac
 
 // phaseSweep runs phases solves of the same working set on one allocator
 // and returns the reservation after each phase and the trims made.
-func phaseSweep(t *testing.T, cfg devalloc.Config, m, phases int) (reserved []int64, st devalloc.Stats) {
+func phaseSweep(t *testing.T, cfg devalloc.Config, m, phases int, pause time.Duration) (reserved []int64, st devalloc.Stats) {
 	t.Helper()
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Config: &cfg})
 	require.NoError(t, err)
@@ -117,6 +118,7 @@ func phaseSweep(t *testing.T, cfg devalloc.Config, m, phases int) (reserved []in
 		for _, b := range bufs {
 			require.NoError(t, b.Free())
 		}
+		time.Sleep(pause)
 		require.NoError(t, a.EndPhase())
 		reserved = append(reserved, a.Stats().ReservedCurrent)
 	}
@@ -131,9 +133,9 @@ func phaseSweep(t *testing.T, cfg devalloc.Config, m, phases int) (reserved []in
 // everything back at every phase end.
 func TestAutoKeepsWhatItReuses(t *testing.T) {
 	t.Setenv("DISTBUF_HOST_MEMORY", "1GiB")
-	retain, rst := phaseSweep(t, devalloc.Config{Policy: devalloc.Retain}, 300, 6)
-	auto, ast := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto}, 300, 6)
-	free, _ := phaseSweep(t, devalloc.Config{Policy: devalloc.AggressiveFree}, 300, 6)
+	retain, rst := phaseSweep(t, devalloc.Config{Policy: devalloc.Retain}, 300, 6, 0)
+	auto, ast := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto}, 300, 6, 0)
+	free, _ := phaseSweep(t, devalloc.Config{Policy: devalloc.AggressiveFree}, 300, 6, 0)
 	require.Positive(t, retain[0])
 	require.Equal(t, retain, auto, "a small working set: auto is retain")
 	require.Equal(t, rst.ReservedTotal, ast.ReservedTotal, "and reserves as much, once")
@@ -142,7 +144,7 @@ func TestAutoKeepsWhatItReuses(t *testing.T) {
 
 	// About 60% of the device: m = 1900 is 40 * 1900^2 * 8 bytes = 1.08 GiB; at 4 GiB, 27%.
 	t.Setenv("DISTBUF_HOST_MEMORY", "1800MiB")
-	big, bst := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto}, 1900, 6)
+	big, bst := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto}, 1900, 6, 0)
 	require.Equal(t, []int64{0, 0}, big[:2], "the first two phases on a tight device: given back")
 	require.Positive(t, big[2], "the third needed no more than the second: kept")
 	for _, r := range big[3:] {
@@ -152,14 +154,19 @@ func TestAutoKeepsWhatItReuses(t *testing.T) {
 }
 
 // TestAutoHeadroom: whatever the phases need, Auto gives unused memory back
-// at a phase end when less than the headroom is free on the device.
+// at a phase end when less than the headroom is free on the device; once
+// the phases hold still it looks at most every 100 ms.
 func TestAutoHeadroom(t *testing.T) {
 	t.Setenv("DISTBUF_HOST_MEMORY", "1GiB")
-	kept, _ := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto, Headroom: 256 << 20}, 1000, 3)
+	kept, _ := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto, Headroom: 256 << 20}, 1000, 3, 0)
 	require.Positive(t, kept[2], "the working set (305 MiB) leaves more than 256 MiB free")
-	given, st := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto, Headroom: 800 << 20}, 1000, 3)
-	require.Equal(t, []int64{0, 0, 0}, given, "less than 800 MiB free at each phase end")
-	require.EqualValues(t, 3, st.Trims)
+	given, st := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto, Headroom: 800 << 20}, 1000, 4, 110*time.Millisecond)
+	require.Equal(t, []int64{0, 0, 0, 0}, given, "less than 800 MiB free at each phase end")
+	require.EqualValues(t, 4, st.Trims)
+	soon, st := phaseSweep(t, devalloc.Config{Policy: devalloc.Auto, Headroom: 800 << 20}, 1000, 4, 0)
+	require.Equal(t, []int64{0, 0}, soon[:2], "the first two phases are looked at")
+	require.Positive(t, soon[3], "then not within 100 ms")
+	require.EqualValues(t, 2, st.Trims)
 }
 
 // TestHostMemory: DISTBUF_HOST_MEMORY is the host backend's device: its

@@ -152,3 +152,34 @@ func TestCUDAFakeDriverCallsCounted(t *testing.T) {
 	require.NoError(t, c.Free())
 	require.NoError(t, a.Close())
 }
+
+// TestCUDAFakeAutoEndPhaseCalls: under Auto a phase end reads the pool and
+// the device while the phases change, and makes no driver call once they
+// hold still (within 100 ms of its last look).
+func TestCUDAFakeAutoEndPhaseCalls(t *testing.T) {
+	useFakeCUDA(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &devalloc.Config{}, Warn: func(string) {}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Close()) }()
+	require.Equal(t, devalloc.Auto, a.Info().Config.Policy)
+	s := a.DefaultStream()
+	phase := func(sizes ...int64) map[string]uint64 {
+		for _, n := range sizes {
+			b, err := a.Alloc(n, s)
+			require.NoError(t, err)
+			require.NoError(t, b.Free())
+		}
+		before := devalloc.DriverCalls()
+		require.NoError(t, a.EndPhase())
+		return callsSince(before)
+	}
+	looks := func(calls map[string]uint64) bool { return calls["cudaMemGetInfo"] > 0 }
+	require.True(t, looks(phase(8<<20, 1<<20)), "the first phase grew")
+	require.True(t, looks(phase(8<<20, 1<<20)), "one phase at a size is not yet steady")
+	for range 3 {
+		require.Empty(t, phase(8<<20, 1<<20), "steady")
+	}
+	require.True(t, looks(phase(64<<20, 1<<20)), "a larger working set is looked at")
+}

@@ -30,7 +30,8 @@ import (
 // queried, never waited for). Completed blocks go to a cache of size
 // classes (four per power of two, so a block is at most 25% larger than
 // asked) and are handed out again for requests of their class or up to
-// four classes below (less than 2x).
+// four classes below (less than 2x). A request whose class the cache could
+// not keep (above its bound) is not rounded to a class at all.
 //
 // cudaFree waits for the whole device, so it is only called where the host
 // waits anyway: at synchronisation points (Stream.Synchronize, Allocator.Sync,
@@ -154,9 +155,23 @@ func (c *mallocCache) noteUseLocked() {
 	c.reservedHigh = max(c.reservedHigh, c.reserved)
 }
 
+// classLocked is the size a request of size bytes is given: its size
+// class where the cache could keep the block, else size in cudaMalloc's own
+// 2 MiB steps, since a block the cache cannot keep is never reused by class
+// and rounding it up to one (up to a quarter more) would only waste memory.
+func (c *mallocCache) classLocked(size int64) int64 {
+	if class := mallocClass(size); class <= c.capacityLocked() {
+		return class
+	}
+	return alignUp(size, mallocGranularity)
+}
+
+// mallocGranularity is the step in which cudaMalloc reserves large blocks.
+const mallocGranularity = 2 << 20
+
 func (c *mallocCache) alloc(size int64, s *cudaStream) (uintptr, error) {
-	class := mallocClass(size)
 	c.mu.Lock()
+	class := c.classLocked(size)
 	if m := c.ordered[s]; m != nil {
 		if addr, cl, ok := m.take(class); ok {
 			c.orderedN -= cl

@@ -110,7 +110,9 @@
 // EndPhase, unless the phases have held still (the peak bytes of live
 // buffers no larger than the phase before's, twice in a row: a run at one
 // size keeps its memory from its third phase on, one that grows gives back
-// at each phase end), and when a new largest allocation grew the pool,
+// at each phase end; once they hold still it looks at the device at most
+// every 100 ms, so a run at one size pays no driver call for its phase
+// ends), and when a new largest allocation grew the pool,
 // which means the memory it kept did not fit (one pool query, made only for
 // an allocation of at least 1 MiB larger than any before). On a device that
 // several ranks share, a pool cannot reclaim what another rank's pool keeps:

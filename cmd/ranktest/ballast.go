@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -16,18 +18,24 @@ const ballastSlack = 256 << 20
 // placeBallast makes each device of the job have only leaveFree bytes free,
 // as maxm.cu's ballast does, so that a growing run meets the device's limit
 // in a few steps: on each device the lowest rank placed on it takes the rest
-// with cudaMalloc, outside every pool. It is collective. The holders'
-// release frees the ballast; bytes is this rank's.
-func placeBallast(world *cluster.Comm, a *devalloc.Allocator, leaveFree int64) (release func() error, bytes int64, err error) {
+// with cudaMalloc, outside every pool. It comes before the allocators open,
+// so that what they reserve at once (Config.Prime) counts against the
+// memory left. It is collective. The holders' release frees the ballast;
+// bytes is this rank's.
+func placeBallast(world *cluster.Comm, cfg config) (release func() error, bytes int64, err error) {
 	none := func() error { return nil }
-	if leaveFree == 0 {
+	if cfg.ballastFree == 0 {
 		return none, 0, nil
 	}
-	if a.Info().Backend != devalloc.BackendCUDA {
+	backend := strings.ToLower(strings.TrimSpace(cfg.backend))
+	if backend == "" {
+		backend = strings.ToLower(strings.TrimSpace(os.Getenv("DISTBUF_BACKEND")))
+	}
+	if n, _ := devalloc.DeviceCount(); n == 0 || backend == string(devalloc.BackendHost) {
 		return nil, 0, fmt.Errorf("-ballast-free: the host backend has no device to fill: set DISTBUF_HOST_MEMORY to the memory the run should meet")
 	}
 	devices := make([]int64, world.Size())
-	if err := cluster.Allgather(world, []int64{placementOf(a)}, devices); err != nil {
+	if err := cluster.Allgather(world, []int64{int64(cfg.device)}, devices); err != nil {
 		return nil, 0, err
 	}
 	holder := true
@@ -38,7 +46,7 @@ func placeBallast(world *cluster.Comm, a *devalloc.Allocator, leaveFree int64) (
 	}
 	release = none
 	if holder {
-		if release, bytes, err = takeBallast(a.Info().Device, leaveFree); err != nil {
+		if release, bytes, err = takeBallast(cfg.device, cfg.ballastFree); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -83,14 +83,9 @@ type growSummary struct {
 	Steps            []stepRecord `json:"steps"`
 }
 
-// runWorkloadSteps runs w step by step (runSteps) with the ballast and the
-// timeline the flags ask for around it.
-func runWorkloadSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable, out, errOut io.Writer) (err error) {
-	release, ballast, err := placeBallast(world, a, cfg.ballastFree)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, release()) }()
+// runWorkloadSteps runs w step by step (runSteps) with the timeline the
+// flags ask for around it; ballast is this rank's (placeBallast).
+func runWorkloadSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable, ballast int64, out, errOut io.Writer) (err error) {
 	var tl *timeline
 	if cfg.timeline != "" && world.Rank() == 0 {
 		header := timelineHeader{Policy: a.Info().Config.Policy.String(), Workload: cfg.workload, Device: a.Info().Description, Ranks: world.Size()}
@@ -133,6 +128,8 @@ func runSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable
 	progress := root && isTerminal(errOut)
 	start := time.Now()
 	iter := 0
+	// m grows as maxm.cu's does: a real number, truncated at each step.
+	mf := float64(cfg.m)
 	for m, step := cfg.m, 0; ; step++ {
 		if cfg.grow > 0 && cfg.growUntil > 0 && m > cfg.growUntil {
 			sum.EndedBy = "-grow-until"
@@ -159,11 +156,10 @@ func runSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable
 		if cfg.grow == 0 {
 			break
 		}
-		next := int(math.Floor(float64(m) * cfg.grow))
-		if next <= m {
-			next = m + 1
+		if mf *= cfg.grow; int(mf) <= m {
+			mf = float64(m + 1)
 		}
-		m = next
+		m = int(mf)
 		if err := w.dropStructures(); err != nil {
 			return err
 		}

@@ -51,19 +51,19 @@ func TestGrowingRunEndsAtTheDevicesLimit(t *testing.T) {
 	require.Contains(t, sum.EndedDetail, "DISTBUF_HOST_MEMORY")
 	require.EqualValues(t, 1<<30, sum.DeviceTotalBytes)
 	require.Greater(t, len(sum.Steps), 5, out)
+	mf := 512.0
 	for i, s := range sum.Steps {
+		require.Equal(t, int(mf), s.M, "m grows as maxm.cu's: a real number times 1.12, truncated")
+		mf *= 1.12
 		require.Len(t, s.SolveUS, 2, "two solves a step")
 		require.LessOrEqual(t, s.WorkingSetBytes, int64(1<<30))
 		require.GreaterOrEqual(t, s.ReservedPeakBytes, s.LivePeakBytes, "step %d", i)
 		require.GreaterOrEqual(t, s.LivePeakBytes, s.WorkingSetBytes, "step %d: the tail's rounding and alignment only add", i)
 		require.Positive(t, s.LargestAllocBytes)
-		if i > 0 {
-			require.Equal(t, int(float64(sum.Steps[i-1].M)*1.12), s.M)
-		}
 	}
 	last := sum.Steps[len(sum.Steps)-1]
 	require.Equal(t, sum.MaxM, last.M)
-	next, _ := anchorSizes(int(float64(last.M) * 1.12))
+	next, _ := anchorSizes(int(mf))
 	var need int64
 	for _, b := range next {
 		need += b

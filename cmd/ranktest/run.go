@@ -122,6 +122,11 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 	if cfg.mode != "packed" && cfg.mode != "perblock" {
 		return fmt.Errorf("-mode %q: the solve runs packed or perblock", cfg.mode)
 	}
+	release, ballast, err := placeBallast(world, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, release()) }()
 	a, err := openAllocator(cfg)
 	if err != nil {
 		return err
@@ -137,7 +142,7 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 		if cfg.mode == "perblock" {
 			return fmt.Errorf("-mode perblock: -workload maxm allocates, touches and frees; it has no modes")
 		}
-		return runWorkloadSteps(cfg, world, a, newAnchorWorkload(a), out, errOut)
+		return runWorkloadSteps(cfg, world, a, newAnchorWorkload(a), ballast, out, errOut)
 	}
 	sv, err := newSolver(cfg, world, a)
 	if err != nil {
