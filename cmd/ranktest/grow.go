@@ -88,7 +88,7 @@ type growSummary struct {
 func runWorkloadSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable, ballast int64, out, errOut io.Writer) (err error) {
 	var tl *timeline
 	if cfg.timeline != "" && world.Rank() == 0 {
-		header := timelineHeader{Policy: a.Info().Config.Policy.String(), Workload: cfg.workload, Device: a.Info().Description, Ranks: world.Size()}
+		header := timelineHeader{Policy: a.Info().Config.Policy.String(), Workload: cfg.workload, Device: a.Info().Description, Ranks: world.Size(), BallastBytes: ballast}
 		if tl, err = startTimeline(cfg.timeline, a, header, func(note string) { fmt.Fprintln(errOut, "ranktest:", note) }); err != nil {
 			return err
 		}

@@ -38,6 +38,7 @@ type deviceMonitor interface {
 	// utilization returns the samples taken since the last call, each at
 	// its time and in percent.
 	utilization() ([]utilSample, error)
+	name() string
 	close() error
 }
 
@@ -65,8 +66,11 @@ type timeline struct {
 type timelineHeader struct {
 	Policy   string `json:"policy"`
 	Workload string `json:"workload"`
-	Device   string `json:"device"`
+	Device   string `json:"device"` // the GPU's name (NVML), else the allocator's description
 	Ranks    int    `json:"ranks"`
+	// BallastBytes is the ballast on rank 0's device (-ballast-free),
+	// part of the device memory in use.
+	BallastBytes int64 `json:"ballast_bytes"`
 }
 
 // startTimeline opens path, writes the header and samples every
@@ -79,14 +83,17 @@ func startTimeline(path string, a *devalloc.Allocator, header timelineHeader, no
 	}
 	tl := &timeline{f: f, w: bufio.NewWriter(f), a: a, start: time.Now(), stop: make(chan struct{})}
 	tl.enc = json.NewEncoder(tl.w)
-	if err := tl.enc.Encode(header); err != nil {
-		return nil, errors.Join(fmt.Errorf("-timeline: %w", err), f.Close())
-	}
 	if a.Info().Backend == devalloc.BackendCUDA {
 		if tl.mon, err = openDeviceMonitor(a.Info().Device); err != nil {
 			note(fmt.Sprintf("-timeline: device memory from the CUDA runtime, no utilization: %v", err))
 			tl.mon = nil
 		}
+	}
+	if tl.mon != nil {
+		header.Device = tl.mon.name()
+	}
+	if err := tl.enc.Encode(header); err != nil {
+		return nil, errors.Join(fmt.Errorf("-timeline: %w", err), tl.closeMonitor(), f.Close())
 	}
 	tl.done.Add(1)
 	go tl.run()
@@ -147,6 +154,9 @@ func (tl *timeline) sample(util bool) {
 		return
 	}
 	for _, u := range samples {
+		if u.at.Before(tl.start) {
+			continue // the driver's buffer holds samples from before the run
+		}
 		pct := u.pct
 		tl.err = errors.Join(tl.err, tl.enc.Encode(timelineSample{T: u.at.Sub(tl.start).Seconds(), M: s.M, Solve: s.Solve, GPUUtil: &pct}))
 	}
@@ -159,13 +169,15 @@ func (tl *timeline) close() error {
 	}
 	close(tl.stop)
 	tl.done.Wait()
-	var errs []error
-	errs = append(errs, tl.err, tl.w.Flush(), tl.f.Close())
-	if tl.mon != nil {
-		errs = append(errs, tl.mon.close())
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(tl.err, tl.w.Flush(), tl.f.Close(), tl.closeMonitor()); err != nil {
 		return fmt.Errorf("-timeline: %w", err)
 	}
 	return nil
+}
+
+func (tl *timeline) closeMonitor() error {
+	if tl.mon == nil {
+		return nil
+	}
+	return tl.mon.close()
 }

@@ -73,6 +73,14 @@ func (n *nvmlMonitor) utilization() ([]utilSample, error) {
 	return out, nil
 }
 
+func (n *nvmlMonitor) name() string {
+	name, ret := n.dev.GetName()
+	if ret != nvml.SUCCESS {
+		return "unnamed GPU"
+	}
+	return name
+}
+
 func (n *nvmlMonitor) close() error {
 	if ret := nvml.Shutdown(); ret != nvml.SUCCESS {
 		return fmt.Errorf("nvml: shutdown: %s", nvml.ErrorString(ret))

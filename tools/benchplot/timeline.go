@@ -23,6 +23,7 @@ type timelineLine struct {
 	Policy       string   `json:"policy"`
 	Workload     string   `json:"workload"`
 	Device       string   `json:"device"`
+	BallastBytes int64    `json:"ballast_bytes"`
 	T            *float64 `json:"t"`
 	M            int64    `json:"m"`
 	DeviceUsed   *int64   `json:"device_used"`
@@ -48,6 +49,7 @@ func readTimeline(path string) (*timelineRun, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	const gib = 1 << 30
+	var ballast int64
 	for sc.Scan() {
 		var l timelineLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
@@ -55,7 +57,8 @@ func readTimeline(path string) (*timelineRun, error) {
 		}
 		if l.T == nil {
 			if l.Policy != "" {
-				r.label = fmt.Sprintf("%s: policy %s, %s", r.label, l.Policy, l.Device)
+				r.label = fmt.Sprintf("policy %s: %s, %s", l.Policy, l.Workload, l.Device)
+				ballast = l.BallastBytes
 			}
 			continue
 		}
@@ -65,7 +68,7 @@ func readTimeline(path string) (*timelineRun, error) {
 			r.util = append(r.util, plotter.XY{X: t, Y: float64(*l.GPUUtil)})
 		default:
 			if l.DeviceUsed != nil {
-				r.used = append(r.used, plotter.XY{X: t, Y: float64(*l.DeviceUsed) / gib})
+				r.used = append(r.used, plotter.XY{X: t, Y: float64(*l.DeviceUsed-ballast) / gib})
 			}
 			if l.PoolReserved != nil {
 				r.reserved = append(r.reserved, plotter.XY{X: t, Y: float64(*l.PoolReserved) / gib})
@@ -85,8 +88,8 @@ func readTimeline(path string) (*timelineRun, error) {
 }
 
 // drawTimelines draws each run as two panels, one above the other: memory
-// (device in use, the pool's reservation, live buffers) and GPU
-// utilization, against time.
+// (device in use less the run's ballast, the pool's reservation, live
+// buffers) and GPU utilization, against time.
 func drawTimelines(paths []string, title, out string) error {
 	var runs []*timelineRun
 	for _, p := range paths {
@@ -114,7 +117,7 @@ func drawTimelines(paths []string, title, out string) error {
 			name string
 			xy   plotter.XYs
 			c    color.Color
-		}{{"device in use", r.used, grey}, {"pool reserved", r.reserved, red}, {"live buffers", r.live, blue}} {
+		}{{"device in use (less the ballast)", r.used, grey}, {"pool reserved", r.reserved, red}, {"live buffers", r.live, blue}} {
 			if len(s.xy) == 0 {
 				continue
 			}
