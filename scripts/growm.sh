@@ -23,7 +23,10 @@
 #         mps       the growing run with 2 and 4 ranks on the one GPU under MPS,
 #                   sharing the $FREE_GIB, under free, retain and auto
 #         prime     the first solves at m = $FIXED_M and the growing run's
-#                   reach with a primed pool (auto), by prime size
+#                   reach with a primed pool (auto), primed with 0 and 1/32, 1/16
+#                   and 1/8 of the device's memory
+#         threshold the same under free with release thresholds of 0, 1/32 and
+#                   1/16 of the device's memory
 #         timeline  the growing run under free, retain and auto with -timeline
 #                   (no probe), for benchplot -timeline
 #         sectors   the sector workload's growing run (-workload sectors) under
@@ -68,7 +71,7 @@ run() {
   export LOG BIN FREE_GIB FIXED_M
   export -f lastjson
   local steps=("$@")
-  [ ${#steps[@]} -eq 0 ] && steps=(tests anchor grow fixed mps prime timeline sectors)
+  [ ${#steps[@]} -eq 0 ] && steps=(tests anchor grow fixed mps prime threshold timeline sectors)
   export DISTBUF_REQUIRE_GPU=1 LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } >"$LOG/machine.txt" 2>&1
   cat "$LOG/machine.txt" >"$LOG/summary.txt"
@@ -86,8 +89,14 @@ run() {
         step mps 400 "export CUDA_MPS_PIPE_DIRECTORY=\$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=\$(mktemp -d); nvidia-cuda-mps-control -d || exit 1;
           for n in 2 4; do for p in free retain auto; do $mpirun -x CUDA_MPS_PIPE_DIRECTORY -n \$n $BIN/ranktest-mpi -backend cuda -workload maxm -json $grow -probe=false -policy \$p > $LOG/mps\$n-\$p.txt; echo \"n=\$n \$p rc=\$?\"; done; done;
           echo quit | nvidia-cuda-mps-control" ;;
-      prime) step prime 300 "for pr in 0 2GiB 8GiB 16GiB; do DISTBUF_ALLOC_CONF=prime:\$pr $rt -m $FIXED_M -iters 4 -ballast-free ${FREE_GIB}GiB -probe=false > $LOG/prime-fixed-\$pr.txt || exit 1;
-          DISTBUF_ALLOC_CONF=prime:\$pr $rt $grow -probe=false > $LOG/prime-grow-\$pr.txt || exit 1; done" ;;
+      prime) step prime 300 "total=\$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1);
+          for d in 0 32 16 8; do pr=0; [ \$d -gt 0 ] && pr=\$((total / d))MiB;
+            DISTBUF_ALLOC_CONF=prime:\$pr $rt -m $FIXED_M -iters 4 -ballast-free ${FREE_GIB}GiB -probe=false > $LOG/prime-fixed-\$d.txt || exit 1;
+            DISTBUF_ALLOC_CONF=prime:\$pr $rt $grow -probe=false > $LOG/prime-grow-\$d.txt || exit 1; done" ;;
+      threshold) step threshold 300 "total=\$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1);
+          for d in 0 32 16; do th=0; [ \$d -gt 0 ] && th=\$((total / d))MiB;
+            DISTBUF_ALLOC_CONF=threshold:\$th $rt -policy free -m $FIXED_M -iters 11 -ballast-free ${FREE_GIB}GiB -probe=false > $LOG/threshold-fixed-\$d.txt || exit 1;
+            DISTBUF_ALLOC_CONF=threshold:\$th $rt -policy free $grow -probe=false > $LOG/threshold-grow-\$d.txt || exit 1; done" ;;
       timeline) step timeline 300 "for p in free retain auto; do $rt $grow -probe=false -policy \$p -timeline $LOG/maxm-\$p.timeline > $LOG/timeline-\$p.txt || exit 1; done" ;;
       sectors)
         if $BIN/ranktest -h 2>&1 | grep -q sectors; then
@@ -115,7 +124,7 @@ def last(path):
     except OSError:
         return None
 print("== largest m (working set, GiB) by run")
-for path in sorted(glob.glob(f"{log}/grow-*.txt") + glob.glob(f"{log}/mps*.txt") + glob.glob(f"{log}/prime-grow-*.txt") + glob.glob(f"{log}/sectors-*.txt")):
+for path in sorted(glob.glob(f"{log}/grow-*.txt") + glob.glob(f"{log}/mps*.txt") + glob.glob(f"{log}/prime-grow-*.txt") + glob.glob(f"{log}/threshold-grow-*.txt") + glob.glob(f"{log}/sectors-*.txt")):
     s = last(path)
     if not s:
         print(f"{os.path.basename(path)}: no summary"); continue
@@ -137,11 +146,16 @@ for pol, v in fixed.items():
 if {"auto", "retain", "free"} <= fixed.keys():
     a, r, f = (statistics.median(fixed[k]) for k in ("auto", "retain", "free"))
     print(f"auto / retain {a / r:.3f} (goal <= 1.05), auto / free {a / f:.3f} (goal <= 0.5)")
-print("== prime: first solves (us) at the fixed m")
-for path in sorted(glob.glob(f"{log}/prime-fixed-*.txt")):
+print("== prime (1/N of the device) and threshold: solves (us) at the fixed m; first steps of the growing run")
+for path in sorted(glob.glob(f"{log}/prime-fixed-*.txt") + glob.glob(f"{log}/threshold-fixed-*.txt")):
     s = last(path)
     if s:
         print(f"{os.path.basename(path):28} {[round(x, 1) for x in s['steps'][0]['solve_us']]}")
+for path in sorted(glob.glob(f"{log}/prime-grow-*.txt") + glob.glob(f"{log}/threshold-grow-*.txt")):
+    s = last(path)
+    if s:
+        first = [round(x["solve_us"][0], 1) for x in s["steps"][:6]]
+        print(f"{os.path.basename(path):28} first solve of steps 1-6 {first}, all steps' first solves {round(sum(x['solve_us'][0] for x in s['steps']) / 1e3, 1)} ms")
 PY
 }
 
