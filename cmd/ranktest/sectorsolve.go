@@ -35,7 +35,7 @@ type peerOutOfMemory struct {
 
 func (e *peerOutOfMemory) Error() string {
 	s := fmt.Sprintf("rank %d ran out of memory in this solve", e.rank)
-	if e.own != nil {
+	if e.own != nil && !errors.Is(e.own, errPeerFailed) {
 		s += " (here: " + e.own.Error() + ")"
 	}
 	return s
@@ -103,7 +103,7 @@ func (sv *solver) agree(own error) error {
 // its peak, before the free). A failure on any rank ends the solve on
 // every rank with an error; an allocation that fails (or a peer's) is an
 // error matching distbuf.ErrOutOfMemory, and the solve has freed what it
-// allocated.
+// allocated and dropped the structure's layout.
 func (sv *solver) solveSectors(iter, m, bond int) (iterStats, error) {
 	st := iterStats{deviceUS: -1, deviceGemmUS: -1}
 	if sv.size > 1 {
@@ -124,8 +124,13 @@ func (sv *solver) solveSectors(iter, m, bond int) (iterStats, error) {
 		st.solveUS += v
 	}
 	// The ranks leave the solve together, each knowing how every other's
-	// ended.
-	return st, sv.agree(err)
+	// ended. A failed solve takes its structure's layout with it (its
+	// plans' and staged operands' memory): the run is ending, or will
+	// plan the structure afresh.
+	if err = sv.agree(err); err != nil {
+		err = errors.Join(err, sv.dropSectors(m, bond))
+	}
+	return st, err
 }
 
 // dropSectors lets the layout of structure (m, bond) go, if the solver

@@ -99,6 +99,12 @@ type incomingBlock struct {
 }
 
 func newSolver(cfg config, world *cluster.Comm, a *devalloc.Allocator) (*solver, error) {
+	if cfg.mode == "" {
+		cfg.mode = "packed"
+	}
+	if cfg.bonds == 0 {
+		cfg.bonds = defaultBonds
+	}
 	sv := &solver{cfg: cfg, world: world, rank: world.Rank(), size: world.Size(), a: a, s: a.DefaultStream(),
 		shape: defaultShape, bonds: map[int]*bondData{}, layouts: map[int]*layout{}, sectorLayouts: map[sectorKey]*sectorLayout{}}
 	if cfg.blocks > 0 {
