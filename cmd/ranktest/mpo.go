@@ -1,5 +1,7 @@
 package main
 
+import "sync"
+
 // The Heisenberg chain's MPO, H = sum_i J/2 (S+_i S-_i+1 + S-_i S+_i+1) +
 // Jz Sz_i Sz_i+1, in the lower-triangular form of bond dimension 5: W[l][r]
 // is the operator a site carries from MPO state l on its left bond to r on
@@ -86,9 +88,14 @@ type wcBlock struct {
 	vals          []float64
 }
 
-// twoSiteBlocks contracts the MPO of two sites and returns its non-zero
-// blocks, each obeying qw2 = qw + (s1p - s1) + (s2p - s2).
-func twoSiteBlocks() []wcBlock {
+// twoSiteBlocks is the two-site MPO's non-zero blocks, each obeying
+// qw2 = qw + (s1p - s1) + (s2p - s2): the same for every structure, made
+// once, shared read-only.
+var twoSiteBlocks = sync.OnceValue(contractTwoSites)
+
+// contractTwoSites contracts the MPO of two sites over the bond between
+// them.
+func contractTwoSites() []wcBlock {
 	w := heisenbergMPO()
 	var out []wcBlock
 	for kw, sw := range mpoSectors {

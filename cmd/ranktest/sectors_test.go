@@ -406,3 +406,22 @@ func scaled(v []float64, c float64) []float64 {
 	}
 	return out
 }
+
+// BenchmarkSectorPlan is what a solve on a fresh structure pays before
+// its buffers: the structure and one rank's layouts (of four), the alloc
+// phase's planning part.
+func BenchmarkSectorPlan(b *testing.B) {
+	for _, m := range []int{defaultM, 1024, 8192} {
+		b.Run(fmt.Sprintf("m=%d", m), func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				st, err := newSectorStructure(1, i, m, 4, 1<<20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := newSectorLayout(st, sectorKey{m, i}, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

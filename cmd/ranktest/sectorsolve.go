@@ -240,6 +240,11 @@ func (sv *solver) sectors(iter, m, bond int, st *iterStats) (err error) {
 	before := sv.ex.Stats()
 	recv, err := l.pattern.Exchange(sends)
 	mem.recv = recv
+	if errors.Is(err, msg.ErrTooLarge) && !errors.Is(err, distbuf.ErrOutOfMemory) {
+		// A message larger than this rank's budget or memory can take:
+		// out of memory as much as a failed allocation is.
+		err = fmt.Errorf("%w: %w", distbuf.ErrOutOfMemory, err)
+	}
 	if err != nil {
 		return err
 	}
