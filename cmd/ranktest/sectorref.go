@@ -40,9 +40,10 @@ func (s *sectorStructure) roundingDepth() int {
 	return slices.Max(s.left.dim) + 2*slices.Max(s.right.dim) + 2*mpoDim + len(s.wc) + 64
 }
 
-// references computes the check of every H·psi block rank owns: the
-// products of step 2 whose T2 block goes to rank, grouped by qa' (each
-// group writes its own H·psi blocks), in parallel.
+// references computes the check of every H·psi block rank owns, in
+// parallel over qa' (each qa' writes its own H·psi blocks). The operands
+// are regenerated row by row as the products need them, each element once
+// per T1 block, so the memory stays a few rows per worker at any m.
 func (s *sectorStructure) references(rank int) ([]*hpsiRef, error) {
 	probes := map[int][]float64{}
 	var refs []*hpsiRef
@@ -72,13 +73,12 @@ func (s *sectorStructure) references(rank int) ([]*hpsiRef, error) {
 		i := held[k]
 		e := s.r[i]
 		nw, dbp, db := dw(e.kw), s.db(e.outer), s.db(e.inner)
-		vals := make([]float64, nw*dbp*db)
-		fillValues(vals, s.rKey(i), 0)
 		v := probes[e.outer]
-		z, zAbs := make([]float64, nw*db), make([]float64, nw*db)
+		z, zAbs, row := make([]float64, nw*db), make([]float64, nw*db), make([]float64, db)
+		key := s.rKey(i)
 		for w := range nw {
 			for bp := range dbp {
-				row := vals[(w*dbp+bp)*db : (w*dbp+bp+1)*db]
+				fillValues(row, key, (w*dbp+bp)*db)
 				for b, x := range row {
 					z[w*db+b] += x * v[bp]
 					zAbs[w*db+b] += math.Abs(x) * v[bp]
@@ -91,6 +91,8 @@ func (s *sectorStructure) references(rank int) ([]*hpsiRef, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The products of step 2 whose T2 block comes to this rank, by qa',
+	// each qa's in T1 order (the products of one T1 block together).
 	groups := map[int][]product2{}
 	var order []int
 	for _, p := range s.step2 {
@@ -103,71 +105,90 @@ func (s *sectorStructure) references(rank int) ([]*hpsiRef, error) {
 		}
 		groups[iap] = append(groups[iap], p)
 	}
+	for _, g := range groups {
+		slices.SortStableFunc(g, func(a, b product2) int { return a.t1 - b.t1 })
+	}
 	err = parallel(len(order), func(k int) error {
-		lvals, pvals := map[int][]float64{}, map[int][]float64{}
-		get := func(cache map[int][]float64, i, n int, key uint64) []float64 {
-			if v, ok := cache[i]; ok {
-				return v
+		var t, tAbs, u, uAbs, row, rowAbs []float64
+		prods := groups[order[k]]
+		for i := 0; i < len(prods); {
+			j := i
+			for j < len(prods) && prods[j].t1 == prods[i].t1 {
+				j++
 			}
-			v := make([]float64, n)
-			fillValues(v, key, 0)
-			cache[i] = v
-			return v
-		}
-		var t, tAbs, u, uAbs []float64
-		for _, p := range groups[order[k]] {
-			t1, t2, wc := s.t1[p.t1], s.t2[p.t2], s.wc[p.wc]
-			ref := byPsi[t2.hpsi]
-			if ref == nil {
-				return fmt.Errorf("sectors: T2 block %d comes to rank %d, which does not own its H·psi block", p.t2, rank)
+			run := prods[i:j]
+			i = j
+			t1 := s.t1[run[0].t1]
+			da, dap, db, nw := s.da(s.psi[t1.psi].ia), s.da(t1.iap), s.db(t1.ib), dw(t1.kw)
+			n := len(run) * nw // one vector per product and slab w of T1
+			t, tAbs = resize(t, n*db), resize(tAbs, n*db)
+			u, uAbs = resize(u, n*da), resize(uAbs, n*da)
+			clear(t)
+			clear(tAbs)
+			// t[p][w] = sum over w'' of Wc_p[w''][w] z_p[w'']: what T1's
+			// slab w meets on its way to H·psi·v through product p.
+			for p, pr := range run {
+				t2, wc, z := s.t2[pr.t2], s.wc[pr.wc], zs[s.t2[pr.t2].r]
+				if byPsi[t2.hpsi] == nil {
+					return fmt.Errorf("sectors: T2 block %d comes to rank %d, which does not own its H·psi block", pr.t2, rank)
+				}
+				for w := range nw {
+					tv, ta := t[(p*nw+w)*db:][:db], tAbs[(p*nw+w)*db:][:db]
+					for w2 := range dw(t2.kw2) {
+						c := wc.vals[w2*nw+w]
+						if c == 0 {
+							continue
+						}
+						for b := range db {
+							tv[b] += c * z.z[w2*db+b]
+							ta[b] += math.Abs(c) * z.zAbs[w2*db+b]
+						}
+					}
+				}
 			}
-			da, dap, db := s.da(s.psi[t1.psi].ia), s.da(t1.iap), s.db(t1.ib)
-			nw, nw2 := dw(t1.kw), dw(t2.kw2)
-			psi := get(pvals, t1.psi, da*db, s.psiKey(t1.psi))
-			l := get(lvals, t1.l, nw*dap*da, s.lKey(t1.l))
-			z := zs[t2.r]
-			t, tAbs = resize(t, db), resize(tAbs, db)
-			u, uAbs = resize(u, da), resize(uAbs, da)
+			// u = psi t, one row of psi at a time.
+			row, rowAbs = resize(row, max(da, db)), resize(rowAbs, max(da, db))
+			key := s.psiKey(t1.psi)
+			for a := range da {
+				r, ra := row[:db], rowAbs[:db]
+				fillValues(r, key, a*db)
+				for b, x := range r {
+					ra[b] = math.Abs(x)
+				}
+				for q := range n {
+					u[q*da+a] = dot(r, t[q*db:][:db])
+					uAbs[q*da+a] = dot(ra, tAbs[q*db:][:db])
+				}
+			}
+			// y_p += L[w] u[p][w], one row of L at a time.
+			key = s.lKey(t1.l)
 			for w := range nw {
-				// t = sum over w'' of Wc[w''][w] z[w'']: what T1's slab w
-				// meets on its way to H·psi·v.
-				clear(t)
-				clear(tAbs)
-				for w2 := range nw2 {
-					c := wc.vals[w2*nw+w]
-					if c == 0 {
-						continue
-					}
-					for b := range db {
-						t[b] += c * z.z[w2*db+b]
-						tAbs[b] += math.Abs(c) * z.zAbs[w2*db+b]
-					}
-				}
-				// u = psi t, then y += L[w] u.
-				for a := range da {
-					row := psi[a*db : (a+1)*db]
-					var sum, sumAbs float64
-					for b, x := range row {
-						sum += x * t[b]
-						sumAbs += math.Abs(x) * tAbs[b]
-					}
-					u[a], uAbs[a] = sum, sumAbs
-				}
 				for ap := range dap {
-					row := l[(w*dap+ap)*da : (w*dap+ap+1)*da]
-					var sum, sumAbs float64
-					for a, x := range row {
-						sum += x * u[a]
-						sumAbs += math.Abs(x) * uAbs[a]
+					r, ra := row[:da], rowAbs[:da]
+					fillValues(r, key, (w*dap+ap)*da)
+					for a, x := range r {
+						ra[a] = math.Abs(x)
 					}
-					ref.y[ap] += sum
-					ref.yAbs[ap] += sumAbs
+					for p, pr := range run {
+						ref := byPsi[s.t2[pr.t2].hpsi]
+						q := p*nw + w
+						ref.y[ap] += dot(r, u[q*da:][:da])
+						ref.yAbs[ap] += dot(ra, uAbs[q*da:][:da])
+					}
 				}
 			}
 		}
 		return nil
 	})
 	return refs, err
+}
+
+func dot(a, b []float64) float64 {
+	var s float64
+	for i, x := range a {
+		s += x * b[i]
+	}
+	return s
 }
 
 func resize(v []float64, n int) []float64 {
