@@ -22,8 +22,9 @@
 // (repeated). The solver owns what it plans for a structure (packing and
 // GEMM plans, the exchange pattern, the operands staged in pinned memory,
 // the check's references) and keeps the layouts of the latest
-// maxCachedLayouts structures; a solve owns the buffers it allocates, all
-// freed at its end, on success or failure. For a run that changes the
+// maxCachedLayouts structures; a solve owns the buffers it allocates,
+// freed at its end, on success or failure (the sectors workload frees its
+// temporaries as soon as the next step has read them). For a run that changes the
 // sectors workload's m as it goes, solveSectors runs one collective solve
 // at any (m, bond), reports its working set, and returns an out-of-memory
 // on any rank as an error matching distbuf.ErrOutOfMemory on every rank;

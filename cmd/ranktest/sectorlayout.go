@@ -83,7 +83,8 @@ type sectorLayout struct {
 	inTailSlot   [4]int // slot of each part, by group (Dest); -1 when empty
 	inTailGroups []int  // the groups with blocks, in the order of the parts
 	inputs       []allocSpec
-	work         []allocSpec // T1 (with its step-2 view) and H·psi
+	t1           []allocSpec // T1, with its step-2 view
+	hpsi         []allocSpec // H·psi
 
 	t2Joined   *packing.Plan // every destination's T2 slabs in one buffer, nil when none
 	t2View     *packing.Plan // the same bytes as (Dw'') x (Da'·Db) blocks
@@ -263,7 +264,7 @@ func newSectorLayout(st *sectorStructure, key sectorKey, rank int) (*sectorLayou
 			t1Loc[t] = blockLoc{spec.slot, k}
 			t1View[t] = blockLoc{spec.viewSlot, k}
 		}
-		l.work = append(l.work, spec)
+		l.t1 = append(l.t1, spec)
 		return nil
 	}
 	if len(t1Tail) > 0 {
@@ -328,7 +329,7 @@ func newSectorLayout(st *sectorStructure, key sectorKey, rank int) (*sectorLayou
 			}
 			spec := allocSpec{plan: hp, slot: newSlot(), zero: true}
 			hLoc[p] = blockLoc{spec.slot, 0}
-			l.work = append(l.work, spec)
+			l.hpsi = append(l.hpsi, spec)
 			l.bigs++
 			continue
 		}
@@ -344,7 +345,7 @@ func newSectorLayout(st *sectorStructure, key sectorKey, rank int) (*sectorLayou
 		for k, p := range hTailLocs {
 			hLoc[p] = blockLoc{spec.slot, k}
 		}
-		l.work = append(l.work, spec)
+		l.hpsi = append(l.hpsi, spec)
 	}
 
 	// Step 1: T1 = alpha L·psi, one product per T1 block.

@@ -203,14 +203,17 @@ func (sv *solver) evictSectorLayouts() error {
 	return nil
 }
 
-// sectors is one solve: the allocations of T1, T2 and H·psi, the upload of
-// the inputs, steps 1 and 2, the exchange of T2, step 3 on the received
-// buffers, the check and the free. Phases as packed's: alloc (a fresh
-// structure's planning, then T1, T2 and the cleared H·psi), upload, gemm_plan,
-// gemm (steps 1 and 2, then step 3 until H·psi is complete), exchange, free.
-// The ranks agree before the exchange on whether every one has its
-// buffers, so that a rank out of memory does not leave the others waiting
-// for its messages.
+// sectors is one solve. Its buffers live as long as a solver's would:
+// T1 and T2 are allocated, the inputs uploaded, steps 1 and 2 run and T1
+// freed (in stream order, after step 2 has read it); after the exchange
+// the sent T2 is freed and H·psi allocated and cleared; step 3 runs on the
+// received buffers, and the rest goes after the check. The phases are
+// packed's: alloc (a fresh structure's planning, then T1 and T2, then
+// H·psi), upload, gemm_plan, gemm (steps 1 and 2, then step 3 until H·psi
+// is complete), exchange and free (T1, the sent T2, then the rest). The
+// ranks agree before the exchange on whether every one has its buffers,
+// so that a rank out of memory does not leave the others waiting for its
+// messages.
 func (sv *solver) sectors(iter, m, bond int, st *iterStats) (err error) {
 	l, fresh, planUS, err := sv.sectorLayoutFor(m, bond)
 	if err != nil {
@@ -231,7 +234,7 @@ func (sv *solver) sectors(iter, m, bond int, st *iterStats) (err error) {
 		st.workingSet = mem.peakBytes
 	}()
 	bufs := make([]*packing.Coalesced, l.nSlots)
-	sends, err := sv.sectorsLocal(iter, l, bufs, &mem, st)
+	sends, t2, err := sv.sectorsLocal(iter, l, bufs, &mem, st)
 	if err := sv.agreeBeforeExchange(err); err != nil {
 		return err
 	}
@@ -252,6 +255,22 @@ func (sv *solver) sectors(iter, m, bond int, st *iterStats) (err error) {
 	after := sv.ex.Stats()
 	st.messages = after.Messages - before.Messages
 	st.bytesMoved = after.BytesSent + after.IPCBytes + after.HostReadBytes - before.BytesSent - before.IPCBytes - before.HostReadBytes
+	// The sent T2 goes once sent (its free waits, in stream order, for
+	// the copy of this rank's own part); H·psi comes now.
+	mem.observe()
+	if t2 != nil {
+		if err := mem.freeNow(t2); err != nil {
+			return err
+		}
+		bufs[l.t2ViewSlot] = nil
+	}
+	st.phase[phFree] += lap(&t)
+	for _, spec := range l.hpsi {
+		if err := sv.allocSpec(spec, bufs, &mem); err != nil {
+			return err
+		}
+	}
+	st.phase[phAlloc] += lap(&t)
 
 	// Step 3 on the received buffers as they are.
 	for _, src := range recv.Sources() {
@@ -305,7 +324,7 @@ func (sv *solver) sectors(iter, m, bond int, st *iterStats) (err error) {
 
 	t = time.Now()
 	err = mem.free()
-	st.phase[phFree] = lap(&t)
+	st.phase[phFree] += lap(&t)
 	return err
 }
 
@@ -327,44 +346,49 @@ func (sv *solver) agreeBeforeExchange(own error) error {
 	return own
 }
 
-// sectorsLocal is the solve up to the exchange, on this rank alone: it
-// allocates and fills bufs, runs steps 1 and 2 and returns the send
-// buffers.
-func (sv *solver) sectorsLocal(iter int, l *sectorLayout, bufs []*packing.Coalesced, mem *solveMemory, st *iterStats) (sends []*packing.Coalesced, err error) {
-	t := time.Now()
-	alloc := func(spec allocSpec, opts ...packing.AllocOptions) error {
-		c, err := packing.Alloc(sv.a, spec.plan, sv.s, opts...)
-		if err != nil {
+// allocSpec makes one allocation of a solve, with its view, cleared when
+// the spec says so.
+func (sv *solver) allocSpec(spec allocSpec, bufs []*packing.Coalesced, mem *solveMemory, opts ...packing.AllocOptions) error {
+	c, err := packing.Alloc(sv.a, spec.plan, sv.s, opts...)
+	if err != nil {
+		return err
+	}
+	mem.coalesced = append(mem.coalesced, c)
+	bufs[spec.slot] = c
+	if spec.view != nil {
+		if bufs[spec.viewSlot], err = packing.Wrap(c.Buffer(), c.Start(), spec.view, 0, noRelease); err != nil {
 			return err
 		}
-		mem.coalesced = append(mem.coalesced, c)
-		bufs[spec.slot] = c
-		if spec.view != nil {
-			if bufs[spec.viewSlot], err = packing.Wrap(c.Buffer(), c.Start(), spec.view, 0, noRelease); err != nil {
-				return err
-			}
-		}
-		if spec.zero {
-			return sv.s.Memset(c.Buffer(), 0, c.Buffer().Size(), 0)
-		}
-		return nil
 	}
-	for _, spec := range l.work {
-		if err := alloc(spec); err != nil {
-			return nil, err
+	if spec.zero {
+		return sv.s.Memset(c.Buffer(), 0, c.Buffer().Size(), 0)
+	}
+	return nil
+}
+
+// sectorsLocal is the solve up to the exchange, on this rank alone: it
+// allocates T1 and T2, uploads the inputs, runs steps 1 and 2, frees T1
+// (in stream order, after step 2) and returns the send buffers and the
+// joined buffer they are parts of.
+func (sv *solver) sectorsLocal(iter int, l *sectorLayout, bufs []*packing.Coalesced, mem *solveMemory, st *iterStats) (sends []*packing.Coalesced, t2 *packing.Coalesced, err error) {
+	t := time.Now()
+	for _, spec := range l.t1 {
+		if err := sv.allocSpec(spec, bufs, mem); err != nil {
+			return nil, nil, err
 		}
 	}
 	if l.t2Joined != nil {
 		c, err := packing.Alloc(sv.a, l.t2Joined, sv.s)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		mem.coalesced = append(mem.coalesced, c)
+		t2 = c
 		if sends, err = c.Parts(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if bufs[l.t2ViewSlot], err = packing.Wrap(c.Buffer(), c.Start(), l.t2View, 0, noRelease); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	st.phase[phAlloc] += lap(&t)
@@ -372,29 +396,29 @@ func (sv *solver) sectorsLocal(iter int, l *sectorLayout, bufs []*packing.Coales
 	// The inputs come with their upload: the tails in one allocation and
 	// one copy, each big block in its own.
 	if err := sv.timer.mark(0); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	t = time.Now()
 	in, err := packing.Alloc(sv.a, l.inTail, sv.s, packing.AllocOptions{CopyOf: l.inTailStage})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mem.coalesced = append(mem.coalesced, in)
 	parts, err := in.Parts()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := l.assignInTail(parts, bufs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, spec := range l.inputs {
-		if err := alloc(spec, packing.AllocOptions{CopyOf: spec.stage}); err != nil {
-			return nil, err
+		if err := sv.allocSpec(spec, bufs, mem, packing.AllocOptions{CopyOf: spec.stage}); err != nil {
+			return nil, nil, err
 		}
 	}
 	st.phase[phUpload] = lap(&t)
 	if err := sv.timer.mark(1); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	t = time.Now()
@@ -403,7 +427,7 @@ func (sv *solver) sectorsLocal(iter int, l *sectorLayout, bufs []*packing.Coales
 			if g.plan == nil {
 				p, err := gemm.NewPlan(gemm.Problem{A: bufs[g.a], B: bufs[g.b], C: bufs[g.c], Alpha: 1, Triples: g.triples}, gemm.Options{})
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				sv.plansBuilt++
 				g.plan = p
@@ -415,19 +439,28 @@ func (sv *solver) sectorsLocal(iter int, l *sectorLayout, bufs []*packing.Coales
 	for _, g := range l.step1 {
 		n, err := sv.runGroup(g.plan, bufs[g.a], bufs[g.b], bufs[g.c], alpha, 0)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		st.gemmLaunches += n
 	}
 	for _, g := range l.step2 {
 		n, err := sv.runGroup(g.plan, bufs[g.a], bufs[g.b], bufs[g.c], 1, 0)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		st.gemmLaunches += n
 	}
 	st.phase[phGemm] = lap(&t)
-	return sends, nil
+	// T1 is done with once step 2 has read it.
+	mem.observe()
+	for _, spec := range l.t1 {
+		if err := mem.freeNow(bufs[spec.slot]); err != nil {
+			return nil, nil, err
+		}
+		bufs[spec.slot], bufs[spec.viewSlot] = nil, nil
+	}
+	st.phase[phFree] = lap(&t)
+	return sends, t2, nil
 }
 
 // assignInTail puts each part of the joined input tail in its slot: the

@@ -173,3 +173,30 @@ func TestSectorsBadFlags(t *testing.T) {
 	_, _, err = runSolve(t, cfg)
 	require.ErrorContains(t, err, `-workload "random"`)
 }
+
+// TestSectorsWorkingSet: T1 goes once step 2 has read it and the sent T2
+// once the exchange is over, H·psi comes after it, so the solve never
+// holds all its buffers at once: its peak is the inputs, T2 and the
+// largest of T1, the received T2 and H·psi, not their sum.
+func TestSectorsWorkingSet(t *testing.T) {
+	sv, a := newSectorsSolver(t, sectorsConfig(64, 1, 1))
+	st, err := sv.solveSectors(0, 64, 0)
+	require.NoError(t, err)
+	l := sv.sectorLayouts[sectorKey{64, 0}]
+	require.NotNil(t, l)
+	bytesOf := func(specs []allocSpec) int64 {
+		var n int64
+		for _, s := range specs {
+			n += s.plan.Groups()[0].Bytes
+		}
+		return n
+	}
+	in := l.inTail.Groups()[0].Bytes + bytesOf(l.inputs)
+	t1, h, t2 := bytesOf(l.t1), bytesOf(l.hpsi), l.t2Joined.Groups()[0].Bytes
+	require.Positive(t, t1)
+	require.Positive(t, h)
+	require.GreaterOrEqual(t, st.workingSet, in+t1+t2, "inputs, T1 and T2 are live together before the exchange")
+	require.LessOrEqual(t, st.workingSet, in+t2+max(t1, t2, h), "T1 freed before the exchange, H·psi allocated after it (received T2: at most the sent one, on one rank)")
+	require.NoError(t, sv.close())
+	require.NoError(t, a.Close())
+}

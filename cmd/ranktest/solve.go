@@ -447,10 +447,24 @@ type solveMemory struct {
 	layout       *layout       // closed too, when set
 	sectorLayout *sectorLayout // closed too, when set
 	freed        bool
-	// peakBytes is the solve's working set, set by free: the bytes of its
-	// buffers outside pinned memory (device memory, or host-backend memory
-	// standing for it), every one live until then.
+	// peakBytes is the solve's working set: the most bytes of its buffers
+	// outside pinned memory (device memory, or host-backend memory standing
+	// for it) held at once, as observe saw them (free observes too).
 	peakBytes int64
+}
+
+// observe notes the bytes the solve holds now: call it where they peak,
+// before buffers are freed early.
+func (m *solveMemory) observe() { m.peakBytes = max(m.peakBytes, m.bytes()) }
+
+// freeNow frees c, one of the solve's buffers, before the solve's end.
+func (m *solveMemory) freeNow(c *packing.Coalesced) error {
+	i := slices.Index(m.coalesced, c)
+	if i < 0 {
+		return fmt.Errorf("ranktest: freeing a buffer the solve does not hold")
+	}
+	m.coalesced = slices.Delete(m.coalesced, i, i+1)
+	return c.Free()
 }
 
 // bytes sums the sizes of the distinct buffers the solve holds, pinned
@@ -483,7 +497,7 @@ func (m *solveMemory) free() error {
 		return nil
 	}
 	m.freed = true
-	m.peakBytes = m.bytes()
+	m.observe()
 	var errs []error
 	for _, c := range m.coalesced {
 		errs = append(errs, c.Free())
