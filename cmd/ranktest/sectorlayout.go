@@ -48,8 +48,10 @@ type allocSpec struct {
 	// stage holds the operand in pinned memory: the allocation is its
 	// upload.
 	stage *packing.Coalesced
-	// zero clears the buffer before the GEMMs (H·psi, which step 3
-	// accumulates into from several sources).
+	// zero clears the buffer before the GEMMs: H·psi, which step 3
+	// accumulates into with beta = 1. A block's first product may come
+	// from any of several plans (one per source, R buffer and H·psi
+	// buffer), so no one plan could start it with beta = 0.
 	zero bool
 }
 
@@ -72,7 +74,6 @@ type hpsiCheck struct {
 // step 2 writes into the send buffers, and the message from each source
 // is step 3's A operand as received.
 type sectorLayout struct {
-	key     sectorKey
 	st      *sectorStructure
 	rank    int
 	lastUse int
@@ -80,9 +81,9 @@ type sectorLayout struct {
 
 	inTail       *packing.Plan // Wc, L, psi and R tails, joined: groups 0 to 3
 	inTailStage  *packing.Coalesced
-	inTailSlot   [4]int // slot of each part, by group (Dest); -1 when empty
-	inTailGroups []int  // the groups with blocks, in the order of the parts
-	inputs       []allocSpec
+	inTailSlot   [4]int      // slot of each part, by group (Dest); -1 when empty
+	inTailGroups []int       // the groups with blocks, in the order of the parts
+	inputs       []allocSpec // the big input blocks, each uploaded from its stage
 	t1           []allocSpec // T1, with its step-2 view
 	hpsi         []allocSpec // H·psi
 
@@ -101,6 +102,9 @@ type sectorLayout struct {
 	bigs   int               // allocations of single big blocks (T1: of pairs)
 }
 
+// noRelease is the release of a view over a buffer another Coalesced of
+// the solve owns (a reshape, the send buffer seen whole): freeing the view
+// gives nothing back.
 func noRelease() error { return nil }
 
 // Desc ids of the joined input tail: the kind in the top byte.
@@ -113,8 +117,8 @@ const (
 
 // newSectorLayout plans rank's part of structure st: layouts, views and
 // GEMM groups, without allocating or staging anything.
-func newSectorLayout(st *sectorStructure, key sectorKey, rank int) (*sectorLayout, error) {
-	l := &sectorLayout{key: key, st: st, rank: rank, expect: map[int]int{}, recvSlot: map[int]int{}}
+func newSectorLayout(st *sectorStructure, rank int) (*sectorLayout, error) {
+	l := &sectorLayout{st: st, rank: rank, expect: map[int]int{}, recvSlot: map[int]int{}}
 	newSlot := func() int { l.nSlots++; return l.nSlots - 1 }
 	f64 := packing.Float64
 

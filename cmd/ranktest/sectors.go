@@ -15,7 +15,7 @@ type bondSectors struct {
 	dim []int // dim[i] >= 1 is the dimension of sector q[i]
 }
 
-// sectorsOf returns the index of charge q, or -1 when the bond has no such
+// index returns the index of charge q, or -1 when the bond has no such
 // sector.
 func (b bondSectors) index(q int) int {
 	if len(b.q) == 0 || (q-b.q[0])%2 != 0 {

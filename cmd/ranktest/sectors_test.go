@@ -418,7 +418,7 @@ func BenchmarkSectorPlan(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := newSectorLayout(st, sectorKey{m, i}, 1); err != nil {
+				if _, err := newSectorLayout(st, 1); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -99,8 +99,7 @@ func (sv *solver) agree(own error) error {
 // staged operands are made when (m, bond) is new to the solver (the solve
 // is then fresh) and reused otherwise; dropSectors lets them go. The
 // result carries the solve's phases and counts as iterate's does, and
-// workingSet, the bytes of the buffers the solve allocates (all live at
-// its peak, before the free). A failure on any rank ends the solve on
+// workingSet, the most bytes of buffers the solve held at once. A failure on any rank ends the solve on
 // every rank with an error; an allocation that fails (or a peer's) is an
 // error matching distbuf.ErrOutOfMemory, and the solve has freed what it
 // allocated and dropped the structure's layout.
@@ -167,7 +166,7 @@ func (sv *solver) sectorLayoutFor(m, bond int) (l *sectorLayout, fresh bool, pla
 	if err != nil {
 		return nil, true, 0, err
 	}
-	if l, err = newSectorLayout(st, k, sv.rank); err != nil {
+	if l, err = newSectorLayout(st, sv.rank); err != nil {
 		return nil, true, 0, err
 	}
 	l.lastUse = sv.solves

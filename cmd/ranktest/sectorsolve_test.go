@@ -70,7 +70,7 @@ func sumInts(v []int) int {
 func TestSectorsBigBlocks(t *testing.T) {
 	st, err := newSectorStructure(5, 0, 96, 1, 2<<10)
 	require.NoError(t, err)
-	l, err := newSectorLayout(st, sectorKey{96, 0}, 0)
+	l, err := newSectorLayout(st, 0)
 	require.NoError(t, err)
 	require.Greater(t, l.bigs, 4, "big sectors at D >= %d: %v", st.bigDim, st.left.dim)
 	require.Less(t, len(l.inputs), len(st.l)+len(st.psi)+len(st.r), "the small blocks stay in the tails")
