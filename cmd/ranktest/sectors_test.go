@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -232,6 +234,52 @@ func TestSectorWorkIsBalanced(t *testing.T) {
 	for r, w := range work {
 		require.Less(t, w, total/2, "rank %d has %.3g of %.3g flops", r, w, total)
 		require.Positive(t, w, "rank %d has nothing", r)
+	}
+}
+
+// TestPartitionIsOptimal: against every contiguous cut of small lists,
+// partition's largest range is the least possible, and no rank is left
+// empty while there are as many items as ranks.
+func TestPartitionIsOptimal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 2000 {
+		n, ranks := 1+rng.IntN(9), 1+rng.IntN(5)
+		work := make([]float64, n)
+		for i := range work {
+			work[i] = math.Exp(4 * rng.Float64()) // a few orders of magnitude, as sectors are
+			if trial%2 == 1 {
+				work[i] = float64(1 + rng.IntN(4)) // ties
+			}
+		}
+		owner := partition(work, ranks)
+		loads := make([]float64, ranks)
+		for i, r := range owner {
+			require.True(t, r >= 0 && r < ranks)
+			if i > 0 {
+				require.GreaterOrEqual(t, r, owner[i-1], "contiguous, in order")
+			}
+			loads[r] += work[i]
+		}
+		best := math.Inf(1)
+		// Every cut: a bitmask of the n-1 places between items.
+		for mask := 0; mask < 1<<(n-1); mask++ {
+			if bits.OnesCount(uint(mask)) > ranks-1 {
+				continue
+			}
+			var worst, sum float64
+			for i, w := range work {
+				sum += w
+				if i == n-1 || mask>>i&1 == 1 {
+					worst = max(worst, sum)
+					sum = 0
+				}
+			}
+			best = min(best, worst)
+		}
+		require.InEpsilon(t, best, slices.Max(loads), 1e-9, "trial %d: %v over %d ranks: %v", trial, work, ranks, owner)
+		if n >= ranks {
+			require.NotContains(t, loads, 0.0, "trial %d: %v over %d ranks: %v", trial, work, ranks, owner)
+		}
 	}
 }
 

@@ -218,19 +218,81 @@ func (s *sectorStructure) balance() []int {
 		work[ibp] += f
 		s.flops += f
 	}
-	var total float64
-	for _, w := range work {
-		total += w
-	}
-	// Each sector goes to the rank whose share of the cumulative work holds
-	// the sector's midpoint: contiguous ranges, in charge order.
-	owner := make([]int, len(work))
-	var done float64
+	return partition(work, s.ranks)
+}
+
+// partition cuts work into ranks contiguous ranges (some may be empty)
+// with the smallest possible largest sum, since the slowest rank sets the
+// solve's pace, and among those the most even (least sum of squares), so
+// that no rank idles while it could take a sector, and its memory, off
+// another. It returns each item's range. The bound is found by bisection,
+// each candidate checked by filling ranges greedily up to it; the even
+// cut under it by dynamic programming over (ranges, items): the items are
+// a bond's sectors, a few dozen.
+func partition(work []float64, ranks int) []int {
+	n := len(work)
+	prefix := make([]float64, n+1)
 	for i, w := range work {
-		if total > 0 {
-			owner[i] = min(int(float64(s.ranks)*(done+w/2)/total), s.ranks-1)
+		prefix[i+1] = prefix[i] + w
+	}
+	// A range's load is a difference of prefix sums, in the greedy fill as
+	// in the cut below, so that a bound the fill meets the cut can meet.
+	feasible := func(bound float64) bool {
+		needed, start := 1, 0
+		for i := range work {
+			if i > start && prefix[i+1]-prefix[start] > bound {
+				needed++
+				start = i
+			}
 		}
-		done += w
+		return needed <= ranks
+	}
+	lo, hi := 0.0, prefix[n]
+	for _, w := range work {
+		lo = max(lo, w)
+	}
+	lo = max(lo, prefix[n]/float64(ranks))
+	for range 64 {
+		if mid := (lo + hi) / 2; feasible(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	// cost[k][i]: the least sum of squares of k ranges holding items
+	// 0..i-1, none above hi; from[k][i] where the k-th range starts. The
+	// greedy fill under hi is one such cut, so cost[ranks][n] is finite.
+	inf := math.Inf(1)
+	cost := make([][]float64, ranks+1)
+	from := make([][]int, ranks+1)
+	for k := range cost {
+		cost[k] = make([]float64, n+1)
+		from[k] = make([]int, n+1)
+		for i := range cost[k] {
+			cost[k][i] = inf
+		}
+	}
+	cost[0][0] = 0
+	for k := 1; k <= ranks; k++ {
+		for i := 0; i <= n; i++ {
+			for j := i; j >= 0; j-- {
+				load := prefix[i] - prefix[j]
+				if load > hi && j < i-1 {
+					break // a lone item is a range whatever its rounding, as in the fill
+				}
+				if c := cost[k-1][j] + load*load; c < cost[k][i] {
+					cost[k][i], from[k][i] = c, j
+				}
+			}
+		}
+	}
+	owner := make([]int, n)
+	for k, i := ranks, n; k > 0; k-- {
+		j := from[k][i]
+		for x := j; x < i; x++ {
+			owner[x] = k - 1
+		}
+		i = j
 	}
 	return owner
 }
