@@ -32,7 +32,7 @@ type config struct {
 	calls      bool   // time the runtime calls of the solves by entry point
 	workload   string // synthetic or sectors; "" is synthetic
 	m          int    // bond dimension of the sectors workload
-	bigBlock   int64  // sectors: a block between sectors of at least this many bytes squared is its own allocation
+	bigBlock   int64  // sectors: a sector of D with D*D float64s at least this many bytes is big; a block between two big ones is its own allocation
 }
 
 // Bounds on the sizes the flags give, far above any run this harness is

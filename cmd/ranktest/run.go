@@ -22,8 +22,9 @@ import (
 //   - counts (alloc_calls, gemm_launches, messages, bytes_moved,
 //     verify_failures, gemm_plans_built, runtime_calls) are totals over
 //     every rank and solve;
-//   - memory (pool_reserved_*_bytes) is the sum over ranks of each rank's
-//     figure, a cluster total (the peak is the sum of the ranks' peaks);
+//   - memory (pool_reserved_*_bytes, working_set_bytes) is the sum over
+//     ranks of each rank's figure, a cluster total (the peak is the sum of
+//     the ranks' peaks);
 //   - runtime_calls_by_entry (with -calls) is per solve and rank: each
 //     entry point's calls and microseconds, the mean over ranks;
 //   - times (*_us) are medians over solves of the slowest rank's time in
@@ -65,7 +66,9 @@ type summary struct {
 	// gemm_plan, gemm, exchange, free.
 	PhaseUS phaseTimes `json:"phase_us"`
 	// DeviceUS is the device time of the solve's stream from the upload to
-	// the end of the GEMMs (CUDA events); absent on the host backend.
+	// the end of the GEMMs (CUDA events); absent on the host backend. The
+	// sectors workload's last GEMMs follow the exchange, which these times
+	// then include.
 	DeviceUS     *float64       `json:"device_us,omitempty"`
 	DeviceGemmUS *float64       `json:"device_gemm_us,omitempty"`
 	Repeated     *layoutSummary `json:"repeated"`
@@ -83,8 +86,8 @@ type summary struct {
 	Workload string `json:"workload"`
 	M        int    `json:"m,omitempty"`
 	// WorkingSetBytes is memory, summed over ranks: each rank's largest
-	// solve, the bytes of the buffers it allocated outside pinned memory,
-	// all live at once before the solve's free.
+	// working set, the most bytes a solve held at once in buffers outside
+	// pinned memory (the synthetic solve holds all of them to its end).
 	WorkingSetBytes int64 `json:"working_set_bytes"`
 	// Structure describes the sectors workload's latest fresh block
 	// structure; absent for synthetic.
