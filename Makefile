@@ -8,6 +8,9 @@ RANKS   ?= 4
 MPI_TAGS = $$(pkg-config --exists mpi 2>/dev/null && echo mpi)
 MPIRUN  ?= mpirun
 MPIRUN_FLAGS ?= $$(if [ "$$(id -u)" = 0 ]; then echo --allow-run-as-root; fi) --oversubscribe
+# The main job's flags: the design note's workload, a U(1) spin chain's
+# two-site H·psi (RUN_FLAGS="-workload synthetic" for the random blocks).
+RUN_FLAGS ?= -workload sectors
 
 .PHONY: all deps test-deps build test unit mpitest fuzz mutate lint bench bench-mpi gpu-bench run clean
 
@@ -67,9 +70,9 @@ gpu-bench:
 
 run: build
 	@if [ -n "$(MPI_TAGS)" ]; then \
-	  echo "$(MPIRUN) $(MPIRUN_FLAGS) -n $(RANKS) $(BIN)/ranktest"; \
-	  $(MPIRUN) $(MPIRUN_FLAGS) -n $(RANKS) $(BIN)/ranktest; \
-	else $(BIN)/ranktest; fi
+	  echo "$(MPIRUN) $(MPIRUN_FLAGS) -n $(RANKS) $(BIN)/ranktest $(RUN_FLAGS)"; \
+	  $(MPIRUN) $(MPIRUN_FLAGS) -n $(RANKS) $(BIN)/ranktest $(RUN_FLAGS); \
+	else $(BIN)/ranktest $(RUN_FLAGS); fi
 
 clean:
 	rm -rf $(BIN)

@@ -13,8 +13,8 @@ import (
 // temporaries (m*m doubles times 5, 5, 4, 4, 10, 10 and 2), each its own
 // pool allocation, and 2000 tiny blocks of 64 B to 16 KiB, the tail, packed
 // into one. A solve allocates them, touches the first 4 KiB of each (the
-// tail whole), frees them and waits for the stream, as maxm.cu's does (the
-// driver ends the phase after it), so
+// tail whole), frees them and waits for the stream, as maxm.cu's does, and
+// ends the phase (the policy's work), so
 // that the largest m and the time per solve of each retention policy can be
 // set beside the plain C program's on the same machine.
 type anchorWorkload struct {
@@ -65,6 +65,7 @@ func (w *anchorWorkload) structure(m int) error {
 	return nil
 }
 
+// workingSet is the bytes a solve at m asks for.
 func (w *anchorWorkload) workingSet(m int) int64 {
 	large, tiny := anchorSizes(m)
 	var n int64
@@ -123,8 +124,12 @@ func (w *anchorWorkload) solveAt(m, _ int) (st iterStats, err error) {
 	if err := w.s.Synchronize(); err != nil {
 		return st, err
 	}
+	if err := w.a.EndPhase(); err != nil {
+		return st, err
+	}
 	st.phase[phFree] = lap(&t)
 	st.solveUS = st.phase[phAlloc] + st.phase[phFree]
+	st.workingSet = w.workingSet(m)
 	return st, nil
 }
 

@@ -3,6 +3,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -10,13 +13,53 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// fakeCUDA is the fake CUDA libraries of this test binary, built once: the
+// cuBLAS and NVRTC loaders load once per process, and the fake cuBLAS works
+// on the streams of the fake libcudart loaded with it, so every test must
+// use that one (a libcudart of another path would be another library,
+// whose streams the fake cuBLAS cannot queue work on).
+var fakeCUDA struct {
+	once                  sync.Once
+	cudart, nvrtc, cublas string
+	failed                bool
+}
+
+func useFakeCUDA(t *testing.T) {
+	t.Helper()
+	fakeCUDA.once.Do(func() {
+		dir, err := os.MkdirTemp("", "ranktest-fakecuda")
+		if err != nil {
+			fakeCUDA.failed = true
+			t.Fatal(err)
+		}
+		testCleanups = append(testCleanups, func() { _ = os.RemoveAll(dir) })
+		// Built in a test's temporary directory, then moved to one that
+		// lasts as long as the test binary.
+		for _, lib := range []struct {
+			path  *string
+			build func(testing.TB) string
+		}{{&fakeCUDA.cudart, func(tb testing.TB) string { return cudarttest.Build(tb) }}, {&fakeCUDA.nvrtc, cudarttest.BuildNVRTC}, {&fakeCUDA.cublas, cudarttest.BuildCUBLAS}} {
+			built := lib.build(t)
+			*lib.path = filepath.Join(dir, filepath.Base(built))
+			if err := os.Rename(built, *lib.path); err != nil {
+				fakeCUDA.failed = true
+				t.Fatal(err)
+			}
+		}
+	})
+	if fakeCUDA.failed {
+		t.Fatal("the fake CUDA libraries could not be built (see the first test that tried)")
+	}
+	t.Setenv(cudart.EnvCUDART, fakeCUDA.cudart)
+	t.Setenv(cudarttest.EnvNVRTC, fakeCUDA.nvrtc)
+	t.Setenv(cudarttest.EnvCUBLAS, fakeCUDA.cublas)
+}
+
 // TestSolveRuntimeCallsFakeCUDA: on the CUDA backend (the fake runtime) the
 // summary counts the solves' runtime calls; each solve makes at least its
 // allocations, copies and GEMM launch.
 func TestSolveRuntimeCallsFakeCUDA(t *testing.T) {
-	t.Setenv(cudart.EnvCUDART, cudarttest.Build(t))
-	t.Setenv(cudarttest.EnvNVRTC, cudarttest.BuildNVRTC(t))
-	t.Setenv(cudarttest.EnvCUBLAS, cudarttest.BuildCUBLAS(t))
+	useFakeCUDA(t)
 	sum, raw := rawSummary(t, config{backend: "cuda", policy: "retain", mode: "packed", iters: 4, seed: 3, blocks: 100, bonds: 1, json: true})
 	require.Zero(t, sum.VerifyFailures)
 	require.Contains(t, raw, "runtime_calls")
@@ -28,9 +71,7 @@ func TestSolveRuntimeCallsFakeCUDA(t *testing.T) {
 // as runtime_calls by entry point, each with the time spent in it, and the
 // table lists them.
 func TestSolveCallTimesFakeCUDA(t *testing.T) {
-	t.Setenv(cudart.EnvCUDART, cudarttest.Build(t))
-	t.Setenv(cudarttest.EnvNVRTC, cudarttest.BuildNVRTC(t))
-	t.Setenv(cudarttest.EnvCUBLAS, cudarttest.BuildCUBLAS(t))
+	useFakeCUDA(t)
 	const iters = 4
 	sum, raw := rawSummary(t, config{backend: "cuda", policy: "retain", mode: "packed", iters: iters, seed: 3, blocks: 100, bonds: 1, json: true, calls: true})
 	require.Zero(t, sum.VerifyFailures)
@@ -66,4 +107,21 @@ func TestSolveCallTimesFakeCUDA(t *testing.T) {
 		calls += e.Calls
 	}
 	require.InDelta(t, float64(*sum.RuntimeCalls)/iters, calls, 0.01)
+}
+
+// TestSectorsFakeCUDA: the sectors workload on the CUDA backend (the fake
+// runtime: device memory, copies, memsets, the small-block kernel and
+// cuBLAS calls done on the host), with big blocks, through the device
+// paths: every H·psi block right, device times reported.
+func TestSectorsFakeCUDA(t *testing.T) {
+	useFakeCUDA(t)
+	cfg := sectorsConfig(96, 4, 2)
+	cfg.backend = "cuda"
+	cfg.bigBlock = 2 << 10
+	sum, raw := rawSummary(t, cfg)
+	require.Zero(t, sum.VerifyFailures)
+	require.Equal(t, "cuda-pool", sum.Backend)
+	require.Contains(t, raw, "device_us")
+	require.NotNil(t, sum.RuntimeCalls)
+	require.GreaterOrEqual(t, *sum.RuntimeCalls, sum.AllocCalls+sum.GemmLaunches)
 }

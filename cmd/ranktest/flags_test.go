@@ -23,6 +23,11 @@ func TestFlagsRejectBadInput(t *testing.T) {
 		{[]string{"-iters", "lots"}, "invalid value"},
 		// The benchmarks are in their packages and in distbench.
 		{[]string{"-bench", "alloc"}, "flag provided but not defined: -bench"},
+		{[]string{"-workload", "dense"}, `-workload "dense": want synthetic, sectors or maxm`},
+		{[]string{"-m", "0"}, "-m 0: want 1 to 1048576"},
+		{[]string{"-m", "2000000"}, "-m 2000000: want 1 to"},
+		{[]string{"-big-block", "lots"}, `-big-block "lots": not a size`},
+		{[]string{"-big-block", "-1"}, `-big-block "-1"`},
 	} {
 		_, err := parseFlags(tc.args, io.Discard)
 		require.ErrorContains(t, err, tc.want, strings.Join(tc.args, " "))
@@ -32,6 +37,14 @@ func TestFlagsRejectBadInput(t *testing.T) {
 	require.Equal(t, 7, cfg.iters)
 	require.Equal(t, "host", cfg.backend)
 	require.Equal(t, "free", cfg.policy)
+	require.Equal(t, "synthetic", cfg.workload, "the default workload")
+	require.Equal(t, defaultM, cfg.m)
+	require.EqualValues(t, 1<<20, cfg.bigBlock)
+	cfg, err = parseFlags([]string{"-workload", "sectors", "-m", "1000", "-big-block", "64KiB"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "sectors", cfg.workload)
+	require.Equal(t, 1000, cfg.m)
+	require.EqualValues(t, 64<<10, cfg.bigBlock)
 }
 
 // TestEnvironmentUnlessFlagGiven: -backend and -policy override
@@ -89,6 +102,10 @@ func TestSettingsNamePolicyAndBackendAsResolved(t *testing.T) {
 	require.Equal(t, `"free"`, s["-policy"])
 	require.Equal(t, `"auto"`, s["-backend"])
 	require.Equal(t, "3", s["-iters"])
+	s = byName(config{iters: 3, workload: "sectors", m: 512, bigBlock: 4096})
+	require.Equal(t, `"sectors"`, s["-workload"], "ranks on other workloads would wait in other collectives")
+	require.Equal(t, "512", s["-m"])
+	require.Equal(t, "4096", s["-big-block"])
 	// Another limit is no other policy.
 	t.Setenv("DISTBUF_ALLOC_CONF", "policy:free,limit:2MiB")
 	require.Equal(t, `"free"`, byName(config{iters: 3})["-policy"])

@@ -25,15 +25,29 @@ import (
 // device is full.
 type growable interface {
 	// solveAt runs solve iter at bond dimension m, laying out a fresh block
-	// structure when m is new. An allocation that fails returns an error
-	// matching distbuf.ErrOutOfMemory with everything the solve allocated
-	// freed, and no rank is left waiting for this one.
+	// structure when m is new, and ends the phase (devalloc EndPhase, in
+	// the solve's time), with the bytes of memory the solve held at its
+	// peak in the result's workingSet. An allocation that fails returns an
+	// error matching distbuf.ErrOutOfMemory with everything the solve
+	// allocated freed, and no rank is left waiting for this one.
 	solveAt(m, iter int) (iterStats, error)
-	// workingSet is the bytes this rank's solve allocates at m.
-	workingSet(m int) int64
 	// dropStructures forgets the structures laid out so far.
 	dropStructures() error
 }
+
+// sectorsWorkload is the sectors solve (sectorsolve.go) as a growable
+// workload: one structure at each m.
+type sectorsWorkload struct {
+	sv *solver
+	m  int // the structure laid out last
+}
+
+func (w *sectorsWorkload) solveAt(m, iter int) (iterStats, error) {
+	w.m = m
+	return w.sv.solveSectors(iter, m, 0)
+}
+
+func (w *sectorsWorkload) dropStructures() error { return w.sv.dropSectors(w.m, 0) }
 
 // stepRecord is one step of the run, every memory figure summed over ranks
 // (each rank's own peak, so the sum is the cluster's at its worst), except
@@ -104,8 +118,7 @@ func runWorkloadSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w 
 // runSteps drives w step by step: at m = cfg.m, then m times cfg.grow at
 // each step (two solves a step, cfg.stepSolves) until an allocation fails on
 // some rank, which ends the run at that step on every rank, or m passes
-// cfg.growUntil. Without -grow it is one step of cfg.iters solves at m. Each
-// solve ends its phase (devalloc EndPhase, timed with it).
+// cfg.growUntil. Without -grow it is one step of cfg.iters solves at m.
 func runSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable, ballast int64, tl *timeline, out, errOut io.Writer) error {
 	root := world.Rank() == 0
 	sum := growSummary{Ranks: world.Size(), Backend: allockind.Name(a), Policy: a.Info().Config.Policy.String(), Workload: cfg.workload,
@@ -191,16 +204,12 @@ func runSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable
 func runStep(world *cluster.Comm, a *devalloc.Allocator, w growable, m, solves int, iter *int, probe bool, failures *int64, tl *timeline) (rec stepRecord, oom error, err error) {
 	a.ResetPeak()
 	rec.M = m
+	var workingSet int64
 	for range solves {
 		tl.at(m, *iter)
 		st, serr := w.solveAt(m, *iter)
 		*iter++
-		var t time.Time
-		if serr == nil {
-			t = time.Now()
-			serr = a.EndPhase()
-			st.solveUS += since(t)
-		}
+		workingSet = max(workingSet, st.workingSet)
 		if serr != nil && !errors.Is(serr, distbuf.ErrOutOfMemory) {
 			return rec, nil, serr
 		}
@@ -235,7 +244,7 @@ func runStep(world *cluster.Comm, a *devalloc.Allocator, w growable, m, solves i
 			return rec, nil, err
 		}
 	}
-	sums := []int64{w.workingSet(m), st.ReservedPeak, st.RequestedPeak, st.ReservedCurrent}
+	sums := []int64{workingSet, st.ReservedPeak, st.RequestedPeak, st.ReservedCurrent}
 	mins := []int64{largest, free}
 	if err := errors.Join(cluster.Allreduce(world, sums, sums, cluster.Sum), cluster.Allreduce(world, mins, mins, cluster.Min)); err != nil {
 		return rec, nil, err
@@ -308,8 +317,6 @@ func isTerminal(w io.Writer) bool {
 
 // growConfig is the configuration of a run of steps.
 type growConfig struct {
-	workload    string  // synthetic (the default), or maxm
-	m           int     // bond dimension (maxm)
 	grow        float64 // m's factor a step; 0: one step of -iters solves
 	growUntil   int     // stop once m passes it; 0: at out of memory only
 	stepSolves  int     // solves a step of a growing run
@@ -318,15 +325,10 @@ type growConfig struct {
 	timeline    string  // sample memory and utilization into this file
 }
 
-// Bounds on the step flags.
-const (
-	maxBondDim    = 1 << 20
-	maxStepSolves = 1000
-)
+// maxStepSolves bounds -step-solves.
+const maxStepSolves = 1000
 
 func registerGrowFlags(fs *flag.FlagSet, g *growConfig) {
-	fs.StringVar(&g.workload, "workload", "synthetic", "synthetic (blocks of random sizes), or maxm (shared/anchors' maxm.cu working set at bond dimension -m, through distbuf's pool and packing)")
-	fs.IntVar(&g.m, "m", 1024, fmt.Sprintf("bond dimension of -workload maxm, and the first of a growing run (at most %d)", maxBondDim))
 	fs.Float64Var(&g.grow, "grow", 0, "grow m by this factor a step (e.g. 1.12), -step-solves solves a step, until the device is full; 0: -iters solves at -m")
 	fs.IntVar(&g.growUntil, "grow-until", 0, "end a growing run once m passes this (0: when the device is full)")
 	fs.IntVar(&g.stepSolves, "step-solves", 2, fmt.Sprintf("solves a step of a growing run (at most %d)", maxStepSolves))
@@ -342,17 +344,13 @@ func registerGrowFlags(fs *flag.FlagSet, g *growConfig) {
 	fs.StringVar(&g.timeline, "timeline", "", "rank 0 samples its device's memory and utilization (NVML) and its pool every 2 ms into FILE, one JSON object a line")
 }
 
-// checkGrowFlags validates the step flags.
-func checkGrowFlags(g growConfig) error {
+// checkGrowFlags validates the step flags, for a run of workload.
+func checkGrowFlags(g growConfig, workload string) error {
 	switch {
-	case g.workload != "synthetic" && g.workload != "maxm":
-		return fmt.Errorf("-workload %q: want synthetic or maxm", g.workload)
-	case g.m < 1 || g.m > maxBondDim:
-		return fmt.Errorf("-m %d: want 1 to %d", g.m, maxBondDim)
 	case math.IsNaN(g.grow) || g.grow < 0 || g.grow > 0 && g.grow <= 1 || g.grow > 16:
 		return fmt.Errorf("-grow %v: want a factor in (1, 16], or 0 for no growth", g.grow)
-	case g.grow > 0 && g.workload == "synthetic":
-		return fmt.Errorf("-grow needs a workload with a bond dimension: -workload maxm")
+	case g.grow > 0 && workload != "sectors" && workload != "maxm":
+		return fmt.Errorf("-grow needs a workload with a bond dimension: -workload sectors or maxm")
 	case g.growUntil < 0:
 		return fmt.Errorf("-grow-until %d: must not be negative", g.growUntil)
 	case g.stepSolves < 1 || g.stepSolves > maxStepSolves:

@@ -17,7 +17,7 @@ import (
 func TestGrowingRunFakeCUDA(t *testing.T) {
 	t.Setenv(cudart.EnvCUDART, cudarttest.Build(t, "FAKE_MEMORY=2147483648"))
 	for _, p := range []string{"free", "retain", "auto"} {
-		sum, out := growRun(t, config{backend: "cuda", policy: p, growConfig: growConfig{m: 256, grow: 1.12, probe: true, ballastFree: 512 << 20}})
+		sum, out := growRun(t, config{backend: "cuda", policy: p, m: 256, growConfig: growConfig{grow: 1.12, probe: true, ballastFree: 512 << 20}})
 		require.Equal(t, "cuda-pool", sum.Backend, out)
 		require.Equal(t, "out of memory", sum.EndedBy, out)
 		require.EqualValues(t, 2<<30-512<<20, sum.BallastBytes)

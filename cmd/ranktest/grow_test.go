@@ -43,7 +43,7 @@ func growRun(t *testing.T, cfg config) (growSummary, string) {
 // no error, every completed step recorded, the out-of-memory report kept.
 func TestGrowingRunEndsAtTheDevicesLimit(t *testing.T) {
 	t.Setenv("DISTBUF_HOST_MEMORY", "1GiB")
-	sum, out := growRun(t, config{growConfig: growConfig{m: 512, grow: 1.12, probe: true}})
+	sum, out := growRun(t, config{m: 512, growConfig: growConfig{grow: 1.12, probe: true}})
 	require.True(t, sum.OK)
 	require.Equal(t, "out of memory", sum.EndedBy)
 	require.Contains(t, sum.EndedDetail, "rank 0: ")
@@ -83,7 +83,7 @@ func TestGrowingRunPolicies(t *testing.T) {
 	reach := map[string]int{}
 	ends := map[string][]int64{}
 	for _, p := range []string{"free", "retain", "auto"} {
-		sum, _ := growRun(t, config{policy: p, growConfig: growConfig{m: 512, grow: 1.12}})
+		sum, _ := growRun(t, config{policy: p, m: 512, growConfig: growConfig{grow: 1.12}})
 		require.Equal(t, p, sum.Policy)
 		reach[p] = sum.MaxM
 		for _, s := range sum.Steps {
@@ -106,7 +106,7 @@ func TestGrowingRunPolicies(t *testing.T) {
 func TestTimeline(t *testing.T) {
 	t.Setenv("DISTBUF_HOST_MEMORY", "512MiB")
 	path := filepath.Join(t.TempDir(), "run.timeline")
-	sum, _ := growRun(t, config{growConfig: growConfig{m: 512, grow: 1.25, timeline: path}})
+	sum, _ := growRun(t, config{m: 512, growConfig: growConfig{grow: 1.25, timeline: path}})
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
@@ -132,7 +132,7 @@ func TestTimeline(t *testing.T) {
 
 // TestFixedSteps: without -grow, -iters solves at -m, one step.
 func TestFixedSteps(t *testing.T) {
-	sum, _ := growRun(t, config{iters: 5, growConfig: growConfig{m: 300}})
+	sum, _ := growRun(t, config{iters: 5, m: 300})
 	require.Equal(t, "-iters", sum.EndedBy)
 	require.Equal(t, 300, sum.MaxM)
 	require.Len(t, sum.Steps, 1)
@@ -144,9 +144,9 @@ func TestGrowFlags(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"-grow 1", "-grow 1: want a factor in (1, 16]"},
 		{"-grow NaN", "-grow NaN"},
-		{"-grow 1.1", "-grow needs a workload with a bond dimension"},
+		{"-grow 1.1", "-grow needs a workload with a bond dimension: -workload sectors or maxm"},
 		{"-workload maxm -m 0", "-m 0: want 1 to"},
-		{"-workload dense", `-workload "dense"`},
+		{"-workload dense", `-workload "dense": want synthetic, sectors or maxm`},
 		{"-workload maxm -step-solves 0", "-step-solves 0"},
 		{"-ballast-free 0", "want a positive size"},
 		{"-ballast-free lots", "ballast-free"},
@@ -159,7 +159,7 @@ func TestGrowFlags(t *testing.T) {
 	require.Equal(t, 2048, cfg.m)
 	require.EqualValues(t, 24<<30, cfg.ballastFree)
 
-	_, _, err = runSolve(t, config{backend: "host", iters: 1, growConfig: growConfig{workload: "maxm", m: 64, ballastFree: 1 << 30, stepSolves: 2}})
+	_, _, err = runSolve(t, config{backend: "host", iters: 1, workload: "maxm", m: 64, growConfig: growConfig{ballastFree: 1 << 30, stepSolves: 2}})
 	require.ErrorContains(t, err, "-ballast-free: the host backend has no device to fill")
 }
 
@@ -182,4 +182,34 @@ func TestJobGrowingRunEndsTogether(t *testing.T) {
 	require.Contains(t, sum.EndedDetail, "rank 1: ", out)
 	require.Contains(t, sum.EndedDetail, "devalloc: out of memory", out)
 	require.Less(t, sum.Steps[len(sum.Steps)-1].WorkingSetBytes/2, int64(400<<20), "the smaller device set the end")
+}
+
+// TestGrowingSectorsRun: the sectors solve grows until a 96 MiB host
+// device is full, every H·psi block right at every step; auto reaches the
+// m of free.
+func TestGrowingSectorsRun(t *testing.T) {
+	t.Setenv("DISTBUF_HOST_MEMORY", "96MiB")
+	reach := map[string]int{}
+	for _, p := range []string{"free", "auto"} {
+		cfg := config{backend: "host", policy: p, json: true, iters: 1, workload: "sectors", m: 64, bigBlock: 64 << 10, growConfig: growConfig{grow: 1.25, stepSolves: 2}}
+		world, err := cluster.World()
+		require.NoError(t, err)
+		var buf, errOut bytes.Buffer
+		require.NoError(t, run(cfg, world, &buf, &errOut), errOut.String())
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		var sum growSummary
+		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum), buf.String())
+		require.True(t, sum.OK, buf.String())
+		require.Zero(t, sum.VerifyFailures)
+		require.Equal(t, "sectors", sum.Workload)
+		require.Equal(t, "out of memory", sum.EndedBy, buf.String())
+		require.Greater(t, len(sum.Steps), 3, buf.String())
+		for _, s := range sum.Steps {
+			require.Positive(t, s.WorkingSetBytes)
+			require.LessOrEqual(t, s.WorkingSetBytes, int64(96<<20))
+		}
+		reach[p] = sum.MaxM
+	}
+	t.Logf("largest m: %v", reach)
+	require.GreaterOrEqual(t, reach["auto"], reach["free"])
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,4 +159,49 @@ func TestJobWarnsOfSharedGPUWithoutMPS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestJobSectors: the sectors workload under mpirun at 2 and 4 ranks, with
+// the default threshold (every block in the tails at this m) and with big
+// blocks: every H·psi block right, T2 exchanged between the ranks.
+func TestJobSectors(t *testing.T) {
+	bin, flags := buildMPIRanktest(t)
+	for _, tc := range []struct {
+		ranks int
+		big   string
+	}{{2, "1MiB"}, {4, "1MiB"}, {4, "2KiB"}} {
+		t.Run(fmt.Sprintf("ranks=%d,big=%s", tc.ranks, tc.big), func(t *testing.T) {
+			args := append(append([]string(nil), flags...), "-n", fmt.Sprint(tc.ranks), bin,
+				"-backend", "host", "-workload", "sectors", "-m", "96", "-big-block", tc.big, "-iters", "6", "-bonds", "2", "-json")
+			out, code, _ := runJob(t, 120*time.Second, args...)
+			require.Zero(t, code, out)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			var sum summary
+			require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &sum), out)
+			require.True(t, sum.OK, out)
+			require.Equal(t, tc.ranks, sum.Ranks)
+			require.Zero(t, sum.VerifyFailures)
+			require.Equal(t, "sectors", sum.Workload)
+			require.Equal(t, 96, sum.M)
+			require.Positive(t, sum.Messages, "T2 blocks travel between the ranks")
+			require.Contains(t, out, "verification: 0 block(s) wrong")
+		})
+	}
+}
+
+// TestJobSectorsOutOfMemory: one rank of four cannot fit its first solve;
+// the ranks agree on it before the exchange, and the job ends within
+// seconds, non-zero, saying which rank ran out of memory.
+func TestJobSectorsOutOfMemory(t *testing.T) {
+	bin, flags := buildMPIRanktest(t)
+	run := []string{"-backend", "host", "-workload", "sectors", "-m", "256", "-iters", "3"}
+	args := append(append([]string(nil), flags...), "-n", "2", bin)
+	args = append(append(args, run...), ":", "-n", "1", "-x", "DISTBUF_ALLOC_CONF=limit:256KiB", bin)
+	args = append(append(args, run...), ":", "-n", "1", bin)
+	args = append(args, run...)
+	out, code, took := runJob(t, 90*time.Second, args...)
+	require.NotZero(t, code, out)
+	require.Less(t, took, 30*time.Second, "the job took %v to end:\n%s", took, out)
+	require.Contains(t, out, "out of memory", out)
+	require.Regexp(t, `ranktest: rank 2: solve 0: .*out of memory|rank 2 ran out of memory in this solve`, out)
 }

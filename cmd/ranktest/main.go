@@ -12,6 +12,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/bytesize"
 	"github.com/distbuf/distbuf/internal/ranksettings"
 )
 
@@ -30,6 +31,9 @@ type config struct {
 	device     int    // CUDA device, set from the rank's placement
 	cpuProfile string // per-rank CPU profile path prefix; "" for none
 	calls      bool   // time the runtime calls of the solves by entry point
+	workload   string // synthetic, sectors or maxm; "" is synthetic
+	m          int    // bond dimension of the sectors and maxm workloads
+	bigBlock   int64  // sectors: a sector of D with D*D float64s at least this many bytes is big; a block between two big ones is its own allocation
 	growConfig
 }
 
@@ -38,6 +42,7 @@ type config struct {
 const (
 	maxIters  = 10_000_000
 	maxBlocks = 1_000_000
+	maxM      = 1 << 20
 )
 
 func main() {
@@ -83,11 +88,19 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 	fs.IntVar(&cfg.bonds, "bonds", defaultBonds, fmt.Sprintf("bonds of the solve's sweep: solve i is at bond i mod N, each bond with its own block structure, planned at its first solve (at most %d)", maxBonds))
 	fs.BoolVar(&cfg.fresh, "fresh", false, "plan every solve afresh (layout, GEMM plans, exchange pattern), as for a block structure that never repeats")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write each rank's CPU profile to FILE.rankN")
+	fs.StringVar(&cfg.workload, "workload", "synthetic", "synthetic (random block sizes, one GEMM per block, the blocks sent to random ranks), sectors (a U(1) spin-1/2 chain's two-site H·psi at bond dimension -m) or maxm (shared/anchors' maxm.cu working set at bond dimension -m, through distbuf's pool and packing: allocated, touched, freed)")
+	fs.IntVar(&cfg.m, "m", defaultM, fmt.Sprintf("bond dimension of the sectors and maxm workloads, the first of a growing run (1 to %d)", maxM))
+	bigBlock := fs.String("big-block", "1MiB", "sectors: a block between two sectors of D with D*D*8 bytes at least this size is allocated on its own; the others share their operand's tail buffer (0: every block in the tail)")
 	fs.BoolVar(&cfg.calls, "calls", false, "time every CUDA runtime call of the solves and report calls and time per solve by entry point (two clock reads a call: tens of nanoseconds each, up to half a microsecond on virtual machines with a slow clock)")
 	registerGrowFlags(fs, &cfg.growConfig)
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	size, err := bytesize.Parse(*bigBlock)
+	if err != nil {
+		return cfg, fmt.Errorf("-big-block %q: %w", *bigBlock, err)
+	}
+	cfg.bigBlock = size
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if !given["backend"] {
@@ -105,8 +118,12 @@ func parseFlags(args []string, usage io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-blocks %d: want 0 to %d blocks per rank", cfg.blocks, maxBlocks)
 	case cfg.bonds < 1 || cfg.bonds > maxBonds:
 		return cfg, fmt.Errorf("-bonds %d: want 1 to %d bonds", cfg.bonds, maxBonds)
+	case cfg.workload != "synthetic" && cfg.workload != "sectors" && cfg.workload != "maxm":
+		return cfg, fmt.Errorf("-workload %q: want synthetic, sectors or maxm", cfg.workload)
+	case cfg.m < 1 || cfg.m > maxM:
+		return cfg, fmt.Errorf("-m %d: want 1 to %d", cfg.m, maxM)
 	}
-	return cfg, checkGrowFlags(cfg.growConfig)
+	return cfg, checkGrowFlags(cfg.growConfig, cfg.workload)
 }
 
 // mainErr brings up MPI (a one-rank world when built without the mpi tag),
@@ -173,6 +190,7 @@ func agreedSettings(cfg config) []ranksettings.Setting {
 		text("-backend", backend),
 		text("-workload", cfg.workload),
 		number("-m", int64(cfg.m)),
+		number("-big-block", cfg.bigBlock),
 		text("-grow", strconv.FormatFloat(cfg.grow, 'g', -1, 64)),
 		number("-grow-until", int64(cfg.growUntil)),
 		number("-step-solves", int64(cfg.stepSolves)),

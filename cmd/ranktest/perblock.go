@@ -153,6 +153,7 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 	t = time.Now()
 	err = mem.free()
 	st.phase[phFree] = lap(&t)
+	st.workingSet = mem.peakBytes
 	return err
 }
 

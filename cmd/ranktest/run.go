@@ -22,8 +22,9 @@ import (
 //   - counts (alloc_calls, gemm_launches, messages, bytes_moved,
 //     verify_failures, gemm_plans_built, runtime_calls) are totals over
 //     every rank and solve;
-//   - memory (pool_reserved_*_bytes) is the sum over ranks of each rank's
-//     figure, a cluster total (the peak is the sum of the ranks' peaks);
+//   - memory (pool_reserved_*_bytes, working_set_bytes) is the sum over
+//     ranks of each rank's figure, a cluster total (the peak is the sum of
+//     the ranks' peaks);
 //   - runtime_calls_by_entry (with -calls) is per solve and rank: each
 //     entry point's calls and microseconds, the mean over ranks;
 //   - times (*_us) are medians over solves of the slowest rank's time in
@@ -42,7 +43,7 @@ type summary struct {
 	Policy         string `json:"policy"`
 	Mode           string `json:"mode"`
 	Iters          int    `json:"iters"`
-	Blocks         int    `json:"blocks"`
+	Blocks         int    `json:"blocks"` // synthetic: blocks per rank; 0 for sectors
 	Bonds          int    `json:"bonds"`
 	Fresh          bool   `json:"fresh"`
 	AllocCalls     int64  `json:"alloc_calls"`
@@ -65,7 +66,9 @@ type summary struct {
 	// gemm_plan, gemm, exchange, free.
 	PhaseUS phaseTimes `json:"phase_us"`
 	// DeviceUS is the device time of the solve's stream from the upload to
-	// the end of the GEMMs (CUDA events); absent on the host backend.
+	// the end of the GEMMs (CUDA events); absent on the host backend. The
+	// sectors workload's last GEMMs follow the exchange, which these times
+	// then include.
 	DeviceUS     *float64       `json:"device_us,omitempty"`
 	DeviceGemmUS *float64       `json:"device_gemm_us,omitempty"`
 	Repeated     *layoutSummary `json:"repeated"`
@@ -78,6 +81,42 @@ type summary struct {
 	PoolReservedFinalBytes       int64 `json:"pool_reserved_final_bytes"`
 	// Devices is the CUDA device of each rank, -1 on the host backend.
 	Devices []int64 `json:"devices"`
+	// Workload is synthetic or sectors; M the sectors workload's bond
+	// dimension (absent for synthetic).
+	Workload string `json:"workload"`
+	M        int    `json:"m,omitempty"`
+	// WorkingSetBytes is memory, summed over ranks: each rank's largest
+	// working set, the most bytes a solve held at once in buffers outside
+	// pinned memory (the synthetic solve holds all of them to its end).
+	WorkingSetBytes int64 `json:"working_set_bytes"`
+	// Structure describes the sectors workload's latest fresh block
+	// structure; absent for synthetic.
+	Structure *structureSummary `json:"structure,omitempty"`
+}
+
+// structureSummary is one block structure of the sectors workload, whole
+// (every rank's blocks).
+type structureSummary struct {
+	Bond         int     `json:"bond"`
+	LeftSectors  []int   `json:"left_sectors"`  // dimensions, in charge order
+	RightSectors []int   `json:"right_sectors"` // dimensions, in charge order
+	PsiBlocks    int     `json:"psi_blocks"`
+	T1Blocks     int     `json:"t1_blocks"`
+	T2Blocks     int     `json:"t2_blocks"`
+	Products     int     `json:"gemm_products"` // of the three steps, step 3 counted by slab
+	GFlop        float64 `json:"gflop"`         // of one solve
+}
+
+func summarize(st *sectorStructure) *structureSummary {
+	if st == nil {
+		return nil
+	}
+	products := len(st.t1) + len(st.step2)
+	for _, t := range st.t2 {
+		products += dw(t.kw2)
+	}
+	return &structureSummary{Bond: st.bond, LeftSectors: st.left.dim, RightSectors: st.right.dim, PsiBlocks: len(st.psi),
+		T1Blocks: len(st.t1), T2Blocks: len(st.t2), Products: products, GFlop: round3(st.flops / 1e9)}
 }
 
 // layoutSummary is the medians over the solves of one kind of layout.
@@ -122,6 +161,17 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 	if cfg.mode != "packed" && cfg.mode != "perblock" {
 		return fmt.Errorf("-mode %q: the solve runs packed or perblock", cfg.mode)
 	}
+	if cfg.workload == "" {
+		cfg.workload = "synthetic"
+	}
+	switch {
+	case cfg.workload != "synthetic" && cfg.workload != "sectors" && cfg.workload != "maxm":
+		return fmt.Errorf("-workload %q: want synthetic, sectors or maxm", cfg.workload)
+	case cfg.workload != "synthetic" && cfg.mode != "packed":
+		return fmt.Errorf("-mode %s: the %s workload runs packed only", cfg.mode, cfg.workload)
+	case cfg.workload != "synthetic" && (cfg.m < 1 || cfg.m > maxM):
+		return fmt.Errorf("-m must be in [1, %d], got %d", maxM, cfg.m)
+	}
 	release, ballast, err := placeBallast(world, cfg)
 	if err != nil {
 		return err
@@ -139,9 +189,6 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 		}
 	}()
 	if cfg.workload == "maxm" {
-		if cfg.mode == "perblock" {
-			return fmt.Errorf("-mode perblock: -workload maxm allocates, touches and frees; it has no modes")
-		}
 		return runWorkloadSteps(cfg, world, a, newAnchorWorkload(a), ballast, out, errOut)
 	}
 	sv, err := newSolver(cfg, world, a)
@@ -164,6 +211,9 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 		}
 	}()
 	cfg = sv.cfg
+	if cfg.workload == "sectors" && cfg.grow > 0 {
+		return runWorkloadSteps(cfg, world, a, &sectorsWorkload{sv: sv}, ballast, out, errOut)
+	}
 	root := world.Rank() == 0
 	if root {
 		layouts := fmt.Sprintf("%d bond(s), each planned once", cfg.bonds)
@@ -172,8 +222,12 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 		} else if cfg.bonds > maxCachedLayouts {
 			layouts = fmt.Sprintf("%d bond(s), more than the %d layouts kept: every solve planned afresh", cfg.bonds, maxCachedLayouts)
 		}
-		fmt.Fprintf(out, "ranktest: %d rank(s), backend %s (%s), policy %s, mode %s, %d blocks per rank, %d solves over %s\n",
-			world.Size(), allockind.Name(a), a.Info().Description, a.Info().Config.Policy, cfg.mode, sv.shape.blocks, cfg.iters, layouts)
+		work := fmt.Sprintf("%d blocks per rank", sv.shape.blocks)
+		if cfg.workload == "sectors" {
+			work = fmt.Sprintf("workload sectors (a U(1) spin-1/2 chain's two-site H·psi) at m %d", cfg.m)
+		}
+		fmt.Fprintf(out, "ranktest: %d rank(s), backend %s (%s), policy %s, mode %s, %s, %d solves over %s\n",
+			world.Size(), allockind.Name(a), a.Info().Description, a.Info().Config.Policy, cfg.mode, work, cfg.iters, layouts)
 		if r := a.Info().FallbackReason; r != "" {
 			fmt.Fprintf(out, "ranktest: %s\n", r)
 		}
@@ -230,6 +284,7 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 		{"runtime calls per solve", "", float64(total.runtimeCalls) / n},
 		{"messages per solve", "", float64(total.messages) / n},
 		{"bytes moved per solve", "B", float64(total.bytesMoved) / n},
+		{"working set", "B", float64(total.workingSet)},
 		{"pool reserved", "B", float64(st.ReservedCurrent)},
 		{"pool reserved peak", "B", float64(st.ReservedPeak)},
 	}
@@ -239,7 +294,7 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	}
 	lo, hi, sum := slices.Clone(vals), slices.Clone(vals), slices.Clone(vals)
 	counts := []int64{total.allocCalls, total.gemmLaunches, total.messages, total.bytesMoved, total.verifyFailures,
-		st.ReservedPeak, reservedWarm, st.ReservedCurrent, sv.plansBuilt, total.runtimeCalls}
+		st.ReservedPeak, reservedWarm, st.ReservedCurrent, sv.plansBuilt, total.runtimeCalls, total.workingSet}
 	err := errors.Join(cluster.Allreduce(world, lo, lo, cluster.Min), cluster.Allreduce(world, hi, hi, cluster.Max),
 		cluster.Allreduce(world, sum, sum, cluster.Sum), cluster.Allreduce(world, counts, counts, cluster.Sum))
 	if err != nil {
@@ -289,13 +344,18 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 				fmt.Fprintln(out, "ranktest: -calls: the solves made no CUDA runtime call")
 			}
 		}
+		if ss := sv.lastStructure; ss != nil {
+			fmt.Fprintf(out, "structure of bond %d: %d left and %d right sectors (largest %d, smallest %d), %d psi blocks, %d T1 and %d T2 blocks, %.3g GFlop a solve\n",
+				ss.bond, len(ss.left.q), len(ss.right.q), max(slices.Max(ss.left.dim), slices.Max(ss.right.dim)), min(slices.Min(ss.left.dim), slices.Min(ss.right.dim)),
+				len(ss.psi), len(ss.t1), len(ss.t2), ss.flops/1e9)
+		}
 		fmt.Fprintf(out, "median solve (slowest rank) %s; verification: %d block(s) wrong\n", human(stats.median(2, tSolve), "us"), failures)
 		if cfg.json {
 			var runtimeCalls *int64
 			if a.Info().Backend == devalloc.BackendCUDA {
 				runtimeCalls = &counts[9]
 			}
-			line, _ := json.Marshal(summary{
+			sum := summary{
 				OK: failures == 0, Ranks: world.Size(), Backend: allockind.Name(a), Policy: a.Info().Config.Policy.String(), Mode: cfg.mode,
 				Iters: cfg.iters, Blocks: sv.shape.blocks, Bonds: cfg.bonds, Fresh: cfg.fresh,
 				AllocCalls: counts[0], GemmLaunches: counts[1], Messages: counts[2], BytesMoved: counts[3], VerifyFailures: failures,
@@ -303,8 +363,12 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 				DeviceUS: optional(stats.median(2, tDevice)), DeviceGemmUS: optional(stats.median(2, tDeviceGemm)),
 				Repeated: layoutOf(stats, 0), FreshSolves: layoutOf(stats, 1),
 				PoolReservedPeakBytes: counts[5], PoolReservedAfterWarmupBytes: counts[6], PoolReservedFinalBytes: counts[7], Devices: devices,
-				RuntimeCallsByEntry: byEntry,
-			})
+				RuntimeCallsByEntry: byEntry, Workload: cfg.workload, WorkingSetBytes: counts[10], Structure: summarize(sv.lastStructure),
+			}
+			if cfg.workload == "sectors" {
+				sum.M, sum.Blocks = cfg.m, 0
+			}
+			line, _ := json.Marshal(sum)
 			fmt.Fprintln(out, string(line))
 		}
 	}

@@ -12,11 +12,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// testCleanups run after every test of the binary.
+var testCleanups []func()
+
 func TestMain(m *testing.M) {
 	if err := cluster.Init(); err != nil {
 		panic(err)
 	}
 	code := m.Run()
+	for _, f := range testCleanups {
+		f()
+	}
 	if err := cluster.Finalize(); err != nil && code == 0 {
 		code = 1
 	}

@@ -41,6 +41,11 @@ type solver struct {
 	layouts map[int]*layout   // the plans of recently used bonds
 	solves  int               // solves started, for the layouts' recency
 
+	// The sectors workload's layouts of recently used structures, and the
+	// structure of the latest fresh solve, for the report.
+	sectorLayouts map[sectorKey]*sectorLayout
+	lastStructure *sectorStructure
+
 	calls        *callTimes    // -calls; nil otherwise
 	harnessCalls uint64        // runtime calls of the harness's own work (sv.harness), left out of the solves'
 	plansBuilt   int64         // GEMM plans made by this rank
@@ -94,8 +99,14 @@ type incomingBlock struct {
 }
 
 func newSolver(cfg config, world *cluster.Comm, a *devalloc.Allocator) (*solver, error) {
+	if cfg.mode == "" {
+		cfg.mode = "packed"
+	}
+	if cfg.bonds == 0 {
+		cfg.bonds = defaultBonds
+	}
 	sv := &solver{cfg: cfg, world: world, rank: world.Rank(), size: world.Size(), a: a, s: a.DefaultStream(),
-		shape: defaultShape, bonds: map[int]*bondData{}, layouts: map[int]*layout{}}
+		shape: defaultShape, bonds: map[int]*bondData{}, layouts: map[int]*layout{}, sectorLayouts: map[sectorKey]*sectorLayout{}}
 	if cfg.blocks > 0 {
 		sv.shape.blocks = cfg.blocks
 	}
@@ -122,6 +133,10 @@ func (sv *solver) close() error {
 		errs = append(errs, l.close())
 	}
 	sv.layouts = map[int]*layout{}
+	for _, l := range sv.sectorLayouts {
+		errs = append(errs, l.close())
+	}
+	sv.sectorLayouts = map[sectorKey]*sectorLayout{}
 	if sv.timer != nil {
 		errs = append(errs, sv.timer.close())
 	}
@@ -386,6 +401,9 @@ func (sv *solver) harness(f func() error) error {
 
 // iterate runs solve number iter in the configured mode.
 func (sv *solver) iterate(iter int) (iterStats, error) {
+	if sv.cfg.workload == "sectors" {
+		return sv.solveSectors(iter, sv.cfg.m, sv.bondOf(iter))
+	}
 	st := iterStats{deviceUS: -1, deviceGemmUS: -1}
 	// Every solve starts together. The verification of the last solve is
 	// the harness's work, not the solver's, and its time differs between
@@ -407,9 +425,13 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 	if err != nil {
 		return st, err
 	}
+	// The phase's end is the policy's work (AggressiveFree trims there):
+	// part of the solve's free phase.
+	t := time.Now()
 	if err := sv.a.EndPhase(); err != nil {
 		return st, err
 	}
+	st.phase[phFree] += since(t)
 	st.allocCalls = sv.a.Stats().AllocCalls - before.AllocCalls
 	st.runtimeCalls = int64(cudart.CallsTotal() - calls - (sv.harnessCalls - harness))
 	sv.calls.finish()
@@ -423,11 +445,55 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 // the free phase) or, after a failure, on the way out. With -fresh the
 // solve's layout goes with it.
 type solveMemory struct {
-	coalesced []*packing.Coalesced
-	buffers   []*devalloc.Buffer
-	recv      *msg.Received
-	layout    *layout // closed too, when set
-	freed     bool
+	coalesced    []*packing.Coalesced
+	buffers      []*devalloc.Buffer
+	recv         *msg.Received
+	layout       *layout       // closed too, when set
+	sectorLayout *sectorLayout // closed too, when set
+	freed        bool
+	// peakBytes is the solve's working set: the most bytes of its buffers
+	// outside pinned memory (device memory, or host-backend memory standing
+	// for it) held at once, as observe saw them (free observes too).
+	peakBytes int64
+}
+
+// observe notes the bytes the solve holds now: call it where they peak,
+// before buffers are freed early.
+func (m *solveMemory) observe() { m.peakBytes = max(m.peakBytes, m.bytes()) }
+
+// freeNow frees c, one of the solve's buffers, before the solve's end.
+func (m *solveMemory) freeNow(c *packing.Coalesced) error {
+	i := slices.Index(m.coalesced, c)
+	if i < 0 {
+		return fmt.Errorf("ranktest: freeing a buffer the solve does not hold")
+	}
+	m.coalesced = slices.Delete(m.coalesced, i, i+1)
+	return c.Free()
+}
+
+// bytes sums the sizes of the distinct buffers the solve holds, pinned
+// staging left out.
+func (m *solveMemory) bytes() int64 {
+	seen := map[*devalloc.Buffer]bool{}
+	var n int64
+	add := func(b *devalloc.Buffer) {
+		if b != nil && !seen[b] && b.Location() != devalloc.Pinned {
+			seen[b] = true
+			n += b.Size()
+		}
+	}
+	for _, c := range m.coalesced {
+		add(c.Buffer())
+	}
+	for _, b := range m.buffers {
+		add(b)
+	}
+	if m.recv != nil {
+		for _, src := range m.recv.Sources() {
+			add(m.recv.From(src).Buffer())
+		}
+	}
+	return n
 }
 
 func (m *solveMemory) free() error {
@@ -435,6 +501,7 @@ func (m *solveMemory) free() error {
 		return nil
 	}
 	m.freed = true
+	m.observe()
 	var errs []error
 	for _, c := range m.coalesced {
 		errs = append(errs, c.Free())
@@ -447,6 +514,9 @@ func (m *solveMemory) free() error {
 	}
 	if m.layout != nil {
 		errs = append(errs, m.layout.close())
+	}
+	if m.sectorLayout != nil {
+		errs = append(errs, m.sectorLayout.close())
 	}
 	return errors.Join(errs...)
 }

@@ -36,6 +36,9 @@ type iterStats struct {
 	// (the loader's counters), leaving out the harness's own: the staging
 	// of a new layout's operands and the verification.
 	runtimeCalls int64
+	// workingSet is the bytes of the buffers the solve allocated outside
+	// pinned memory, every one live at its peak (before its free).
+	workingSet   int64
 	firstFailure string
 }
 
@@ -117,7 +120,7 @@ type solveStats struct {
 	hist  [3][nTimes]histogram // repeated, fresh, all
 	count [2]int64             // solves by layout
 
-	total  iterStats // sums of the counts and times of this rank
+	total  iterStats // sums of the counts and times of this rank (workingSet: the largest)
 	solves int64
 }
 
@@ -134,6 +137,7 @@ func (s *solveStats) add(st iterStats) error {
 	s.total.runtimeCalls += st.runtimeCalls
 	s.total.verifyUS += st.verifyUS
 	s.total.solveUS += st.solveUS
+	s.total.workingSet = max(s.total.workingSet, st.workingSet)
 	s.batch = append(s.batch, st.times())
 	s.fresh = append(s.fresh, st.fresh)
 	if len(s.batch) == statsBatch {

@@ -28,6 +28,10 @@ type workloadShape struct {
 
 var defaultShape = workloadShape{blocks: 2000, largeFrac: 0.01, largeMin: 24, largeMax: 64, tinyMax: 8}
 
+// defaultM is the sectors workload's bond dimension unless -m says
+// otherwise: a solve of a few milliseconds for four ranks on two cores.
+const defaultM = 256
+
 // The sweep: defaultBonds bonds unless -bonds says otherwise, at most
 // maxBonds (each keeps its block lists and references for the run).
 const (
