@@ -31,6 +31,9 @@
 #                   (no probe), for benchplot -timeline
 #         sectors   the sector workload's growing run (-workload sectors) under
 #                   free, retain and auto, with timelines, where ranktest has it
+#         sectorcheck the sectors solve at the default m (repeated and fresh), at
+#                   m = 4096 under each policy, out of a 1 GiB budget, under
+#                   memcheck, and 2 ranks under MPS (not in the default)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=gpubin
@@ -102,6 +105,17 @@ run() {
         if $BIN/ranktest -h 2>&1 | grep -q sectors; then
           step sectors 400 "for p in free retain auto; do $BIN/ranktest -backend cuda -workload sectors -json -m 1024 -grow 1.12 -ballast-free ${FREE_GIB}GiB -probe=false -policy \$p -timeline $LOG/sectors-\$p.timeline > $LOG/sectors-\$p.txt || exit 1; done"
         fi ;;
+      sectorcheck) step sectorcheck 400 "rt=$BIN/ranktest; set -x;
+          \$rt -backend cuda -workload sectors -iters 300 -json | tail -n 3 &&
+          \$rt -backend cuda -workload sectors -iters 100 -fresh -json | tail -n 3 &&
+          \$rt -backend cuda -workload sectors -m 4096 -iters 20 -json | tail -n 3 &&
+          \$rt -backend cuda -workload sectors -m 4096 -iters 20 -policy retain -json | tail -n 1 &&
+          \$rt -backend cuda -workload sectors -m 4096 -iters 20 -policy free -json | tail -n 1 &&
+          { DISTBUF_ALLOC_CONF=limit:1GiB \$rt -backend cuda -workload sectors -m 16384 -iters 2; echo \"oom rc=\$?\"; } &&
+          /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no \$rt -backend cuda -workload sectors -m 2048 -big-block 256KiB -iters 3 -bonds 1 | tail -n 3 &&
+          export CUDA_MPS_PIPE_DIRECTORY=\$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=\$(mktemp -d) && nvidia-cuda-mps-control -d &&
+          mpirun --allow-run-as-root --oversubscribe -x CUDA_MPS_PIPE_DIRECTORY -n 2 $BIN/ranktest-mpi -backend cuda -workload sectors -m 4096 -iters 20 -json | tail -n 3;
+          echo quit | nvidia-cuda-mps-control" ;;
       *) echo "unknown step $s" | tee -a "$LOG/summary.txt" ;;
     esac
   done
