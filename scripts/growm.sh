@@ -29,8 +29,9 @@
 #                   1/16 of the device's memory
 #         timeline  the growing run under free, retain and auto with -timeline
 #                   (no probe), for benchplot -timeline
-#         sectors   the sector workload's growing run (-workload sectors) under
-#                   free, retain and auto, with timelines, where ranktest has it
+#         sectors   the sector workload's growing run (-workload sectors, m from
+#                   2048 times 1.25 a step, $SECTORS_FREE_GIB free) under free,
+#                   retain and auto, with timelines
 #         sectorcheck the sectors solve at the default m (repeated and fresh), at
 #                   m = 4096 under each policy, out of a 1 GiB budget, under
 #                   memcheck, and 2 ranks under MPS (not in the default)
@@ -39,6 +40,7 @@ cd "$(dirname "$0")/.."
 BIN=gpubin
 FREE_GIB=${FREE_GIB:-24}
 FIXED_M=${FIXED_M:-4096}
+SECTORS_FREE_GIB=${SECTORS_FREE_GIB:-8}
 
 build() {
   set -e
@@ -71,7 +73,7 @@ run() {
   local out=${1:?usage: growm.sh run OUTDIR [STEP...]}
   shift
   LOG=$(mktemp -d)
-  export LOG BIN FREE_GIB FIXED_M
+  export LOG BIN FREE_GIB FIXED_M SECTORS_FREE_GIB
   export -f lastjson
   local steps=("$@")
   [ ${#steps[@]} -eq 0 ] && steps=(tests anchor grow fixed mps prime threshold timeline sectors)
@@ -103,7 +105,7 @@ run() {
       timeline) step timeline 300 "for p in free retain auto; do $rt $grow -probe=false -policy \$p -timeline $LOG/maxm-\$p.timeline > $LOG/timeline-\$p.txt || exit 1; done" ;;
       sectors)
         if $BIN/ranktest -h 2>&1 | grep -q sectors; then
-          step sectors 400 "for p in free retain auto; do $BIN/ranktest -backend cuda -workload sectors -json -m 1024 -grow 1.12 -ballast-free ${FREE_GIB}GiB -probe=false -policy \$p -timeline $LOG/sectors-\$p.timeline > $LOG/sectors-\$p.txt || exit 1; done"
+          step sectors 400 "for p in free retain auto; do $BIN/ranktest -backend cuda -workload sectors -json -m 2048 -grow 1.25 -ballast-free ${SECTORS_FREE_GIB}GiB -probe=false -policy \$p -timeline $LOG/sectors-\$p.timeline > $LOG/sectors-\$p.txt || exit 1; done"
         fi ;;
       sectorcheck) step sectorcheck 400 "rt=$BIN/ranktest; set -x;
           \$rt -backend cuda -workload sectors -iters 300 -json | tail -n 3 &&
