@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
@@ -74,6 +75,11 @@ func callEverything(world *cluster.Comm) map[string]error {
 	x := []int64{1}
 	errs["Allreduce"] = cluster.Allreduce(world, x, x, cluster.Sum)
 	errs["Allgather"] = cluster.Allgather(world, []byte{1}, make([]byte, world.Size()))
+	errs["BarrierWithin"] = world.BarrierWithin(time.Second)
+	errs["BcastWithin"] = cluster.BcastWithin(world, buf.Bytes(), 0, time.Second)
+	errs["AllreduceWithin"] = cluster.AllreduceWithin(world, x, x, cluster.Sum, time.Second)
+	errs["AllgatherWithin"] = cluster.AllgatherWithin(world, []byte{1}, make([]byte, world.Size()), time.Second)
+	errs["AlltoallWithin"] = cluster.AlltoallWithin(world, make([]int64, world.Size()), make([]int64, world.Size()), time.Second)
 	return errs
 }
 
