@@ -136,6 +136,24 @@ func Finalize() error {
 	return err
 }
 
+// FinalizeWithin is Finalize after a BarrierWithin(timeout) on World,
+// which every rank calls: MPI_Finalize waits for every rank (Open MPI's
+// runtime fences them), so a rank that has stopped would hold the others
+// there for ever, where the barrier fails instead with a *TimeoutError
+// naming it and leaves MPI running for Abort. A rank that stops between
+// the barrier and MPI_Finalize still holds the others; the window is the
+// barrier's last message. timeout <= 0 waits without limit.
+func FinalizeWithin(timeout time.Duration) error {
+	w, err := World()
+	if err != nil {
+		return err
+	}
+	if err := w.BarrierWithin(timeout); err != nil {
+		return err
+	}
+	return Finalize()
+}
+
 // Abort ends every process of the job at once, with exit status code
 // (MPI_Abort on MPI_COMM_WORLD; mpirun then ends the job and exits with
 // it). It does not return. code must be 1 to 255; other values become 1.
