@@ -67,6 +67,8 @@ func backendRankSize(commImpl) (int, int, error) { return 0, 1, nil }
 
 func backendDup(commImpl) (commImpl, error) { return newLocalComm(), nil }
 
+func backendWorldRanks(commImpl, int) ([]int, error) { return []int{0}, nil }
+
 func backendSplit(_ commImpl, color, _ int) (commImpl, bool, error) {
 	if color == Undefined {
 		return commImpl{}, true, nil

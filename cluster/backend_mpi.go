@@ -36,6 +36,8 @@ package cluster
 #cgo nocallback dist_imrecv
 #cgo noescape dist_await
 #cgo nocallback dist_await
+#cgo noescape dist_comm_world_ranks
+#cgo nocallback dist_comm_world_ranks
 */
 import "C"
 
@@ -221,6 +223,20 @@ func backendRankSize(c commImpl) (int, int, error) {
 		return 0, 0, err
 	}
 	return int(rank), int(size), nil
+}
+
+func backendWorldRanks(c commImpl, size int) ([]int, error) {
+	out := make([]C.int, size)
+	var rc C.int
+	onMPI(func() { rc = C.dist_comm_world_ranks(c.h, C.int(size), unsafe.SliceData(out)) })
+	if err := mpiErr("MPI_Group_translate_ranks", rc); err != nil {
+		return nil, err
+	}
+	ranks := make([]int, size)
+	for i, r := range out {
+		ranks[i] = int(r)
+	}
+	return ranks, nil
 }
 
 func newCommHandle() (*C.MPI_Comm, error) {

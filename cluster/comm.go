@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -13,6 +14,7 @@ const (
 	kindWorld   commKind = iota // MPI_COMM_WORLD: never freed by this package
 	kindDerived                 // from Dup or Split: freed by Free
 	kindLocal                   // a communicator's shared-memory part: freed with its parent
+	kindControl                 // the hidden duplicate that carries a communicator's bounded collectives
 )
 
 // Comm is a communicator. World, Dup and Split give one; each has a
@@ -26,31 +28,70 @@ type Comm struct {
 	size  int
 	local *Comm
 	freed atomic.Bool
+
+	// ctl is the duplicate of this communicator that only the bounded
+	// collectives use (bounded.go), so that no receive of the caller's,
+	// AnyTag included, can take their messages; nil for a control
+	// communicator itself.
+	ctl *Comm
+	// worldRanks maps each rank of the communicator to its rank in World,
+	// for messages that name ranks.
+	worldRanks []int
+	bounded    boundedState
 }
 
-// newComm wraps a communicator handle and, unless it is itself a local
-// part, builds its shared-memory part (collective). Called inside enter.
+// newComm wraps a communicator handle and builds what goes with it
+// (collective, in this order on every rank): its control duplicate and,
+// unless it is itself a local part, its shared-memory part and that
+// part's control duplicate. Called inside enter. On error, what it made
+// is freed; impl stays the caller's.
 func newComm(impl commImpl, kind commKind) (*Comm, error) {
-	rank, size, err := backendRankSize(impl)
+	c, err := wrapComm(impl, kind)
 	if err != nil {
 		return nil, err
 	}
-	c := &Comm{impl: impl, kind: kind, rank: rank, size: size}
 	if kind == kindLocal {
 		c.local = c
 		return c, nil
 	}
 	limpl, err := backendSplitShared(impl)
 	if err != nil {
+		_ = freeControl(c)
 		return nil, err
 	}
-	lrank, lsize, err := backendRankSize(limpl)
+	if c.local, err = wrapComm(limpl, kindLocal); err != nil {
+		_ = backendFree(limpl)
+		_ = freeControl(c)
+		return nil, err
+	}
+	c.local.local = c.local
+	return c, nil
+}
+
+// wrapComm wraps impl and makes its control duplicate.
+func wrapComm(impl commImpl, kind commKind) (*Comm, error) {
+	rank, size, err := backendRankSize(impl)
 	if err != nil {
 		return nil, err
 	}
-	c.local = &Comm{impl: limpl, kind: kindLocal, rank: lrank, size: lsize}
-	c.local.local = c.local
+	ranks, err := backendWorldRanks(impl, size)
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{impl: impl, kind: kind, rank: rank, size: size, worldRanks: ranks}
+	cimpl, err := backendDup(impl)
+	if err != nil {
+		return nil, err
+	}
+	c.ctl = &Comm{impl: cimpl, kind: kindControl, rank: rank, size: size, worldRanks: ranks}
+	c.ctl.local = c.ctl
 	return c, nil
+}
+
+// freeControl frees c's control duplicate.
+func freeControl(c *Comm) error {
+	c.ctl.freed.Store(true)
+	return backendFree(c.ctl.impl)
 }
 
 func (c *Comm) enter(op string) error {
@@ -133,16 +174,18 @@ func (c *Comm) Free() error {
 		return fmt.Errorf("cluster: Free of World: %w", distbuf.ErrInvalid)
 	case kindLocal:
 		return fmt.Errorf("cluster: Free of a local communicator (it is freed with its parent): %w", distbuf.ErrInvalid)
+	case kindControl:
+		return fmt.Errorf("cluster: Free of a control communicator (it is freed with its parent): %w", distbuf.ErrInvalid)
 	}
 	if !c.freed.CompareAndSwap(false, true) {
 		return fmt.Errorf("cluster: Free: %w", distbuf.ErrClosed)
 	}
 	c.local.freed.Store(true)
-	errL := backendFree(c.local.impl)
+	errs := []error{freeControl(c.local), backendFree(c.local.impl), freeControl(c)}
 	if err := backendFree(c.impl); err != nil {
 		return err
 	}
-	return errL
+	return errors.Join(errs...)
 }
 
 func (c *Comm) checkPeer(op string, rank int, wildcard bool) error {

@@ -1,7 +1,8 @@
 // Package cluster is the MPI layer every rank uses: initialisation, the
 // world and derived communicators (with their node-local parts), the
 // mapping of local ranks to GPUs, the few collectives a solver needs
-// (Bcast, Allgather, Allreduce, Alltoall, Barrier), ending the job (Abort),
+// (Bcast, Allgather, Allreduce, Alltoall, Barrier) and their bounded forms
+// that fail instead of waiting for ever, ending the job (Abort),
 // and the nonblocking point-to-point messages package msg sends its
 // exchanges with. It is a thin cgo binding over MPI's C API and imports
 // from this module only the root package's sentinel errors.
@@ -27,7 +28,9 @@
 // distbuf.ErrClosed; nothing crashes. Finalize refuses (an error matching
 // distbuf.ErrConflict) while a request has not been completed.
 // Communicators from Dup and Split are the caller's to Free; World and
-// local parts are not.
+// local parts are not. Every communicator, local parts included, has a
+// control duplicate that only the bounded collectives use, made with it
+// and freed with it.
 //
 // Point-to-point calls take Memory: a region that MPI may hold after the
 // call returns, so C-owned, mmap'd, CUDA or pinned memory, never an
@@ -61,6 +64,74 @@
 // block, and MPI does not keep the slices past the call (in the funnelled
 // design they are pinned while the nonblocking collective that carries them is
 // in flight).
+//
+// # Bounded collectives
+//
+// BarrierWithin, BcastWithin, AllgatherWithin, AllreduceWithin and
+// AlltoallWithin do what their plain counterparts do, but a rank that
+// does not arrive cannot hold them for ever: when the timeout passes they
+// return a *TimeoutError, matching ErrTimeout, that names the operation
+// and the ranks not heard from. A timeout of zero or less waits without
+// limit. Whatever the timeout, they run the same protocol, so ranks with
+// different timeouts, or none, still meet; but a bounded collective meets
+// only the same bounded collective on the other ranks, never a plain one
+// (MPI's own), so every rank calls the same function at the same point.
+//
+// They are built from point-to-point messages, not from MPI's nonblocking
+// collectives, because a pending MPI_Ialltoall cannot say which ranks have
+// not arrived, and arrival notices sent beside it would not name a rank
+// that stopped inside it after sending its notice. Here every rank, on
+// entering, sends its part at once to each rank that needs it (Barrier: an
+// empty part to every other rank; Bcast: the root to every other rank;
+// Allgather and Allreduce: its input to every other rank; Alltoall: in[j]
+// to rank j), then waits in Await's polling slices (on the funnel thread
+// in the funnelled design) for each part it needs. A rank's part is its
+// arrival, so at the deadline the parts missing name exactly the ranks not
+// heard from; a rank that stops after sending its part holds up nobody in
+// that collective and is named by the next. The parts go through scratch
+// memory of the package's, so MPI never holds the caller's slices past
+// the call. The cost is a message per peer where MPI takes about log2 of
+// the ranks' rounds: a few microseconds at 2 ranks against under one for
+// MPI's own (cluster/internal/mpibench, BenchmarkCollective), which suits
+// the control path (counts, agreements, barriers between phases), not
+// bulk data; AllreduceWithin gathers every rank's input and combines them
+// in rank order, so every rank gets the same bits, float sums included.
+//
+// The wire, for a peer in another language: the control duplicate C' of a
+// communicator C is MPI_Comm_dup(C), made right after C (for World at
+// Init: MPI_Comm_dup(MPI_COMM_WORLD), then the local part L =
+// MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank), then
+// MPI_Comm_dup(L); Dup and Split do the same with their new communicator).
+// The k-th bounded collective on C (k = 1, 2, ...) sends on C' with tag k
+// mod (MPI_TAG_UB+1) messages of a 16-byte header, then the part: k as a
+// little-endian uint64, the operation as a little-endian uint32 (1
+// Barrier, 2 Bcast, 3 Allgather, 4 Allreduce, 5 Alltoall), its argument as
+// a little-endian uint32 (Bcast: the root; Allreduce: the operator (0 sum,
+// 1 min, 2 max) times 256 plus the type (1 int64, 2 float64); else 0).
+// Values travel in the sender's byte order, as MPI moves bytes between
+// ranks of one machine type. A receiver matches each part with a matched
+// probe (any source, the tag) and checks its length and header: a part of
+// another length, operation or argument fails the collective on that rank
+// with an error matching distbuf.ErrInvalid ("the ranks called different
+// collectives", "every rank must pass the same length"), where an MPI
+// collective would hang or mix the data. A Bcast whose ranks name
+// different roots is found only by the ranks that receive.
+//
+// After a timeout the caller ends the job: print the error, which names
+// the ranks, and Abort. Nothing of the collective is left inside MPI but
+// this rank's sends to, and receives from, the ranks not heard from; the
+// communicator stays usable. Later bounded collectives on it complete
+// those requests when MPI does and drop the late parts of the failed one,
+// so a rank that was only slow can finish its own part. Until one of them
+// completes on that communicator (every rank heard from), Finalize
+// refuses with an error matching ErrTimeout instead of calling
+// MPI_Finalize, which would wait for the stopped rank for ever; Abort is
+// unaffected (mpirun resumes and kills a stopped rank too). A job whose
+// ranks may stop ends with FinalizeWithin, a bounded barrier on World
+// before MPI_Finalize, so that a rank stopped after the last collective
+// is named there rather than holding the others in MPI_Finalize. A tag
+// repeats after MPI_TAG_UB+1 collectives (2^31 with Open MPI); a late part
+// that meets a later collective of the same tag is dropped by its number.
 //
 // Messages of more than 2^31-1 bytes go as one element of a derived
 // datatype (blocks of 2^30 bytes and a tail), so sizes up to 2^61 bytes
@@ -100,8 +171,9 @@
 // bad rank, tag, argument or size, ErrClosed for a freed communicator or
 // any call after Finalize, ErrUnavailable for no GPU or device memory
 // without a CUDA-aware MPI, ErrBadConfig for a malformed environment
-// variable, and the others errors.go lists) or one of this package's two:
-// ErrNotInitialized, and ErrMPI for an error code from MPI itself. MPI
+// variable, and the others errors.go lists) or one of this package's
+// three: ErrNotInitialized, ErrMPI for an error code from MPI itself, and
+// ErrTimeout for a bounded collective that timed out (*TimeoutError). MPI
 // runs with MPI_ERRORS_RETURN; its codes become *MPIError, which carries
 // MPI_Error_string and the portable class (MPI_ERR_TRUNCATE, ...) and
 // matches ErrMPI, and distbuf.ErrInvalid for a truncated receive, a bad

@@ -3,17 +3,23 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/distbuf/distbuf"
 )
 
 // Errors. Every error this package returns matches, with errors.Is, one of
-// the module's shared sentinels or one of this package's own two,
-// ErrNotInitialized and ErrMPI, whose meanings are cluster's alone:
+// the module's shared sentinels or one of this package's own three,
+// ErrNotInitialized, ErrMPI and ErrTimeout, whose meanings are cluster's
+// alone:
 //
 //   - distbuf.ErrInvalid: a rank or tag outside its range, a bad argument
 //     (mismatched lengths, a nil request, a negative color, a second Init),
-//     a receive smaller than its message, a size MPI cannot describe.
+//     a receive smaller than its message, a size MPI cannot describe; and
+//     a bounded collective whose ranks disagree (another collective, root,
+//     operator or length on some rank).
 //   - distbuf.ErrClosed: a communicator used after Free, any call after
 //     Finalize.
 //   - distbuf.ErrFreed: a PinnedBytes used after Release.
@@ -33,7 +39,61 @@ var (
 	ErrNotInitialized = errors.New("cluster: MPI not initialized")
 	// ErrMPI matches every *MPIError: an error code MPI returned.
 	ErrMPI = errors.New("cluster: MPI error")
+	// ErrTimeout matches every *TimeoutError: a bounded collective (the
+	// ...Within functions) that did not complete within its timeout, and
+	// Finalize while such a timeout is unresolved. A package that reports
+	// its own timeouts (msg) can wrap the *TimeoutError so that its error
+	// matches both its sentinel and this one.
+	ErrTimeout = errors.New("cluster: collective timed out")
 )
+
+// TimeoutError reports a bounded collective that did not complete within
+// its timeout, naming the ranks it did not hear from: those whose part
+// had not arrived whole (or, for the root of a BcastWithin, that had not
+// taken the root's message). In practice they are the ranks that stopped:
+// a rank that enters the collective sends its part at once, so a live
+// rank is heard from even while it waits for the others.
+type TimeoutError struct {
+	Op      string        // "Barrier", "Bcast", "Allgather", "Allreduce" or "Alltoall"
+	Seq     uint64        // the collective's number among the bounded collectives on its communicator, from 1
+	Timeout time.Duration // the timeout it was given
+	Rank    int           // this rank, in the communicator
+	Size    int           // ranks in the communicator
+	// Missing lists the ranks, in the communicator, not heard from, in
+	// increasing order; WorldMissing the same ranks in World.
+	Missing      []int
+	WorldMissing []int
+}
+
+func (e *TimeoutError) Error() string {
+	ranks := make([]string, len(e.Missing))
+	differ := false
+	for i, r := range e.Missing {
+		ranks[i] = strconv.Itoa(r)
+		if i < len(e.WorldMissing) && e.WorldMissing[i] != r {
+			differ = true
+		}
+	}
+	who := "no rank"
+	switch {
+	case len(ranks) == 1:
+		who = "rank " + ranks[0]
+	case len(ranks) > 1:
+		who = "ranks " + strings.Join(ranks, ", ")
+	}
+	if differ {
+		world := make([]string, len(e.WorldMissing))
+		for i, r := range e.WorldMissing {
+			world[i] = strconv.Itoa(r)
+		}
+		who += " (world " + strings.Join(world, ", ") + ")"
+	}
+	return fmt.Sprintf("cluster: %s #%d timed out after %v: not heard from %s of %d (this rank is %d); a rank that has stopped cannot be waited for: end the job (Abort)",
+		e.Op, e.Seq, e.Timeout, who, e.Size, e.Rank)
+}
+
+// Is matches ErrTimeout.
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
 
 // MPIError is an error code returned by MPI (under MPI_ERRORS_RETURN), or
 // the same condition detected by the in-process world.

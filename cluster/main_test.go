@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 )
 
 // TestMain calls Init (from a fresh goroutine: any goroutine may) and
-// Finalize, as every MPI test binary must. It first records what the
+// FinalizeWithin, as every MPI test binary must. It first records what the
 // package returns before Init, for TestUseBeforeInit, and after Finalize
 // checks that every call returns an error matching distbuf.ErrClosed.
 func TestMain(m *testing.M) {
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	if err := cluster.Finalize(); err != nil {
+	if err := cluster.FinalizeWithin(time.Minute); err != nil {
 		fmt.Fprintln(os.Stderr, "Finalize:", err)
 		code = 1
 	}
@@ -56,6 +57,7 @@ func callEverything(world *cluster.Comm) map[string]error {
 	_, errs["MaxTag"] = cluster.MaxTag()
 	_, errs["CUDAAware"] = cluster.CUDAAware()
 	errs["Finalize"] = cluster.Finalize()
+	errs["FinalizeWithin"] = cluster.FinalizeWithin(time.Second)
 	_, errs["Request.Wait"] = new(cluster.Request).Wait()
 	errs["Waitall"] = cluster.Waitall([]*cluster.Request{new(cluster.Request)})
 	_, _, errs["Await"] = cluster.Await([]*cluster.Request{new(cluster.Request)}, nil, nil, 0)
@@ -74,6 +76,11 @@ func callEverything(world *cluster.Comm) map[string]error {
 	x := []int64{1}
 	errs["Allreduce"] = cluster.Allreduce(world, x, x, cluster.Sum)
 	errs["Allgather"] = cluster.Allgather(world, []byte{1}, make([]byte, world.Size()))
+	errs["BarrierWithin"] = world.BarrierWithin(time.Second)
+	errs["BcastWithin"] = cluster.BcastWithin(world, buf.Bytes(), 0, time.Second)
+	errs["AllreduceWithin"] = cluster.AllreduceWithin(world, x, x, cluster.Sum, time.Second)
+	errs["AllgatherWithin"] = cluster.AllgatherWithin(world, []byte{1}, make([]byte, world.Size()), time.Second)
+	errs["AlltoallWithin"] = cluster.AlltoallWithin(world, make([]int64, world.Size()), make([]int64, world.Size()), time.Second)
 	return errs
 }
 

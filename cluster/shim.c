@@ -109,6 +109,28 @@ int dist_comm_split_shared(MPI_Comm *c, MPI_Comm *out) {
 
 int dist_comm_free(MPI_Comm *c) { return MPI_Comm_free(c); }
 
+int dist_comm_world_ranks(MPI_Comm *c, int n, int *out) {
+	MPI_Group g, w;
+	int rc = MPI_Comm_group(*c, &g);
+	if (rc != MPI_SUCCESS) return rc;
+	rc = MPI_Comm_group(MPI_COMM_WORLD, &w);
+	if (rc != MPI_SUCCESS) {
+		MPI_Group_free(&g);
+		return rc;
+	}
+	int *in = malloc((size_t)(n > 0 ? n : 1) * sizeof *in);
+	if (!in) {
+		rc = MPI_ERR_NO_MEM;
+	} else {
+		for (int i = 0; i < n; i++) in[i] = i;
+		rc = MPI_Group_translate_ranks(g, n, in, w, out);
+		free(in);
+	}
+	MPI_Group_free(&w);
+	MPI_Group_free(&g);
+	return rc;
+}
+
 MPI_Request *dist_request_new(void) {
 	MPI_Request *r = malloc(sizeof *r);
 	if (r) *r = MPI_REQUEST_NULL;

@@ -43,6 +43,8 @@ int dist_comm_dup(MPI_Comm *c, MPI_Comm *out);
 int dist_comm_split(MPI_Comm *c, int color, int key, MPI_Comm *out, int *is_null);
 int dist_comm_split_shared(MPI_Comm *c, MPI_Comm *out);
 int dist_comm_free(MPI_Comm *c);
+// The rank in MPI_COMM_WORLD of each of the n ranks of c, into out.
+int dist_comm_world_ranks(MPI_Comm *c, int n, int *out);
 
 // A request handle lives in its own malloc'd cell from posting until the
 // call that observes its completion (wait, a successful test, waitall,

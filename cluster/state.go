@@ -102,15 +102,22 @@ func InitWith(o Options) error {
 
 // Finalize shuts MPI down (MPI_Finalize, on the thread that initialised it).
 // It returns distbuf.ErrConflict, and leaves MPI running, while any request
-// has not been completed by Wait, Waitall or Await. It waits for calls still
-// running on other goroutines; a wait or collective that never completes keeps
-// it waiting, as it would keep MPI_Finalize waiting. After Finalize every call
-// returns an error matching distbuf.ErrClosed.
+// has not been completed by Wait, Waitall or Await; and an error matching
+// ErrTimeout while a bounded collective's timeout is unresolved (no later
+// bounded collective on that communicator has completed): MPI_Finalize
+// waits for every rank, and the rank not heard from may never come, so
+// such a job ends with Abort. It waits for calls still running on other
+// goroutines; a wait or collective that never completes keeps it waiting,
+// as it would keep MPI_Finalize waiting. After Finalize every call returns
+// an error matching distbuf.ErrClosed.
 func Finalize() error {
 	state.mu.Lock()
 	defer state.mu.Unlock()
 	if state.phase.Load() != phaseReady {
 		return phaseError()
+	}
+	if err := stallError(); err != nil {
+		return err
 	}
 	if err := pendingError(); err != nil {
 		return err
@@ -127,6 +134,24 @@ func Finalize() error {
 	err := backendFinalize()
 	state.phase.Store(phaseFinalized)
 	return err
+}
+
+// FinalizeWithin is Finalize after a BarrierWithin(timeout) on World,
+// which every rank calls: MPI_Finalize waits for every rank (Open MPI's
+// runtime fences them), so a rank that has stopped would hold the others
+// there for ever, where the barrier fails instead with a *TimeoutError
+// naming it and leaves MPI running for Abort. A rank that stops between
+// the barrier and MPI_Finalize still holds the others; the window is the
+// barrier's last message. timeout <= 0 waits without limit.
+func FinalizeWithin(timeout time.Duration) error {
+	w, err := World()
+	if err != nil {
+		return err
+	}
+	if err := w.BarrierWithin(timeout); err != nil {
+		return err
+	}
+	return Finalize()
 }
 
 // Abort ends every process of the job at once, with exit status code

@@ -4,7 +4,10 @@
 # 512 B messages, each written once in C (straight MPI) and once in Go
 # (through cluster) in the same binary, run in alternating chunks so both
 # see the same machine load; go/c is the median over chunk pairs of the Go
-# time over the C time. Then the Go loops again with every MPI call
+# time over the C time. The collectives of an exchange's control path
+# (Alltoall of one int64, Allreduce of 7, Barrier) are timed the same way,
+# MPI's own against cluster's bounded ones (the ...Within functions);
+# bounded/mpi is their median ratio. Then the Go loops again with every MPI call
 # funnelled to one thread (DISTBUF_MPI_THREAD=funneled), the design the
 # package does not use by default. Each benchmark runs ROUNDS times
 # (default 3); the summary gives the median over rounds. Raw `go test
@@ -50,6 +53,8 @@ run multiple 'PingPong/bytes=(1048576|4194304)/' 300
 run multiple 'MessageRate' 2000
 run funneled 'PingPong/bytes=(8|512|65536)/' 20000
 run funneled 'MessageRate' 2000
+run multiple 'Collective' 5000
+run funneled 'Collective' 2000
 echo "bench-mpi: raw results in $out" >&2
 
 # Summary: for each benchmark and size, the median over rounds of each
@@ -67,6 +72,7 @@ function median(key,   n, i, j, v, tmp) {
   bench = part[1]; sub(/^Benchmark/, "", bench)
   bytes = part[2]; sub(/^bytes=/, "", bytes)
   thread = part[3]; sub(/^thread=/, "", thread); sub(/-[0-9]+$/, "", thread)
+  if (bench == "Collective") next
   row = bench SUBSEP bytes
   if (!(row in seen)) { seen[row] = 1; rows[++nrows] = row }
   for (i = 3; i < NF; i++) {
@@ -86,5 +92,36 @@ END {
     q = median(rows[r] SUBSEP "multiple" SUBSEP "go/c")
     f = median(rows[r] SUBSEP "funneled" SUBSEP "go-" unit)
     printf "%-12s %8s | %12s %12s %7s | %14s   %s\n", rb[1], rb[2], c, g, q, f, unit
+  }
+}' "$out"
+
+# The collectives: per operation and design, the median over rounds.
+awk '
+function median(key,   n, i, j, v, tmp) {
+  n = cnt[key]
+  if (n == 0) return ""
+  for (i = 1; i <= n; i++) v[i] = val[key, i]
+  for (i = 2; i <= n; i++) { tmp = v[i]; for (j = i - 1; j >= 1 && v[j] > tmp; j--) v[j + 1] = v[j]; v[j + 1] = tmp }
+  return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+}
+/^BenchmarkCollective\// {
+  n = split($1, part, "/")
+  op = part[2]; sub(/^op=/, "", op)
+  if (n > 3) op = op "/" part[3]
+  thread = part[n]; sub(/^thread=/, "", thread); sub(/-[0-9]+$/, "", thread)
+  row = op SUBSEP thread
+  if (!(row in seen)) { seen[row] = 1; rows[++nrows] = row }
+  for (i = 3; i < NF; i++) {
+    unit = $(i + 1)
+    if (unit !~ /^(mpi-us|bounded-us|bounded\/mpi)$/) continue
+    val[row SUBSEP unit, ++cnt[row SUBSEP unit]] = $i
+  }
+}
+END {
+  if (nrows == 0) exit
+  printf "\n%-16s %-9s | %10s %12s %12s\n", "collective", "design", "MPI us", "bounded us", "bounded/MPI"
+  for (r = 1; r <= nrows; r++) {
+    split(rows[r], rb, SUBSEP)
+    printf "%-16s %-9s | %10s %12s %12s\n", rb[1], rb[2], median(rows[r] SUBSEP "mpi-us"), median(rows[r] SUBSEP "bounded-us"), median(rows[r] SUBSEP "bounded/mpi")
   }
 }' "$out"

@@ -9,7 +9,12 @@
 #
 #   default   Open MPI as the build finds it (pkg-config "mpi", mpirun):
 #             every package with MPI tests, at each of its rank counts:
-#             "1 2 4" (MPI_RANKS) or <package>/testdata/mpi-ranks.
+#             "1 2 4" (MPI_RANKS) or <package>/testdata/mpi-ranks. Among
+#             them cluster's bounded collectives, whose tests stop a rank
+#             (SIGSTOP, resumed by a watcher process) past the others'
+#             deadline (about 10 s a run at 2 and 4 ranks, in every pass),
+#             and internal/ranksettings' agreement with a late, a failed
+#             and a hostile rank.
 #   funneled  the same binaries under DISTBUF_MPI_THREAD=funneled: every MPI
 #             call runs on one locked thread and every wait polls
 #             (cluster/funnel.go), code the default pass never reaches.

@@ -12,6 +12,7 @@ import (
 	"github.com/distbuf/distbuf/internal/allockind"
 	"github.com/distbuf/distbuf/internal/benchtimer"
 	"github.com/distbuf/distbuf/internal/nccl"
+	"github.com/distbuf/distbuf/internal/ranksettings"
 	"github.com/distbuf/distbuf/internal/rawmpi"
 	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/msg"
@@ -24,7 +25,7 @@ const (
 	tagRaw      = 202
 )
 
-// benchExchange measures package msg under mpirun -n 2: each rank sends N
+// exchangeRun.run measures package msg under mpirun -n 2: each rank sends N
 // blocks of B bytes to the other and receives N, timed from "blocks ready
 // in their buffers" to "received views usable", the median over at least
 // 20 repetitions of the slower rank's time.
@@ -53,7 +54,7 @@ const (
 // blocks of 1 MiB, needs the CUDA backend) exchanges device buffers and
 // compares the exchange bandwidth with plain pinned device-to-host and
 // host-to-device copies measured in the same run.
-func benchExchange(c *benchContext) error {
+func (r exchangeRun) run(c *benchContext) error {
 	if c.world == nil || c.world.Size() != 2 {
 		n := 1
 		if c.world != nil {
@@ -61,33 +62,114 @@ func benchExchange(c *benchContext) error {
 		}
 		return fmt.Errorf("exchange needs exactly 2 ranks (mpirun -n 2 with distbench built with -tags mpi), have %d", n)
 	}
-	small := []string{"packed", "packed-cold", "persistent", "packed-mpi", "perblock", "raw"}
-	var modes []string
-	device := false
-	switch m := c.cfg.mode; {
-	case m == "":
-		modes = small
-		device = c.alloc.Info().Backend == devalloc.BackendCUDA
-	case m == "device":
-		device = true
-	default:
-		// One mode, or several separated by commas, which take turns.
-		for _, one := range strings.Split(m, ",") {
-			if !slices.Contains(small, one) {
-				return fmt.Errorf("-mode %q: exchange has modes %v (one, or several separated by commas) and device", m, small)
-			}
-			modes = append(modes, one)
-		}
-	}
-	if len(modes) > 0 {
-		if err := benchExchangeHost(c, modes); err != nil {
+	if len(r.modes) > 0 {
+		if err := benchExchangeHost(c, r); err != nil {
 			return err
 		}
 	}
-	if device {
-		return benchExchangeDevice(c)
+	if r.device == deviceYes || r.device == deviceOnCUDA && c.alloc.Info().Backend == devalloc.BackendCUDA {
+		return benchExchangeDevice(c, r)
 	}
 	return nil
+}
+
+// exchangeRun is what `distbench exchange` runs, resolved from the flags:
+// what the ranks agree on before they start.
+type exchangeRun struct {
+	modes  []string // the host modes, taking turns; none: no host part
+	device deviceChoice
+	host   exchangeSize // the host modes' blocks
+	dev    exchangeSize // the device mode's blocks
+	reps   int          // repetitions of each mode
+}
+
+// deviceChoice says whether the device mode runs.
+type deviceChoice int
+
+const (
+	deviceNo     deviceChoice = iota
+	deviceYes                 // -mode device
+	deviceOnCUDA              // the default set: when the allocator is CUDA's
+)
+
+// exchangeSize is the N blocks of B bytes each rank sends.
+type exchangeSize struct {
+	blocks     int
+	blockBytes int64
+}
+
+// exchangeModes are the host modes, in the order the default set runs them.
+var exchangeModes = []string{"packed", "packed-cold", "persistent", "packed-mpi", "perblock", "raw"}
+
+// resolveExchange applies the defaults to cfg: the modes (every host mode,
+// and device on the CUDA backend, when -mode is not given), the block
+// counts and sizes (1000 blocks of 256 B for the host modes, 256 of 1 MiB
+// for device, when not given) and the repetitions (at least 20). On error
+// the run is the zero run, whose settings have the same names.
+func resolveExchange(cfg config) (benchPlan, error) {
+	var r exchangeRun
+	switch m := strings.TrimSpace(cfg.mode); {
+	case m == "":
+		r.modes, r.device = exchangeModes, deviceOnCUDA
+	case m == "device":
+		r.device = deviceYes
+	default:
+		// One mode, or several separated by commas, which take turns.
+		for _, one := range strings.Split(m, ",") {
+			one = strings.TrimSpace(one)
+			if !slices.Contains(exchangeModes, one) {
+				return exchangeRun{}, fmt.Errorf("-mode %q: exchange has modes %v (one, or several separated by commas) and device", cfg.mode, exchangeModes)
+			}
+			r.modes = append(r.modes, one)
+		}
+	}
+	size := func(defBlocks int, defBytes int64) (exchangeSize, error) {
+		s := exchangeSize{blocks: cfg.blocks, blockBytes: cfg.blockBytes}
+		if s.blocks == 0 {
+			s.blocks = defBlocks
+		}
+		if s.blockBytes == 0 {
+			s.blockBytes = defBytes
+		}
+		if s.blockBytes%8 != 0 {
+			return s, fmt.Errorf("-block-bytes %d: want a multiple of 8 (float64 blocks)", s.blockBytes)
+		}
+		return s, nil
+	}
+	var err error
+	if len(r.modes) > 0 {
+		if r.host, err = size(1000, 256); err != nil {
+			return exchangeRun{}, err
+		}
+	}
+	if r.device != deviceNo {
+		if r.dev, err = size(256, 1<<20); err != nil {
+			return exchangeRun{}, err
+		}
+	}
+	r.reps = max(cfg.iters, 20)
+	return r, nil
+}
+
+// settings are the resolved values the ranks compare: those of a part that
+// does not run are 0.
+func (r exchangeRun) settings() []ranksettings.Setting {
+	modes := slices.Clone(r.modes)
+	switch r.device {
+	case deviceYes:
+		modes = append(modes, "device")
+	case deviceOnCUDA:
+		modes = append(modes, "device on the CUDA backend")
+	}
+	number := ranksettings.Number
+	return []ranksettings.Setting{
+		ranksettings.Text("-mode", strings.Join(modes, ",")),
+		number("repetitions (-iters, at least 20)", int64(r.reps)),
+		number("-blocks of the host modes", int64(r.host.blocks)),
+		number("-block-bytes of the host modes", r.host.blockBytes),
+		number("-blocks of the device mode", int64(r.dev.blocks)),
+		number("-block-bytes of the device mode", r.dev.blockBytes),
+	}
 }
 
 // exchangeSetup is what every mode of one run shares.
@@ -104,17 +186,8 @@ type exchangeSetup struct {
 	other    []*packing.Coalesced // the same blocks under other ids
 }
 
-func newExchangeSetup(c *benchContext, a *devalloc.Allocator, defBlocks int, defBytes int64) (*exchangeSetup, error) {
-	n, b := c.cfg.blocks, c.cfg.blockBytes
-	if n == 0 {
-		n = defBlocks
-	}
-	if b == 0 {
-		b = defBytes
-	}
-	if b%8 != 0 {
-		return nil, fmt.Errorf("-block-bytes %d: want a multiple of 8 (float64 blocks)", b)
-	}
+func newExchangeSetup(c *benchContext, a *devalloc.Allocator, size exchangeSize) (*exchangeSetup, error) {
+	n, b := size.blocks, size.blockBytes
 	e := &exchangeSetup{c: c, a: a, comm: c.world, peer: 1 - c.world.Rank(), n: n, bytes: b}
 	descs := make([]packing.Desc, n)
 	for i := range descs {
@@ -178,7 +251,8 @@ func (e *exchangeSetup) timed(f func() error) (float64, error) {
 	return float64(time.Since(start).Nanoseconds()) / 1e3, err
 }
 
-func benchExchangeHost(c *benchContext, modes []string) error {
+func benchExchangeHost(c *benchContext, r exchangeRun) error {
+	modes := r.modes
 	a := c.alloc
 	if a.Info().Backend == devalloc.BackendCUDA {
 		host, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
@@ -188,7 +262,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 		defer func() { _ = host.Close() }()
 		a = host
 	}
-	e, err := newExchangeSetup(c, a, 1000, 256)
+	e, err := newExchangeSetup(c, a, r.host)
 	if err != nil {
 		return err
 	}
@@ -291,7 +365,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 	// Modes take turns in rounds, each running a batch of repetitions
 	// after a warm-up one: turns share the machine's load, batches keep
 	// each mode's own working set warm, as it would be in a loop of its own.
-	reps := max(c.cfg.iters, 20)
+	reps := r.reps
 	const rounds = 5
 	batch := (reps + rounds - 1) / rounds
 	samples := map[string][]float64{}
@@ -418,12 +492,12 @@ func (e *exchangeSetup) perBlock() error {
 // compares the bandwidth with pinned copies measured in the same run, both
 // ranks copying at once as they do during the exchange (on one GPU they
 // share its copy engines and its link).
-func benchExchangeDevice(c *benchContext) error {
+func benchExchangeDevice(c *benchContext, r exchangeRun) error {
 	a := c.alloc
 	if a.Info().Backend != devalloc.BackendCUDA {
 		return fmt.Errorf("-mode device needs the CUDA backend (-backend cuda), have %s", allockind.Name(a))
 	}
-	e, err := newExchangeSetup(c, a, 256, 1<<20)
+	e, err := newExchangeSetup(c, a, r.dev)
 	if err != nil {
 		return err
 	}
@@ -514,7 +588,7 @@ func benchExchangeDevice(c *benchContext) error {
 			return err
 		})
 	}
-	reps := max(c.cfg.iters, 20)
+	reps := r.reps
 	var d2h, h2d, ex, mpiHost, exNCCL []float64
 	for rep := range reps + 2 {
 		a1, err := copyUS(pin, e.send[0].Buffer())

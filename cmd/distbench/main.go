@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/ranksettings"
+	"github.com/distbuf/distbuf/msg"
 )
 
 type config struct {
@@ -30,9 +32,19 @@ const (
 	maxBlockBytes = 1 << 40
 )
 
-// benches are the benchmarks by name.
-var benches = map[string]func(c *benchContext) error{
-	"exchange": benchExchange,
+// benches are the benchmarks by name, each with its resolution of the
+// flags into what it runs.
+var benches = map[string]func(cfg config) (benchPlan, error){
+	"exchange": resolveExchange,
+}
+
+// benchPlan is a benchmark resolved from the flags: the settings every
+// rank must agree on, and the run. A resolution that failed still gives
+// the settings' names (with zero values), so the rank can take part in the
+// agreement.
+type benchPlan interface {
+	settings() []ranksettings.Setting
+	run(c *benchContext) error
 }
 
 func main() {
@@ -114,10 +126,11 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 	return cfg, nil
 }
 
-// mainErr brings up MPI, checks that every rank got the same settings,
-// places the rank on a GPU by its local rank, and runs the benchmark. It
-// returns the rank (-1 before MPI is up) and leaves MPI running: main ends
-// it, by Finalize on success and by aborting the job on error.
+// mainErr brings up MPI, checks that every rank resolved the same
+// settings, places the rank on a GPU by its local rank, and runs the
+// benchmark. It returns the rank (-1 before MPI is up) and leaves MPI
+// running: main ends it, by Finalize on success and by aborting the job on
+// error.
 func mainErr(cfg config) (rank int, err error) {
 	if err := cluster.Init(); err != nil {
 		return -1, err
@@ -127,18 +140,8 @@ func mainErr(cfg config) (rank int, err error) {
 		return -1, err
 	}
 	rank = world.Rank()
-	backend := cfg.backend
-	if backend == "" {
-		backend = strings.ToLower(strings.TrimSpace(os.Getenv("DISTBUF_BACKEND")))
-	}
-	if err := ranksettings.Agree(world, []ranksettings.Setting{
-		ranksettings.Text("benchmark", cfg.bench),
-		ranksettings.Text("-backend", backend),
-		ranksettings.Text("-mode", cfg.mode),
-		ranksettings.Number("-iters", int64(cfg.iters)),
-		ranksettings.Number("-blocks", int64(cfg.blocks)),
-		ranksettings.Number("-block-bytes", cfg.blockBytes),
-	}); err != nil {
+	plan, settings, timeout, resolveErr := resolveSettings(cfg)
+	if err := ranksettings.AgreeWith(world, settings, ranksettings.Options{Timeout: timeout, Failed: resolveErr}); err != nil {
 		return rank, err
 	}
 	device := 0
@@ -147,8 +150,7 @@ func mainErr(cfg config) (rank int, err error) {
 			return rank, err
 		}
 	}
-	// An empty backend lets devalloc read DISTBUF_BACKEND; Open refuses an
-	// unknown name.
+	// An empty backend lets devalloc read DISTBUF_BACKEND, as resolveSettings did.
 	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.Backend(cfg.backend), Device: device, Warn: func(string) {}})
 	if err != nil {
 		if cfg.backend != "" {
@@ -157,8 +159,55 @@ func mainErr(cfg config) (rank int, err error) {
 		return rank, err
 	}
 	c := &benchContext{cfg: cfg, alloc: a, world: world, out: os.Stdout}
-	if err := benches[cfg.bench](c); err != nil {
+	if err := plan.run(c); err != nil {
 		return rank, errors.Join(fmt.Errorf("%s: %w", cfg.bench, err), a.Close())
 	}
 	return rank, a.Close()
+}
+
+// resolveSettings resolves what this rank will run, as every rank must
+// agree: the benchmark, the backend asked for (-backend, else
+// DISTBUF_BACKEND, else auto) and the benchmark's own settings after its
+// defaults; and the agreement's timeout, msg's (DISTBUF_MSG_TIMEOUT, else
+// msg.DefaultTimeout): ranks start at different times, and a rank that
+// never reaches the agreement ends the job within it instead of hanging
+// it. On error the settings keep their names, so that the rank can still
+// take part in the agreement and the others name it.
+func resolveSettings(cfg config) (benchPlan, []ranksettings.Setting, time.Duration, error) {
+	var errs []error
+	backend, err := resolveBackend(cfg.backend)
+	errs = append(errs, err)
+	plan, err := benches[cfg.bench](cfg)
+	errs = append(errs, err)
+	timeout := msg.DefaultTimeout
+	if v, ok := os.LookupEnv(msg.EnvTimeout); ok {
+		t, err := msg.ParseTimeout(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", msg.EnvTimeout, v, err))
+		} else {
+			timeout = t
+		}
+	}
+	settings := append([]ranksettings.Setting{
+		ranksettings.Text("benchmark", cfg.bench),
+		ranksettings.Text("-backend", string(backend)),
+	}, plan.settings()...)
+	return plan, settings, timeout, errors.Join(errs...)
+}
+
+// resolveBackend is the backend devalloc.Open will use: the flag, else
+// DISTBUF_BACKEND, else auto, in lower case.
+func resolveBackend(flagValue string) (devalloc.Backend, error) {
+	v, from := flagValue, "-backend"
+	if v == "" {
+		v, from = os.Getenv("DISTBUF_BACKEND"), "DISTBUF_BACKEND"
+	}
+	b := devalloc.Backend(strings.ToLower(strings.TrimSpace(v)))
+	switch b {
+	case "":
+		return devalloc.BackendAuto, nil
+	case devalloc.BackendAuto, devalloc.BackendCUDA, devalloc.BackendHost:
+		return b, nil
+	}
+	return "", fmt.Errorf("%s %q: want auto, cuda or host", from, v)
 }

@@ -2,7 +2,10 @@
 // cluster: the same ping-pong and message-rate loops written once in C
 // against MPI directly and once in Go against cluster, in one binary, so
 // the ratio between them is the binding's overhead (cgo calls, request
-// bookkeeping, the funnel in the funnelled design).
+// bookkeeping, the funnel in the funnelled design). BenchmarkCollective
+// times MPI's own collectives against cluster's bounded ones (the
+// ...Within functions, built from point-to-point messages) in the same
+// way: what a deadline costs on an exchange's control path.
 //
 // Everything here needs the mpi build tag and exactly two ranks. The
 // benchmarks must run with a fixed iteration count (-test.benchtime=Nx), so
