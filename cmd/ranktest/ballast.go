@@ -35,7 +35,7 @@ func placeBallast(world *cluster.Comm, cfg config) (release func() error, bytes 
 		return nil, 0, fmt.Errorf("-ballast-free: the host backend has no device to fill: set DISTBUF_HOST_MEMORY to the memory the run should meet")
 	}
 	devices := make([]int64, world.Size())
-	if err := cluster.Allgather(world, []int64{int64(cfg.device)}, devices); err != nil {
+	if err := cluster.AllgatherWithin(world, []int64{int64(cfg.device)}, devices, cfg.timeout); err != nil {
 		return nil, 0, err
 	}
 	holder := true
@@ -50,7 +50,7 @@ func placeBallast(world *cluster.Comm, cfg config) (release func() error, bytes 
 			return nil, 0, err
 		}
 	}
-	if err := world.Barrier(); err != nil {
+	if err := world.BarrierWithin(cfg.timeout); err != nil {
 		return nil, 0, fmt.Errorf("-ballast-free: %w", err)
 	}
 	return release, bytes, nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"text/tabwriter"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -51,7 +52,7 @@ type entryCalls struct {
 
 // collect returns, on every rank, each entry point's calls and time per
 // solve, as the mean over ranks. It is collective.
-func (c *callTimes) collect(world *cluster.Comm) (map[string]entryCalls, error) {
+func (c *callTimes) collect(world *cluster.Comm, timeout time.Duration) (map[string]entryCalls, error) {
 	names := cudart.EntryPoints()
 	counts, ns := c.solves.Counts(), c.solves.Durations()
 	v := make([]float64, 2*len(names)+1)
@@ -59,7 +60,7 @@ func (c *callTimes) collect(world *cluster.Comm) (map[string]entryCalls, error) 
 		v[2*i], v[2*i+1] = float64(counts[name]), float64(ns[name])
 	}
 	v[len(v)-1] = float64(c.n)
-	if err := cluster.Allreduce(world, v, v, cluster.Sum); err != nil {
+	if err := cluster.AllreduceWithin(world, v, v, cluster.Sum, timeout); err != nil {
 		return nil, err
 	}
 	solves := v[len(v)-1] // over all ranks: the mean per rank and solve

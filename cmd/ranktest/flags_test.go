@@ -4,6 +4,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/allockind"
@@ -92,8 +93,10 @@ func TestSettingsNamePolicyAndBackendAsResolved(t *testing.T) {
 	t.Setenv("DISTBUF_ALLOC_CONF", "policy:free,limit:1GiB")
 	t.Setenv("DISTBUF_BACKEND", "")
 	byName := func(cfg config) map[string]string {
+		settings, err := agreedSettings(&cfg)
+		require.NoError(t, err)
 		out := map[string]string{}
-		for _, s := range agreedSettings(cfg) {
+		for _, s := range settings {
 			out[s.Name] = s.Shown
 		}
 		return out
@@ -110,4 +113,30 @@ func TestSettingsNamePolicyAndBackendAsResolved(t *testing.T) {
 	t.Setenv("DISTBUF_ALLOC_CONF", "policy:free,limit:2MiB")
 	require.Equal(t, `"free"`, byName(config{iters: 3})["-policy"])
 	require.Equal(t, `"retain"`, byName(config{policy: "retain"})["-policy"])
+
+	// A flag given at its default agrees with the flag left out.
+	require.Equal(t, byName(config{iters: 3}), byName(config{iters: 3, mode: "packed", blocks: 2000, workload: "synthetic", bonds: defaultBonds}))
+}
+
+// TestSettingsResolveErrors: a setting this rank cannot resolve is the
+// error the agreement then reports on every rank, named; and the
+// collectives' bound comes from DISTBUF_MSG_TIMEOUT.
+func TestSettingsResolveErrors(t *testing.T) {
+	t.Setenv("DISTBUF_ALLOC_CONF", "policy:sometimes")
+	cfg := config{iters: 3}
+	_, err := agreedSettings(&cfg)
+	require.ErrorContains(t, err, "DISTBUF_ALLOC_CONF")
+	t.Setenv("DISTBUF_ALLOC_CONF", "")
+	cfg = config{iters: 3, policy: "hoard"}
+	_, err = agreedSettings(&cfg)
+	require.ErrorContains(t, err, `-policy "hoard"`)
+
+	t.Setenv("DISTBUF_MSG_TIMEOUT", "7s")
+	cfg = config{iters: 3}
+	_, err = agreedSettings(&cfg)
+	require.NoError(t, err)
+	require.Equal(t, 7*time.Second, cfg.timeout)
+	t.Setenv("DISTBUF_MSG_TIMEOUT", "whenever")
+	_, err = agreedSettings(&cfg)
+	require.ErrorContains(t, err, "DISTBUF_MSG_TIMEOUT")
 }

@@ -109,7 +109,7 @@ func runWorkloadSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w 
 		defer func() { err = errors.Join(err, tl.close()) }()
 	}
 	total := []int64{ballast}
-	if err := cluster.Allreduce(world, total, total, cluster.Sum); err != nil {
+	if err := cluster.AllreduceWithin(world, total, total, cluster.Sum, cfg.timeout); err != nil {
 		return err
 	}
 	return runSteps(cfg, world, a, w, total[0], tl, out, errOut)
@@ -152,7 +152,7 @@ func runSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable
 		if cfg.grow == 0 {
 			solves = cfg.iters
 		}
-		rec, oom, err := runStep(world, a, w, m, solves, &iter, cfg.probe, &sum.VerifyFailures, tl)
+		rec, oom, err := runStep(world, a, w, m, solves, &iter, cfg, &sum.VerifyFailures, tl)
 		if err != nil {
 			return fmt.Errorf("step %d (m = %d): %w", step, m, err)
 		}
@@ -201,7 +201,8 @@ func runSteps(cfg config, world *cluster.Comm, a *devalloc.Allocator, w growable
 // allocation fails on some rank, every rank stops after the same solve and
 // oom is the lowest such rank's report; any other error is returned as is
 // (the caller ends the job).
-func runStep(world *cluster.Comm, a *devalloc.Allocator, w growable, m, solves int, iter *int, probe bool, failures *int64, tl *timeline) (rec stepRecord, oom error, err error) {
+func runStep(world *cluster.Comm, a *devalloc.Allocator, w growable, m, solves int, iter *int, cfg config, failures *int64, tl *timeline) (rec stepRecord, oom error, err error) {
+	timeout := cfg.timeout
 	a.ResetPeak()
 	rec.M = m
 	var workingSet int64
@@ -220,7 +221,7 @@ func runStep(world *cluster.Comm, a *devalloc.Allocator, w growable, m, solves i
 			me = int64(world.Rank())
 		}
 		flags := []int64{me, st.verifyFailures}
-		if err := errors.Join(cluster.Allreduce(world, flags[:1], flags[:1], cluster.Min), cluster.Allreduce(world, flags[1:], flags[1:], cluster.Sum)); err != nil {
+		if err := errors.Join(cluster.AllreduceWithin(world, flags[:1], flags[:1], cluster.Min, timeout), cluster.AllreduceWithin(world, flags[1:], flags[1:], cluster.Sum, timeout)); err != nil {
 			return rec, nil, err
 		}
 		if st.verifyFailures > 0 {
@@ -228,10 +229,10 @@ func runStep(world *cluster.Comm, a *devalloc.Allocator, w growable, m, solves i
 		}
 		*failures += flags[1]
 		if flags[0] != math.MaxInt64 {
-			return rec, outOfMemoryOf(world, int(flags[0]), serr), nil
+			return rec, outOfMemoryOf(world, int(flags[0]), serr, timeout), nil
 		}
 		us := []float64{st.solveUS}
-		if err := cluster.Allreduce(world, us, us, cluster.Max); err != nil {
+		if err := cluster.AllreduceWithin(world, us, us, cluster.Max, timeout); err != nil {
 			return rec, nil, err
 		}
 		rec.SolveUS = append(rec.SolveUS, round3(us[0]))
@@ -239,14 +240,14 @@ func runStep(world *cluster.Comm, a *devalloc.Allocator, w growable, m, solves i
 	st := a.Stats()
 	free, _ := a.MemInfo()
 	largest := int64(-1)
-	if probe {
+	if cfg.probe {
 		if largest, err = a.LargestAlloc(a.DefaultStream()); err != nil {
 			return rec, nil, err
 		}
 	}
 	sums := []int64{workingSet, st.ReservedPeak, st.RequestedPeak, st.ReservedCurrent}
 	mins := []int64{largest, free}
-	if err := errors.Join(cluster.Allreduce(world, sums, sums, cluster.Sum), cluster.Allreduce(world, mins, mins, cluster.Min)); err != nil {
+	if err := errors.Join(cluster.AllreduceWithin(world, sums, sums, cluster.Sum, timeout), cluster.AllreduceWithin(world, mins, mins, cluster.Min, timeout)); err != nil {
 		return rec, nil, err
 	}
 	rec.WorkingSetBytes, rec.ReservedPeakBytes, rec.LivePeakBytes, rec.ReservedEndBytes = sums[0], sums[1], sums[2], sums[3]
@@ -259,12 +260,12 @@ const oomMessageBytes = 1024
 
 // outOfMemoryOf is rank r's out-of-memory report, on every rank (err is
 // this rank's, nil where it had none).
-func outOfMemoryOf(world *cluster.Comm, r int, err error) error {
+func outOfMemoryOf(world *cluster.Comm, r int, err error, timeout time.Duration) error {
 	buf := make([]byte, oomMessageBytes)
 	if world.Rank() == r {
 		copy(buf, fmt.Sprintf("rank %d: %v", r, err))
 	}
-	if berr := cluster.Bcast(world, buf, r); berr != nil {
+	if berr := cluster.BcastWithin(world, buf, r, timeout); berr != nil {
 		return berr
 	}
 	msg, _, _ := strings.Cut(string(buf), "\x00")

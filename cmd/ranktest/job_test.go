@@ -205,3 +205,15 @@ func TestJobSectorsOutOfMemory(t *testing.T) {
 	require.Contains(t, out, "out of memory", out)
 	require.Regexp(t, `ranktest: rank 2: solve 0: .*out of memory|rank 2 ran out of memory in this solve`, out)
 }
+
+// TestJobAgreesOnResolvedSettings: a rank given flags at their defaults
+// agrees with ranks that left them out.
+func TestJobAgreesOnResolvedSettings(t *testing.T) {
+	bin, flags := buildMPIRanktest(t)
+	args := append(append([]string(nil), flags...),
+		"-n", "1", bin, "-iters", "2", "-mode", "packed", "-blocks", "2000", "-workload", "synthetic", ":",
+		"-n", "1", bin, "-iters", "2")
+	out, code, _ := runJob(t, 90*time.Second, args...)
+	require.Zero(t, code, out)
+	require.Contains(t, out, "0 block(s) wrong", out)
+}

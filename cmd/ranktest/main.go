@@ -9,11 +9,13 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/bytesize"
 	"github.com/distbuf/distbuf/internal/ranksettings"
+	"github.com/distbuf/distbuf/msg"
 )
 
 type config struct {
@@ -31,9 +33,13 @@ type config struct {
 	device     int    // CUDA device, set from the rank's placement
 	cpuProfile string // per-rank CPU profile path prefix; "" for none
 	calls      bool   // time the runtime calls of the solves by entry point
-	workload   string // synthetic, sectors or maxm; "" is synthetic
-	m          int    // bond dimension of the sectors and maxm workloads
-	bigBlock   int64  // sectors: a sector of D with D*D float64s at least this many bytes is big; a block between two big ones is its own allocation
+	// timeout bounds every collective of the run (cluster's *Within
+	// forms): DISTBUF_MSG_TIMEOUT, the exchanges' own bound, else msg's
+	// default; 0 waits without limit.
+	timeout  time.Duration
+	workload string // synthetic, sectors or maxm; "" is synthetic
+	m        int    // bond dimension of the sectors and maxm workloads
+	bigBlock int64  // sectors: a sector of D with D*D float64s at least this many bytes is big; a block between two big ones is its own allocation
 	growConfig
 }
 
@@ -65,7 +71,9 @@ func main() {
 		}
 		cluster.Abort(1)
 	}
-	if err := cluster.Finalize(); err != nil {
+	// A rank that stopped for good would hold MPI_Finalize for ever.
+	timeout, _ := collectiveTimeout()
+	if err := cluster.FinalizeWithin(timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "ranktest:", err)
 		os.Exit(1)
 	}
@@ -140,7 +148,8 @@ func mainErr(cfg config) (rank int, err error) {
 		return -1, err
 	}
 	rank = world.Rank()
-	if err := ranksettings.Agree(world, agreedSettings(cfg)); err != nil {
+	settings, failed := agreedSettings(&cfg)
+	if err := ranksettings.AgreeWith(world, settings, ranksettings.Options{Timeout: cfg.timeout, Failed: failed}); err != nil {
 		return rank, err
 	}
 	if cfg.cpuProfile != "" {
@@ -158,37 +167,51 @@ func mainErr(cfg config) (rank int, err error) {
 	return rank, run(cfg, world, os.Stdout, os.Stderr)
 }
 
-// agreedSettings are the settings that shape the collective work: ranks
-// that disagree on them would wait for each other in different
-// collectives.
-func agreedSettings(cfg config) []ranksettings.Setting {
-	// The backend and policy asked for, from the flag or the environment
-	// (an unreadable value is reported by openAllocator).
-	backend, policy := cfg.backend, cfg.policy
+// agreedSettings are the settings that shape the collective work, as the
+// run will use them (withDefaults, the environment applied): ranks that
+// disagree on them would wait for each other in different collectives. It
+// sets cfg.timeout, the bound of every collective (collectiveTimeout). A
+// setting this rank cannot resolve is its error, which the agreement
+// reports on every rank.
+func agreedSettings(cfg *config) ([]ranksettings.Setting, error) {
+	var errs []error
+	var err error
+	if cfg.timeout, err = collectiveTimeout(); err != nil {
+		errs = append(errs, err)
+	}
+	r := cfg.withDefaults()
+	backend, policy := r.backend, r.policy
 	if backend == "" {
 		backend = strings.ToLower(strings.TrimSpace(os.Getenv("DISTBUF_BACKEND")))
 	}
 	if backend == "" {
 		backend = string(devalloc.BackendAuto)
 	}
-	if p, err := parsePolicy(policy); err == nil {
+	if policy != "" {
+		p, err := parsePolicy(policy)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("-policy %q: %w", policy, err))
+		}
 		policy = p.String()
-	} else if policy == "" {
-		conf, _ := devalloc.ParseConfig(os.Getenv("DISTBUF_ALLOC_CONF"))
+	} else {
+		conf, err := devalloc.ParseConfig(os.Getenv("DISTBUF_ALLOC_CONF"))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("DISTBUF_ALLOC_CONF: %w", err))
+		}
 		policy = conf.Policy.String()
 	}
 	number, text := ranksettings.Number, ranksettings.Text
 	return []ranksettings.Setting{
-		number("-iters", int64(cfg.iters)),
-		text("-mode", cfg.mode),
-		number("-blocks", int64(cfg.blocks)),
-		number("-seed", int64(cfg.seed)),
-		number("-bonds", int64(cfg.bonds)),
+		number("-iters", int64(r.iters)),
+		text("-mode", r.mode),
+		number("-blocks", int64(r.blocks)),
+		number("-seed", int64(r.seed)),
+		number("-bonds", int64(r.bonds)),
 		number("-fresh", map[bool]int64{false: 0, true: 1}[cfg.fresh]),
 		number("-calls", map[bool]int64{false: 0, true: 1}[cfg.calls]),
 		text("-policy", policy),
 		text("-backend", backend),
-		text("-workload", cfg.workload),
+		text("-workload", r.workload),
 		number("-m", int64(cfg.m)),
 		number("-big-block", cfg.bigBlock),
 		text("-grow", strconv.FormatFloat(cfg.grow, 'g', -1, 64)),
@@ -196,7 +219,41 @@ func agreedSettings(cfg config) []ranksettings.Setting {
 		number("-step-solves", int64(cfg.stepSolves)),
 		number("-probe", map[bool]int64{false: 0, true: 1}[cfg.probe]),
 		number("-ballast-free", cfg.ballastFree),
+	}, errors.Join(errs...)
+}
+
+// collectiveTimeout is the bound of the run's collectives:
+// DISTBUF_MSG_TIMEOUT, the exchanges' own, else msg's default; 0 for none
+// (off).
+func collectiveTimeout() (time.Duration, error) {
+	v, ok := os.LookupEnv(msg.EnvTimeout)
+	if !ok || strings.TrimSpace(v) == "" {
+		return msg.DefaultTimeout, nil
 	}
+	t, err := msg.ParseTimeout(v)
+	if err != nil {
+		return msg.DefaultTimeout, fmt.Errorf("%s: %w", msg.EnvTimeout, err)
+	}
+	return max(t, 0), nil
+}
+
+// withDefaults fills in what the flags leave to the workload: the mode, the
+// workload, the bonds and the synthetic workload's blocks, as run applies
+// them.
+func (cfg config) withDefaults() config {
+	if cfg.mode == "" {
+		cfg.mode = "packed"
+	}
+	if cfg.workload == "" {
+		cfg.workload = "synthetic"
+	}
+	if cfg.bonds == 0 {
+		cfg.bonds = defaultBonds
+	}
+	if cfg.blocks == 0 {
+		cfg.blocks = defaultShape.blocks
+	}
+	return cfg
 }
 
 // startCPUProfile profiles this process into path until the returned

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -22,7 +23,7 @@ const (
 // turns, and a solve waits for every sharing rank's turn (on an H200, 8
 // ranks took 17x as long a solve as 2, against 1.85-2.60x under MPS:
 // docs/PERFORMANCE.md). Collective over the node's ranks.
-func warnSharedGPU(world *cluster.Comm, a *devalloc.Allocator, out io.Writer) error {
+func warnSharedGPU(world *cluster.Comm, a *devalloc.Allocator, timeout time.Duration, out io.Writer) error {
 	local := world.Local()
 	row := []int64{int64(world.Rank()), placementOf(a), mpsUnknown}
 	if a.Info().Backend == devalloc.BackendCUDA {
@@ -36,7 +37,7 @@ func warnSharedGPU(world *cluster.Comm, a *devalloc.Allocator, out io.Writer) er
 		}
 	}
 	rows := make([]int64, 3*local.Size())
-	if err := cluster.Allgather(local, row, rows); err != nil {
+	if err := cluster.AllgatherWithin(local, row, rows, timeout); err != nil {
 		return fmt.Errorf("placement: %w", err)
 	}
 	if local.Rank() != 0 {

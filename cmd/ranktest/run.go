@@ -232,11 +232,11 @@ func run(cfg config, world *cluster.Comm, out, errOut io.Writer) (err error) {
 			fmt.Fprintf(out, "ranktest: %s\n", r)
 		}
 	}
-	if err := warnSharedGPU(world, a, out); err != nil {
+	if err := warnSharedGPU(world, a, cfg.timeout, out); err != nil {
 		return err
 	}
 
-	stats := solveStats{world: world}
+	stats := solveStats{world: world, timeout: cfg.timeout}
 	var reservedWarm int64
 	start := time.Now()
 	lastReport := start
@@ -295,8 +295,9 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	lo, hi, sum := slices.Clone(vals), slices.Clone(vals), slices.Clone(vals)
 	counts := []int64{total.allocCalls, total.gemmLaunches, total.messages, total.bytesMoved, total.verifyFailures,
 		st.ReservedPeak, reservedWarm, st.ReservedCurrent, sv.plansBuilt, total.runtimeCalls, total.workingSet}
-	err := errors.Join(cluster.Allreduce(world, lo, lo, cluster.Min), cluster.Allreduce(world, hi, hi, cluster.Max),
-		cluster.Allreduce(world, sum, sum, cluster.Sum), cluster.Allreduce(world, counts, counts, cluster.Sum))
+	t := cfg.timeout
+	err := errors.Join(cluster.AllreduceWithin(world, lo, lo, cluster.Min, t), cluster.AllreduceWithin(world, hi, hi, cluster.Max, t),
+		cluster.AllreduceWithin(world, sum, sum, cluster.Sum, t), cluster.AllreduceWithin(world, counts, counts, cluster.Sum, t))
 	if err != nil {
 		return err
 	}
@@ -304,17 +305,17 @@ func report(cfg config, world *cluster.Comm, a *devalloc.Allocator, sv *solver, 
 	// Placement: the device of every rank, and whether ranks of one node
 	// share one although the node has enough.
 	devices := make([]int64, world.Size())
-	if err := cluster.Allgather(world, []int64{placementOf(a)}, devices); err != nil {
+	if err := cluster.AllgatherWithin(world, []int64{placementOf(a)}, devices, t); err != nil {
 		return err
 	}
 	// Ranks may land on different backends (a node without a GPU, say).
 	lo64, hi64 := []int64{int64(allockind.Index(a))}, []int64{int64(allockind.Index(a))}
-	if err := errors.Join(cluster.Allreduce(world, lo64, lo64, cluster.Min), cluster.Allreduce(world, hi64, hi64, cluster.Max)); err != nil {
+	if err := errors.Join(cluster.AllreduceWithin(world, lo64, lo64, cluster.Min, t), cluster.AllreduceWithin(world, hi64, hi64, cluster.Max, t)); err != nil {
 		return err
 	}
 	var byEntry map[string]entryCalls
 	if sv.calls != nil {
-		if byEntry, err = sv.calls.collect(world); err != nil {
+		if byEntry, err = sv.calls.collect(world, t); err != nil {
 			return err
 		}
 	}

@@ -67,7 +67,7 @@ func outcomeOf(err error) int64 {
 // memory. So every rank of a solve that ran out of memory says so.
 func (sv *solver) agree(own error) error {
 	all := make([]int64, sv.size)
-	if err := cluster.Allgather(sv.world, []int64{outcomeOf(own)}, all); err != nil {
+	if err := cluster.AllgatherWithin(sv.world, []int64{outcomeOf(own)}, all, sv.cfg.timeout); err != nil {
 		return errors.Join(own, err)
 	}
 	if o := outcomeOf(own); o == solveOutOfMemory || o == solveFailed {
@@ -106,7 +106,7 @@ func (sv *solver) agree(own error) error {
 func (sv *solver) solveSectors(iter, m, bond int) (iterStats, error) {
 	st := iterStats{deviceUS: -1, deviceGemmUS: -1}
 	if sv.size > 1 {
-		if err := sv.world.Barrier(); err != nil {
+		if err := sv.world.BarrierWithin(sv.cfg.timeout); err != nil {
 			return st, err
 		}
 	}
@@ -340,7 +340,7 @@ func (sv *solver) agreeBeforeExchange(own error) error {
 		return own
 	}
 	worst := []int64{outcomeOf(own)}
-	if err := cluster.Allreduce(sv.world, worst, worst, cluster.Max); err != nil {
+	if err := cluster.AllreduceWithin(sv.world, worst, worst, cluster.Max, sv.cfg.timeout); err != nil {
 		return errors.Join(own, err)
 	}
 	if own == nil && worst[0] != solveOK {

@@ -410,7 +410,7 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 	// ranks: without the barrier the earlier rank would wait for the later
 	// one in the next exchange, and that wait would count as exchange.
 	if sv.size > 1 {
-		if err := sv.world.Barrier(); err != nil {
+		if err := sv.world.BarrierWithin(sv.cfg.timeout); err != nil {
 			return st, err
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 )
@@ -114,11 +115,12 @@ func (h *histogram) quantile(q float64) float64 {
 // ranks in batches (outside the solves) into histograms by layout (0:
 // repeated, 1: fresh) plus one over every solve.
 type solveStats struct {
-	world *cluster.Comm
-	batch [][nTimes]float64
-	fresh []bool
-	hist  [3][nTimes]histogram // repeated, fresh, all
-	count [2]int64             // solves by layout
+	world   *cluster.Comm
+	timeout time.Duration // bounds the reductions
+	batch   [][nTimes]float64
+	fresh   []bool
+	hist    [3][nTimes]histogram // repeated, fresh, all
+	count   [2]int64             // solves by layout
 
 	total  iterStats // sums of the counts and times of this rank (workingSet: the largest)
 	solves int64
@@ -156,7 +158,7 @@ func (s *solveStats) flush() error {
 	for _, v := range s.batch {
 		flat = append(flat, v[:]...)
 	}
-	if err := cluster.Allreduce(s.world, flat, flat, cluster.Max); err != nil {
+	if err := cluster.AllreduceWithin(s.world, flat, flat, cluster.Max, s.timeout); err != nil {
 		return err
 	}
 	for i, fresh := range s.fresh {
