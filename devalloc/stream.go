@@ -289,6 +289,9 @@ func checkRange(what string, b *Buffer, off, n int64) error {
 // Copy enqueues a copy of n bytes from src at srcOff to dst at dstOff on s,
 // in any direction the backend supports (device, host-backend and pinned
 // memory), declaring the read of src and the write of dst in their ledgers.
+// Both buffers must belong to s's allocator (an error matching
+// distbuf.ErrInvalid otherwise): a copy between two allocators goes through
+// memory both reach, as msg's staging does.
 func (s *Stream) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int64) error {
 	if err := checkRange("copy destination", dst, dstOff, n); err != nil {
 		return err
@@ -299,7 +302,15 @@ func (s *Stream) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int64) e
 	if dst == src && dstOff < srcOff+n && srcOff < dstOff+n {
 		return fmt.Errorf("devalloc: copy within buffer #%d: overlapping ranges: %w", dst.id, distbuf.ErrInvalid)
 	}
+	// Both buffers must be the stream's allocator's: the ledger orders an
+	// access by the events of its own allocator's streams, and a copy
+	// between two allocators' memory (another device, or the host backend's
+	// memory beside a GPU's) is a staged copy the caller makes through
+	// memory both can reach.
 	if err := s.checkOwn(dst); err != nil {
+		return err
+	}
+	if err := s.checkOwn(src); err != nil {
 		return err
 	}
 	// Both ledgers are held across the enqueue, so no access can begin in
