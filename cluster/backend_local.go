@@ -164,17 +164,6 @@ func backendWaitall(rs []*Request, sts []Status, errs []error) {
 	}
 }
 
-func (lc *localComm) probe(tag int) (Status, bool, chan struct{}) {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	for _, s := range lc.sends {
-		if tagMatches(tag, s.tag) {
-			return Status{Source: 0, Tag: s.tag, Bytes: s.n}, true, nil
-		}
-	}
-	return Status{}, false, lc.arrived
-}
-
 // match takes the oldest queued send with a matching tag out of the queue,
 // as MPI_Improbe does, or returns the channel closed at the next arrival.
 func (lc *localComm) match(tag int) (*localReq, chan struct{}) {

@@ -18,7 +18,6 @@ import (
 var (
 	backends   = alloctest.Backends()
 	openHost   = alloctest.OpenHost
-	openCUDA   = alloctest.OpenCUDA
 	closeClean = alloctest.CloseClean
 )
 

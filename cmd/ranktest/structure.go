@@ -104,7 +104,6 @@ func newSectorStructure(seed uint64, bond, m, ranks int, bigBytes int64) (*secto
 
 	// T1 candidates: each psi block with each MPO sector whose qa' = qa + qw
 	// is a left sector; kept when some product of step 2 uses it.
-	type t1Key struct{ kw, ia, s1, s2 int } // with psi's ia
 	type t2Key struct{ kw2, iap, s1p, s2p, ib int }
 	t2At := map[t2Key]int{}
 	lAt := map[envBlock]int{}
