@@ -27,11 +27,22 @@ build: deps
 	@mkdir -p $(BIN)
 	$(GO) build -tags "$(MPI_TAGS)" -o $(BIN)/ranktest ./cmd/ranktest
 
-lint:
+# staticcheck at the version tools/go.mod pins, built from the tools module
+# so that the library's go.mod needs only what the library uses.
+STATICCHECK := $(BIN)/staticcheck
+
+$(STATICCHECK): tools/go.mod tools/go.sum
+	@mkdir -p $(BIN)
+	$(GO) -C tools build -o ../$(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
+
+lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags mpi $(PKGS)
+	$(STATICCHECK) $(PKGS)
+	$(STATICCHECK) -tags mpi $(PKGS)
+	cd tools && ../$(STATICCHECK) ./benchplot
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)

@@ -34,9 +34,9 @@ type timelineLine struct {
 
 // timelineRun is one -timeline file's series.
 type timelineRun struct {
-	label                    string
-	used, reserved, live, mm plotter.XYs
-	util                     plotter.XYs
+	label                string
+	used, reserved, live plotter.XYs
+	util                 plotter.XYs
 }
 
 func readTimeline(path string) (*timelineRun, error) {
