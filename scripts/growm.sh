@@ -32,6 +32,8 @@
 #         sectors   the sector workload's growing run (-workload sectors, m from
 #                   2048 times 1.25 a step, $SECTORS_FREE_GIB free) under free,
 #                   retain and auto, with timelines
+#         fresh     the default (synthetic) solve, 1 rank, every layout repeated and
+#                   every one fresh, in three turns (not in the default)
 #         sectorcheck the sectors solve at the default m (repeated and fresh), at
 #                   m = 4096 under each policy, out of a 1 GiB budget, under
 #                   memcheck, and 2 ranks under MPS (not in the default)
@@ -118,6 +120,7 @@ run() {
           export CUDA_MPS_PIPE_DIRECTORY=\$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=\$(mktemp -d) && nvidia-cuda-mps-control -d &&
           mpirun --allow-run-as-root --oversubscribe -x CUDA_MPS_PIPE_DIRECTORY -n 2 $BIN/ranktest-mpi -backend cuda -workload sectors -m 4096 -iters 20 -json | tail -n 3;
           echo quit | nvidia-cuda-mps-control" ;;
+      fresh) step fresh 200 "for r in 1 2 3; do $BIN/ranktest -backend cuda -iters 300 -json > $LOG/solve-repeated-\$r.txt || exit 1; $BIN/ranktest -backend cuda -iters 300 -fresh -json > $LOG/solve-fresh-\$r.txt || exit 1; done" ;;
       *) echo "unknown step $s" | tee -a "$LOG/summary.txt" ;;
     esac
   done
@@ -162,6 +165,17 @@ for pol, v in fixed.items():
 if {"auto", "retain", "free"} <= fixed.keys():
     a, r, f = (statistics.median(fixed[k]) for k in ("auto", "retain", "free"))
     print(f"auto / retain {a / r:.3f} (goal <= 1.05), auto / free {a / f:.3f} (goal <= 0.5)")
+rep = {}
+for kind in ("repeated", "fresh"):
+    for path in sorted(glob.glob(f"{log}/solve-{kind}-*.txt")):
+        s = last(path)
+        if s:
+            rep.setdefault(kind, []).append(s["median_solve_us"])
+if rep:
+    print("== default solve, 1 rank: median (us) by turn", rep)
+    if len(rep.get("fresh", [])) == len(rep.get("repeated", [])) > 0:
+        ratios = [f / r for f, r in zip(rep["fresh"], rep["repeated"])]
+        print(f"fresh / repeated {[round(x, 2) for x in ratios]} median {statistics.median(ratios):.2f} (goal <= 2)")
 print("== prime (1/N of the device) and threshold: solves (us) at the fixed m; first steps of the growing run")
 for path in sorted(glob.glob(f"{log}/prime-fixed-*.txt") + glob.glob(f"{log}/threshold-fixed-*.txt")):
     s = last(path)
