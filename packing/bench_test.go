@@ -4,11 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/benchtimer"
 )
 
 // mixedDescs is a DMRG-like block list: ids in list order, shapes drawn
@@ -72,7 +71,7 @@ func benchPlanDescs(b *testing.B, descs []Desc, build func(descs []Desc, buf *de
 	}
 	defer buf.Free()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := benchtimer.ProcessCPU()
 	for range b.N {
 		if err := build(descs, buf); err != nil {
 			b.Fatal(err)
@@ -81,15 +80,7 @@ func benchPlanDescs(b *testing.B, descs []Desc, build func(descs []Desc, buf *de
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
 	// The process's CPU time (GC included) per block: steadier than the wall
 	// clock when other processes share the cores.
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((benchtimer.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
 }
 
 var sink uintptr

@@ -128,8 +128,15 @@ type Plan struct {
 	groups   []Group
 	group0   [1]Group // room for the first group, so that most plans allocate no groups
 
+	// groupStart, for a plan of several groups that the list gave one
+	// after another (destinations in non-decreasing order, as a solver
+	// that sorts its blocks by owner lists them), is each group's first
+	// plan index: group position k of group g is plan index
+	// groupStart[g]+k, with no member list to build. nil otherwise.
+	groupStart []int32
+
 	membersOnce sync.Once
-	members     [][]int32 // per group: plan indices in list order (nil for a single group)
+	members     [][]int32 // per group: plan indices in list order (nil for a single group or groupStart)
 
 	indexOnce sync.Once
 	ids2index map[uint64]int32
@@ -614,6 +621,9 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 	} else {
 		p.groups = p.group0[:]
 	}
+	if len(p.groups) > 1 {
+		p.groupStart = groupStarts(descs, p.groups)
+	}
 	if p.offs != nil {
 		// Classified with 64 bits: the class goes to meta, the offset to offs.
 		for i, w := range p.offs {
@@ -624,6 +634,25 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// groupStarts returns each group's first plan index when the list gives
+// the groups one after another (its destinations never decrease), else
+// nil. Groups are in increasing Dest, so group g is then the list's run of
+// its destination.
+func groupStarts(descs []Desc, groups []Group) []int32 {
+	for i := 1; i < len(descs); i++ {
+		if descs[i].Dest < descs[i-1].Dest {
+			return nil
+		}
+	}
+	starts := make([]int32, len(groups))
+	at := 0
+	for g := range groups {
+		starts[g] = int32(at)
+		at += groups[g].Blocks
+	}
+	return starts
 }
 
 // checkIDs checks stored ids for duplicates. Ids that increase, the usual
@@ -769,27 +798,27 @@ func (p *Plan) index(id uint64) (int, bool) {
 	return int(i), ok
 }
 
-// groupMembers returns the plan indices of group g's blocks in list order:
-// the block at group position k is groupMembers(g)[k]. Do not modify the
-// result.
-func (p *Plan) groupMembers(g int) ([]int32, error) {
+// groupIndex returns how group g's positions map to plan indices: the
+// block at group position k is members[k], or first+k when members is nil
+// (a single group, or groups the list gave one after another). Do not
+// modify members.
+func (p *Plan) groupIndex(g int) (members []int32, first int, err error) {
 	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), distbuf.ErrInvalid)
+		return nil, 0, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), distbuf.ErrInvalid)
+	}
+	if p.groupStart != nil {
+		return nil, int(p.groupStart[g]), nil
 	}
 	p.buildMembers()
 	if p.members == nil {
-		all := make([]int32, p.Len())
-		for i := range all {
-			all[i] = int32(i)
-		}
-		return all, nil
+		return nil, 0, nil
 	}
-	return p.members[g], nil
+	return p.members[g], 0, nil
 }
 
 func (p *Plan) buildMembers() {
 	p.membersOnce.Do(func() {
-		if len(p.groups) <= 1 {
+		if len(p.groups) <= 1 || p.groupStart != nil {
 			return
 		}
 		p.members = make([][]int32, len(p.groups))
@@ -816,14 +845,18 @@ type Entry struct {
 // Manifest lists group g's blocks in group-position order, and the payload
 // size in bytes (the buffer size, padding included).
 func (p *Plan) Manifest(g int) ([]Entry, int64, error) {
-	members, err := p.groupMembers(g)
+	members, first, err := p.groupIndex(g)
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]Entry, len(members))
-	for k, i := range members {
-		cl := p.class(int(i))
-		out[k] = Entry{ID: p.id(int(i)), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Offset: p.offset(int(i))}
+	out := make([]Entry, p.groups[g].Blocks)
+	for k := range out {
+		i := first + k
+		if members != nil {
+			i = int(members[k])
+		}
+		cl := p.class(i)
+		out[k] = Entry{ID: p.id(i), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Offset: p.offset(i)}
 	}
 	return out, p.groups[g].Bytes, nil
 }
@@ -928,19 +961,14 @@ func (p *Plan) endManifest(size int64) {
 // manifest from elsewhere needs: what a rank delivering a group to itself
 // views the copy through.
 func (p *Plan) Detached(g int) (*Plan, error) {
-	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), distbuf.ErrInvalid)
+	members, first, err := p.groupIndex(g) // members nil: the blocks from first on, in order
+	if err != nil {
+		return nil, err
 	}
-	p.buildMembers()
-	var members []int32 // nil: every block, in order (a single-group plan)
-	n := p.Len()
-	if p.members != nil {
-		members = p.members[g]
-		n = len(members)
-	}
+	n := p.groups[g].Blocks
 	member := func(k int) int {
 		if members == nil {
-			return k
+			return first + k
 		}
 		return int(members[k])
 	}
