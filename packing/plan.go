@@ -202,9 +202,15 @@ type classTable struct {
 	blocks  int  // lookups to come, about
 }
 
-// stackTableSize is the size of the table NewPlan and FromManifest start
-// with, on their stacks: up to 128 classes, 6 KiB to clear.
-const stackTableSize = 256
+// stackTableSize is the size of the table NewPlan starts with, on its
+// stack: up to 256 classes, 12 KiB to clear, enough for the joined A and B
+// operands of a solve (a hundred-odd shapes each) without a table on the
+// heap. FromManifest's holds 128 classes, 6 KiB: a message of a few blocks
+// is decoded often.
+const (
+	stackTableSize    = 512
+	manifestTableSize = 256
+)
 
 // newClassTable returns an empty table over entries, which must be zero,
 // for about blocks lookups. It returns the table rather than filling one in
@@ -877,7 +883,7 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 		return nil, fmt.Errorf("packing: manifest of %d blocks: too large: %w", n, distbuf.ErrInvalid)
 	}
 	p := &Plan{ids: make([]uint64, n), meta: make([]uint32, n), offs: make([]int64, n)}
-	var stackTable [stackTableSize]classEntry
+	var stackTable [manifestTableSize]classEntry
 	tab := newClassTable(stackTable[:], n)
 	var last []int64 // offset of each class's latest block
 	for i := range entries {
