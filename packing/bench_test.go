@@ -270,12 +270,14 @@ func BenchmarkDetached(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			cpu0 := benchtimer.ProcessCPU()
 			for b.Loop() {
 				if q, err := p.Detached(0); err != nil || q.Len() != n {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
+			b.ReportMetric(float64((benchtimer.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
 		})
 	}
 }

@@ -967,14 +967,14 @@ func (p *Plan) endManifest(size int64) {
 // manifest from elsewhere needs: what a rank delivering a group to itself
 // views the copy through.
 func (p *Plan) Detached(g int) (*Plan, error) {
-	members, first, err := p.groupIndex(g) // members nil: the blocks from first on, in order
+	members, from, err := p.groupIndex(g) // members nil: the blocks from plan index from on, in order
 	if err != nil {
 		return nil, err
 	}
 	n := p.groups[g].Blocks
 	member := func(k int) int {
 		if members == nil {
-			return first + k
+			return from + k
 		}
 		return int(members[k])
 	}
@@ -1012,12 +1012,22 @@ func (p *Plan) Detached(g int) (*Plan, error) {
 			// its rank times the stride, in p as in q, so q keeps the ranks
 			// as p does, and no offsets.
 			q.rankBits, q.rankMask = p.rankBits, p.rankMask
-			for k := range n {
-				i := member(k)
-				m := p.meta[i]
-				ci, rank := m>>shift, m&p.rankMask
+			ids, meta, mask := q.ids, q.meta, p.rankMask
+			place := func(i int, m uint32) {
+				ci, rank := m>>shift, m&mask
 				at := first[ci] + int32(rank)
-				q.ids[at], q.meta[at] = p.id(i), index[ci]|rank
+				ids[at], meta[at] = p.id(i), index[ci]|rank
+			}
+			if members == nil {
+				// The group's blocks are a run of the plan's: no member
+				// list to read.
+				for k, m := range p.meta[from : from+n] {
+					place(from+k, m)
+				}
+			} else {
+				for _, i := range members {
+					place(int(i), p.meta[i])
+				}
 			}
 		} else {
 			q.offs = make([]int64, n)
