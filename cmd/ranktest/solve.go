@@ -135,14 +135,27 @@ func (sv *solver) close() error {
 }
 
 func (l *layout) close() error {
-	var errs []error
-	if l.gemmPlan != nil {
-		errs = append(errs, l.gemmPlan.Close())
+	return errors.Join(l.closePlan(), l.freeStaging())
+}
+
+// closePlan releases the GEMM plan, the solver's part of the layout.
+func (l *layout) closePlan() error {
+	if l.gemmPlan == nil {
+		return nil
 	}
-	if l.stageAB != nil {
-		errs = append(errs, l.stageAB.Free())
+	err := l.gemmPlan.Close()
+	l.gemmPlan = nil
+	return err
+}
+
+// freeStaging frees the staged operands, the harness's part of the layout.
+func (l *layout) freeStaging() error {
+	if l.stageAB == nil {
+		return nil
 	}
-	return errors.Join(errs...)
+	err := l.stageAB.Free()
+	l.stageAB, l.stageA, l.stageB = nil, nil, nil
+	return err
 }
 
 // bondOf is the bond of solve iter.
@@ -421,12 +434,13 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 
 // solveMemory is what one solve allocates, freed once at its end (timed as
 // the free phase) or, after a failure, on the way out. With -fresh the
-// solve's layout goes with it.
+// solve's GEMM plan goes with it (its staged operands are the harness's,
+// freed after the solve as they were made before it).
 type solveMemory struct {
 	coalesced []*packing.Coalesced
 	buffers   []*devalloc.Buffer
 	recv      *msg.Received
-	layout    *layout // closed too, when set
+	layout    *layout // its GEMM plan closed too, when set
 	freed     bool
 }
 
@@ -446,7 +460,7 @@ func (m *solveMemory) free() error {
 		errs = append(errs, m.recv.Free())
 	}
 	if m.layout != nil {
-		errs = append(errs, m.layout.close())
+		errs = append(errs, m.layout.closePlan())
 	}
 	return errors.Join(errs...)
 }
