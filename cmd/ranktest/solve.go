@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 	"unsafe"
 
@@ -44,7 +43,7 @@ type solver struct {
 	calls        *callTimes    // -calls; nil otherwise
 	harnessCalls uint64        // runtime calls of the harness's own work (sv.harness), left out of the solves'
 	plansBuilt   int64         // GEMM plans made by this rank
-	triples      []gemm.Triple // the triples of the plan being made (NewPlan keeps none)
+	triples      []gemm.Triple // triple i is (i, i, i), for every plan (NewPlan keeps none)
 }
 
 // bondData is the workload at one bond: every rank's block list and the
@@ -362,13 +361,13 @@ func (sv *solver) gemmPlan(l *layout, A, B, C *packing.Coalesced) error {
 	}
 	// Block i of every operand is the i-th contraction, and the joined C
 	// keeps planC's indices whatever the destination.
+	// The list is the same for every plan: it is written once, and
+	// extended when a plan has more blocks than any before.
 	n := C.Len()
-	triples := slices.Grow(sv.triples[:0], n)[:n]
-	sv.triples = triples
-	for i := range triples {
-		triples[i] = gemm.Triple{A: i, B: i, C: i}
+	for i := len(sv.triples); i < n; i++ {
+		sv.triples = append(sv.triples, gemm.Triple{A: i, B: i, C: i})
 	}
-	p, err := gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: 1, Triples: triples}, gemm.Options{})
+	p, err := gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: 1, Triples: sv.triples[:n]}, gemm.Options{})
 	if err != nil {
 		return err
 	}
