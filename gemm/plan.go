@@ -367,7 +367,8 @@ func (p *Plan) build(smallMax int32) error {
 		w := waveOf[t.C]
 		waveOf[t.C]++
 		// Field by field: a literal is built on the stack and copied in
-		// 16-byte moves that stall on its 4-byte stores.
+		// 16-byte moves that stall on its 4-byte stores. A class's
+		// dimensions are below 2^31 (packing's bound), so they fit.
 		q := &probs[i]
 		q.a, q.b, q.c = offA, offB, offC
 		q.m, q.n, q.k = int32(m), int32(nn), int32(k)
