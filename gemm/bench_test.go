@@ -153,6 +153,7 @@ func BenchmarkPlan(b *testing.B) {
 			defer free()
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := benchtimer.ProcessCPU()
 			for b.Loop() {
 				p, err := NewPlan(pr, Options{})
 				if err != nil {
@@ -161,6 +162,7 @@ func BenchmarkPlan(b *testing.B) {
 				_ = p.Close()
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
+			b.ReportMetric(float64((benchtimer.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
 		})
 	}
 }

@@ -217,14 +217,11 @@ type Plan struct {
 	dtype    packing.DType
 	strategy Strategy
 	problems []problem // in launch order
-	// positions holds each triple's block positions (A, B, C), by triple
-	// index: what a TripleError of a later run names.
-	positions [][3]int32
-	launches  []launch
-	waves     int
-	needArr   bool // some cuBLAS launch reads pointer arrays
-	smallN    int  // products in small launches
-	count     int  // products (len(problems) until Close)
+	launches []launch
+	waves    int
+	needArr  bool // some cuBLAS launch reads pointer arrays
+	smallN   int  // products in small launches
+	count    int  // products (len(problems) until Close)
 
 	mu     sync.Mutex // serialises runs: the device state is shared
 	dev    *deviceState
@@ -277,7 +274,7 @@ func NewPlan(pr Problem, opts Options) (*Plan, error) {
 	if err := p.build(smallMaxOf(opts)); err != nil {
 		return nil, err
 	}
-	p.prob.Triples, p.prob.Blocks = nil, nil // the caller's: positions keeps what errors need
+	p.prob.Triples, p.prob.Blocks = nil, nil // the caller's: errors find a triple again from its product (tripleOf)
 	plansBuilt.Add(1)
 	return p, nil
 }
@@ -305,7 +302,6 @@ func (p *Plan) build(smallMax int32) error {
 	sc.reset(n, pr.C.Len(), smallMax)
 	probs, waveOf, shapeOf, waveAt := sc.probs, sc.waveOf, sc.shapeOf, sc.waveAt
 	mem := takePlanMemory(n)
-	positions := mem.positions
 	// Each operand's class table, read once: a block's shape, dtype and
 	// size come from its class, so the loop reads one class per operand
 	// instead of going through the view for every field.
@@ -320,34 +316,42 @@ func (p *Plan) build(smallMax int32) error {
 	rowA, nA := sc.denseA.of(clsA, planA.Groups()[pr.A.Group()].Classes)
 	rowB, nB := sc.denseB.of(clsB, planB.Groups()[pr.B.Group()].Classes)
 	pairs := sc.pairTable(nA, nB, n)
+	// Each operand is checked once here, not at every block.
+	la, errA := pr.A.Locator()
+	lb, errB := pr.B.Locator()
+	lc, errC := pr.C.Locator()
+	if n > 0 && (errA != nil || errB != nil || errC != nil) {
+		return locateError(pr, 0, pr.Triples[0])
+	}
+	if n > 0 {
+		if ia, _, ok := la.Locate(pr.Triples[0].A); ok {
+			p.dtype = clsA[ia].DType
+		}
+	}
+	transA, transB := pr.TransA == Trans, pr.TransB == Trans
+	waves := int32(0)
 	for i, t := range pr.Triples {
-		ia, offA, okA := pr.A.Locate(t.A)
-		ib, offB, okB := pr.B.Locate(t.B)
-		ic, offC, okC := pr.C.Locate(t.C)
+		ia, offA, okA := la.Locate(t.A)
+		ib, offB, okB := lb.Locate(t.B)
+		ic, offC, okC := lc.Locate(t.C)
 		if !okA || !okB || !okC {
 			return locateError(pr, i, t)
 		}
 		ca, cb, cc := &clsA[ia], &clsB[ib], &clsC[ic]
-		if i == 0 {
-			p.dtype = ca.DType
-		}
 		if ca.DType != p.dtype || cb.DType != p.dtype || cc.DType != p.dtype {
 			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("dtypes %v, %v, %v (the problem is %v)", ca.DType, cb.DType, cc.DType, p.dtype), Err: errDType}
 		}
 		m, k := ca.Rows, ca.Cols
-		if pr.TransA == Trans {
+		if transA {
 			m, k = k, m
 		}
 		kb, nn := cb.Rows, cb.Cols
-		if pr.TransB == Trans {
+		if transB {
 			kb, nn = nn, kb
 		}
 		if k != kb || cc.Rows != m || cc.Cols != nn {
 			return &TripleError{Index: i, Triple: t, Reason: fmt.Sprintf("op%v(A) is %dx%d, op%v(B) %dx%d, C %dx%d",
 				pr.TransA, m, k, pr.TransB, kb, nn, cc.Rows, cc.Cols), Err: errShape}
-		}
-		if max(m, nn, k, ca.Cols, cb.Cols) > 1<<31-1 {
-			return &TripleError{Index: i, Triple: t, Reason: "a dimension exceeds 2^31-1", Err: errShape}
 		}
 		var s int32
 		if pairs != nil {
@@ -359,23 +363,24 @@ func (p *Plan) build(smallMax int32) error {
 		} else {
 			s = sc.shapeClass(int32(m), int32(nn), int32(k))
 		}
+		sc.perShape[s]++
 		w := waveOf[t.C]
 		waveOf[t.C]++
 		// Field by field: a literal is built on the stack and copied in
-		// 16-byte moves that stall on its 4-byte stores.
+		// 16-byte moves that stall on its 4-byte stores. A class's
+		// dimensions are below 2^31 (packing's bound), so they fit.
 		q := &probs[i]
 		q.a, q.b, q.c = offA, offB, offC
 		q.m, q.n, q.k = int32(m), int32(nn), int32(k)
 		q.lda, q.ldb, q.tripleIdx = int32(ca.Cols), int32(cb.Cols), int32(i)
 		shapeOf[i], waveAt[i] = s, w
-		positions[i] = [3]int32{int32(t.A), int32(t.B), int32(t.C)} // below the operands' lengths, so below 2^31
-		p.waves = max(p.waves, int(w)+1)
+		waves = max(waves, w+1)
 	}
-	p.positions, p.problems, p.count = positions, mem.problems, n
+	p.problems, p.count, p.waves = mem.problems, n, int(waves)
 	if err := checkScalars(p.dtype, n, pr.Alpha, pr.Beta); err != nil {
 		return err
 	}
-	if err := checkAliasing(pr, p.triple, probs, p.dtype.Size()); err != nil {
+	if err := checkAliasing(pr, probs, p.dtype.Size()); err != nil {
 		return err
 	}
 	p.plan(sc)
@@ -435,16 +440,41 @@ func viewOf(c *packing.Coalesced, k int, name string, i int, t Triple) (packing.
 	return v, nil
 }
 
-// triple is triple i of the problem the plan was made for.
-func (p *Plan) triple(i int) Triple {
-	x := p.positions[i]
-	return Triple{A: int(x[0]), B: int(x[1]), C: int(x[2])}
+// tripleOf returns triple i of pr, whose products are probs: from the
+// list while NewPlan has it, and otherwise found again from the product's
+// offsets, since blocks of one layout do not overlap and an offset names
+// one block. The plan keeps no list: only errors ask.
+func tripleOf(pr *Problem, probs []problem, i int) Triple {
+	if pr.Triples != nil {
+		return pr.Triples[i]
+	}
+	for j := range probs {
+		if q := &probs[j]; int(q.tripleIdx) == i {
+			return Triple{A: positionAt(pr.A, q.a), B: positionAt(pr.B, q.b), C: positionAt(pr.C, q.c)}
+		}
+	}
+	return Triple{A: -1, B: -1, C: -1}
+}
+
+// positionAt is the group position of c's block at byte offset off, -1
+// when there is none.
+func positionAt(c *packing.Coalesced, off int64) int {
+	loc, err := c.Locator()
+	if err != nil {
+		return -1
+	}
+	for k := range c.Len() {
+		if _, o, _ := loc.Locate(k); o == off {
+			return k
+		}
+	}
+	return -1
 }
 
 // checkAliasing rejects a C block that shares bytes with any A or B block of
-// the problem, whose triple i is tripleAt(i). Only buffers whose memory
-// overlaps need the sweep.
-func checkAliasing(pr *Problem, tripleAt func(int) Triple, probs []problem, elem int64) error {
+// the problem, whose products are probs. Only buffers whose memory overlaps
+// need the sweep.
+func checkAliasing(pr *Problem, probs []problem, elem int64) error {
 	region := func(c *packing.Coalesced) (uintptr, uintptr) {
 		v, _, _, _ := c.Buffer().Region()
 		v += uintptr(c.Start())
@@ -495,7 +525,7 @@ func checkAliasing(pr *Problem, tripleAt func(int) Triple, probs []problem, elem
 			if v.input {
 				ci, ii = other, v
 			}
-			t := tripleAt(ci.triple)
+			t := tripleOf(pr, probs, ci.triple)
 			return &TripleError{Index: ci.triple, Triple: t, Reason: fmt.Sprintf("C block %d shares memory with an input of triple %d", t.C, ii.triple), Err: errAlias}
 		}
 		if v.input {
@@ -608,7 +638,7 @@ type planScratch struct {
 	bucket         []int32 // each product's bucket, between counting and placing
 	rank           []int32 // each shape's rank: by category, then first appearance
 	order          []int32 // products in launch order, when comparison-sorted
-	runs           []int32 // products per shape, for Auto's uniform runs
+	perShape       []int32 // products per shape, counted as they are met
 	// shapes numbers shapes in order of first appearance (huge those too
 	// large for its key); shapeCat is each shape's category.
 	shapes   shapeTable
@@ -623,8 +653,7 @@ var scratchPool = sync.Pool{New: func() any { return new(planScratch) }}
 // plan to the next: a fresh plan otherwise writes its products into memory
 // no cache holds.
 type planMemory struct {
-	problems  []problem
-	positions [][3]int32
+	problems []problem
 }
 
 var planMemoryPool sync.Pool
@@ -635,7 +664,6 @@ func takePlanMemory(n int) *planMemory {
 		m = &planMemory{}
 	}
 	m.problems = slices.Grow(m.problems[:0], n)[:n]
-	m.positions = slices.Grow(m.positions[:0], n)[:n]
 	return m
 }
 
@@ -648,6 +676,7 @@ func (sc *planScratch) reset(n, nC int, smallMax int32) {
 	sc.shapes.reset(sc.shapes.keys, sc.shapes.classes)
 	sc.huge = nil
 	sc.shapeCat = sc.shapeCat[:0]
+	sc.perShape = sc.perShape[:0]
 	sc.smallMax = smallMax
 }
 
@@ -699,6 +728,7 @@ func (sc *planScratch) shapeClass(m, n, k int32) int32 {
 	}
 	if int(s) == len(sc.shapeCat) {
 		sc.shapeCat = append(sc.shapeCat, categoryOf(m, n, k, sc.smallMax))
+		sc.perShape = append(sc.perShape, 0)
 	}
 	return s
 }
@@ -708,21 +738,8 @@ func (sc *planScratch) shapeClass(m, n, k int32) int32 {
 // each) that at least uniformRunMin products share (uniformRunMin's
 // measurement says why). Tiny shapes stay in the kernel.
 func (sc *planScratch) uniformRunsToBLAS() {
-	runs := slices.Grow(sc.runs[:0], len(sc.shapeCat))[:len(sc.shapeCat)]
-	sc.runs = runs
-	clear(runs)
-	counted := false
-	for i := range sc.probs {
-		if s := sc.shapeOf[i]; sc.shapeCat[s] == catSmall {
-			runs[s]++
-			counted = true
-		}
-	}
-	if !counted {
-		return
-	}
-	for s, n := range runs {
-		if n >= uniformRunMin {
+	for s, n := range sc.perShape {
+		if n >= uniformRunMin && sc.shapeCat[s] == catSmall {
 			sc.shapeCat[s] = catBLAS
 		}
 	}
@@ -777,12 +794,19 @@ func (p *Plan) plan(sc *planScratch) {
 		}
 		next := append(sc.next[:0], start[:nb]...)
 		sc.start, sc.next = start, next
+		// Placed in list order, a bucket's products are in C order unless
+		// one lands before the product placed ahead of it (ties in C are
+		// in triple order already).
+		unsorted := false
 		for i, b := range bucket {
-			sorted[next[b]] = probs[i]
-			next[b]++
+			j := next[b]
+			q := &probs[i]
+			unsorted = unsorted || j > start[b] && sorted[j-1].c > q.c
+			sorted[j] = *q
+			next[b] = j + 1
 		}
 		for b := range nb {
-			if lo, hi := start[b], start[b+1]; hi-lo > 1 && !sortedByC(sorted[lo:hi]) {
+			if lo, hi := start[b], start[b+1]; unsorted && hi-lo > 1 && !sortedByC(sorted[lo:hi]) {
 				slices.SortFunc(sorted[lo:hi], byC)
 			}
 		}
@@ -997,7 +1021,7 @@ func (p *Plan) bind(o Operands) error {
 	if (shares(o.C, o.A) || shares(o.C, o.B)) && !(same(o.C, o.A, pr.C, pr.A) && same(o.C, o.B, pr.C, pr.B)) {
 		q := *pr
 		q.A, q.B, q.C = o.A, o.B, o.C
-		return checkAliasing(&q, p.triple, p.problems, p.dtype.Size())
+		return checkAliasing(&q, p.problems, p.dtype.Size())
 	}
 	return nil
 }
@@ -1013,8 +1037,8 @@ func (p *Plan) Close() error {
 	p.closed = true
 	// Nothing reads the products after Close (a run checks closed first):
 	// the next plan reuses their memory while it is still in cache.
-	planMemoryPool.Put(&planMemory{problems: p.problems[:0], positions: p.positions[:0]})
-	p.problems, p.positions = nil, nil
+	planMemoryPool.Put(&planMemory{problems: p.problems[:0]})
+	p.problems = nil
 	if p.dev != nil {
 		err := p.dev.free()
 		p.dev = nil

@@ -237,8 +237,11 @@ func TestPlanByBlockID(t *testing.T) {
 	require.NoError(t, err)
 	ppos, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: byPos}, Options{})
 	require.NoError(t, err)
-	require.Equal(t, ppos.positions, pid.positions)
+	require.Equal(t, ppos.problems, pid.problems)
 	require.Equal(t, ppos.Summary(), pid.Summary())
+	for i, want := range byPos { // what errors of later runs name, found again from the offsets
+		require.Equal(t, want, tripleOf(&pid.prob, pid.problems, i), "triple %d", i)
+	}
 
 	_, err = NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Blocks: byID, Triples: byPos}, Options{})
 	require.ErrorIs(t, err, distbuf.ErrInvalid)

@@ -4,11 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/benchtimer"
 )
 
 // mixedDescs is a DMRG-like block list: ids in list order, shapes drawn
@@ -72,7 +71,7 @@ func benchPlanDescs(b *testing.B, descs []Desc, build func(descs []Desc, buf *de
 	}
 	defer buf.Free()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := benchtimer.ProcessCPU()
 	for range b.N {
 		if err := build(descs, buf); err != nil {
 			b.Fatal(err)
@@ -81,15 +80,7 @@ func benchPlanDescs(b *testing.B, descs []Desc, build func(descs []Desc, buf *de
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
 	// The process's CPU time (GC included) per block: steadier than the wall
 	// clock when other processes share the cores.
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((benchtimer.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
 }
 
 var sink uintptr
@@ -174,6 +165,54 @@ func BenchmarkPlanViewSlice(b *testing.B) {
 		_, err = views(c)
 		return err
 	})
+}
+
+// solveDescs is the block structure of one rank's solve at the default
+// workload of cmd/ranktest, n products of dimensions 1 to 8 with 1% of 24
+// to 64: A (m x k) and B (k x n) as the two groups of one list, ids
+// counting on from A's into B's, and C (m x n).
+func solveDescs(n int, seed uint64) (ab, c []Desc) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ab, c = make([]Desc, 2*n), make([]Desc, n)
+	for i := range n {
+		dim := func() int { return 1 + rng.IntN(8) }
+		if rng.Float64() < 0.01 {
+			dim = func() int { return 24 + rng.IntN(41) }
+		}
+		m, k, nn := dim(), dim(), dim()
+		ab[i] = Desc{ID: uint64(i), DType: Float64, Rows: m, Cols: k}
+		ab[n+i] = Desc{ID: uint64(n + i), DType: Float64, Rows: k, Cols: nn, Dest: 1}
+		c[i] = Desc{ID: uint64(i), DType: Float64, Rows: m, Cols: nn}
+	}
+	return ab, c
+}
+
+// BenchmarkPlanSolve is what a solve on a fresh block structure pays in
+// packing: the joined layout of its A and B operands and the layout of C,
+// joined as its send buffers are, for 2000 products, over four structures
+// in turn as a sweep's bonds (cpu-us is the process's CPU time per solve).
+func BenchmarkPlanSolve(b *testing.B) {
+	var abs, cs [][]Desc
+	for s := range 4 {
+		ab, c := solveDescs(2000, uint64(s))
+		abs, cs = append(abs, ab), append(cs, c)
+	}
+	b.ReportAllocs()
+	cpu0 := benchtimer.ProcessCPU()
+	i := 0
+	for b.Loop() {
+		for _, d := range [][]Desc{abs[i%4], cs[i%4]} {
+			p, err := NewPlan(d, Options{})
+			if err == nil {
+				_, err = p.Joined(nil)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		i++
+	}
+	b.ReportMetric(float64((benchtimer.ProcessCPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-us")
 }
 
 // BenchmarkPlan is the plan alone.
@@ -279,12 +318,14 @@ func BenchmarkDetached(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			cpu0 := benchtimer.ProcessCPU()
 			for b.Loop() {
 				if q, err := p.Detached(0); err != nil || q.Len() != n {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/block")
+			b.ReportMetric(float64((benchtimer.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
 		})
 	}
 }

@@ -24,9 +24,11 @@ type Coalesced struct {
 	host  unsafe.Pointer // the same, when Go may address the memory
 	size  int64          // the group's bytes
 	n     int            // blocks in the group
-	// members maps group positions to plan indices; nil when they are equal
-	// (a single-group plan).
+	// members maps group positions to plan indices; nil when position k
+	// is plan index first+k (a single-group plan, or groups the list gave
+	// one after another).
 	members []int32
+	first   int
 	freed   atomic.Bool
 	// owner is the joined buffer a part belongs to (Parts); nil for a
 	// Coalesced that owns its buffer.
@@ -208,7 +210,7 @@ func wrap(buf *devalloc.Buffer, start int64, p *Plan, g int) (*Coalesced, error)
 	}
 	c := &Coalesced{plan: p, group: g, buf: buf, start: start, base: addr + uintptr(start), size: need, n: p.groups[g].Blocks}
 	if len(p.groups) > 1 {
-		c.members, _ = p.groupMembers(g)
+		c.members, c.first, _ = p.groupIndex(g)
 	}
 	if buf.Location().HostAccessible() {
 		mem, err := buf.Bytes()
@@ -424,7 +426,7 @@ func (c *Coalesced) Locate(k int) (class int, offset int64, ok bool) {
 	if c == nil || uint(k) >= uint(c.n) || c.isFreed() {
 		return 0, 0, false
 	}
-	i := k
+	i := c.first + k
 	if c.members != nil {
 		i = int(c.members[k])
 	}
@@ -436,6 +438,60 @@ func (c *Coalesced) Locate(k int) (class int, offset int64, ok bool) {
 	}
 	cl := &p.classes[ci]
 	return int(ci), cl.Offset + int64(m&p.rankMask)*cl.Stride, true
+}
+
+// Locator finds the blocks of one Coalesced by group position, as Locate
+// does, for planners that walk every block: the buffer is checked once,
+// when the Locator is made, and Locate is small enough to inline into the
+// caller's loop. It reads the plan, not the buffer, so it does not notice
+// a later Free: use it within the work that made it.
+type Locator struct {
+	n int
+	// members maps positions to indices in meta and offs, or is nil when
+	// position k is index k: meta and offs then begin at the group's first
+	// block.
+	members  []int32
+	meta     []uint32
+	offs     []int64
+	classes  []Class
+	rankBits uint32
+	rankMask uint32
+}
+
+// Locator returns c's Locator, or the error View would give for a nil or
+// freed buffer.
+func (c *Coalesced) Locator() (Locator, error) {
+	if err := c.check(); err != nil {
+		return Locator{}, err
+	}
+	p := c.plan
+	l := Locator{n: c.n, members: c.members, meta: p.meta, offs: p.offs, classes: p.classes, rankBits: uint32(p.rankBits & 31), rankMask: p.rankMask}
+	if c.members == nil {
+		l.meta = l.meta[c.first : c.first+c.n]
+		if l.offs != nil {
+			l.offs = l.offs[c.first : c.first+c.n]
+		}
+	}
+	return l, nil
+}
+
+// Locate returns the class (an index in Plan().Classes()) and the byte
+// offset of the block at group position k; ok is false for a position
+// outside the group.
+func (l *Locator) Locate(k int) (class int, offset int64, ok bool) {
+	if uint(k) >= uint(l.n) {
+		return 0, 0, false
+	}
+	if l.members != nil {
+		k = int(l.members[k])
+	}
+	m := l.meta[k]
+	ci := m >> l.rankBits
+	if l.offs != nil {
+		return int(ci), l.offs[k], true
+	}
+	cl := &l.classes[ci]
+	return int(ci), cl.Offset + int64(m&l.rankMask)*cl.Stride, true
 }
 
 func (c *Coalesced) viewError(k int) error {
@@ -465,7 +521,7 @@ func (c *Coalesced) position(id uint64) (int, bool) {
 		return 0, false
 	}
 	if c.members == nil {
-		return i, true
+		return i - c.first, true
 	}
 	// members lists the group's plan indices in increasing order.
 	return slices.BinarySearch(c.members, int32(i))
@@ -483,9 +539,9 @@ func (c *Coalesced) All() iter.Seq2[int, View] {
 		// inlines a loop body into the loop with a budget ten times larger
 		// when the iterator calls it from one place, so that a body of a few
 		// view calls (address and shape, say) is inlined, not called.
-		members := c.members
+		members, first := c.members, c.first
 		for k := range c.n {
-			i := k
+			i := first + k
 			if members != nil {
 				i = int(members[k])
 			}

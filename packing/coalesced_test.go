@@ -3,7 +3,9 @@ package packing
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/distbuf/distbuf"
@@ -621,4 +623,72 @@ func TestLocate(t *testing.T) {
 	var none *Coalesced
 	_, _, ok := none.Locate(0)
 	require.False(t, ok)
+}
+
+// TestLocatorAgreesWithLocate: a Locator finds every block where Locate
+// does, in a single group, in a group that is a run of the plan's blocks, in
+// one whose blocks interleave with another group's, in plans that keep
+// offsets (more classes than 32-bit places hold) and in a received layout;
+// positions past the group are not found, and a freed buffer has none.
+func TestLocatorAgreesWithLocate(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	wide := make([]Desc, 70000)
+	for i := range wide {
+		sh := i
+		if i >= 40000 {
+			sh = i % 1000
+		}
+		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + sh%256, Cols: 1 + sh/256, Dest: sh % 2}
+	}
+	wideRuns := slices.Clone(wide)
+	for i := range wideRuns {
+		wideRuns[i].Dest = i * 2 / len(wideRuns)
+	}
+	runs, mixed := mixedDescs(300, 21), mixedDescs(300, 21)
+	for i := range runs {
+		runs[i].Dest, mixed[i].Dest = i*3/len(runs), i%3
+	}
+	check := func(name string, c *Coalesced) {
+		t.Helper()
+		loc, err := c.Locator()
+		require.NoError(t, err, name)
+		for k := range c.Len() {
+			wc, wo, wok := c.Locate(k)
+			gc, gotOff, ok := loc.Locate(k)
+			require.True(t, wok && ok, "%s: block %d", name, k)
+			require.Equal(t, wc, gc, "%s: block %d's class", name, k)
+			require.Equal(t, wo, gotOff, "%s: block %d's offset", name, k)
+		}
+		for _, k := range []int{-1, c.Len(), c.Len() + 1} {
+			_, _, ok := loc.Locate(k)
+			require.False(t, ok, "%s: position %d", name, k)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		descs []Desc
+	}{{"one group", mixedDescs(300, 21)}, {"runs", runs}, {"interleaved", mixed}, {"wide places", wide}, {"wide places in runs", wideRuns}} {
+		p, err := NewPlan(tc.descs, Options{})
+		require.NoError(t, err)
+		for g := range p.Groups() {
+			c, err := Alloc(a, p, s, AllocOptions{Group: g})
+			require.NoError(t, err)
+			check(fmt.Sprintf("%s, group %d", tc.name, g), c)
+			require.NoError(t, c.Free())
+		}
+	}
+	p, err := NewPlan(mixed, Options{})
+	require.NoError(t, err)
+	entries, size, err := p.Manifest(1)
+	require.NoError(t, err)
+	m, err := FromManifest(entries, size)
+	require.NoError(t, err)
+	c, err := Alloc(a, m, s)
+	require.NoError(t, err)
+	check("received", c)
+	require.NoError(t, c.Free())
+	_, err = c.Locator()
+	require.ErrorIs(t, err, distbuf.ErrFreed)
 }

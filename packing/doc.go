@@ -50,7 +50,13 @@
 // dtype, shape, destination) and its Offset from the Coalesced's Start.
 // Coalesced.All walks the views without allocating, View(k) checks its
 // position, Position(id) finds a block's position by id, and Locate(k)
-// gives a block's class and offset alone, for planners.
+// gives a block's class and offset alone, for planners; a Locator does the
+// same with the buffer checked once, for a planner's loop over every block.
+// A group's positions follow its blocks in list order; when the list gives
+// the groups one after another (destinations never decreasing, as A's
+// blocks before B's in a joined operand), a position maps to a plan index
+// by an addition, and neither Parts nor Alloc of a group builds a member
+// list.
 //
 // Wrap makes a Coalesced over a buffer that already holds a layout, such
 // as a received message, without copying; its Free frees that buffer, or

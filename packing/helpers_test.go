@@ -98,3 +98,17 @@ func allocGroups(a *devalloc.Allocator, p *Plan, s *devalloc.Stream) ([]*Coalesc
 	}
 	return out, nil
 }
+
+// groupMembers lists the plan indices of group g's blocks in list order:
+// the block at group position k is groupMembers(g)[k].
+func (p *Plan) groupMembers(g int) ([]int32, error) {
+	members, first, err := p.groupIndex(g)
+	if err != nil || members != nil {
+		return members, err
+	}
+	out := make([]int32, p.groups[g].Blocks)
+	for k := range out {
+		out[k] = int32(first + k)
+	}
+	return out, nil
+}

@@ -205,24 +205,28 @@ func TestWrapRelease(t *testing.T) {
 
 // TestPartsOfConsecutiveGroups: the parts of a joined plan, whether each
 // group's blocks are consecutive in the plan (one operand's blocks after
-// another's, as the solve's A and B) or interleave with other groups',
-// give the views, lookups and locations the plan's membership says, block
-// for block.
+// another's, as the solve's A and B: no member list) or interleave with
+// other groups', give the views, lookups, locations, manifests and
+// detached layouts that the descriptor list says, block for block: group
+// position k of group g is the k-th block bound for g in list order.
 func TestPartsOfConsecutiveGroups(t *testing.T) {
 	a := openHost(t)
 	defer closeClean(t, a)
 	s := a.DefaultStream()
 	for _, interleaved := range []bool{false, true} {
 		descs := mixedDescs(300, 5)
+		var want [2][]int // by group: plan indices in list order
 		for i := range descs {
 			if interleaved {
 				descs[i].Dest = i % 2
 			} else {
 				descs[i].Dest = i * 2 / len(descs)
 			}
+			want[descs[i].Dest] = append(want[descs[i].Dest], i)
 		}
 		p, err := NewPlan(descs, Options{})
 		require.NoError(t, err)
+		require.Equal(t, interleaved, p.groupStart == nil, "consecutive groups need no member list")
 		j, err := p.Joined(nil)
 		require.NoError(t, err)
 		c, err := Alloc(a, j, s)
@@ -230,13 +234,19 @@ func TestPartsOfConsecutiveGroups(t *testing.T) {
 		parts, err := c.Parts()
 		require.NoError(t, err)
 		for g, part := range parts {
-			members, err := p.groupMembers(g)
-			require.NoError(t, err)
+			members := want[g]
+			require.Equal(t, len(members), part.Len())
 			views, err := views(part)
+			require.NoError(t, err)
+			loc, err := part.Locator()
+			require.NoError(t, err)
+			entries, _, err := p.Manifest(g)
+			require.NoError(t, err)
+			det, err := p.Detached(g)
 			require.NoError(t, err)
 			k := 0
 			for pos, v := range part.All() {
-				i := int(members[pos])
+				i := members[pos]
 				require.Equal(t, i, v.i)
 				require.Equal(t, descs[i].ID, v.id())
 				require.Equal(t, v, views[pos])
@@ -247,9 +257,33 @@ func TestPartsOfConsecutiveGroups(t *testing.T) {
 				require.True(t, ok)
 				require.Equal(t, p.classIndex(i), cls)
 				require.Equal(t, v.Offset(), off)
+				cls, off, ok = loc.Locate(pos)
+				require.True(t, ok)
+				require.Equal(t, p.classIndex(i), cls)
+				require.Equal(t, v.Offset(), off)
+				at, err := part.Position(descs[i].ID)
+				require.NoError(t, err)
+				require.Equal(t, pos, at)
+				require.Equal(t, descs[i].ID, entries[pos].ID)
+				require.Equal(t, v.Offset(), entries[pos].Offset, "a part's offsets are its group's")
 				k++
 			}
 			require.Equal(t, len(members), k)
+			_, _, ok := loc.Locate(len(members))
+			require.False(t, ok, "a position past the group")
+			_, err = part.Position(descs[want[1-g][0]].ID)
+			require.ErrorIs(t, err, distbuf.ErrInvalid, "a block of the other group")
+			// The detached layout lists the group's blocks in offset order.
+			got := map[uint64]int64{}
+			for i := range det.Len() {
+				d, off, err := det.block(i)
+				require.NoError(t, err)
+				got[d.ID] = off
+			}
+			require.Len(t, got, len(members))
+			for _, e := range entries {
+				require.Equal(t, e.Offset, got[e.ID], "block %d", e.ID)
+			}
 		}
 		require.NoError(t, c.Free())
 	}

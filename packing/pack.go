@@ -171,7 +171,7 @@ func (c *Coalesced) viewAt(k int) View {
 	if c.members != nil {
 		return View{c: c, i: int(c.members[k])}
 	}
-	return View{c: c, i: k}
+	return View{c: c, i: c.first + k}
 }
 
 // checkRefsDisjoint rejects refs whose byte ranges overlap in one buffer:

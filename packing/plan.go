@@ -128,8 +128,15 @@ type Plan struct {
 	groups   []Group
 	group0   [1]Group // room for the first group, so that most plans allocate no groups
 
+	// groupStart, for a plan of several groups that the list gave one
+	// after another (destinations in non-decreasing order, as a solver
+	// that sorts its blocks by owner lists them), is each group's first
+	// plan index: group position k of group g is plan index
+	// groupStart[g]+k, with no member list to build. nil otherwise.
+	groupStart []int32
+
 	membersOnce sync.Once
-	members     [][]int32 // per group: plan indices in list order (nil for a single group)
+	members     [][]int32 // per group: plan indices in list order (nil for a single group or groupStart)
 
 	indexOnce sync.Once
 	ids2index map[uint64]int32
@@ -195,9 +202,15 @@ type classTable struct {
 	blocks  int  // lookups to come, about
 }
 
-// stackTableSize is the size of the table NewPlan and FromManifest start
-// with, on their stacks: up to 128 classes, 6 KiB to clear.
-const stackTableSize = 256
+// stackTableSize is the size of the table NewPlan starts with, on its
+// stack: up to 256 classes, 12 KiB to clear, enough for the joined A and B
+// operands of a solve (a hundred-odd shapes each) without a table on the
+// heap. FromManifest's holds 128 classes, 6 KiB: a message of a few blocks
+// is decoded often.
+const (
+	stackTableSize    = 512
+	manifestTableSize = 256
+)
 
 // newClassTable returns an empty table over entries, which must be zero,
 // for about blocks lookups. It returns the table rather than filling one in
@@ -614,6 +627,9 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 	} else {
 		p.groups = p.group0[:]
 	}
+	if len(p.groups) > 1 {
+		p.groupStart = groupStarts(descs, p.groups)
+	}
 	if p.offs != nil {
 		// Classified with 64 bits: the class goes to meta, the offset to offs.
 		for i, w := range p.offs {
@@ -624,6 +640,25 @@ func NewPlan(descs []Desc, opts Options) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// groupStarts returns each group's first plan index when the list gives
+// the groups one after another (its destinations never decrease), else
+// nil. Groups are in increasing Dest, so group g is then the list's run of
+// its destination.
+func groupStarts(descs []Desc, groups []Group) []int32 {
+	for i := 1; i < len(descs); i++ {
+		if descs[i].Dest < descs[i-1].Dest {
+			return nil
+		}
+	}
+	starts := make([]int32, len(groups))
+	at := 0
+	for g := range groups {
+		starts[g] = int32(at)
+		at += groups[g].Blocks
+	}
+	return starts
 }
 
 // checkIDs checks stored ids for duplicates. Ids that increase, the usual
@@ -769,27 +804,27 @@ func (p *Plan) index(id uint64) (int, bool) {
 	return int(i), ok
 }
 
-// groupMembers returns the plan indices of group g's blocks in list order:
-// the block at group position k is groupMembers(g)[k]. Do not modify the
-// result.
-func (p *Plan) groupMembers(g int) ([]int32, error) {
+// groupIndex returns how group g's positions map to plan indices: the
+// block at group position k is members[k], or first+k when members is nil
+// (a single group, or groups the list gave one after another). Do not
+// modify members.
+func (p *Plan) groupIndex(g int) (members []int32, first int, err error) {
 	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), distbuf.ErrInvalid)
+		return nil, 0, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), distbuf.ErrInvalid)
+	}
+	if p.groupStart != nil {
+		return nil, int(p.groupStart[g]), nil
 	}
 	p.buildMembers()
 	if p.members == nil {
-		all := make([]int32, p.Len())
-		for i := range all {
-			all[i] = int32(i)
-		}
-		return all, nil
+		return nil, 0, nil
 	}
-	return p.members[g], nil
+	return p.members[g], 0, nil
 }
 
 func (p *Plan) buildMembers() {
 	p.membersOnce.Do(func() {
-		if len(p.groups) <= 1 {
+		if len(p.groups) <= 1 || p.groupStart != nil {
 			return
 		}
 		p.members = make([][]int32, len(p.groups))
@@ -816,14 +851,18 @@ type Entry struct {
 // Manifest lists group g's blocks in group-position order, and the payload
 // size in bytes (the buffer size, padding included).
 func (p *Plan) Manifest(g int) ([]Entry, int64, error) {
-	members, err := p.groupMembers(g)
+	members, first, err := p.groupIndex(g)
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]Entry, len(members))
-	for k, i := range members {
-		cl := p.class(int(i))
-		out[k] = Entry{ID: p.id(int(i)), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Offset: p.offset(int(i))}
+	out := make([]Entry, p.groups[g].Blocks)
+	for k := range out {
+		i := first + k
+		if members != nil {
+			i = int(members[k])
+		}
+		cl := p.class(i)
+		out[k] = Entry{ID: p.id(i), DType: cl.DType, Rows: cl.Rows, Cols: cl.Cols, Offset: p.offset(i)}
 	}
 	return out, p.groups[g].Bytes, nil
 }
@@ -844,7 +883,7 @@ func FromManifest(entries []Entry, size int64) (*Plan, error) {
 		return nil, fmt.Errorf("packing: manifest of %d blocks: too large: %w", n, distbuf.ErrInvalid)
 	}
 	p := &Plan{ids: make([]uint64, n), meta: make([]uint32, n), offs: make([]int64, n)}
-	var stackTable [stackTableSize]classEntry
+	var stackTable [manifestTableSize]classEntry
 	tab := newClassTable(stackTable[:], n)
 	var last []int64 // offset of each class's latest block
 	for i := range entries {
@@ -928,19 +967,14 @@ func (p *Plan) endManifest(size int64) {
 // manifest from elsewhere needs: what a rank delivering a group to itself
 // views the copy through.
 func (p *Plan) Detached(g int) (*Plan, error) {
-	if g < 0 || g >= len(p.groups) {
-		return nil, fmt.Errorf("packing: group %d of a plan with %d groups: %w", g, len(p.groups), distbuf.ErrInvalid)
+	members, from, err := p.groupIndex(g) // members nil: the blocks from plan index from on, in order
+	if err != nil {
+		return nil, err
 	}
-	p.buildMembers()
-	var members []int32 // nil: every block, in order (a single-group plan)
-	n := p.Len()
-	if p.members != nil {
-		members = p.members[g]
-		n = len(members)
-	}
+	n := p.groups[g].Blocks
 	member := func(k int) int {
 		if members == nil {
-			return k
+			return from + k
 		}
 		return int(members[k])
 	}
@@ -978,12 +1012,22 @@ func (p *Plan) Detached(g int) (*Plan, error) {
 			// its rank times the stride, in p as in q, so q keeps the ranks
 			// as p does, and no offsets.
 			q.rankBits, q.rankMask = p.rankBits, p.rankMask
-			for k := range n {
-				i := member(k)
-				m := p.meta[i]
-				ci, rank := m>>shift, m&p.rankMask
+			ids, meta, mask := q.ids, q.meta, p.rankMask
+			place := func(i int, m uint32) {
+				ci, rank := m>>shift, m&mask
 				at := first[ci] + int32(rank)
-				q.ids[at], q.meta[at] = p.id(i), index[ci]|rank
+				ids[at], meta[at] = p.id(i), index[ci]|rank
+			}
+			if members == nil {
+				// The group's blocks are a run of the plan's: no member
+				// list to read.
+				for k, m := range p.meta[from : from+n] {
+					place(from+k, m)
+				}
+			} else {
+				for _, i := range members {
+					place(int(i), p.meta[i])
+				}
 			}
 		} else {
 			q.offs = make([]int64, n)

@@ -767,3 +767,24 @@ func checkManifestClasses(t *testing.T, q *Plan) {
 		require.Equal(t, step, cl.Stride, "class %d", ci)
 	}
 }
+
+// TestPlanClassTableOnStack: a plan of up to 256 classes, as the joined A
+// and B operands of a solve with a hundred-odd shapes each, keeps its class
+// table on the stack: it allocates the plan, its block and class arrays
+// and the class order, nothing for the table.
+func TestPlanClassTableOnStack(t *testing.T) {
+	descs := make([]Desc, 2000)
+	for i := range descs {
+		c := i % 250 // 250 shapes
+		descs[i] = Desc{ID: uint64(i), DType: Float64, Rows: 1 + c/16, Cols: 1 + c%16}
+	}
+	p, err := NewPlan(descs, Options{})
+	require.NoError(t, err)
+	require.Len(t, p.Classes(), 250)
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := NewPlan(descs, Options{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.LessOrEqual(t, allocs, 4.0)
+}

@@ -97,7 +97,8 @@ func TestSolveCallTimesFakeCUDA(t *testing.T) {
 	require.NotContains(t, raw, "runtime_calls_by_entry", "only with -calls")
 
 	// A fresh layout's operands are staged by the harness (filled on the
-	// stream, then synchronised): neither count nor time goes to the solve.
+	// stream, then synchronised, and freed after the solve): neither count
+	// nor time goes to the solve.
 	sum, _ = rawSummary(t, config{backend: "cuda", policy: "retain", mode: "packed", iters: iters, seed: 3, blocks: 100, bonds: 1, fresh: true, json: true, calls: true})
 	require.Zero(t, sum.VerifyFailures)
 	require.NotContains(t, sum.RuntimeCallsByEntry, "cudaStreamSynchronize", "%v", sum.RuntimeCallsByEntry)

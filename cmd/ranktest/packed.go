@@ -34,6 +34,7 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	var mem solveMemory
 	if sv.cfg.fresh {
 		mem.layout = l
+		defer func() { err = errors.Join(err, sv.harness(l.freeStaging)) }()
 	}
 	defer func() {
 		if !mem.freed {

@@ -33,6 +33,7 @@ func (sv *solver) perBlock(iter int, st *iterStats) (err error) {
 	var mem solveMemory
 	if sv.cfg.fresh {
 		mem.layout = l
+		defer func() { err = errors.Join(err, sv.harness(l.freeStaging)) }()
 	}
 	defer func() {
 		if !mem.freed {

@@ -49,7 +49,7 @@ type solver struct {
 	calls        *callTimes    // -calls; nil otherwise
 	harnessCalls uint64        // runtime calls of the harness's own work (sv.harness), left out of the solves'
 	plansBuilt   int64         // GEMM plans made by this rank
-	triples      []gemm.Triple // the triples of the plan being made (NewPlan keeps none)
+	triples      []gemm.Triple // triple i is (i, i, i), for every plan (NewPlan keeps none)
 }
 
 // bondData is the workload at one bond: every rank's block list and the
@@ -150,14 +150,27 @@ func (sv *solver) close() error {
 }
 
 func (l *layout) close() error {
-	var errs []error
-	if l.gemmPlan != nil {
-		errs = append(errs, l.gemmPlan.Close())
+	return errors.Join(l.closePlan(), l.freeStaging())
+}
+
+// closePlan releases the GEMM plan, the solver's part of the layout.
+func (l *layout) closePlan() error {
+	if l.gemmPlan == nil {
+		return nil
 	}
-	if l.stageAB != nil {
-		errs = append(errs, l.stageAB.Free())
+	err := l.gemmPlan.Close()
+	l.gemmPlan = nil
+	return err
+}
+
+// freeStaging frees the staged operands, the harness's part of the layout.
+func (l *layout) freeStaging() error {
+	if l.stageAB == nil {
+		return nil
 	}
-	return errors.Join(errs...)
+	err := l.stageAB.Free()
+	l.stageAB, l.stageA, l.stageB = nil, nil, nil
+	return err
 }
 
 // bondOf is the bond of solve iter.
@@ -364,13 +377,13 @@ func (sv *solver) gemmPlan(l *layout, A, B, C *packing.Coalesced) error {
 	}
 	// Block i of every operand is the i-th contraction, and the joined C
 	// keeps planC's indices whatever the destination.
+	// The list is the same for every plan: it is written once, and
+	// extended when a plan has more blocks than any before.
 	n := C.Len()
-	triples := slices.Grow(sv.triples[:0], n)[:n]
-	sv.triples = triples
-	for i := range triples {
-		triples[i] = gemm.Triple{A: i, B: i, C: i}
+	for i := len(sv.triples); i < n; i++ {
+		sv.triples = append(sv.triples, gemm.Triple{A: i, B: i, C: i})
 	}
-	p, err := gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: 1, Triples: triples}, gemm.Options{})
+	p, err := gemm.NewPlan(gemm.Problem{A: A, B: B, C: C, Alpha: 1, Triples: sv.triples[:n]}, gemm.Options{})
 	if err != nil {
 		return err
 	}
@@ -443,12 +456,13 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 
 // solveMemory is what one solve allocates, freed once at its end (timed as
 // the free phase) or, after a failure, on the way out. With -fresh the
-// solve's layout goes with it.
+// solve's GEMM plan goes with it (its staged operands are the harness's,
+// freed after the solve as they were made before it).
 type solveMemory struct {
 	coalesced    []*packing.Coalesced
 	buffers      []*devalloc.Buffer
 	recv         *msg.Received
-	layout       *layout       // closed too, when set
+	layout       *layout       // its GEMM plan closed too, when set
 	sectorLayout *sectorLayout // closed too, when set
 	freed        bool
 	// peakBytes is the solve's working set: the most bytes of its buffers
@@ -513,7 +527,7 @@ func (m *solveMemory) free() error {
 		errs = append(errs, m.recv.Free())
 	}
 	if m.layout != nil {
-		errs = append(errs, m.layout.close())
+		errs = append(errs, m.layout.closePlan())
 	}
 	if m.sectorLayout != nil {
 		errs = append(errs, m.sectorLayout.close())

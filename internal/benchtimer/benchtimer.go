@@ -3,12 +3,15 @@
 // the work on a device stream, by the wall clock around the work and a
 // synchronisation on the host. A Timer belongs to one stream and is used
 // from one goroutine; it holds no resources between calls (each device
-// measurement creates and destroys its own events).
+// measurement creates and destroys its own events). ProcessCPU is the
+// process's CPU time, for host benchmarks on cores that other processes
+// share.
 package benchtimer
 
 import (
 	"errors"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/distbuf/distbuf/devalloc"
@@ -120,4 +123,16 @@ func Median(xs []float64) float64 {
 		return xs[m]
 	}
 	return (xs[m-1] + xs[m]) / 2
+}
+
+// ProcessCPU is the CPU time the process has used, user and system, every
+// thread and the collector included: steadier than the wall clock for host
+// work when other processes share the cores, since time spent waiting for
+// a core is not counted. 0 where the system does not say.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
