@@ -241,11 +241,13 @@ func (a *Allocator) init(cfgSource string) error {
 	}
 	a.reclaim = &Stream{a: a, impl: r, id: -1}
 	a.pinned.init(a)
-	if a.cfg.Prime > 0 {
-		if err := a.prime(a.cfg.Prime); err != nil {
+	if n := a.cfg.resolvePrime(total, a.kindV == kindCUDAPool, a.cfg.Policy); n > 0 {
+		if err := a.prime(n); err != nil {
 			return err
 		}
 	}
+	// What the prime reserved is no growth for Auto to react to.
+	a.autoReserved.Store(a.be.reserved())
 	return nil
 }
 

@@ -28,6 +28,23 @@ func TestParseConfig(t *testing.T) {
 	require.Equal(t, Config{Policy: Auto, HeadroomFraction: 0.125}, c)
 	require.Equal(t, Auto, Config{}.Policy, "auto is the default")
 
+	for in, want := range map[string]Config{
+		"prime:none": {Prime: -1}, "prime:0": {Prime: -1}, "prime:0B": {Prime: -1},
+		"prime:6.25%": {PrimeFraction: 0.0625}, "prime:3GiB": {Prime: 3 << 30},
+	} {
+		c, err = ParseConfig(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, c, in)
+	}
+	const gib = int64(1) << 30
+	require.EqualValues(t, 5*gib, Config{}.resolvePrime(80*gib, true, Auto), "a sixteenth of the device on a retaining pool")
+	require.EqualValues(t, 5*gib, Config{}.resolvePrime(80*gib, true, Retain))
+	require.Zero(t, Config{}.resolvePrime(80*gib, true, AggressiveFree), "free gives it back at once")
+	require.Zero(t, Config{}.resolvePrime(80*gib, false, Auto), "no default prime off the CUDA pool")
+	require.Zero(t, Config{Prime: -1}.resolvePrime(80*gib, true, Auto))
+	require.EqualValues(t, 8*gib, Config{PrimeFraction: 0.1}.resolvePrime(80*gib, true, Auto))
+	require.EqualValues(t, 3*gib, Config{Prime: 3 * gib}.resolvePrime(80*gib, false, AggressiveFree))
+
 	c, err = ParseConfig("headroom:4GiB")
 	require.NoError(t, err)
 	require.Equal(t, Config{Headroom: 4 << 30}, c)
@@ -45,6 +62,7 @@ func TestParseConfigErrorsNameTheKey(t *testing.T) {
 	for _, tc := range []struct{ in, key string }{
 		{"policy:keep", "policy"},
 		{"headroom:lots", "headroom"},
+		{"prime:150%", "prime"},
 		{"headroom:120%", "headroom"},
 		{"headroom:-1GiB", "headroom"},
 		{"prime:lots", "prime"},
@@ -98,6 +116,8 @@ func TestConfigStringRoundTrip(t *testing.T) {
 		{Policy: AggressiveFree, Prime: 3 << 30, LimitFraction: 0.75, FreeThreshold: 1000, NoPool: true, Cache: -1},
 		{Limit: 12345, Cache: 64 << 20},
 		{Policy: Retain, Headroom: 3 << 30},
+		{Prime: -1},
+		{PrimeFraction: 0.0625},
 		{Policy: Auto, HeadroomFraction: 1.0 / 3},
 		{LimitFraction: 1.0 / 3},
 		{LimitFraction: 2.0 / 3},

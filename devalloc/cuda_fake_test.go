@@ -128,3 +128,26 @@ func TestCUDAFakeUnavailable(t *testing.T) {
 		require.ErrorContains(t, err, "cudaMemcpyAsync")
 	})
 }
+
+// TestCUDAFakeDefaultPrime: a retaining pool reserves a sixteenth of the
+// device at Open and keeps it; AggressiveFree and prime:none reserve
+// nothing.
+func TestCUDAFakeDefaultPrime(t *testing.T) {
+	useFakeCUDA(t, "FAKE_MEMORY=1073741824")
+	open := func(cfg devalloc.Config) *devalloc.Allocator {
+		a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &cfg, Warn: func(string) {}})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, a.Close()) })
+		return a
+	}
+	a := open(devalloc.Config{})
+	require.EqualValues(t, 64<<20, a.Stats().ReservedCurrent, "a sixteenth of 1 GiB")
+	b, err := a.Alloc(8<<20, a.DefaultStream())
+	require.NoError(t, err)
+	st := a.Stats()
+	require.GreaterOrEqual(t, st.ReservedCurrent, int64(64<<20), "the prime is kept")
+	require.Zero(t, st.Trims)
+	require.NoError(t, b.Free())
+	require.Zero(t, open(devalloc.Config{Policy: devalloc.AggressiveFree}).Stats().ReservedCurrent)
+	require.Zero(t, open(devalloc.Config{Prime: -1}).Stats().ReservedCurrent)
+}

@@ -118,8 +118,11 @@
 // several ranks share, a pool cannot reclaim what another rank's pool keeps:
 // this is what lets every rank grow as far as under AggressiveFree, where
 // Retain stops a step earlier. SetPolicy switches while running, and
-// Info.Config.Policy reports the one in force. Config.Prime reserves memory once, at Open;
-// Trim releases unused memory. A per-rank budget (Config.Limit, or
+// Info.Config.Policy reports the one in force. Config.Prime reserves memory
+// once, at Open: by default a sixteenth of the device on the CUDA pool
+// under a retaining policy (DefaultPrimeFraction), so that the first solves
+// find their memory there; Auto gives it back like any unused memory once
+// the device is tight. Trim releases unused memory. A per-rank budget (Config.Limit, or
 // Config.LimitFraction of the device's memory) is independent of the
 // policy: it caps the bytes of live buffers. When an allocation fails, Alloc
 // synchronises and retries, trims and retries, calls Options.OnOutOfMemory

@@ -166,7 +166,7 @@ func testBadInput(t *testing.T, h Harness) {
 	_, err = b.Hold(devalloc.Mode(7))
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorIs(t, s.Enqueue(nil), distbuf.ErrInvalid)
-	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: h.Device, Config: &devalloc.Config{Prime: -1}})
+	_, err = devalloc.Open(devalloc.Options{Backend: h.Backend, Device: h.Device, Config: &devalloc.Config{Prime: -2}})
 	require.ErrorIs(t, err, distbuf.ErrBadConfig)
 	require.ErrorIs(t, a.Trim(-1), distbuf.ErrInvalid)
 	require.ErrorIs(t, a.SetPolicy(devalloc.Policy(9)), distbuf.ErrInvalid)
@@ -878,7 +878,8 @@ func testBackendOOM(t *testing.T, h Harness) {
 }
 
 func testStats(t *testing.T, h Harness) {
-	a := h.open(t, devalloc.Config{})
+	// No prime: every backend call counted below is an allocation's.
+	a := h.open(t, devalloc.Config{Prime: -1})
 	s := a.DefaultStream()
 	st := a.Stats()
 	require.Zero(t, st.RequestedCurrent)
