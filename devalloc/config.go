@@ -310,6 +310,12 @@ func (c Config) String() string {
 // for every Config it returns.
 func ParseConfig(s string) (Config, error) { return parseConfig(s, "config") }
 
+// EnvConfig is the configuration DISTBUF_ALLOC_CONF gives, as Open reads it
+// when Options.Config is nil (the zero Config when it is unset): for
+// programs that adjust it before Open (a flag that overrides one key), with
+// errors that name the variable.
+func EnvConfig() (Config, error) { return parseConfig(os.Getenv(envConf), envConf) }
+
 func parseConfig(s, source string) (Config, error) {
 	var c Config
 	seen := map[string]bool{}

@@ -223,3 +223,18 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestEnvConfig(t *testing.T) {
+	t.Setenv("DISTBUF_ALLOC_CONF", "policy:retain,prime:none")
+	c, err := EnvConfig()
+	require.NoError(t, err)
+	require.Equal(t, Config{Policy: Retain, Prime: -1}, c)
+	t.Setenv("DISTBUF_ALLOC_CONF", "prime:lots")
+	_, err = EnvConfig()
+	require.ErrorIs(t, err, distbuf.ErrBadConfig)
+	require.EqualError(t, err, `devalloc: DISTBUF_ALLOC_CONF: key "prime": bad value "lots": not a size (want e.g. 4096, 64KiB, 2GiB)`)
+	t.Setenv("DISTBUF_ALLOC_CONF", "")
+	c, err = EnvConfig()
+	require.NoError(t, err)
+	require.Equal(t, Config{}, c)
+}

@@ -125,7 +125,7 @@ func TestSettingsResolveErrors(t *testing.T) {
 	t.Setenv("DISTBUF_ALLOC_CONF", "policy:sometimes")
 	cfg := config{iters: 3}
 	_, err := agreedSettings(&cfg)
-	require.ErrorContains(t, err, "DISTBUF_ALLOC_CONF")
+	require.ErrorContains(t, err, `devalloc: DISTBUF_ALLOC_CONF: key "policy": bad value "sometimes"`)
 	t.Setenv("DISTBUF_ALLOC_CONF", "")
 	cfg = config{iters: 3, policy: "hoard"}
 	_, err = agreedSettings(&cfg)

@@ -194,10 +194,8 @@ func agreedSettings(cfg *config) ([]ranksettings.Setting, error) {
 		}
 		policy = p.String()
 	} else {
-		conf, err := devalloc.ParseConfig(os.Getenv("DISTBUF_ALLOC_CONF"))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("DISTBUF_ALLOC_CONF: %w", err))
-		}
+		conf, err := devalloc.EnvConfig()
+		errs = append(errs, err)
 		policy = conf.Policy.String()
 	}
 	number, text := ranksettings.Number, ranksettings.Text
@@ -289,12 +287,9 @@ func parsePolicy(s string) (devalloc.Policy, error) {
 func openAllocator(cfg config) (*devalloc.Allocator, error) {
 	// "": devalloc reads DISTBUF_BACKEND; Open refuses a name it does not know.
 	backend := devalloc.Backend(strings.ToLower(strings.TrimSpace(cfg.backend)))
-	conf := devalloc.Config{}
-	if env := os.Getenv("DISTBUF_ALLOC_CONF"); env != "" {
-		var err error
-		if conf, err = devalloc.ParseConfig(env); err != nil {
-			return nil, err
-		}
+	conf, err := devalloc.EnvConfig()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.policy != "" {
 		policy, err := parsePolicy(cfg.policy)
