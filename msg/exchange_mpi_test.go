@@ -368,11 +368,13 @@ func TestCorruptedMessages(t *testing.T) {
 			a := v.open(t)
 			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
 			if rank == 0 {
-				x.hooks.mangle = func(dest int, whole []byte) {
-					if dest == 1 {
-						tc.mangle(whole)
+				x.fault(func(r *faultyRoute) {
+					r.mangle = func(dest int, whole []byte) {
+						if dest == 1 {
+							tc.mangle(whole)
+						}
 					}
-				}
+				})
 			}
 			bufs := pairSend(t, a, pairTraffic(3), rank)
 			before := a.Stats()
@@ -604,9 +606,10 @@ func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, row
 }
 
 // TestLifetimes checks that a send buffer is a reader and a receive buffer
-// a writer until their requests complete. Rank 1 posts nothing until rank 0
-// has made its checks (it waits for a side message), so rank 0's requests
-// are certainly pending while it checks.
+// a writer until their requests complete. Rank 1 posts no receive until
+// rank 0 has made its checks (once it has matched rank 0's message, it
+// waits for a side message), so rank 0's send is certainly pending while
+// it checks, after its first wait.
 func TestLifetimes(t *testing.T) {
 	comm := world(t)
 	rank := comm.Rank()
@@ -632,59 +635,70 @@ func TestLifetimes(t *testing.T) {
 			defer func() { require.NoError(t, other.Close()) }()
 			var sendWriteRan, recvReadRan chan struct{}
 			freedEarly := false
+			peer := x.routes[1-min(rank, 1)] // the route of the pair's messages
 			switch rank {
 			case 1:
-				x.hooks.beforePost = func(*exchange) {
-					side := cluster.PinBytes(make([]byte, 1))
-					req, err := comm.Irecv(side, 0, sideTag)
-					require.NoError(t, err)
-					require.NoError(t, req.Attach(side))
-					_, err = req.Wait()
-					require.NoError(t, err)
-				}
-			case 0:
-				x.hooks.afterPost = func(e *exchange) {
-					defer func() {
+				x.fault(func(r *faultyRoute) {
+					if r.route != peer {
+						return
+					}
+					r.beforeRecv = func() {
 						side := cluster.PinBytes(make([]byte, 1))
-						req, err := comm.Isend(side, 1, sideTag)
+						req, err := comm.Irecv(side, 0, sideTag)
 						require.NoError(t, err)
 						require.NoError(t, req.Attach(side))
 						_, err = req.Wait()
 						require.NoError(t, err)
-					}()
-					sendBuf := bufs[0].Buffer()
-					if sendBuf.Location() == devalloc.OnDevice && !v.aware {
-						return // staged: MPI holds pinned chunks, not the buffer
 					}
-					// A write to the send buffer waits for the send.
-					sendWriteRan = make(chan struct{})
-					w, err := sendBuf.Write(other)
-					require.NoError(t, err)
-					ch := sendWriteRan
-					require.NoError(t, other.Enqueue(func() error { close(ch); return nil }))
-					require.NoError(t, w.Done())
-					// Reading the receive buffer waits for the receive.
-					recvReadRan = make(chan struct{})
-					require.Len(t, e.ins, 1)
-					rd, err := e.ins[0].buf.Read(other)
-					require.NoError(t, err)
-					ch2 := recvReadRan
-					require.NoError(t, other.Enqueue(func() error { close(ch2); return nil }))
-					require.NoError(t, rd.Done())
-					time.Sleep(30 * time.Millisecond)
-					select {
-					case <-sendWriteRan:
-						t.Error("a write to the send buffer ran while the send was pending")
-					case <-recvReadRan:
-						t.Error("a read of the receive buffer ran while the receive was pending")
-					default:
+				})
+			case 0:
+				x.fault(func(r *faultyRoute) {
+					if r.route != peer {
+						return
 					}
-					// Freeing the send buffer now is deferred until the send completes.
-					pending := a.Stats().PendingFrees
-					require.NoError(t, bufs[0].Free())
-					require.Equal(t, pending+1, a.Stats().PendingFrees, "the free waits for the MPI request")
-					freedEarly = true
-				}
+					r.onWaited = func(e *exchange) {
+						defer func() {
+							side := cluster.PinBytes(make([]byte, 1))
+							req, err := comm.Isend(side, 1, sideTag)
+							require.NoError(t, err)
+							require.NoError(t, req.Attach(side))
+							_, err = req.Wait()
+							require.NoError(t, err)
+						}()
+						sendBuf := bufs[0].Buffer()
+						if sendBuf.Location() == devalloc.OnDevice && !v.aware {
+							return // staged: MPI holds pinned chunks, not the buffer
+						}
+						// A write to the send buffer waits for the send.
+						sendWriteRan = make(chan struct{})
+						w, err := sendBuf.Write(other)
+						require.NoError(t, err)
+						ch := sendWriteRan
+						require.NoError(t, other.Enqueue(func() error { close(ch); return nil }))
+						require.NoError(t, w.Done())
+						// Reading the receive buffer waits for the receive.
+						recvReadRan = make(chan struct{})
+						require.Len(t, e.ins, 1)
+						rd, err := e.ins[0].buf.Read(other)
+						require.NoError(t, err)
+						ch2 := recvReadRan
+						require.NoError(t, other.Enqueue(func() error { close(ch2); return nil }))
+						require.NoError(t, rd.Done())
+						time.Sleep(30 * time.Millisecond)
+						select {
+						case <-sendWriteRan:
+							t.Error("a write to the send buffer ran while the send was pending")
+						case <-recvReadRan:
+							t.Error("a read of the receive buffer ran while the receive was pending")
+						default:
+						}
+						// Freeing the send buffer now is deferred until the send completes.
+						pending := a.Stats().PendingFrees
+						require.NoError(t, bufs[0].Free())
+						require.Equal(t, pending+1, a.Stats().PendingFrees, "the free waits for the MPI request")
+						freedEarly = true
+					}
+				})
 			}
 			r, err := x.Exchange(bufs)
 			require.NoError(t, err)
@@ -750,12 +764,13 @@ func TestChunkedMessages(t *testing.T) {
 			var chunks, windowed, read int64
 			for _, b := range bufs {
 				whole := int64(wire.PayloadOffset(b.Len())) + b.Size()
-				if x.ipcPeer(b.Dest()) {
+				routes, _ := x.Routes()
+				if routes[b.Dest()] == RouteWindow {
 					windowed++
 					chunks++ // one notice, whatever the size
 					continue
 				}
-				if x.readPeer(b.Dest()) {
+				if routes[b.Dest()] == RouteRead {
 					read++
 					chunks++ // one read notice, whatever the size
 					continue

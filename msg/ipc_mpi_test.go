@@ -11,6 +11,7 @@ import (
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/gather"
+	"github.com/distbuf/distbuf/internal/ipcwin"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,10 +28,11 @@ func TestNodeLocalWindows(t *testing.T) {
 	a := v.open(t)
 	x := newExchanger(t, Options{Comm: comm, Alloc: a})
 	if size == 1 {
-		require.Empty(t, x.NodeLocalPeers(), "a rank alone has no node-local peer")
+		require.Empty(t, peersOn(x, RouteWindow), "a rank alone has no node-local peer")
 		return
 	}
-	require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+	_, why := x.Routes()
+	require.Len(t, peersOn(x, RouteWindow), size-1, "every other rank of this node: %s", why)
 	s := a.DefaultStream()
 	var pat *Pattern
 	var most int64 // the most one round put in the window
@@ -59,9 +61,10 @@ func TestNodeLocalWindows(t *testing.T) {
 			require.NoError(t, b.Free())
 		}
 	}
-	require.GreaterOrEqual(t, x.ipc.winSize, most, "the window holds the largest round")
-	if most > ipcWindowMin {
-		require.Greater(t, x.ipc.gen, uint64(1), "the window grew as the messages did")
+	_, winSize, gen, _ := windowOf(x).link.Window()
+	require.GreaterOrEqual(t, winSize, most, "the window holds the largest round")
+	if most > ipcwin.MinWindow {
+		require.Greater(t, gen, uint64(1), "the window grew as the messages did")
 	}
 
 	// Rank 0 keeps its device messages off the windows: its pairs use MPI,
@@ -77,7 +80,7 @@ func TestNodeLocalWindows(t *testing.T) {
 	} else {
 		want = size - 2
 	}
-	require.Len(t, y.NodeLocalPeers(), want)
+	require.Len(t, peersOn(y, RouteWindow), want)
 	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
 	require.NoError(t, err)
 	tr.fill(t, s, rank, bufs)
@@ -104,8 +107,31 @@ func nodeLocalExchanger(t *testing.T) (x *Exchanger, a *devalloc.Allocator, rank
 	v := variant{name: "cuda-ipc", kind: devalloc.BackendCUDA, transport: "auto"}
 	a = v.open(t)
 	x = newExchanger(t, Options{Comm: comm, Alloc: a})
-	require.Len(t, x.NodeLocalPeers(), size-1, "every other rank of this node: %s", x.ipcWhy)
+	_, why := x.Routes()
+	require.Len(t, peersOn(x, RouteWindow), size-1, "every other rank of this node: %s", why)
 	return x, a, rank, size
+}
+
+// peersOn lists the peers x reaches on route r.
+func peersOn(x *Exchanger, r Route) []int {
+	var out []int
+	routes, _ := x.Routes()
+	for p, pr := range routes {
+		if pr == r {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// windowOf is x's window route.
+func windowOf(x *Exchanger) *windowRoute {
+	for _, r := range x.steps {
+		if w, ok := r.(*windowRoute); ok {
+			return w
+		}
+	}
+	return nil
 }
 
 // TestNoticeBuffersKept: the pinned buffer a peer's notice arrived in is
@@ -116,6 +142,7 @@ func TestNoticeBuffersKept(t *testing.T) {
 	x, a, rank, size := nodeLocalExchanger(t)
 	s := a.DefaultStream()
 	tr := traffic{seed: 91, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
+	notices := &windowOf(x).link.Notices
 	var kept, sent map[int]*devalloc.Buffer
 	for round := range 2 {
 		bufs, err := AllocSend(a, tr.plan(t, rank, size), s) // the same traffic both rounds
@@ -124,13 +151,14 @@ func TestNoticeBuffersKept(t *testing.T) {
 		r, err := x.Exchange(bufs)
 		require.NoError(t, err)
 		tr.verify(t, s, rank, size, r)
-		require.Len(t, x.ipc.notices, size-1, "one notice buffer kept per peer")
-		require.Len(t, x.ipc.sent, size-1, "one notice buffer kept per peer sent to")
+		nowSent, nowKept := notices.Buffers()
+		require.Len(t, nowKept, size-1, "one notice buffer kept per peer")
+		require.Len(t, nowSent, size-1, "one notice buffer kept per peer sent to")
 		if round == 0 {
-			kept, sent = maps.Clone(x.ipc.notices), maps.Clone(x.ipc.sent)
+			kept, sent = maps.Clone(nowKept), maps.Clone(nowSent)
 		} else {
-			require.Equal(t, kept, x.ipc.notices, "the same notices arrived in the same buffers")
-			require.Equal(t, sent, x.ipc.sent, "the same notices went out from the same buffers")
+			require.Equal(t, kept, nowKept, "the same notices arrived in the same buffers")
+			require.Equal(t, sent, nowSent, "the same notices went out from the same buffers")
 		}
 		require.NoError(t, r.Free())
 		for _, b := range bufs {
@@ -195,11 +223,12 @@ func TestWindowCopiesBatched(t *testing.T) {
 	x, a, rank, size := nodeLocalExchanger(t)
 	s := a.DefaultStream()
 	tr := traffic{seed: 17, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
-	require.Equal(t, x.ipc.dev.MPSEnabled(), x.ipc.kernelCopies, "the kernel takes the batches where the GPU is shared through MPS")
+	link := windowOf(x).link
+	require.Equal(t, link.Device().MPSEnabled(), link.Kernel, "the kernel takes the batches where the GPU is shared through MPS")
 	kernelLoads := gather.Status(a.Info().Device) == nil
 	for _, kernel := range []bool{false, true} {
 		for round := range 2 {
-			x.ipc.kernelCopies = kernel // as under MPS, or not
+			link.Kernel = kernel // as under MPS, or not
 			bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
 			require.NoError(t, err)
 			tr.fill(t, s, rank, bufs)
@@ -254,13 +283,16 @@ func TestWindowCopyFailure(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			x, a, rank, size := nodeLocalExchanger(t)
 			injected := errors.New("injected window copy failure")
+			var faults []*faultyRoute
 			if rank == 0 {
-				x.hooks.windowCopies = func(side bool) error {
-					if side == into {
-						return injected
+				faults = x.fault(func(r *faultyRoute) {
+					r.windowCopies = func(side bool) error {
+						if side == into {
+							return injected
+						}
+						return nil
 					}
-					return nil
-				}
+				})
 			}
 			s := a.DefaultStream()
 			for round := range 2 {
@@ -281,7 +313,9 @@ func TestWindowCopyFailure(t *testing.T) {
 						}
 						require.True(t, named, "the error names rank 0 and %s: %v", field, err)
 					}
-					x.hooks.windowCopies = nil
+					for _, f := range faults {
+						f.windowCopies = nil
+					}
 				} else {
 					require.NoError(t, err, "the exchange after the failure")
 					tr.verify(t, s, rank, size, r)

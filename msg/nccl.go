@@ -118,8 +118,6 @@ type ncclTransport struct {
 	link *ncclLink
 }
 
-func (t *ncclTransport) describe() (string, string) { return "nccl", "" }
-
 func (t *ncclTransport) close() error { return t.link.close() }
 
 // exchange runs e over the link. The protocol differs from the
@@ -133,9 +131,10 @@ func (t *ncclTransport) close() error { return t.link.close() }
 func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Received, error) {
 	x, pat, link := t.x, e.pat, t.link
 	n := x.size
-	byDest, localErr := e.collect(send)
+	localErr := e.collect(send)
+	byDest := e.byDest
 	if localErr == nil && pat != nil && pat.learned {
-		localErr = e.departures(byDest)
+		localErr = e.departures()
 	}
 	// Prepared sends, released (holds, device copies) once the group has
 	// completed or the exchange ends early.
@@ -183,8 +182,8 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 		}
 	}
 	recvSize := e.recvSize
-	e.announce(byDest, localErr != nil)
-	if err := cluster.Alltoall(x.comm, e.sendSize, recvSize); err != nil {
+	e.announce(localErr != nil)
+	if err := x.coll.counts(e.sendSize, recvSize); err != nil {
 		return nil, errors.Join(localErr, release(), fmt.Errorf("msg: count exchange: %w", err))
 	}
 	x.stats.CountExchanges++
@@ -192,7 +191,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	if localErr != nil {
 		clear(recvSize)
 	}
-	e.checkCounts(byDest)
+	e.checkCounts()
 	// NCCL cannot cancel a posted transfer, so the ranks decide together
 	// whether the group runs at all: not if any rank failed or refused a
 	// length (docs/WIRE.md, rule 5).
@@ -203,14 +202,14 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	if err := cluster.Allreduce(x.comm, vote, vote, cluster.Max); err != nil {
 		e.fail(fmt.Errorf("msg: nccl vote: %w", err))
 		e.fail(release())
-		return e.deliver(byDest, recvSize)
+		return e.deliver()
 	}
 	if f := int(-vote[0]); f < n {
 		if f != x.rank && !e.namesAbort(f) {
 			e.fail(wireErr(ErrPeerAborted, f, x.o.Tag, "count", "rank %d failed or refused a length before the NCCL transfer, which no rank runs (its own error says why)", f))
 		}
 		e.fail(release())
-		return e.deliver(byDest, recvSize)
+		return e.deliver()
 	}
 
 	// Receives: a pooled device buffer per source under a write hold, or
@@ -223,7 +222,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 			continue
 		}
 		in := e.newIn()
-		in.src, in.step, in.size, in.device = s, k, recvSize[s], true
+		in.src, in.step, in.size, in.route = s, k, recvSize[s], x.routes[s]
 		in.chunks = append(in.chunks[:0], inChunk{n: recvSize[s], got: recvSize[s]})
 		x.stats.MPIRecvs++ // one logical receive, counted as MPI's are
 		addr, h, err := e.allocNCCL(in)
@@ -270,14 +269,14 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	}
 	for _, in := range e.ins {
 		if err == nil {
-			e.finishDirect(in)
+			e.finishDirect(in, true)
 		} else {
 			_ = in.buf.Free()
 			in.ended = true
 		}
 	}
 	e.agree()
-	return e.deliver(byDest, recvSize)
+	return e.deliver()
 }
 
 // onlyPeerAborts reports whether every error so far says that a peer
@@ -295,9 +294,9 @@ func (e *exchange) onlyPeerAborts() bool {
 // departures checks this rank's messages against a learned pattern before
 // anything is announced: under NCCL a departure must stop the exchange
 // before the count exchange, as no posted receive can be cancelled.
-func (e *exchange) departures(byDest []*outMsg) error {
+func (e *exchange) departures() error {
 	var errs []error
-	for d, m := range byDest {
+	for d, m := range e.byDest {
 		if w := e.pat.departure(d, m, e.x.o.Tag); w != nil {
 			errs = append(errs, w)
 		}

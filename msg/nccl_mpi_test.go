@@ -120,7 +120,8 @@ func ncclExchanger(t *testing.T, comm *cluster.Comm, conf devalloc.Config) (*dev
 		require.NoError(t, a.Close(), "no buffer may leak")
 	})
 	x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: TransportNCCL, PayloadChecksum: true})
-	if tr, why := x.Transport(); tr != "nccl" {
+	if _, nccl := x.tr.(*ncclTransport); !nccl {
+		_, why := x.Routes()
 		t.Skipf("no NCCL: %s", why)
 	}
 	return a, x

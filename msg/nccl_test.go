@@ -15,8 +15,13 @@ func TestNCCLTransportFallsBack(t *testing.T) {
 	comm := world(t)
 	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
 	x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: TransportNCCL})
-	tr, why := x.Transport()
-	require.Equal(t, "staged", tr)
+	routes, why := x.Routes()
+	for p, r := range routes {
+		if p != comm.Rank() {
+			require.Equal(t, RouteMPI, r, "host memory through MPI, to rank %d", p)
+		}
+	}
+	require.Equal(t, RouteSelf, routes[comm.Rank()])
 	require.Contains(t, why, "not device memory")
 
 	rank, size := comm.Rank(), comm.Size()

@@ -56,11 +56,11 @@ type Transport int
 const (
 	// TransportAuto moves device memory between two ranks of one node
 	// that both use TransportAuto on a GPU through CUDA IPC windows (two
-	// device-to-device copies and an MPI notice: docs/WIRE.md, rule 10;
-	// Exchanger.NodeLocalPeers lists them), host memory between two such
-	// ranks on host memory by a read of the sender's memory (one copy and
-	// an MPI notice: rule 12; Exchanger.ReadPeers lists them), and
-	// otherwise as TransportMPI.
+	// device-to-device copies and an MPI notice: RouteWindow,
+	// docs/WIRE.md, rule 9), host memory between two such ranks on host
+	// memory by a read of the sender's memory (one copy and an MPI notice:
+	// RouteRead, rule 10), and otherwise as TransportMPI.
+	// Exchanger.Routes says which peers take which route.
 	TransportAuto Transport = iota
 	// TransportStaged always stages device memory through pinned host
 	// memory, even with a CUDA-aware MPI (for measurements, or an MPI whose
@@ -68,8 +68,8 @@ const (
 	TransportStaged
 	// TransportNCCL moves every message between two ranks GPU to GPU
 	// through NCCL, when every rank has its own GPU and loads libnccl (New
-	// decides, collectively); otherwise it is TransportAuto, and
-	// Exchanger.Transport says why.
+	// decides, collectively); otherwise it is TransportMPI, and
+	// Exchanger.Routes says why.
 	TransportNCCL
 	// TransportMPI hands device memory to MPI directly when
 	// cluster.CUDAAware reports true, and stages it through pinned host
@@ -131,15 +131,16 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// resolve fills in the defaults of o and checks it: the options, the chunk
-// size (maxChunk for none) and the timeout (0 for none).
-func (o Options) resolve() (Options, int64, time.Duration, error) {
+// resolve fills in the defaults of o and checks it: the options, and the
+// limits they give (the chunk size, maxChunk for none, and the timeout, 0
+// for none).
+func (o Options) resolve() (Options, limits, error) {
 	o, chunk, err := o.resolveChunks()
 	if err != nil {
-		return o, chunk, 0, err
+		return o, limits{chunk: chunk}, err
 	}
 	timeout, err := o.resolveTimeout()
-	return o, chunk, timeout, err
+	return o, limits{chunk: chunk, timeout: timeout}, err
 }
 
 func (o Options) resolveTimeout() (time.Duration, error) {

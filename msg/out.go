@@ -3,13 +3,82 @@ package msg
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/ipcwin"
 	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
+
+// outMsg is one logical message this rank sends in an exchange.
+type outMsg struct {
+	dest  int
+	step  int
+	route route
+	c     *packing.Coalesced // nil for an abort notice
+	man   *outManifest
+	size  int64 // bytes on the wire
+	abort bool
+	// manifestDone: the manifest of a message sent in place is written
+	// (writeManifests), with manifestErr its failure.
+	manifestDone bool
+	manifestErr  error
+
+	chunks []outChunk
+	share  *sharedRelease // direct: the buffer's read hold, shared by the chunks
+	shared sharedRelease  // what share points to
+}
+
+type outChunk struct {
+	off, n int64
+	mem    cluster.Memory
+	region bufRegion            // direct: what mem points to
+	ready  *devalloc.Event      // staged: the copy into the pinned chunk is done
+	buf    *devalloc.Buffer     // pinned memory, freed once posted
+	pin    *cluster.PinnedBytes // an abort notice, an empty message, a read notice
+	posted bool
+	// keepIn keeps buf for the next notice to the same peer, once posted.
+	keepIn *ipcwin.Notices
+}
+
+// shareWith makes r shared by the n requests of m.
+func (m *outMsg) shareWith(r cluster.Releaser, n int) *sharedRelease {
+	m.shared.init(r, n)
+	return &m.shared
+}
+
+// sharedRelease releases what it wraps when the last of its n users has
+// released it: one buffer hold shared by the requests of a chunked message.
+type sharedRelease struct {
+	r    cluster.Releaser
+	left atomic.Int32
+}
+
+func (s *sharedRelease) init(r cluster.Releaser, n int) {
+	s.r = r
+	s.left.Store(int32(n))
+}
+
+func (s *sharedRelease) Release() error {
+	if s.left.Add(-1) == 0 {
+		return s.r.Release()
+	}
+	return nil
+}
+
+// resize returns s with n zeroed elements, reusing its array when it is
+// large enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
 
 // span is a chunk of a logical message: bytes [off, off+n).
 type span struct{ off, n int64 }
@@ -54,33 +123,18 @@ func (e *exchange) outErr(dest int, field string, err error) error {
 	return fmt.Errorf("msg: message to rank %d tag %d: %s: %w", dest, e.x.o.Tag, field, err)
 }
 
-// prepareOut writes the manifest and readies the chunks of m for posting:
-// in place before the blocks for host memory and for device memory handed
-// to a CUDA-aware MPI, or into pinned staging chunks otherwise.
-func (e *exchange) prepareOut(m *outMsg) error {
-	if e.inPlace(m) {
-		return e.prepareInPlace(m)
-	}
-	return e.prepareStaged(m)
-}
-
-// inPlace reports whether m is sent from its send buffer itself.
-func (e *exchange) inPlace(m *outMsg) bool {
-	return m.c.Buffer().Location().HostAccessible() || e.aware
-}
-
 // writeManifests writes, in schedule order, the manifest of every message
-// sent in place, before prepareInPlace takes any read hold for a send:
-// send buffers that are parts of one joined buffer (packing.Plan.Joined)
-// share its ledger, where a manifest's write would conflict with the read
-// hold of a message prepared before it. A failure is kept for the
-// message's prepareInPlace to report.
-func (e *exchange) writeManifests(byDest []*outMsg) {
+// its route sends from the send buffer itself, before any route takes a
+// read hold for a send: send buffers that are parts of one joined buffer
+// (packing.Plan.Joined) share its ledger, where a manifest's write would
+// conflict with the read hold of a message prepared before it. A failure
+// is kept for the message's prepare to report.
+func (e *exchange) writeManifests() {
 	x, n := e.x, e.x.size
 	for k := range n {
 		d := (x.rank + k) % n
-		m := byDest[d]
-		if m == nil || (d == x.rank && !x.o.SelfViaMPI) || e.abortTo[d] || x.ipcPeer(d) || !e.inPlace(m) {
+		m := e.byDest[d]
+		if m == nil || (d == x.rank && !x.o.SelfViaMPI) || e.abortTo[d] || !m.route.inPlace(e, m) {
 			continue
 		}
 		m.manifestErr, m.manifestDone = e.writeManifest(m), true
@@ -128,42 +182,29 @@ func (e *exchange) writeManifest(m *outMsg) error {
 	}
 	// The manifest is written from this goroutine, after the work the
 	// buffer's ledger says must come first.
-	wh, err := buf.Hold(devalloc.Write)
-	if err != nil {
-		return e.outErr(m.dest, "manifest", err)
-	}
-	err = wh.Wait()
-	var mem []byte
-	if err == nil {
-		mem, err = buf.Bytes()
-	}
-	if err == nil {
+	err := withHostBytes(buf, devalloc.Write, func(mem []byte) error {
 		whole := mem[start-p : start+l]
 		if x.o.PayloadChecksum {
 			h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(whole[p:])
 		}
 		at := writtenAt{buf, start - p}
-		if x.layouts.prefixHolds(at, m.man) && x.hooks.mangle == nil {
+		if x.layouts.prefixHolds(at, m.man) {
 			m.man.Seal(whole, h) // same buffer, same layout: the header changes, the entries do not
 		} else {
 			m.man.Encode(whole, h)
 		}
 		x.layouts.wrote(at, m.man)
-		if x.hooks.mangle != nil {
-			x.hooks.mangle(m.dest, whole)
-		}
-	}
-	if rerr := wh.Release(); err == nil {
-		err = rerr
-	}
+		return nil
+	})
 	if err != nil {
 		return e.outErr(m.dest, "manifest", err)
 	}
 	return nil
 }
 
-// prepareInPlace takes the read hold the requests keep until they complete,
-// once the manifest is in the room before the blocks (writeManifests).
+// prepareInPlace readies m to be sent from its send buffer itself, in
+// chunks: the manifest in the room before the blocks (writeManifests), and
+// the read hold the requests keep until they complete.
 func (e *exchange) prepareInPlace(m *outMsg) error {
 	x, c := e.x, m.c
 	if !m.manifestDone {
@@ -182,98 +223,14 @@ func (e *exchange) prepareInPlace(m *outMsg) error {
 		_ = rh.Release()
 		return e.outErr(m.dest, "payload", err)
 	}
-	k := chunkCount(m.size, x.chunk)
+	k := chunkCount(m.size, x.lim.chunk)
 	m.share = m.shareWith(rh, k)
 	m.chunks = resize(m.chunks, k)
 	for i := range m.chunks {
-		sp := chunkAt(m.size, x.chunk, i)
+		sp := chunkAt(m.size, x.lim.chunk, i)
 		ch := &m.chunks[i]
 		ch.off, ch.n, ch.region = sp.off, sp.n, bufRegion{buf, start - p + sp.off, sp.n}
 		ch.mem = &ch.region
-	}
-	return nil
-}
-
-// prepareStaged copies the message into pinned chunks: the manifest from
-// the host, the blocks by one device-to-host copy per chunk on the send
-// stream, each followed by an event that tells when the chunk may be sent.
-// With the payload checksum on, the manifest needs the whole payload first,
-// so every copy completes before the first chunk is sent.
-func (e *exchange) prepareStaged(m *outMsg) (err error) {
-	x, c := e.x, m.c
-	p, start := int64(m.man.PayloadOffset()), c.Start()
-	a, s := e.copier(c.Buffer())
-	m.chunks = resize(m.chunks, chunkCount(m.size, x.chunk))
-	defer func() {
-		if err != nil {
-			m.release()
-		}
-	}()
-	for i := range m.chunks {
-		sp := chunkAt(m.size, x.chunk, i)
-		cb, err := a.AllocPinned(sp.n, s)
-		if err != nil {
-			return e.outErr(m.dest, "staging", err)
-		}
-		m.chunks[i] = outChunk{off: sp.off, n: sp.n, mem: cb, buf: cb}
-	}
-	man := make([]byte, p)
-	h := e.header(m.dest)
-	writeManifest := func() error {
-		m.man.Encode(man, h)
-		for i := range m.chunks {
-			ch := &m.chunks[i]
-			if ch.off >= p {
-				break
-			}
-			mem, err := ch.buf.Bytes()
-			if err != nil {
-				return err
-			}
-			// A pinned block leaves the pool only once every earlier use of
-			// it has completed, and the copies below write other bytes.
-			copy(mem, man[ch.off:min(ch.off+ch.n, p)])
-		}
-		return nil
-	}
-	if !x.o.PayloadChecksum {
-		if err := writeManifest(); err != nil {
-			return e.outErr(m.dest, "manifest", err)
-		}
-	}
-	for i := range m.chunks {
-		ch := &m.chunks[i]
-		if end := ch.off + ch.n; end > p {
-			from := max(ch.off, p)
-			if err := s.Copy(ch.buf, from-ch.off, c.Buffer(), start+from-p, end-from); err != nil {
-				return e.outErr(m.dest, "staging", err)
-			}
-			x.stats.BytesStaged += end - from
-		}
-		if ch.ready, err = s.Record(); err != nil {
-			return e.outErr(m.dest, "staging", err)
-		}
-	}
-	if x.o.PayloadChecksum {
-		if err := m.chunks[len(m.chunks)-1].ready.Wait(); err != nil {
-			return e.outErr(m.dest, "staging", err)
-		}
-		var sum uint32
-		for i := range m.chunks {
-			ch := &m.chunks[i]
-			if ch.off+ch.n <= p {
-				continue
-			}
-			mem, err := ch.buf.Bytes()
-			if err != nil {
-				return e.outErr(m.dest, "payload_checksum", err)
-			}
-			sum = wire.UpdateChecksum(sum, mem[max(p-ch.off, 0):])
-		}
-		h.HasPayloadChecksum, h.PayloadChecksum = true, sum
-		if err := writeManifest(); err != nil {
-			return e.outErr(m.dest, "manifest", err)
-		}
 	}
 	return nil
 }
@@ -286,45 +243,23 @@ func (e *exchange) newAbort(dest, step int, size int64) *outMsg {
 	_ = wire.EncodeAbort(notice, e.header(dest)) // cannot fail: no entries, and the buffer is large enough
 	pieces := make([][]byte, e.x.pieceCount(dest, size))
 	pieces[0] = notice
-	m := e.newRaw(dest, step, pieces)
+	m := e.newOut()
+	m.dest, m.step, m.route = dest, step, e.x.routes[dest]
+	m.setPieces(pieces)
 	m.abort, m.size = true, size
 	e.x.stats.Aborts++
 	return m
 }
 
-// newRaw makes a message to dest of the given MPI messages, sent from Go
-// memory pinned until each completes.
-func (e *exchange) newRaw(dest, step int, pieces [][]byte) *outMsg {
-	m := e.newOut()
-	m.dest, m.step = dest, step
+// setPieces makes m's MPI messages the given bytes, sent from Go memory
+// pinned until each completes.
+func (m *outMsg) setPieces(pieces [][]byte) {
 	m.chunks = resize(m.chunks, len(pieces))
+	m.share = nil
 	for i, b := range pieces {
 		pin := cluster.PinBytes(b)
 		m.chunks[i] = outChunk{n: int64(len(b)), mem: pin, pin: pin}
-		m.size += int64(len(b))
 	}
-	return m
-}
-
-// replacePieces lets the pieces test hook replace the MPI messages of a
-// prepared host message.
-func (e *exchange) replacePieces(m *outMsg) *outMsg {
-	c := m.c
-	if !c.Buffer().Location().HostAccessible() {
-		return m
-	}
-	p := int64(m.man.PayloadOffset())
-	mem, err := c.Buffer().Bytes()
-	if err != nil {
-		return m
-	}
-	ps := e.x.hooks.pieces(m.dest, append([]byte(nil), mem[c.Start()-p:c.Start()+c.Size()]...))
-	if ps == nil {
-		return m
-	}
-	m.release()
-	raw := e.newRaw(m.dest, m.step, ps)
-	return raw
 }
 
 // release frees what the chunks not yet posted hold: called when a message
@@ -365,19 +300,7 @@ func readDevice(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer,
 	if err := s.Copy(pin, 0, buf, off, n); err != nil {
 		return err
 	}
-	h, err := pin.Hold(devalloc.Read)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = h.Release() }()
-	if err := h.Wait(); err != nil {
-		return err
-	}
-	mem, err := pin.Bytes()
-	if err != nil {
-		return err
-	}
-	return fn(mem)
+	return withHostBytes(pin, devalloc.Read, fn)
 }
 
 // copier is the allocator and stream that copy out of send buffer buf: the
@@ -462,7 +385,7 @@ func (e *exchange) copyToSelf(m *outMsg) {
 	x, c := e.x, m.c
 	p := int64(wire.PayloadOffset(c.Len()))
 	in := e.newIn()
-	in.src, in.size, in.local = x.rank, m.size, true
+	in.src, in.size = x.rank, m.size
 	e.selfIn = in
 	known, err := e.selfLayout(c)
 	if err != nil {

@@ -37,7 +37,8 @@ func TestReadPeers(t *testing.T) {
 				sa = variant{name: "cuda", kind: devalloc.BackendCUDA}.open(t)
 			}
 			x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: tc.transport, PayloadChecksum: true})
-			peers, why := x.ReadPeers()
+			peers := peersOn(x, RouteRead)
+			_, why := x.Routes()
 			if tc.transport == TransportMPI || comm.Local().Size() < 2 {
 				require.Empty(t, peers)
 				require.NotEmpty(t, why)
@@ -74,7 +75,7 @@ func TestReadPeersHoldSendBuffers(t *testing.T) {
 	rank, size := comm.Rank(), comm.Size()
 	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
 	x := newExchanger(t, Options{Comm: comm, Alloc: a})
-	if peers, why := x.ReadPeers(); len(peers) == 0 {
+	if _, why := x.Routes(); len(peersOn(x, RouteRead)) == 0 {
 		if comm.Local().Size() > 1 {
 			t.Fatalf("no read peers: %s", why)
 		}
@@ -82,19 +83,25 @@ func TestReadPeersHoldSendBuffers(t *testing.T) {
 	}
 	tr := traffic{seed: 78, density: 1, maxBlocks: 60, dims: []int{8, 16}, dtypes: []packing.DType{packing.Float64}}
 	var bufs []*packing.Coalesced
-	x.hooks.beforeRead = func(int) { time.Sleep(20 * time.Millisecond) }
-	x.hooks.afterPost = func(*exchange) {
-		s := a.DefaultStream()
-		for _, b := range bufs {
-			n := b.Buffer().Size()
-			require.NoError(t, b.Free())
-			junk, err := a.Alloc(n, s)
-			require.NoError(t, err)
-			require.NoError(t, s.Memset(junk, 0, n, 0xa5))
-			require.NoError(t, s.Synchronize())
-			require.NoError(t, junk.Free())
+	reads := x.routes[(rank+1)%size]
+	x.fault(func(r *faultyRoute) {
+		r.beforeRead = func(int) { time.Sleep(20 * time.Millisecond) }
+		if r.route != reads {
+			return
 		}
-	}
+		r.onWaited = func(*exchange) {
+			s := a.DefaultStream()
+			for _, b := range bufs {
+				n := b.Buffer().Size()
+				require.NoError(t, b.Free())
+				junk, err := a.Alloc(n, s)
+				require.NoError(t, err)
+				require.NoError(t, s.Memset(junk, 0, n, 0xa5))
+				require.NoError(t, s.Synchronize())
+				require.NoError(t, junk.Free())
+			}
+		}
+	})
 	for it := range uint64(3) {
 		tr.iter = it
 		var err error
