@@ -39,7 +39,7 @@ func (e *exchange) countExchange(localErr error) error {
 	x, pat := e.x, e.pat
 	if pat != nil && pat.learned {
 		copy(e.recvSize, pat.recvSize)
-		e.checkPattern(localErr != nil)
+		pat.check(e, localErr != nil)
 		e.fail(localErr)
 		return nil
 	}
@@ -250,7 +250,7 @@ func (e *exchange) settle() {
 	for _, in := range e.ins {
 		if !in.ended {
 			if in.failed == nil {
-				in.failed = e.inErr(in, "receive", fmt.Errorf("%d of %d MPI messages arrived: %w", in.matched, in.pieces, ErrTimeout))
+				in.failed = e.x.inErr(in, "receive", fmt.Errorf("%d of %d MPI messages arrived: %w", in.matched, in.pieces, ErrTimeout))
 			}
 			e.endIn(in)
 		}

@@ -45,13 +45,18 @@ type inMsg struct {
 	next     int            // the next piece to process, in order
 	finished int64          // pieces done
 
+	accepted
+	failed error // the first thing wrong with the message, reported when it ends
+	result *packing.Coalesced
+}
+
+// accepted is what a receiver learns of a message's manifest.
+type accepted struct {
+	header  wire.Header
 	p       uint64 // payload offset, once the header is read
 	man     []byte // staged: the manifest gathered across chunks, when longer than the first
 	plan    *packing.Plan
-	crc     uint32
-	header  wire.Header
-	failed  error // the first thing wrong with the message, reported when it ends
-	result  *packing.Coalesced
+	crc     uint32 // staged: the payload's, so far
 	learned *learnedIn
 }
 
@@ -84,7 +89,7 @@ func (e *exchange) newRecv(src, step int, size int64) *inMsg {
 		return in
 	}
 	if err := in.route.alloc(e, in); err != nil {
-		e.fail(e.inErr(in, "receive buffer", err))
+		e.fail(e.x.inErr(in, "receive buffer", err))
 		in.drain, in.ended = true, true
 	}
 	return in
@@ -121,8 +126,8 @@ func (in *inMsg) releaseHold() {
 	}
 }
 
-func (e *exchange) inErr(in *inMsg, field string, err error) error {
-	return fmt.Errorf("msg: message from rank %d tag %d: %s: %w", in.src, e.x.o.Tag, field, err)
+func (x *Exchanger) inErr(in *inMsg, field string, err error) error {
+	return fmt.Errorf("msg: message from rank %d tag %d: %s: %w", in.src, x.o.Tag, field, err)
 }
 
 // pieceName names piece i of a message in errors.
@@ -203,7 +208,7 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 	x := e.x
 	mem, rel, err := in.route.recvMem(e, in, i, m.Status().Bytes)
 	if err != nil {
-		in.failed = e.inErr(in, "receive", err)
+		in.failed = e.x.inErr(in, "receive", err)
 		e.discard(m, in, i)
 		return
 	}
@@ -212,7 +217,7 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 		if rel != nil {
 			_ = rel.Release() // nothing was posted
 		}
-		in.failed = e.inErr(in, "receive", err)
+		in.failed = e.x.inErr(in, "receive", err)
 		e.discard(m, in, i)
 		return
 	}
@@ -220,7 +225,7 @@ func (e *exchange) receive(m *cluster.Message, in *inMsg, i int) {
 	in.inFlight++
 	if rel != nil {
 		if err := r.Attach(rel); err != nil {
-			in.failed = e.inErr(in, "receive", err)
+			in.failed = e.x.inErr(in, "receive", err)
 		}
 	}
 	x.stats.MPIRecvs++
@@ -274,7 +279,7 @@ func (e *exchange) sizeError(in *inMsg, i int, head []byte) error {
 	ch := &in.chunks[i]
 	tag := e.x.o.Tag
 	if ch.err != nil {
-		return e.inErr(in, "receive", ch.err)
+		return e.x.inErr(in, "receive", ch.err)
 	}
 	if i == 0 && ch.got == wire.AbortSize && len(head) >= wire.AbortSize {
 		if h, _, err := wire.DecodeHeader(head[:wire.AbortSize], wire.AbortSize, in.src, tag, nil); err == nil && h.Aborted {
@@ -321,11 +326,11 @@ func (e *exchange) finishDirect(in *inMsg, checkPieces bool) {
 		}
 		man, err := head(min(in.size, headerPeek))
 		if err != nil {
-			return e.inErr(in, "manifest", err)
+			return e.x.inErr(in, "manifest", err)
 		}
 		if p, ok := wire.ManifestSize(man); ok && p > uint64(len(man)) && p <= uint64(in.size) {
 			if man, err = head(int64(p)); err != nil {
-				return e.inErr(in, "manifest", err)
+				return e.x.inErr(in, "manifest", err)
 			}
 		}
 		plan, p, err := e.accept(in, man, uint64(in.size))
@@ -338,7 +343,7 @@ func (e *exchange) finishDirect(in *inMsg, checkPieces bool) {
 				mem, _ := head(in.size)
 				sum = wire.Checksum(mem[p:])
 			} else if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = wire.Checksum(b); return nil }); err != nil {
-				return e.inErr(in, "payload_checksum", err)
+				return e.x.inErr(in, "payload_checksum", err)
 			}
 			if sum != h.PayloadChecksum {
 				return wireErr(ErrChecksum, in.src, x.o.Tag, "payload_checksum", "computed %#08x, header says %#08x", sum, h.PayloadChecksum)
@@ -444,7 +449,7 @@ func (e *exchange) wrapResult(in *inMsg, plan *packing.Plan, p int64) {
 		c, err = packing.Wrap(in.buf, in.base+p, plan, 0, nil)
 	}
 	if err != nil {
-		in.failed = e.inErr(in, "payload", err)
+		in.failed = e.x.inErr(in, "payload", err)
 		e.endIn(in)
 		return
 	}

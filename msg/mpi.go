@@ -41,7 +41,7 @@ func (t *mpiTransport) exchange(e *exchange, send []*packing.Coalesced) (*Receiv
 		case d == x.rank && !x.o.SelfViaMPI:
 			continue // a local copy, or nothing: no MPI message to wait for
 		case e.abortTo[d]:
-			e.outs = append(e.outs, e.newAbort(d, k, e.abortSize(d)))
+			e.outs = append(e.outs, e.newAbort(d, k, e.abortSize(d, e.pat)))
 			continue
 		case m == nil:
 			continue
@@ -76,9 +76,9 @@ func (t *mpiTransport) exchange(e *exchange, send []*packing.Coalesced) (*Receiv
 // abortSize is the length announced to rank d, which an abort notice
 // replaces: the message's, or the pattern's when the message departs from
 // it.
-func (e *exchange) abortSize(d int) int64 {
-	if m := e.byDest[d]; m != nil {
+func (p *perRank) abortSize(d int, pat *Pattern) int64 {
+	if m := p.byDest[d]; m != nil {
 		return m.size
 	}
-	return e.pat.sendSize[d]
+	return pat.sendSize[d]
 }

@@ -134,7 +134,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	localErr := e.collect(send)
 	byDest := e.byDest
 	if localErr == nil && pat != nil && pat.learned {
-		localErr = e.departures()
+		localErr = t.departures(e)
 	}
 	// Prepared sends, released (holds, device copies) once the group has
 	// completed or the exchange ends early.
@@ -169,7 +169,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 			if m == nil || (d == x.rank && !x.o.SelfViaMPI) {
 				continue
 			}
-			addr, h, tmp, err := e.prepareNCCL(m)
+			addr, h, tmp, err := t.prepare(e, m)
 			if err != nil {
 				localErr = err
 				break
@@ -196,7 +196,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	// whether the group runs at all: not if any rank failed or refused a
 	// length (docs/WIRE.md, rule 5).
 	vote := []int64{-int64(n)}
-	if len(e.errs) > 0 && !e.onlyPeerAborts() {
+	if len(e.errs) > 0 && !t.onlyPeerAborts(e) {
 		vote[0] = -int64(x.rank)
 	}
 	if err := cluster.Allreduce(x.comm, vote, vote, cluster.Max); err != nil {
@@ -225,9 +225,9 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 		in.src, in.step, in.size, in.route = s, k, recvSize[s], x.routes[s]
 		in.chunks = append(in.chunks[:0], inChunk{n: recvSize[s], got: recvSize[s]})
 		x.stats.MPIRecvs++ // one logical receive, counted as MPI's are
-		addr, h, err := e.allocNCCL(in)
+		addr, h, err := t.alloc(e, in)
 		if err != nil {
-			e.fail(e.inErr(in, "receive buffer", err))
+			e.fail(e.x.inErr(in, "receive buffer", err))
 			in.drain = true
 			drained = append(drained, in)
 			for off := int64(0); off < in.size; off += link.chunk {
@@ -281,7 +281,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 
 // onlyPeerAborts reports whether every error so far says that a peer
 // failed (which that peer votes on itself), none that this rank did.
-func (e *exchange) onlyPeerAborts() bool {
+func (t *ncclTransport) onlyPeerAborts(e *exchange) bool {
 	for _, err := range e.errs {
 		var w *WireError
 		if !errors.As(err, &w) || !errors.Is(w, ErrPeerAborted) || w.Field != "count" {
@@ -294,7 +294,7 @@ func (e *exchange) onlyPeerAborts() bool {
 // departures checks this rank's messages against a learned pattern before
 // anything is announced: under NCCL a departure must stop the exchange
 // before the count exchange, as no posted receive can be cancelled.
-func (e *exchange) departures() error {
+func (t *ncclTransport) departures(e *exchange) error {
 	var errs []error
 	for d, m := range e.byDest {
 		if w := e.pat.departure(d, m, e.x.o.Tag); w != nil {
@@ -309,7 +309,7 @@ func (e *exchange) departures() error {
 // NCCL reads from being freed or written before the group completes. A
 // host-accessible buffer is copied into a pooled device buffer first
 // (returned as tmp, for the caller to free).
-func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp *devalloc.Buffer, err error) {
+func (t *ncclTransport) prepare(e *exchange, m *outMsg) (addr uintptr, h cluster.Releaser, tmp *devalloc.Buffer, err error) {
 	x, c := e.x, m.c
 	device := !c.Buffer().Location().HostAccessible()
 	if err := e.prepareInPlace(m); err != nil {
@@ -326,7 +326,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 			if src.Allocator() == x.a {
 				err = x.sendS.Copy(tmp, 0, src, off, m.size)
 			} else {
-				err = e.copyAcross(tmp, 0, src, off, m.size)
+				err = e.x.copyAcross(tmp, 0, src, off, m.size)
 			}
 			if err == nil {
 				var wh *devalloc.Hold
@@ -346,7 +346,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 			}
 		}
 		if err != nil {
-			return 0, nil, nil, errors.Join(e.outErr(m.dest, "staging", err), hold.Release())
+			return 0, nil, nil, errors.Join(e.x.outErr(m.dest, "staging", err), hold.Release())
 		}
 	}
 	base, _, _, err := src.Region()
@@ -354,7 +354,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 		if tmp != nil {
 			_ = tmp.Free()
 		}
-		return 0, nil, nil, errors.Join(e.outErr(m.dest, "payload", err), hold.Release())
+		return 0, nil, nil, errors.Join(e.x.outErr(m.dest, "payload", err), hold.Release())
 	}
 	return base + uintptr(off), hold, tmp, nil
 }
@@ -362,7 +362,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 // allocNCCL takes in's device buffer and a write hold on it, waited for, so
 // that NCCL writes after whatever the pool's earlier use of the memory
 // queued.
-func (e *exchange) allocNCCL(in *inMsg) (uintptr, cluster.Releaser, error) {
+func (t *ncclTransport) alloc(e *exchange, in *inMsg) (uintptr, cluster.Releaser, error) {
 	x := e.x
 	buf, err := x.a.Alloc(in.size, x.recvS)
 	if err != nil {

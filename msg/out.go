@@ -119,8 +119,8 @@ func (e *exchange) header(dest int) wire.Header {
 	return wire.Header{Source: int32(e.x.rank), Dest: int32(dest), Tag: int32(e.x.o.Tag), Epoch: e.epoch}
 }
 
-func (e *exchange) outErr(dest int, field string, err error) error {
-	return fmt.Errorf("msg: message to rank %d tag %d: %s: %w", dest, e.x.o.Tag, field, err)
+func (x *Exchanger) outErr(dest int, field string, err error) error {
+	return fmt.Errorf("msg: message to rank %d tag %d: %s: %w", dest, x.o.Tag, field, err)
 }
 
 // writeManifests writes, in schedule order, the manifest of every message
@@ -149,23 +149,23 @@ func (e *exchange) writeManifest(m *outMsg) error {
 	buf := c.Buffer()
 	p, start, l := int64(m.man.PayloadOffset()), c.Start(), c.Size()
 	if start < p {
-		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend or msg.JoinSend): %w", start, p, distbuf.ErrInvalid))
+		return e.x.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend or msg.JoinSend): %w", start, p, distbuf.ErrInvalid))
 	}
 	h := e.header(m.dest)
 	if !c.Buffer().Location().HostAccessible() {
-		a, s := e.copier(buf)
+		a, s := e.x.copier(buf)
 		if x.o.PayloadChecksum {
 			err := readDevice(a, s, buf, start, l, func(b []byte) error {
 				h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(b)
 				return nil
 			})
 			if err != nil {
-				return e.outErr(m.dest, "payload_checksum", err)
+				return e.x.outErr(m.dest, "payload_checksum", err)
 			}
 		}
 		scratch, err := a.AllocPinned(p, s)
 		if err != nil {
-			return e.outErr(m.dest, "manifest", err)
+			return e.x.outErr(m.dest, "manifest", err)
 		}
 		mem, err := scratch.Bytes()
 		if err == nil {
@@ -176,7 +176,7 @@ func (e *exchange) writeManifest(m *outMsg) error {
 			err = ferr
 		}
 		if err != nil {
-			return e.outErr(m.dest, "manifest", err)
+			return e.x.outErr(m.dest, "manifest", err)
 		}
 		return nil
 	}
@@ -197,7 +197,7 @@ func (e *exchange) writeManifest(m *outMsg) error {
 		return nil
 	})
 	if err != nil {
-		return e.outErr(m.dest, "manifest", err)
+		return e.x.outErr(m.dest, "manifest", err)
 	}
 	return nil
 }
@@ -217,11 +217,11 @@ func (e *exchange) prepareInPlace(m *outMsg) error {
 	p, start := int64(m.man.PayloadOffset()), c.Start()
 	rh, err := buf.Hold(devalloc.Read)
 	if err != nil {
-		return e.outErr(m.dest, "payload", err)
+		return e.x.outErr(m.dest, "payload", err)
 	}
 	if err := rh.Wait(); err != nil {
 		_ = rh.Release()
-		return e.outErr(m.dest, "payload", err)
+		return e.x.outErr(m.dest, "payload", err)
 	}
 	k := chunkCount(m.size, x.lim.chunk)
 	m.share = m.shareWith(rh, k)
@@ -307,27 +307,26 @@ func readDevice(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer,
 // exchanger's own for a buffer of its allocator; for a buffer of another
 // allocator, that allocator's default stream and pinned memory, since a
 // stream copies only between buffers of its own allocator.
-func (e *exchange) copier(buf *devalloc.Buffer) (*devalloc.Allocator, *devalloc.Stream) {
-	if a := buf.Allocator(); a != e.x.a {
+func (x *Exchanger) copier(buf *devalloc.Buffer) (*devalloc.Allocator, *devalloc.Stream) {
+	if a := buf.Allocator(); a != x.a {
 		return a, a.DefaultStream()
 	}
-	return e.x.a, e.x.sendS
+	return x.a, x.sendS
 }
 
 // copyAcross copies n bytes of src, a buffer of another allocator than the
 // exchanger's, to dst at dstOff through host memory: src is read once its
 // writers are done (through its own allocator's pinned memory when it is
 // device memory), dst is written in its ledger's order.
-func (e *exchange) copyAcross(dst *devalloc.Buffer, dstOff int64, src *devalloc.Buffer, srcOff, n int64) error {
+func (x *Exchanger) copyAcross(dst *devalloc.Buffer, dstOff int64, src *devalloc.Buffer, srcOff, n int64) error {
 	a := src.Allocator()
-	return readAt(a, a.DefaultStream(), src, srcOff, n, func(b []byte) error { return e.writeAt(dst, dstOff, b) })
+	return readAt(a, a.DefaultStream(), src, srcOff, n, func(b []byte) error { return x.writeAt(dst, dstOff, b) })
 }
 
 // writeAt writes b into buf, a buffer of the exchanger's allocator, at off:
 // from this goroutine under a write hold for host-accessible memory, else
 // by a copy from pinned memory on the receive stream.
-func (e *exchange) writeAt(buf *devalloc.Buffer, off int64, b []byte) error {
-	x := e.x
+func (x *Exchanger) writeAt(buf *devalloc.Buffer, off int64, b []byte) error {
 	n := int64(len(b))
 	if buf.Location().HostAccessible() {
 		return withHostBytes(buf, devalloc.Write, func(mem []byte) error {
@@ -396,17 +395,17 @@ func (e *exchange) copyToSelf(m *outMsg) {
 	s := x.a.DefaultStream()
 	buf, err := x.a.Alloc(m.size, s)
 	if err != nil {
-		e.fail(e.outErr(x.rank, "receive buffer", err))
+		e.fail(e.x.outErr(x.rank, "receive buffer", err))
 		return
 	}
 	if src := c.Buffer(); src.Allocator() == x.a {
 		err = s.Copy(buf, p, src, c.Start(), c.Size())
 	} else {
-		err = e.copyAcross(buf, p, src, c.Start(), c.Size())
+		err = e.x.copyAcross(buf, p, src, c.Start(), c.Size())
 	}
 	if err != nil {
 		_ = buf.Free()
-		e.fail(e.outErr(x.rank, "self copy", err))
+		e.fail(e.x.outErr(x.rank, "self copy", err))
 		return
 	}
 	in.buf = buf
@@ -426,7 +425,7 @@ func (e *exchange) selfLayout(c *packing.Coalesced) (*learnedIn, error) {
 	}
 	plan, err := c.Plan().Detached(c.Group())
 	if err != nil {
-		return nil, e.outErr(x.rank, "manifest", err)
+		return nil, e.x.outErr(x.rank, "manifest", err)
 	}
 	x.stats.ManifestsBuilt++
 	if known != nil && sameLayout(known.plan, plan) {

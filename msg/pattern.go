@@ -3,8 +3,7 @@ package msg
 // checkPattern compares this rank's messages with a learned pattern. A
 // destination the pattern expects a message for gets one in any case: the
 // message, or an abort notice when the message cannot be sent as expected.
-func (e *exchange) checkPattern(failed bool) {
-	p := e.pat
+func (p *Pattern) check(e *exchange, failed bool) {
 	for d, m := range e.byDest {
 		if failed {
 			e.abortTo[d] = p.sendSize[d] > 0

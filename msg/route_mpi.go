@@ -32,7 +32,7 @@ func (r *mpiRoute) prepare(e *exchange, m *outMsg) error {
 	if r.inPlace(e, m) {
 		return e.prepareInPlace(m)
 	}
-	return e.prepareStaged(m)
+	return r.prepareStaged(e, m)
 }
 
 func (r *mpiRoute) alloc(e *exchange, in *inMsg) error {
@@ -56,7 +56,7 @@ func (r *mpiRoute) alloc(e *exchange, in *inMsg) error {
 
 func (r *mpiRoute) recvMem(e *exchange, in *inMsg, i int, n int64) (cluster.Memory, cluster.Releaser, error) {
 	if r.staged {
-		return e.stagingChunk(in, i)
+		return r.stagingChunk(e, in, i)
 	}
 	ch := &in.chunks[i]
 	ch.region = bufRegion{in.buf, in.base + ch.off, ch.n}
@@ -65,7 +65,7 @@ func (r *mpiRoute) recvMem(e *exchange, in *inMsg, i int, n int64) (cluster.Memo
 
 func (r *mpiRoute) done(e *exchange, in *inMsg, i int) {
 	if r.staged {
-		e.stagedDone(in)
+		r.stagedDone(e, in)
 		return
 	}
 	if in.finished++; in.finished == in.pieces {

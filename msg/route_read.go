@@ -157,7 +157,7 @@ func (r *readRoute) prepare(e *exchange, m *outMsg) error {
 		}
 		rh, err := buf.Hold(devalloc.Read)
 		if err != nil {
-			return e.outErr(m.dest, "payload", err)
+			return e.x.outErr(m.dest, "payload", err)
 		}
 		base, _, _, err := buf.Region()
 		if err == nil {
@@ -165,7 +165,7 @@ func (r *readRoute) prepare(e *exchange, m *outMsg) error {
 		}
 		if err != nil {
 			_ = rh.Release()
-			return e.outErr(m.dest, "payload", err)
+			return e.x.outErr(m.dest, "payload", err)
 		}
 		r.holds = append(r.holds, rh)
 		addr = base + uintptr(start-p)
@@ -174,9 +174,9 @@ func (r *readRoute) prepare(e *exchange, m *outMsg) error {
 			return err
 		}
 		whole := make([]byte, m.size)
-		a, s := e.copier(buf)
+		a, s := e.x.copier(buf)
 		if err := readDevice(a, s, buf, start-p, m.size, func(b []byte) error { copy(whole, b); return nil }); err != nil {
-			return e.outErr(m.dest, "payload", err)
+			return e.x.outErr(m.dest, "payload", err)
 		}
 		r.copies = append(r.copies, whole)
 		r.pin.Pin(unsafe.SliceData(whole)) // its address goes out as a number
@@ -231,10 +231,10 @@ func (r *readRoute) read(e *exchange, in *inMsg) error {
 	x, tag := e.x, e.x.o.Tag
 	ch := &in.chunks[0]
 	if ch.discarded {
-		return e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), distbuf.ErrInvalid))
+		return e.x.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), distbuf.ErrInvalid))
 	}
 	if ch.err != nil {
-		return e.inErr(in, "receive", ch.err)
+		return e.x.inErr(in, "receive", ch.err)
 	}
 	notice := ch.notice[:max(min(ch.got, int64(len(ch.notice))), 0)]
 	if ch.got == wire.AbortSize {
@@ -249,20 +249,20 @@ func (r *readRoute) read(e *exchange, in *inMsg) error {
 	if e.agreeing {
 		// Its sender may have changed the memory since: the exchange
 		// already failed, or this notice would not come so late.
-		return e.inErr(in, "node-local read", fmt.Errorf("the notice was matched only after the agreement; the message is not read: %w", ErrTimeout))
+		return e.x.inErr(in, "node-local read", fmt.Errorf("the notice was matched only after the agreement; the message is not read: %w", ErrTimeout))
 	}
 	mem, err := in.buf.Bytes()
 	if err == nil && (in.base < 0 || in.size > int64(len(mem))-in.base) {
 		err = fmt.Errorf("bytes [%d, +%d) outside a receive buffer of %d: %w", in.base, in.size, len(mem), distbuf.ErrInvalid)
 	}
 	if err != nil {
-		return e.inErr(in, "node-local read", err)
+		return e.x.inErr(in, "node-local read", err)
 	}
 	if err := peermem.Read(r.pid[in.src], unsafe.Pointer(unsafe.SliceData(mem[in.base:])), uintptr(addr), in.size); err != nil {
 		if peermem.IsFault(err) {
 			return wireErr(ErrMalformed, in.src, tag, "read_address", "bytes [%#x, +%d) of rank %d's memory cannot be read: %v", addr, in.size, in.src, err)
 		}
-		return e.inErr(in, "node-local read", err)
+		return e.x.inErr(in, "node-local read", err)
 	}
 	x.stats.HostReads++
 	x.stats.HostReadBytes += in.size

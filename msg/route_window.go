@@ -141,7 +141,7 @@ func (r *windowRoute) sized(e *exchange) {
 		}
 	}
 	if err := l.Reserve(r.stream(x.sendS), x.sendS.Synchronize, total); err != nil {
-		e.fail(e.outErr(x.rank, "node-local window", err))
+		e.fail(e.x.outErr(x.rank, "node-local window", err))
 		for d, off := range r.offsets {
 			if off >= 0 {
 				e.abortTo[d] = true
@@ -230,19 +230,19 @@ func (r *windowRoute) prepare(e *exchange, m *outMsg) (err error) {
 	off := r.offsets[m.dest]
 	h := e.header(m.dest)
 	if x.o.PayloadChecksum {
-		a, s := e.copier(c.Buffer())
+		a, s := e.x.copier(c.Buffer())
 		err := readAt(a, s, c.Buffer(), start, size, func(b []byte) error {
 			h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(b)
 			return nil
 		})
 		if err != nil {
-			return e.outErr(m.dest, "payload_checksum", err)
+			return e.x.outErr(m.dest, "payload_checksum", err)
 		}
 	}
 	n := wire.WindowNoticeHead + p
 	notice, err := l.Notices.Sent(m.dest, n)
 	if err != nil {
-		return e.outErr(m.dest, "notice", err)
+		return e.x.outErr(m.dest, "notice", err)
 	}
 	defer func() {
 		if err != nil {
@@ -251,7 +251,7 @@ func (r *windowRoute) prepare(e *exchange, m *outMsg) (err error) {
 	}()
 	mem, err := notice.Bytes()
 	if err != nil {
-		return e.outErr(m.dest, "notice", err)
+		return e.x.outErr(m.dest, "notice", err)
 	}
 	win, winSize, gen, handle := l.Window()
 	head := wire.WindowNotice{Generation: gen, Window: uint64(winSize), Offset: uint64(off), Size: uint64(m.size), Handle: handle}
@@ -259,7 +259,7 @@ func (r *windowRoute) prepare(e *exchange, m *outMsg) (err error) {
 	m.man.Encode(mem[wire.WindowNoticeHead:], h)
 	addr, _, _, err := notice.Region()
 	if err != nil {
-		return e.outErr(m.dest, "notice", err)
+		return e.x.outErr(m.dest, "notice", err)
 	}
 	// The blocks, from the send buffer, and the manifest, from the notice:
 	// copies on the send stream, declared reads of both, batched.
@@ -291,7 +291,7 @@ func (r *windowRoute) prepare(e *exchange, m *outMsg) (err error) {
 		return nil
 	}
 	if err := copies(); err != nil {
-		return e.outErr(m.dest, "window", errors.Join(err, b.Undo(at)))
+		return e.x.outErr(m.dest, "window", errors.Join(err, b.Undo(at)))
 	}
 	r.into = append(r.into, m)
 	m.chunks = resize(m.chunks, 1)
@@ -339,7 +339,7 @@ func (r *windowRoute) prepared(e *exchange) {
 func (r *windowRoute) intoDone(e *exchange, err error) {
 	x, l := e.x, r.link
 	if err != nil {
-		e.fail(e.outErr(x.rank, "node-local window", err))
+		e.fail(e.x.outErr(x.rank, "node-local window", err))
 		for _, m := range r.into {
 			k := slices.Index(e.outs, m)
 			_ = m.chunks[0].buf.Free() // nothing enqueued reads it
@@ -354,7 +354,7 @@ func (r *windowRoute) intoDone(e *exchange, err error) {
 		x.stats.IPCBytes += m.size
 	}
 	if err := l.Ready(r.stream(x.sendS)); err != nil {
-		e.fail(e.outErr(x.rank, "node-local window", err))
+		e.fail(e.x.outErr(x.rank, "node-local window", err))
 	}
 }
 
@@ -369,7 +369,7 @@ func (r *windowRoute) done(e *exchange, in *inMsg, i int) {
 	if ch.buf != nil {
 		if in.failed == nil {
 			if err := r.link.Notices.KeepReceived(in.src, ch.buf); err != nil {
-				in.failed = e.inErr(in, "notice", err)
+				in.failed = e.x.inErr(in, "notice", err)
 			}
 		} else {
 			_ = ch.buf.Free()
@@ -393,11 +393,11 @@ func (r *windowRoute) fromWindow(e *exchange, in *inMsg) error {
 		return in.failed
 	}
 	if ch.discarded {
-		return e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), distbuf.ErrInvalid))
+		return e.x.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), distbuf.ErrInvalid))
 	}
 	mem, err := ch.buf.Bytes()
 	if err != nil {
-		return e.inErr(in, "notice", err)
+		return e.x.inErr(in, "notice", err)
 	}
 	mem = mem[:max(min(ch.got, int64(len(mem))), 0)]
 	if ch.err != nil || ch.got == wire.AbortSize {
@@ -413,7 +413,7 @@ func (r *windowRoute) fromWindow(e *exchange, in *inMsg) error {
 	case errors.As(err, &pe):
 		return wireErr(ErrMalformed, in.src, tag, pe.Field, "%s", pe.Reason)
 	case err != nil:
-		return e.inErr(in, "window", err)
+		return e.x.inErr(in, "window", err)
 	case n.Offset+n.Size > uint64(size):
 		return wireErr(ErrMalformed, in.src, tag, "ipc_window", "bytes [%d, +%d) lie outside the window of %d bytes it opened as", n.Offset, n.Size, size)
 	}
@@ -423,15 +423,15 @@ func (r *windowRoute) fromWindow(e *exchange, in *inMsg) error {
 	}
 	s := r.stream(x.recvS)
 	if err := l.WaitReady(in.src, s); err != nil {
-		return e.inErr(in, "ipc_event", err)
+		return e.x.inErr(in, "ipc_event", err)
 	}
 	dst, _, _, err := in.buf.Region()
 	if err != nil {
-		return e.inErr(in, "receive buffer", err)
+		return e.x.inErr(in, "receive buffer", err)
 	}
 	wr, err := in.buf.Write(x.recvS)
 	if err != nil {
-		return e.inErr(in, "receive buffer", err)
+		return e.x.inErr(in, "receive buffer", err)
 	}
 	in.plan, in.p = plan, p
 	if !in.header.HasPayloadChecksum {
@@ -444,11 +444,11 @@ func (r *windowRoute) fromWindow(e *exchange, in *inMsg) error {
 	// The checksum needs the copy now.
 	err = l.Device().MemcpyAsync(dst+uintptr(in.base), ptr+uintptr(n.Offset), in.size, s)
 	if err = errors.Join(err, wr.Done()); err != nil {
-		return e.inErr(in, "copy from the window", err)
+		return e.x.inErr(in, "copy from the window", err)
 	}
 	var sum uint32
 	if err := readDevice(x.a, x.recvS, in.buf, in.base+int64(p), in.size-int64(p), func(b []byte) error { sum = wire.Checksum(b); return nil }); err != nil {
-		return e.inErr(in, "payload_checksum", err)
+		return e.x.inErr(in, "payload_checksum", err)
 	}
 	if sum != in.header.PayloadChecksum {
 		return wireErr(ErrChecksum, in.src, tag, "payload_checksum", "computed %#08x, header says %#08x", sum, in.header.PayloadChecksum)
@@ -479,7 +479,7 @@ func (r *windowRoute) flushFrom(e *exchange) {
 func (r *windowRoute) fromDone(e *exchange, err error) {
 	if err != nil {
 		for _, in := range r.from {
-			e.fail(e.inErr(in, "copy from the window", err))
+			e.fail(e.x.inErr(in, "copy from the window", err))
 		}
 	}
 	clear(r.from)

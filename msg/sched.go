@@ -79,7 +79,7 @@ func (e *exchange) postSends() bool {
 		if ev := op.out.chunks[op.chunk].ready; ev != nil {
 			done, err := ev.Done()
 			if err != nil {
-				e.fail(e.outErr(op.out.dest, "staging", err))
+				e.fail(e.x.outErr(op.out.dest, "staging", err))
 			} else if !done {
 				break // posted in order: the next one waits for its copy
 			}
@@ -105,7 +105,7 @@ func (e *exchange) complete(k int, st cluster.Status, err error) {
 	case op.out != nil:
 		q.nSend--
 		if err != nil {
-			e.fail(e.outErr(op.out.dest, "send", err))
+			e.fail(e.x.outErr(op.out.dest, "send", err))
 		}
 		return
 	case op.in != nil && op.chunk >= 0:
@@ -129,7 +129,7 @@ func (e *exchange) await(probe *cluster.Probe, wait time.Duration) (progress, ok
 	var err error
 	q.done, m, err = cluster.Await(q.active, q.done[:0], probe, wait)
 	if err != nil {
-		e.fail(e.outErr(e.x.rank, "progress", err))
+		e.fail(e.x.outErr(e.x.rank, "progress", err))
 		return false, false
 	}
 	// From the highest index down: complete moves the last request into
@@ -179,7 +179,7 @@ func (e *exchange) run(self *outMsg) {
 			// staging copy, which completes by itself.
 			op := q.sendQ[q.si]
 			if err := op.out.chunks[op.chunk].ready.Wait(); err != nil {
-				e.fail(e.outErr(op.out.dest, "staging", err))
+				e.fail(e.x.outErr(op.out.dest, "staging", err))
 			}
 			last = time.Now()
 			continue
@@ -281,7 +281,7 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 	case buf != nil:
 		h, err := buf.Hold(devalloc.Read)
 		if err != nil {
-			e.fail(e.outErr(m.dest, "staging", err))
+			e.fail(e.x.outErr(m.dest, "staging", err))
 			m.release()
 			return nil
 		}
@@ -297,7 +297,7 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 	if buf != nil {
 		if ch.keepIn != nil && err == nil {
 			if kerr := ch.keepIn.KeepSent(m.dest, buf); kerr != nil {
-				e.fail(e.outErr(m.dest, "notice", kerr))
+				e.fail(e.x.outErr(m.dest, "notice", kerr))
 			}
 		} else {
 			_ = buf.Free() // deferred by the hold until the send completes
@@ -305,7 +305,7 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 		ch.buf = nil
 	}
 	if err != nil {
-		e.fail(e.outErr(m.dest, "send", err))
+		e.fail(e.x.outErr(m.dest, "send", err))
 		if r == nil {
 			return nil
 		}

@@ -17,10 +17,10 @@ import (
 // stream, each followed by an event that tells when the chunk may be sent.
 // With the payload checksum on, the manifest needs the whole payload first,
 // so every copy completes before the first chunk is sent.
-func (e *exchange) prepareStaged(m *outMsg) (err error) {
+func (r *mpiRoute) prepareStaged(e *exchange, m *outMsg) (err error) {
 	x, c := e.x, m.c
 	p, start := int64(m.man.PayloadOffset()), c.Start()
-	a, s := e.copier(c.Buffer())
+	a, s := e.x.copier(c.Buffer())
 	m.chunks = resize(m.chunks, chunkCount(m.size, x.lim.chunk))
 	defer func() {
 		if err != nil {
@@ -31,7 +31,7 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 		sp := chunkAt(m.size, x.lim.chunk, i)
 		cb, err := a.AllocPinned(sp.n, s)
 		if err != nil {
-			return e.outErr(m.dest, "staging", err)
+			return e.x.outErr(m.dest, "staging", err)
 		}
 		m.chunks[i] = outChunk{off: sp.off, n: sp.n, mem: cb, buf: cb}
 	}
@@ -56,7 +56,7 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 	}
 	if !x.o.PayloadChecksum {
 		if err := writeManifest(); err != nil {
-			return e.outErr(m.dest, "manifest", err)
+			return e.x.outErr(m.dest, "manifest", err)
 		}
 	}
 	for i := range m.chunks {
@@ -64,17 +64,17 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 		if end := ch.off + ch.n; end > p {
 			from := max(ch.off, p)
 			if err := s.Copy(ch.buf, from-ch.off, c.Buffer(), start+from-p, end-from); err != nil {
-				return e.outErr(m.dest, "staging", err)
+				return e.x.outErr(m.dest, "staging", err)
 			}
 			x.stats.BytesStaged += end - from
 		}
 		if ch.ready, err = s.Record(); err != nil {
-			return e.outErr(m.dest, "staging", err)
+			return e.x.outErr(m.dest, "staging", err)
 		}
 	}
 	if x.o.PayloadChecksum {
 		if err := m.chunks[len(m.chunks)-1].ready.Wait(); err != nil {
-			return e.outErr(m.dest, "staging", err)
+			return e.x.outErr(m.dest, "staging", err)
 		}
 		var sum uint32
 		for i := range m.chunks {
@@ -84,13 +84,13 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 			}
 			mem, err := ch.buf.Bytes()
 			if err != nil {
-				return e.outErr(m.dest, "payload_checksum", err)
+				return e.x.outErr(m.dest, "payload_checksum", err)
 			}
 			sum = wire.UpdateChecksum(sum, mem[max(p-ch.off, 0):])
 		}
 		h.HasPayloadChecksum, h.PayloadChecksum = true, sum
 		if err := writeManifest(); err != nil {
-			return e.outErr(m.dest, "manifest", err)
+			return e.x.outErr(m.dest, "manifest", err)
 		}
 	}
 	return nil
@@ -98,7 +98,7 @@ func (e *exchange) prepareStaged(m *outMsg) (err error) {
 
 // stagingChunk is the pinned chunk piece i of a staged message is received
 // into, under a write hold its request releases.
-func (e *exchange) stagingChunk(in *inMsg, i int) (cluster.Memory, cluster.Releaser, error) {
+func (r *mpiRoute) stagingChunk(e *exchange, in *inMsg, i int) (cluster.Memory, cluster.Releaser, error) {
 	x := e.x
 	ch := &in.chunks[i]
 	cb, err := x.a.AllocPinned(ch.n, x.recvS)
@@ -118,20 +118,20 @@ func (e *exchange) stagingChunk(in *inMsg, i int) (cluster.Memory, cluster.Relea
 
 // stagedDone processes the chunks of a staged message that have arrived,
 // in order, and finishes it once the last one has.
-func (e *exchange) stagedDone(in *inMsg) {
+func (r *mpiRoute) stagedDone(e *exchange, in *inMsg) {
 	for in.next < len(in.chunks) && in.chunks[in.next].done {
-		e.processStaged(in, in.next)
+		r.processStaged(e, in, in.next)
 		in.next++
 	}
 	if in.next == len(in.chunks) {
-		e.finishStaged(in)
+		r.finishStaged(e, in)
 	}
 }
 
 // processStaged handles chunk i of a staged message, in order: the header
 // and manifest, the payload checksum, and the copy into the device buffer;
 // then the pinned chunk goes back to the pool.
-func (e *exchange) processStaged(in *inMsg, i int) {
+func (r *mpiRoute) processStaged(e *exchange, in *inMsg, i int) {
 	x := e.x
 	ch := &in.chunks[i]
 	defer func() {
@@ -144,12 +144,12 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 		return
 	}
 	if ch.discarded {
-		in.failed = e.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(i), distbuf.ErrInvalid))
+		in.failed = e.x.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(i), distbuf.ErrInvalid))
 		return
 	}
 	mem, err := ch.buf.Bytes()
 	if err != nil {
-		in.failed = e.inErr(in, "staging", err)
+		in.failed = e.x.inErr(in, "staging", err)
 		return
 	}
 	mem = mem[:ch.n]
@@ -184,13 +184,13 @@ func (e *exchange) processStaged(in *inMsg, i int) {
 		in.crc = wire.UpdateChecksum(in.crc, mem[max(p-ch.off, 0):])
 	}
 	if err := x.recvS.Copy(in.buf, in.base+ch.off, ch.buf, 0, ch.n); err != nil {
-		in.failed = e.inErr(in, "staging", err)
+		in.failed = e.x.inErr(in, "staging", err)
 		return
 	}
 	x.stats.BytesStaged += ch.n
 }
 
-func (e *exchange) finishStaged(in *inMsg) {
+func (r *mpiRoute) finishStaged(e *exchange, in *inMsg) {
 	if in.failed == nil && in.plan == nil {
 		in.failed = wireErr(ErrMalformed, in.src, e.x.o.Tag, "block_count", "the manifest never completed")
 	}
