@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// A setup row (docs/WIRE.md, rules 10 and 12) is one rank's part of the
+// A setup row (docs/WIRE.md, "The node-local setup row") is one rank's part of the
 // node-local setup: an Allgather of SetupRowWords int64s over the node's
 // ranks, in which each rank says whether it moves device messages through
 // CUDA IPC windows, or host messages by reads of its memory, and what its

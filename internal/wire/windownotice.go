@@ -2,7 +2,7 @@ package wire
 
 import "encoding/binary"
 
-// A window notice (docs/WIRE.md, rule 10) is what a sender sends through
+// A window notice (docs/WIRE.md, rule 9) is what a sender sends through
 // MPI, in place of a message it copied into its CUDA IPC window: where the
 // message lies, and its manifest.
 const (
