@@ -38,11 +38,11 @@
 //     few times at most), and sends an MPI notice carrying the manifest;
 //     the receiver checks the notice and the manifest, then copies the
 //     message out of the window into its pooled buffer. Two
-//     device-to-device copies replace a transfer that MPI's shared memory,
-//     staged through host memory, moves at a few GB/s. Interprocess events
-//     order it all on the streams: the sender's copies wait until the
-//     readers of its last exchange are done, the receiver's copy waits until
-//     the sender's copies are. A rank's copies into its window, for every
+//     device-to-device copies replace a transfer that MPI's shared memory
+//     stages through host memory (docs/PERFORMANCE.md has both rates).
+//     Interprocess events order it all on the streams: the sender's copies
+//     wait until the readers of its last exchange are done, the receiver's
+//     copy waits until the sender's copies are. A rank's copies into its window, for every
 //     peer, are one cudaMemcpyBatchAsync, or where the GPU is shared through
 //     MPS one launch of the gather kernel (internal/gather); its copies from
 //     its peers' windows are one such call per wait of the data phase that

@@ -22,8 +22,8 @@ import (
 // through MPI a notice that says where it lies and carries its manifest;
 // the receiver checks the notice and the manifest as it would a message,
 // then copies the message from the window into its receive buffer, device
-// to device. Two copies at memory speed replace a transfer that
-// shared-memory MPI, staging through host memory, moves at a few GB/s.
+// to device. Two copies at device memory speed replace a transfer that
+// shared-memory MPI stages through host memory.
 //
 // A rank's copies into its window, for every peer, go in one batch
 // (ipcwin.Link.Flush) before its notices go out; its copies out of its

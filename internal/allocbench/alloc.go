@@ -78,8 +78,8 @@ import (
 //     is allocPhaseCycles cycles; EndPhase (and for trim-phase, Trim(0)) runs
 //     at its end, inside the timed cycle.
 //     Two touches, each its own line: case "cycle" fills every buffer
-//     (840 MB of memsets per cycle, about 0.3 ms on an H200, the same in every
-//     mode), case "cycle-touch" sets the first touchBytes of each buffer
+//     (840 MB of memsets per cycle, the same in every mode), case
+//     "cycle-touch" sets the first touchBytes of each buffer
 //     (all of a tiny one), so the cycle times allocation rather than memset
 //     bandwidth. A coalesced buffer is always filled: every block in it is
 //     touched.

@@ -46,7 +46,7 @@ func (d *Device) IpcGetMemHandle(p uintptr) (IpcMemHandle, error) {
 // memory another process exported with IpcGetMemHandle. Opening a handle
 // the calling process made fails (cudaErrorDeviceUninitialized); opening
 // one handle again in the same process returns the same address and counts
-// a reference. Opening costs in the order of 100 ms on a GPU, so a caller
+// a reference. Opening is slow on a GPU (docs/PERFORMANCE.md), so a caller
 // opens each peer's memory once and keeps it. IpcCloseMemHandle releases it.
 func (d *Device) IpcOpenMemHandle(h IpcMemHandle) (uintptr, error) {
 	return d.ipcOpenMemHandle(h, C.DBC_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)

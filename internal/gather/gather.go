@@ -5,7 +5,7 @@
 // here and compiled at run time by NVRTC for the device's own architecture,
 // then loaded with cudaLibraryLoadData and launched with cudaLaunchKernel
 // (CUDA 12.8+): no toolkit is needed at build time and no PTX is shipped,
-// at the cost of one compilation (tens of milliseconds) per process,
+// at the cost of one compilation (docs/PERFORMANCE.md) per process,
 // runtime and device. Each row of the table is three little-endian 64-bit
 // words: the scattered address, the block address and the byte count;
 // spans over MaxChunk bytes are cut into several rows, so that big blocks
