@@ -555,3 +555,55 @@ func TestJoinSend(t *testing.T) {
 		end = start + grp.Bytes
 	}
 }
+
+// TestStagedRing: a device message of many chunks, sent to itself through
+// MPI without a CUDA-aware MPI, goes through the staged route's ring:
+// every byte arrives, through a few slots of one chunk each reused chunk
+// after chunk (each direction's ring holds at most stageDepth slots more
+// than one message's chunks need at once), also with one request in flight
+// at a time, and the slots are the exchanger's, not the allocator's.
+func TestStagedRing(t *testing.T) {
+	v := variant{name: "cuda-staged", kind: devalloc.BackendCUDA, transport: "staged"}
+	if fakeCUDA.path == "" && fakeCUDA.why != "" {
+		t.Skipf("no CUDA variant: %s", fakeCUDA.why)
+	}
+	for _, window := range []int{1, DefaultWindow} {
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) {
+			a := v.open(t)
+			comm := world(t)
+			rank := comm.Rank()
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true, ChunkBytes: MinChunkBytes, Window: window})
+			mpi := x.routes[rank].(*mpiRoute)
+			require.NotNil(t, mpi.stage, "staged, with rings for chunks of %d bytes", MinChunkBytes)
+			// 24 blocks of 64 KiB: 25 chunks with the manifest.
+			tr := traffic{seed: 3, density: 1, maxBlocks: 1, selfOnly: true, dims: []int{64}, dtypes: []packing.DType{packing.Complex128}}
+			var descs []packing.Desc
+			for k := range 24 {
+				descs = append(descs, packing.Desc{ID: uint64(k), DType: packing.Complex128, Rows: 64, Cols: 64, Dest: rank})
+			}
+			p, err := packing.NewPlan(descs, packing.Options{})
+			require.NoError(t, err)
+			s := a.DefaultStream()
+			bufs, err := AllocSend(a, p, s)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, bufs[0].Free()) }()
+			tr.fill(t, s, rank, bufs)
+			live := a.Stats().LiveBuffers
+			for round := range 3 {
+				r, err := x.Exchange(bufs)
+				require.NoError(t, err, "round %d", round)
+				got := readBlocks(t, s, r.From(rank))
+				for k := range 24 {
+					require.Equal(t, string(tr.content(rank, uint64(k), 64*64*16)), string(got[uint64(k)]), "block %d, round %d", k, round)
+				}
+				require.NoError(t, r.Free())
+				require.Equal(t, live, a.Stats().LiveBuffers, "the slots are not the allocator's")
+			}
+			chunks := chunkCount(int64(wire.PayloadOffset(24))+24*64*64*16, MinChunkBytes)
+			require.Greater(t, chunks, stageDepth)
+			require.LessOrEqual(t, len(mpi.stage.out.all), stageDepth, "the message's chunks go through at most stageDepth slots")
+			require.Less(t, len(mpi.stage.in.all), chunks, "the received chunks reuse their slots")
+			require.Positive(t, x.Stats().BytesStaged)
+		})
+	}
+}

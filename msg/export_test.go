@@ -172,6 +172,11 @@ func (f *faultyRoute) sentBytes(e *exchange, m *outMsg) ([]byte, error) {
 		switch {
 		case ch.pin != nil:
 			whole = append(whole, ch.pin.Bytes()...)
+		case ch.slot != nil:
+			if err := ch.slot.Wait(); err != nil {
+				return nil, err
+			}
+			whole = append(whole, ch.slot.bytes()[:ch.n]...)
 		case ch.buf != nil:
 			mem, err := ch.buf.Bytes()
 			if err != nil {
@@ -408,6 +413,8 @@ func (f *faultyRoute) unguard(e *exchange, in *inMsg, ch *inChunk, g *guarded) {
 	switch {
 	case ch.notice != nil:
 		copy(ch.notice, got)
+	case ch.slot != nil:
+		copy(ch.slot.bytes(), got)
 	case ch.buf != nil:
 		mem, err := ch.buf.Bytes()
 		if err == nil {

@@ -64,6 +64,7 @@ type inChunk struct {
 	off, n int64
 	region bufRegion        // direct: the memory MPI receives into
 	buf    *devalloc.Buffer // the pinned memory of a staged chunk or a window notice
+	slot   *stageSlot       // a staged chunk's slot of the staging ring
 	notice []byte           // a read notice
 	posted bool             // its receive (or discard) was posted, or it never will be
 	// discarded: the piece went to scratch memory, not to this chunk.
@@ -267,7 +268,12 @@ func (e *exchange) chunkDone(in *inMsg, i int, st cluster.Status, err error, dis
 		in.inFlight--
 	}
 	if in.ended {
-		in.releaseHold() // failed or given up: its buffer goes once nothing writes it
+		// Failed or given up: what it holds goes once nothing writes it.
+		in.releaseHold()
+		if ch.slot != nil {
+			ch.slot.put()
+			ch.slot = nil
+		}
 		return
 	}
 	in.route.done(e, in, i)
@@ -372,6 +378,10 @@ func (e *exchange) endIn(in *inMsg) {
 	e.fail(in.failed)
 	for i := range in.chunks {
 		ch := &in.chunks[i]
+		if ch.slot != nil && (!ch.posted || ch.done || ch.discarded) {
+			ch.slot.put() // one a receive still writes goes back once it completes
+			ch.slot = nil
+		}
 		ch.posted = true // a piece not posted yet never will be
 		if ch.buf != nil {
 			_ = ch.buf.Free()

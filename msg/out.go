@@ -30,18 +30,28 @@ type outMsg struct {
 	chunks []outChunk
 	share  *sharedRelease // direct: the buffer's read hold, shared by the chunks
 	shared sharedRelease  // what share points to
+	staged *stagedOut     // staged through the route's ring (stager.go)
 }
 
 type outChunk struct {
 	off, n int64
 	mem    cluster.Memory
 	region bufRegion            // direct: what mem points to
-	ready  *devalloc.Event      // staged: the copy into the pinned chunk is done
+	ready  readiness            // staged: the copy into the pinned chunk is done
 	buf    *devalloc.Buffer     // pinned memory, freed once posted
+	slot   *stageSlot           // a slot of the staging ring, back to it once sent
 	pin    *cluster.PinnedBytes // an abort notice, an empty message, a read notice
 	posted bool
 	// keepIn keeps buf for the next notice to the same peer, once posted.
 	keepIn *ipcwin.Notices
+}
+
+// readiness tells when a staged chunk's copy out of the device has run: a
+// devalloc.Event, or a slot of the staging ring.
+type readiness interface {
+	Done() (bool, error)
+	Wait() error
+	Release() error
 }
 
 // shareWith makes r shared by the n requests of m.
@@ -276,6 +286,10 @@ func (m *outMsg) release() {
 		}
 		if ch.buf != nil {
 			_ = ch.buf.Free()
+		}
+		if ch.slot != nil {
+			ch.slot.put() // reused only once its copy has run
+			ch.slot = nil
 		}
 		if ch.pin != nil {
 			_ = ch.pin.Release()

@@ -99,6 +99,9 @@ type route interface {
 	// reports it (no longer than the piece), is received into, and what
 	// its request releases when it completes.
 	recvMem(e *exchange, in *inMsg, i int, n int64) (cluster.Memory, cluster.Releaser, error)
+	// sent hears that the send of chunk i of m, a message of the route,
+	// completed (or failed).
+	sent(e *exchange, m *outMsg, i int)
 	// done handles the completion of piece i of in (received, discarded or
 	// failed: in.chunks[i] says), and ends the message once its pieces are
 	// in (e.endIn or e.wrapResult).
@@ -131,13 +134,14 @@ type stepper interface {
 // messages.
 type noSteps struct{}
 
-func (noSteps) sized(*exchange)    {}
-func (noSteps) prepared(*exchange) {}
-func (noSteps) waited(*exchange)   {}
-func (noSteps) received(*exchange) {}
-func (noSteps) agreed(*exchange)   {}
-func (noSteps) detach() error      { return nil }
-func (noSteps) close() error       { return nil }
+func (noSteps) sent(*exchange, *outMsg, int) {}
+func (noSteps) sized(*exchange)              {}
+func (noSteps) prepared(*exchange)           {}
+func (noSteps) waited(*exchange)             {}
+func (noSteps) received(*exchange)           {}
+func (noSteps) agreed(*exchange)             {}
+func (noSteps) detach() error                { return nil }
+func (noSteps) close() error                 { return nil }
 
 // nodeRoute is a route between ranks of one node, which the ranks set up
 // together in New: every rank offers what it can in its row of one
@@ -159,7 +163,10 @@ type nodeRoute interface {
 // that serves the peer, in order of preference, else MPI, direct or
 // staged. Every rank joins the setup, whatever its options.
 func (x *Exchanger) chooseRoutes(wantNCCL bool) error {
-	mpi := &mpiRoute{staged: x.a.Info().Backend == devalloc.BackendCUDA && !x.aware, chunk: x.lim.chunk}
+	mpi := &mpiRoute{staged: x.a.Info().Backend == devalloc.BackendCUDA && !x.aware, chunk: x.lim.chunk, x: x}
+	if mpi.staged {
+		mpi.stage = newStager(x.a, x.lim.chunk)
+	}
 	auto := x.o.Transport == TransportAuto && !wantNCCL
 	candidates := []nodeRoute{
 		newWindowRoute(x, auto),

@@ -1,6 +1,8 @@
 package msg
 
 import (
+	"errors"
+
 	"github.com/distbuf/distbuf/cluster"
 )
 
@@ -11,7 +13,9 @@ import (
 // staged, through pinned chunks copied into device memory.
 type mpiRoute struct {
 	staged bool
-	chunk  int64 // the exchanger's chunk size
+	chunk  int64   // the exchanger's chunk size
+	stage  *stager // the staging rings, when staged and the chunks fit them
+	x      *Exchanger
 	noSteps
 }
 
@@ -61,6 +65,21 @@ func (r *mpiRoute) recvMem(e *exchange, in *inMsg, i int, n int64) (cluster.Memo
 	ch := &in.chunks[i]
 	ch.region = bufRegion{in.buf, in.base + ch.off, ch.n}
 	return &ch.region, nil, nil
+}
+
+// detach waits for the staging copies, so that close may free the rings.
+func (r *mpiRoute) detach() error {
+	if r.stage == nil {
+		return nil
+	}
+	return errors.Join(r.x.sendS.Synchronize(), r.x.recvS.Synchronize())
+}
+
+func (r *mpiRoute) close() error {
+	if r.stage == nil {
+		return nil
+	}
+	return r.stage.close()
 }
 
 func (r *mpiRoute) done(e *exchange, in *inMsg, i int) {

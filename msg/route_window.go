@@ -116,6 +116,7 @@ func (r *windowRoute) join(x *Exchanger, _ *cluster.Comm, rows []wire.SetupRow) 
 }
 
 func (r *windowRoute) kind() Route                     { return RouteWindow }
+func (r *windowRoute) sent(*exchange, *outMsg, int)    {}
 func (r *windowRoute) pieces(int64) int                { return 1 } // the notice, whatever the length
 func (r *windowRoute) inPlace(*exchange, *outMsg) bool { return false }
 

@@ -76,6 +76,9 @@ func (e *exchange) postSends() bool {
 	posted := false
 	for q.si < len(q.sendQ) && q.nSend < e.x.o.Window {
 		op := q.sendQ[q.si]
+		if op.out.chunks[op.chunk].mem == nil && !op.out.chunks[op.chunk].posted {
+			break // staged once an earlier chunk's send completes
+		}
 		if ev := op.out.chunks[op.chunk].ready; ev != nil {
 			done, err := ev.Done()
 			if err != nil {
@@ -107,6 +110,7 @@ func (e *exchange) complete(k int, st cluster.Status, err error) {
 		if err != nil {
 			e.fail(e.x.outErr(op.out.dest, "send", err))
 		}
+		op.out.route.sent(e, op.out, op.chunk)
 		return
 	case op.in != nil && op.chunk >= 0:
 		q.nRecv--
@@ -273,7 +277,10 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 			ch.ready = nil
 		}
 	}()
-	var rel cluster.Releaser = m.share
+	var rel cluster.Releaser // what the request holds until it completes; a ring slot goes back in sent
+	if m.share != nil {
+		rel = m.share
+	}
 	var buf = ch.buf
 	switch {
 	case ch.pin != nil:
@@ -288,12 +295,17 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 		rel = h
 	}
 	r, err := x.comm.Isend(ch.mem, m.dest, x.o.Tag)
-	if err == nil {
+	switch {
+	case err == nil && rel != nil:
 		err = r.Attach(rel)
-	} else {
+	case err != nil && rel != nil:
 		_ = rel.Release()
 	}
 	ch.posted = true
+	if r == nil && ch.slot != nil {
+		ch.slot.put() // nothing was posted
+		ch.slot = nil
+	}
 	if buf != nil {
 		if ch.keepIn != nil && err == nil {
 			if kerr := ch.keepIn.KeepSent(m.dest, buf); kerr != nil {

@@ -1,23 +1,54 @@
 package msg
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/wire"
 )
 
 // Staging: device memory that MPI cannot take as it is travels through
 // pinned host memory, a chunk at a time.
 
-// prepareStaged copies the message into pinned chunks: the manifest from
-// the host, the blocks by one device-to-host copy per chunk on the send
-// stream, each followed by an event that tells when the chunk may be sent.
-// With the payload checksum on, the manifest needs the whole payload first,
-// so every copy completes before the first chunk is sent.
-func (r *mpiRoute) prepareStaged(e *exchange, m *outMsg) (err error) {
+// prepareStaged readies a device message for sending through pinned
+// memory: through the route's ring (stager.go), its first chunks copied
+// out now and each further one once a send has freed a slot; or, for a
+// buffer of another allocator, a chunk size the ring does not serve, or
+// the payload checksum (whose manifest needs the whole payload first),
+// through pinned chunks of the allocator's pool, all copied at once.
+func (r *mpiRoute) prepareStaged(e *exchange, m *outMsg) error {
+	if r.stage == nil || m.c.Buffer().Allocator() != e.x.a || e.x.o.PayloadChecksum {
+		return r.prepareStagedAll(e, m)
+	}
+	x := e.x
+	m.chunks = resize(m.chunks, chunkCount(m.size, x.lim.chunk))
+	for i := range m.chunks {
+		sp := chunkAt(m.size, x.lim.chunk, i)
+		m.chunks[i].off, m.chunks[i].n = sp.off, sp.n
+	}
+	man := make([]byte, m.man.PayloadOffset())
+	m.man.Encode(man, e.header(m.dest))
+	m.staged = &stagedOut{man: man}
+	for range min(stageDepth, len(m.chunks)) {
+		if err := r.stageOut(e, m); err != nil {
+			m.release()
+			return e.x.outErr(m.dest, "staging", err)
+		}
+	}
+	return nil
+}
+
+// prepareStagedAll copies the message into pinned chunks of the
+// allocator's pool: the manifest from the host, the blocks by one
+// device-to-host copy per chunk on the send stream, each followed by an
+// event that tells when the chunk may be sent. With the payload checksum
+// on, the manifest needs the whole payload first, so every copy completes
+// before the first chunk is sent.
+func (r *mpiRoute) prepareStagedAll(e *exchange, m *outMsg) (err error) {
 	x, c := e.x, m.c
 	p, start := int64(m.man.PayloadOffset()), c.Start()
 	a, s := e.x.copier(c.Buffer())
@@ -96,11 +127,20 @@ func (r *mpiRoute) prepareStaged(e *exchange, m *outMsg) (err error) {
 	return nil
 }
 
-// stagingChunk is the pinned chunk piece i of a staged message is received
-// into, under a write hold its request releases.
+// stagingChunk is the pinned memory piece i of a staged message is
+// received into: a slot of the ring for a whole chunk, else a chunk of the
+// allocator's pool under a write hold its request releases.
 func (r *mpiRoute) stagingChunk(e *exchange, in *inMsg, i int) (cluster.Memory, cluster.Releaser, error) {
 	x := e.x
 	ch := &in.chunks[i]
+	if r.stage != nil && ch.n == r.stage.in.size {
+		slot, err := r.stage.in.take()
+		if err != nil {
+			return nil, nil, err
+		}
+		ch.slot = slot
+		return slot, nil, nil
+	}
 	cb, err := x.a.AllocPinned(ch.n, x.recvS)
 	if err != nil {
 		return nil, nil, err
@@ -139,6 +179,10 @@ func (r *mpiRoute) processStaged(e *exchange, in *inMsg, i int) {
 			_ = ch.buf.Free()
 			ch.buf = nil
 		}
+		if ch.slot != nil {
+			ch.slot.put() // reused only once the copy out of it has run
+			ch.slot = nil
+		}
 	}()
 	if in.failed != nil {
 		return
@@ -147,8 +191,11 @@ func (r *mpiRoute) processStaged(e *exchange, in *inMsg, i int) {
 		in.failed = e.x.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(i), distbuf.ErrInvalid))
 		return
 	}
-	mem, err := ch.buf.Bytes()
-	if err != nil {
+	var mem []byte
+	var err error
+	if ch.slot != nil {
+		mem = ch.slot.bytes()
+	} else if mem, err = ch.buf.Bytes(); err != nil {
 		in.failed = e.x.inErr(in, "staging", err)
 		return
 	}
@@ -183,11 +230,37 @@ func (r *mpiRoute) processStaged(e *exchange, in *inMsg, i int) {
 	if ch.off+ch.n > p {
 		in.crc = wire.UpdateChecksum(in.crc, mem[max(p-ch.off, 0):])
 	}
-	if err := x.recvS.Copy(in.buf, in.base+ch.off, ch.buf, 0, ch.n); err != nil {
+	if ch.slot != nil {
+		err = r.unstage(e, in, ch)
+	} else {
+		err = x.recvS.Copy(in.buf, in.base+ch.off, ch.buf, 0, ch.n)
+	}
+	if err != nil {
 		in.failed = e.x.inErr(in, "staging", err)
 		return
 	}
 	x.stats.BytesStaged += ch.n
+}
+
+// unstage enqueues the copy of a chunk from its ring slot into the device
+// buffer on the receive stream, declared in the buffer's ledger, and
+// records the slot's event after it.
+func (r *mpiRoute) unstage(e *exchange, in *inMsg, ch *inChunk) error {
+	x, slot := e.x, ch.slot
+	dst, _, _, err := in.buf.Region()
+	if err != nil {
+		return err
+	}
+	wr, err := in.buf.Write(x.recvS)
+	if err != nil {
+		return err
+	}
+	s := cudart.Stream(x.recvS.Handle())
+	err = slot.ring.dev.MemcpyAsync(dst+uintptr(in.base+ch.off), uintptr(slot.ptr), ch.n, s)
+	if err = errors.Join(err, wr.Done()); err != nil {
+		return err
+	}
+	return slot.ring.dev.EventRecord(slot.ev, s)
 }
 
 func (r *mpiRoute) finishStaged(e *exchange, in *inMsg) {
