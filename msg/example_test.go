@@ -84,17 +84,16 @@ func Example() {
 // follows.
 func fill(c *packing.Coalesced, values ...float64) {
 	s := c.Buffer().Allocator().DefaultStream()
-	err := c.OnHost(s, devalloc.Write, func(h *packing.HostBlocks) error {
+	if err := c.OnHost(s, devalloc.Write, func(h *packing.HostBlocks) error {
 		for k := range h.Len() {
 			f, err := h.Float64s(k)
+			values = values[copy(f, values):] // f is nil on error
 			if err != nil {
 				return err
 			}
-			values = values[copy(f, values):]
 		}
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -60,8 +60,7 @@ type Exchanger struct {
 
 	mu      sync.Mutex
 	closed  bool
-	epoch   uint64
-	stats   Stats
+	stats   Stats // Exchanges is the epoch of the last exchange
 	layouts layoutCache
 	// spare is the state of the last exchange, reused by the next one: an
 	// exchange in a loop then allocates little of its own. Only an
@@ -208,8 +207,8 @@ func (x *Exchanger) closeStreams() error {
 func (x *Exchanger) Close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.closed {
-		return fmt.Errorf("msg: close: %w", distbuf.ErrClosed)
+	if err := x.closedErr("close"); err != nil {
+		return err
 	}
 	x.closed = true
 	errs := []error{x.tr.close()}
@@ -226,6 +225,14 @@ func (x *Exchanger) Close() error {
 	return errors.Join(errs...)
 }
 
+// closedErr is the error of op on a closed exchanger, nil on an open one.
+func (x *Exchanger) closedErr(op string) error {
+	if x.closed {
+		return fmt.Errorf("msg: %s: %w", op, distbuf.ErrClosed)
+	}
+	return nil
+}
+
 // Stats returns the counters.
 func (x *Exchanger) Stats() Stats {
 	x.mu.Lock()
@@ -235,11 +242,7 @@ func (x *Exchanger) Stats() Stats {
 
 // Epoch is the number of exchanges run so far; the next one carries
 // Epoch()+1 in its headers.
-func (x *Exchanger) Epoch() uint64 {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.epoch
-}
+func (x *Exchanger) Epoch() uint64 { return uint64(x.Stats().Exchanges) }
 
 // Tag is the MPI tag of the exchanger's messages.
 func (x *Exchanger) Tag() int { return x.o.Tag }
@@ -379,15 +382,14 @@ func (x *Exchanger) exchange(send []*packing.Coalesced, pat *Pattern) (*Received
 		return nil, fmt.Errorf("msg: exchange while another exchange of this exchanger runs (exchanges are collective and ordered): %w", distbuf.ErrInvalid)
 	}
 	defer x.mu.Unlock()
-	if x.closed {
-		return nil, fmt.Errorf("msg: exchange: %w", distbuf.ErrClosed)
+	if err := x.closedErr("exchange"); err != nil {
+		return nil, err
 	}
 	if pat != nil && pat.x != x {
 		return nil, fmt.Errorf("msg: exchange: pattern of another exchanger: %w", distbuf.ErrInvalid)
 	}
 	// Every exchange, failed ones included, advances the epoch on every
 	// rank alike.
-	x.epoch++
 	x.stats.Exchanges++
 	return x.tr.exchange(x.begin(pat), send)
 }

@@ -78,208 +78,183 @@ func TestAllToAllRandomSparsity(t *testing.T) {
 func TestEmptyPeers(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
-			// Nobody sends anything: no message at all.
-			r, err := x.Exchange(nil)
-			require.NoError(t, err)
+	eachVariant(t, Options{PayloadChecksum: true}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		// Nobody sends anything: no message at all.
+		r, err := x.Exchange(nil)
+		require.NoError(t, err)
+		require.Empty(t, r.Sources())
+		// Empty groups send nothing either.
+		p, err := packing.NewPlan(nil, packing.Options{})
+		require.NoError(t, err)
+		empty, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		r, err = x.Exchange(empty)
+		require.NoError(t, err)
+		require.Empty(t, r.Sources())
+		require.NoError(t, empty[0].Free())
+		require.Zero(t, x.Stats().Messages)
+		// Only the last rank hears from rank 0.
+		tr := traffic{seed: 5, density: 1, maxBlocks: 20, dims: []int{2}, dtypes: mixedTypes}
+		only := func(src, dest int) bool { return src == 0 && dest == size-1 }
+		var descs []packing.Desc
+		for d := range size {
+			if only(rank, d) {
+				descs = append(descs, tr.blocks(rank, d)...)
+			}
+		}
+		p, err = packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		r, err = x.Exchange(bufs)
+		require.NoError(t, err)
+		if rank == size-1 {
+			require.Equal(t, []int{0}, r.Sources())
+			c := r.From(0)
+			require.Equal(t, len(tr.blocks(0, rank)), c.Len())
+		} else {
 			require.Empty(t, r.Sources())
-			// Empty groups send nothing either.
-			p, err := packing.NewPlan(nil, packing.Options{})
-			require.NoError(t, err)
-			empty, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			r, err = x.Exchange(empty)
-			require.NoError(t, err)
-			require.Empty(t, r.Sources())
-			require.NoError(t, empty[0].Free())
-			require.Zero(t, x.Stats().Messages)
-			// Only the last rank hears from rank 0.
-			tr := traffic{seed: 5, density: 1, maxBlocks: 20, dims: []int{2}, dtypes: mixedTypes}
-			only := func(src, dest int) bool { return src == 0 && dest == size-1 }
-			var descs []packing.Desc
-			for d := range size {
-				if only(rank, d) {
-					descs = append(descs, tr.blocks(rank, d)...)
-				}
-			}
-			p, err = packing.NewPlan(descs, packing.Options{})
-			require.NoError(t, err)
-			bufs, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			tr.fill(t, a.DefaultStream(), rank, bufs)
-			r, err = x.Exchange(bufs)
-			require.NoError(t, err)
-			if rank == size-1 {
-				require.Equal(t, []int{0}, r.Sources())
-				c := r.From(0)
-				require.Equal(t, len(tr.blocks(0, rank)), c.Len())
-			} else {
-				require.Empty(t, r.Sources())
-			}
-			require.NoError(t, r.Free())
-			for _, b := range bufs {
-				require.NoError(t, b.Free())
-			}
-		})
-	}
+		}
+		freeBoth(t, r, bufs)
+	})
 }
 
 func TestManyBlocks(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
-			// 10^5 blocks per rank, spread over every rank.
-			tr := traffic{seed: 9, density: 1, maxBlocks: 1, dims: []int{1, 2}, dtypes: mixedTypes}
-			per := 100000 / size
-			var descs []packing.Desc
-			for d := range size {
-				for k := range per {
-					dt := mixedTypes[k%4]
-					descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k*7919%per), DType: dt, Rows: 1 + k%2, Cols: 1 + k%3, Dest: d})
-				}
+	eachVariant(t, Options{PayloadChecksum: true}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		// 10^5 blocks per rank, spread over every rank.
+		tr := traffic{seed: 9, density: 1, maxBlocks: 1, dims: []int{1, 2}, dtypes: mixedTypes}
+		per := 100000 / size
+		var descs []packing.Desc
+		for d := range size {
+			for k := range per {
+				dt := mixedTypes[k%4]
+				descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k*7919%per), DType: dt, Rows: 1 + k%2, Cols: 1 + k%3, Dest: d})
 			}
-			p, err := packing.NewPlan(descs, packing.Options{})
-			require.NoError(t, err)
-			bufs, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			tr.fill(t, a.DefaultStream(), rank, bufs)
-			r, err := x.Exchange(bufs)
-			require.NoError(t, err)
-			s := a.DefaultStream()
-			for src := range size {
-				c := r.From(src)
-				require.NotNil(t, c)
-				require.Equal(t, per, c.Len())
-				got := readBlocks(t, s, c)
-				for _, v := range c.All() {
-					require.Equal(t, uint64(rank), v.Desc().ID>>40)
-					if string(got[v.Desc().ID]) != string(tr.content(src, v.Desc().ID, v.Desc().Bytes())) {
-						t.Fatalf("block %d from rank %d differs", v.Desc().ID, src)
-					}
-				}
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		s := a.DefaultStream()
+		for src := range size {
+			c := r.From(src)
+			require.NotNil(t, c)
+			require.Equal(t, per, c.Len())
+			for _, v := range c.All() {
+				require.Equal(t, uint64(rank), v.Desc().ID>>40)
 			}
-			require.NoError(t, r.Free())
-			for _, b := range bufs {
-				require.NoError(t, b.Free())
-			}
-		})
-	}
+			requireContent(t, s, tr, src, c)
+		}
+		freeBoth(t, r, bufs)
+	})
 }
 
 func TestPersistentPattern(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
-			pat := x.NewPattern()
-			tr := traffic{seed: 31, density: 0.7, maxBlocks: 100, dims: []int{1, 3, 4}, dtypes: mixedTypes}
-			bufs := sendAll(t, a, tr, rank, size)
-			s := a.DefaultStream()
-			for it := range 5 {
-				tr.iter = uint64(it)
-				tr.fill(t, s, rank, bufs) // the same buffers, refilled: a sweep
-				r, err := pat.Exchange(bufs)
-				require.NoError(t, err, "iteration %d", it)
-				require.True(t, pat.Learned())
-				tr.verify(t, s, rank, size, r)
-				require.NoError(t, r.Free())
-			}
-			require.EqualValues(t, 1, x.Stats().CountExchanges, "a learned pattern skips the count exchange")
+	eachVariant(t, Options{PayloadChecksum: true}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		pat := x.NewPattern()
+		tr := traffic{seed: 31, density: 0.7, maxBlocks: 100, dims: []int{1, 3, 4}, dtypes: mixedTypes}
+		bufs := sendAll(t, a, tr, rank, size)
+		s := a.DefaultStream()
+		for it := range 5 {
+			tr.iter = uint64(it)
+			tr.fill(t, s, rank, bufs) // the same buffers, refilled: a sweep
+			r, err := pat.Exchange(bufs)
+			require.NoError(t, err, "iteration %d", it)
+			require.True(t, pat.Learned())
+			tr.verify(t, s, rank, size, r)
+			require.NoError(t, r.Free())
+		}
+		require.EqualValues(t, 1, x.Stats().CountExchanges, "a learned pattern skips the count exchange")
 
-			// Rank 0 departs from the pattern: one more block for rank 1.
-			grown := tr
-			descs := []packing.Desc{}
+		// Rank 0 departs from the pattern: one more block for rank 1.
+		grown := tr
+		descs := []packing.Desc{}
+		for d := range size {
+			descs = append(descs, tr.blocks(rank, d)...)
+		}
+		if rank == 0 {
+			descs = append(descs, packing.Desc{ID: 1<<60 | 1, DType: packing.Float64, Rows: 3, Cols: 3, Dest: 1})
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		other, err := AllocSend(a, p, s)
+		require.NoError(t, err)
+		grown.fill(t, s, rank, other)
+		r, err := pat.Exchange(other)
+		sentToOne := len(tr.blocks(0, 1)) > 0
+		switch {
+		case rank == 0:
+			require.ErrorIs(t, err, ErrPatternMismatch)
+			w := wireErrorOf(t, err)
+			require.Equal(t, 1, w.Peer)
+			require.True(t, w.Outgoing)
+			require.Contains(t, []string{"message_size", "dest"}, w.Field)
+		case rank == 1 && sentToOne:
+			require.ErrorIs(t, err, ErrPeerAborted, "rank 0 sent an abort notice in place of its message")
+			require.Equal(t, 0, wireErrorOf(t, err).Peer)
+		default:
+			// Every rank learns in the agreement that rank 0 failed.
+			require.Nil(t, r)
+			require.ErrorIs(t, err, ErrPeerAborted)
+			w := wireErrorOf(t, err)
+			require.Equal(t, 0, w.Peer)
+			require.Equal(t, "agreement", w.Field)
+		}
+		freeAll(t, other)
+
+		// Same sizes, other blocks: two ids of rank 0's message to rank 1
+		// swapped. Both sides see the manifest change.
+		if n := len(tr.blocks(0, 1)); n >= 2 {
+			descs = descs[:0]
 			for d := range size {
 				descs = append(descs, tr.blocks(rank, d)...)
 			}
 			if rank == 0 {
-				descs = append(descs, packing.Desc{ID: 1<<60 | 1, DType: packing.Float64, Rows: 3, Cols: 3, Dest: 1})
+				for i := range descs {
+					if descs[i].Dest == 1 {
+						descs[i].ID ^= 1 << 62
+					}
+				}
 			}
 			p, err := packing.NewPlan(descs, packing.Options{})
 			require.NoError(t, err)
 			other, err := AllocSend(a, p, s)
 			require.NoError(t, err)
-			grown.fill(t, s, rank, other)
 			r, err := pat.Exchange(other)
-			sentToOne := len(tr.blocks(0, 1)) > 0
-			switch {
-			case rank == 0:
+			switch rank {
+			case 0:
+				require.ErrorIs(t, err, ErrPatternMismatch)
+				require.Equal(t, "manifest", wireErrorOf(t, err).Field)
+			case 1:
 				require.ErrorIs(t, err, ErrPatternMismatch)
 				w := wireErrorOf(t, err)
-				require.Equal(t, 1, w.Peer)
-				require.True(t, w.Outgoing)
-				require.Contains(t, []string{"message_size", "dest"}, w.Field)
-			case rank == 1 && sentToOne:
-				require.ErrorIs(t, err, ErrPeerAborted, "rank 0 sent an abort notice in place of its message")
-				require.Equal(t, 0, wireErrorOf(t, err).Peer)
-			default:
-				// Every rank learns in the agreement that rank 0 failed.
-				require.Nil(t, r)
-				require.ErrorIs(t, err, ErrPeerAborted)
-				w := wireErrorOf(t, err)
 				require.Equal(t, 0, w.Peer)
-				require.Equal(t, "agreement", w.Field)
+				require.False(t, w.Outgoing)
+				require.Equal(t, "manifest", w.Field)
+			default:
+				require.Nil(t, r)
+				require.ErrorIs(t, err, ErrPeerAborted, "ranks 0 and 1 failed their part")
 			}
-			for _, b := range other {
-				require.NoError(t, b.Free())
-			}
+			freeAll(t, other)
+		}
 
-			// Same sizes, other blocks: two ids of rank 0's message to rank 1
-			// swapped. Both sides see the manifest change.
-			if n := len(tr.blocks(0, 1)); n >= 2 {
-				descs = descs[:0]
-				for d := range size {
-					descs = append(descs, tr.blocks(rank, d)...)
-				}
-				if rank == 0 {
-					for i := range descs {
-						if descs[i].Dest == 1 {
-							descs[i].ID ^= 1 << 62
-						}
-					}
-				}
-				p, err := packing.NewPlan(descs, packing.Options{})
-				require.NoError(t, err)
-				other, err := AllocSend(a, p, s)
-				require.NoError(t, err)
-				r, err := pat.Exchange(other)
-				switch rank {
-				case 0:
-					require.ErrorIs(t, err, ErrPatternMismatch)
-					require.Equal(t, "manifest", wireErrorOf(t, err).Field)
-				case 1:
-					require.ErrorIs(t, err, ErrPatternMismatch)
-					w := wireErrorOf(t, err)
-					require.Equal(t, 0, w.Peer)
-					require.False(t, w.Outgoing)
-					require.Equal(t, "manifest", w.Field)
-				default:
-					require.Nil(t, r)
-					require.ErrorIs(t, err, ErrPeerAborted, "ranks 0 and 1 failed their part")
-				}
-				for _, b := range other {
-					require.NoError(t, b.Free())
-				}
-			}
-
-			// Back on the pattern: it works again.
-			tr.iter = 99
-			tr.fill(t, s, rank, bufs)
-			r, err = pat.Exchange(bufs)
-			require.NoError(t, err)
-			tr.verify(t, s, rank, size, r)
-			require.NoError(t, r.Free())
-			require.EqualValues(t, 1, x.Stats().CountExchanges)
-		})
-	}
+		// Back on the pattern: it works again.
+		tr.iter = 99
+		tr.fill(t, s, rank, bufs)
+		r, err = pat.Exchange(bufs)
+		require.NoError(t, err)
+		tr.verify(t, s, rank, size, r)
+		require.NoError(t, r.Free())
+		require.EqualValues(t, 1, x.Stats().CountExchanges)
+	})
 }
 
 // pairTraffic has rank 0 send to rank 1 only.
@@ -303,9 +278,7 @@ func TestSendBufferWithoutRoomRefused(t *testing.T) {
 	_, err := x.Exchange(bare)
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "msg.AllocSend")
-	for _, b := range bare {
-		require.NoError(t, b.Free())
-	}
+	freeAll(t, bare)
 	bufs := sendAll(t, a, tr, rank, size)
 	r, err := x.Exchange(bufs)
 	require.NoError(t, err, "the exchanger works after the refusal")
@@ -328,9 +301,7 @@ func pairSend(t *testing.T, a *devalloc.Allocator, tr traffic, rank int) []*pack
 	require.NoError(t, err)
 	tr.fill(t, a.DefaultStream(), rank, bufs)
 	t.Cleanup(func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	})
 	return bufs
 }
@@ -479,8 +450,8 @@ func TestHandWrittenPeer(t *testing.T) {
 			}
 			// Rank 0: the exchange by hand, on the exchanger's epoch.
 			x.mu.Lock()
-			x.epoch++
-			epoch := x.epoch
+			x.stats.Exchanges++
+			epoch := uint64(x.stats.Exchanges)
 			x.mu.Unlock()
 			m := good(epoch)
 			announced := int64(len(m))
@@ -600,9 +571,7 @@ func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, row
 		require.ErrorIs(t, err, ErrPeerAborted)
 		require.Equal(t, 1, wireErrorOf(t, err).Peer)
 	}
-	for _, b := range bufs {
-		require.NoError(t, b.Free())
-	}
+	freeAll(t, bufs)
 }
 
 // TestLifetimes checks that a send buffer is a reader and a receive buffer
@@ -613,113 +582,109 @@ func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, row
 func TestLifetimes(t *testing.T) {
 	comm := world(t)
 	rank := comm.Rank()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a})
-			const sideTag = 77
-			tr := traffic{seed: 8, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
-			var descs []packing.Desc
-			if rank <= 1 {
-				// 4 MiB each way: far above any eager limit, so a send
-				// cannot complete before its receive is posted.
-				descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 1024, Cols: 512, Dest: 1 - rank}}
-			}
-			p, err := packing.NewPlan(descs, packing.Options{})
-			require.NoError(t, err)
-			bufs, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			tr.fill(t, a.DefaultStream(), rank, bufs)
-			other, err := a.NewStream()
-			require.NoError(t, err)
-			defer func() { require.NoError(t, other.Close()) }()
-			var sendWriteRan, recvReadRan chan struct{}
-			freedEarly := false
-			peer := x.routes[1-min(rank, 1)] // the route of the pair's messages
-			switch rank {
-			case 1:
-				x.fault(func(r *faultyRoute) {
-					if r.route != peer {
-						return
-					}
-					r.beforeRecv = func() {
+	eachVariant(t, Options{}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		const sideTag = 77
+		tr := traffic{seed: 8, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
+		var descs []packing.Desc
+		if rank <= 1 {
+			// 4 MiB each way: far above any eager limit, so a send
+			// cannot complete before its receive is posted.
+			descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 1024, Cols: 512, Dest: 1 - rank}}
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		other, err := a.NewStream()
+		require.NoError(t, err)
+		defer func() { require.NoError(t, other.Close()) }()
+		var sendWriteRan, recvReadRan chan struct{}
+		freedEarly := false
+		peer := x.routes[1-min(rank, 1)] // the route of the pair's messages
+		switch rank {
+		case 1:
+			x.fault(func(r *faultyRoute) {
+				if r.route != peer {
+					return
+				}
+				r.beforeRecv = func() {
+					side := cluster.PinBytes(make([]byte, 1))
+					req, err := comm.Irecv(side, 0, sideTag)
+					require.NoError(t, err)
+					require.NoError(t, req.Attach(side))
+					_, err = req.Wait()
+					require.NoError(t, err)
+				}
+			})
+		case 0:
+			x.fault(func(r *faultyRoute) {
+				if r.route != peer {
+					return
+				}
+				r.onWaited = func(e *exchange) {
+					defer func() {
 						side := cluster.PinBytes(make([]byte, 1))
-						req, err := comm.Irecv(side, 0, sideTag)
+						req, err := comm.Isend(side, 1, sideTag)
 						require.NoError(t, err)
 						require.NoError(t, req.Attach(side))
 						_, err = req.Wait()
 						require.NoError(t, err)
+					}()
+					sendBuf := bufs[0].Buffer()
+					if sendBuf.Location() == devalloc.OnDevice && !v.aware {
+						return // staged: MPI holds pinned chunks, not the buffer
 					}
-				})
-			case 0:
-				x.fault(func(r *faultyRoute) {
-					if r.route != peer {
-						return
+					// A write to the send buffer waits for the send.
+					sendWriteRan = make(chan struct{})
+					w, err := sendBuf.Write(other)
+					require.NoError(t, err)
+					ch := sendWriteRan
+					require.NoError(t, other.Enqueue(func() error { close(ch); return nil }))
+					require.NoError(t, w.Done())
+					// Reading the receive buffer waits for the receive.
+					recvReadRan = make(chan struct{})
+					require.Len(t, e.ins, 1)
+					rd, err := e.ins[0].buf.Read(other)
+					require.NoError(t, err)
+					ch2 := recvReadRan
+					require.NoError(t, other.Enqueue(func() error { close(ch2); return nil }))
+					require.NoError(t, rd.Done())
+					time.Sleep(30 * time.Millisecond)
+					select {
+					case <-sendWriteRan:
+						t.Error("a write to the send buffer ran while the send was pending")
+					case <-recvReadRan:
+						t.Error("a read of the receive buffer ran while the receive was pending")
+					default:
 					}
-					r.onWaited = func(e *exchange) {
-						defer func() {
-							side := cluster.PinBytes(make([]byte, 1))
-							req, err := comm.Isend(side, 1, sideTag)
-							require.NoError(t, err)
-							require.NoError(t, req.Attach(side))
-							_, err = req.Wait()
-							require.NoError(t, err)
-						}()
-						sendBuf := bufs[0].Buffer()
-						if sendBuf.Location() == devalloc.OnDevice && !v.aware {
-							return // staged: MPI holds pinned chunks, not the buffer
-						}
-						// A write to the send buffer waits for the send.
-						sendWriteRan = make(chan struct{})
-						w, err := sendBuf.Write(other)
-						require.NoError(t, err)
-						ch := sendWriteRan
-						require.NoError(t, other.Enqueue(func() error { close(ch); return nil }))
-						require.NoError(t, w.Done())
-						// Reading the receive buffer waits for the receive.
-						recvReadRan = make(chan struct{})
-						require.Len(t, e.ins, 1)
-						rd, err := e.ins[0].buf.Read(other)
-						require.NoError(t, err)
-						ch2 := recvReadRan
-						require.NoError(t, other.Enqueue(func() error { close(ch2); return nil }))
-						require.NoError(t, rd.Done())
-						time.Sleep(30 * time.Millisecond)
-						select {
-						case <-sendWriteRan:
-							t.Error("a write to the send buffer ran while the send was pending")
-						case <-recvReadRan:
-							t.Error("a read of the receive buffer ran while the receive was pending")
-						default:
-						}
-						// Freeing the send buffer now is deferred until the send completes.
-						pending := a.Stats().PendingFrees
-						require.NoError(t, bufs[0].Free())
-						require.Equal(t, pending+1, a.Stats().PendingFrees, "the free waits for the MPI request")
-						freedEarly = true
-					}
-				})
-			}
-			r, err := x.Exchange(bufs)
-			require.NoError(t, err)
-			if rank <= 1 {
-				require.Equal(t, []int{1 - rank}, r.Sources())
-			}
-			require.NoError(t, r.Free())
-			require.NoError(t, other.Synchronize())
-			if sendWriteRan != nil {
-				<-sendWriteRan
-				<-recvReadRan
-			}
-			require.NoError(t, a.Sync())
-			require.Zero(t, a.Stats().PendingFrees, "released once the requests completed")
-			for _, b := range bufs {
-				if !freedEarly {
-					require.NoError(t, b.Free())
+					// Freeing the send buffer now is deferred until the send completes.
+					pending := a.Stats().PendingFrees
+					require.NoError(t, bufs[0].Free())
+					require.Equal(t, pending+1, a.Stats().PendingFrees, "the free waits for the MPI request")
+					freedEarly = true
 				}
+			})
+		}
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		if rank <= 1 {
+			require.Equal(t, []int{1 - rank}, r.Sources())
+		}
+		require.NoError(t, r.Free())
+		require.NoError(t, other.Synchronize())
+		if sendWriteRan != nil {
+			<-sendWriteRan
+			<-recvReadRan
+		}
+		require.NoError(t, a.Sync())
+		require.Zero(t, a.Stats().PendingFrees, "released once the requests completed")
+		for _, b := range bufs {
+			if !freedEarly {
+				require.NoError(t, b.Free())
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestChunkedMessages cuts every message into many MPI messages, with a
@@ -727,69 +692,57 @@ func TestLifetimes(t *testing.T) {
 func TestChunkedMessages(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, Window: 2, ChunkBytes: MinChunkBytes, SelfViaMPI: true})
-			// 2500 blocks to each peer: a 80 KiB manifest, about 1 MiB of payload.
-			tr := traffic{seed: 61, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
-			var descs []packing.Desc
-			for d := range size {
-				for k := range 2500 {
-					descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k), DType: mixedTypes[k%4], Rows: 4 + k%5, Cols: 3, Dest: d})
-				}
+	eachVariant(t, Options{PayloadChecksum: true, Window: 2, ChunkBytes: MinChunkBytes, SelfViaMPI: true}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		// 2500 blocks to each peer: a 80 KiB manifest, about 1 MiB of payload.
+		tr := traffic{seed: 61, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
+		var descs []packing.Desc
+		for d := range size {
+			for k := range 2500 {
+				descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k), DType: mixedTypes[k%4], Rows: 4 + k%5, Cols: 3, Dest: d})
 			}
-			p, err := packing.NewPlan(descs, packing.Options{})
-			require.NoError(t, err)
-			bufs, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			tr.fill(t, a.DefaultStream(), rank, bufs)
-			require.Greater(t, wire.PayloadOffset(2500), uint64(MinChunkBytes), "the manifest spans chunks")
-			r, err := x.Exchange(bufs)
-			require.NoError(t, err)
-			s := a.DefaultStream()
-			for src := range size {
-				c := r.From(src)
-				require.NotNil(t, c)
-				require.Equal(t, 2500, c.Len())
-				got := readBlocks(t, s, c)
-				for _, v := range c.All() {
-					if string(got[v.Desc().ID]) != string(tr.content(src, v.Desc().ID, v.Desc().Bytes())) {
-						t.Fatalf("block %d from rank %d differs", v.Desc().ID, src)
-					}
-				}
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		require.Greater(t, wire.PayloadOffset(2500), uint64(MinChunkBytes), "the manifest spans chunks")
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		s := a.DefaultStream()
+		for src := range size {
+			c := r.From(src)
+			require.NotNil(t, c)
+			require.Equal(t, 2500, c.Len())
+			requireContent(t, s, tr, src, c)
+		}
+		st := x.Stats()
+		require.EqualValues(t, size, st.Messages)
+		var chunks, windowed, read int64
+		for _, b := range bufs {
+			whole := int64(wire.PayloadOffset(b.Len())) + b.Size()
+			routes, _ := x.Routes()
+			if routes[b.Dest()] == RouteWindow {
+				windowed++
+				chunks++ // one notice, whatever the size
+				continue
 			}
-			st := x.Stats()
-			require.EqualValues(t, size, st.Messages)
-			var chunks, windowed, read int64
-			for _, b := range bufs {
-				whole := int64(wire.PayloadOffset(b.Len())) + b.Size()
-				routes, _ := x.Routes()
-				if routes[b.Dest()] == RouteWindow {
-					windowed++
-					chunks++ // one notice, whatever the size
-					continue
-				}
-				if routes[b.Dest()] == RouteRead {
-					read++
-					chunks++ // one read notice, whatever the size
-					continue
-				}
-				chunks += (whole + MinChunkBytes - 1) / MinChunkBytes
+			if routes[b.Dest()] == RouteRead {
+				read++
+				chunks++ // one read notice, whatever the size
+				continue
 			}
-			require.EqualValues(t, windowed, st.IPCMessages)
-			require.EqualValues(t, read, st.HostReads, "every node-local peer's message read")
-			if windowed == 0 && read == 0 {
-				require.Greater(t, chunks, 5*st.Messages)
-			}
-			require.Equal(t, chunks, st.MPISends, "each message travels as ceil(size/chunk) MPI messages, or as one notice through a window or for a read")
-			require.LessOrEqual(t, st.MaxInFlight, 2)
-			require.NoError(t, r.Free())
-			for _, b := range bufs {
-				require.NoError(t, b.Free())
-			}
-		})
-	}
+			chunks += (whole + MinChunkBytes - 1) / MinChunkBytes
+		}
+		require.EqualValues(t, windowed, st.IPCMessages)
+		require.EqualValues(t, read, st.HostReads, "every node-local peer's message read")
+		if windowed == 0 && read == 0 {
+			require.Greater(t, chunks, 5*st.Messages)
+		}
+		require.Equal(t, chunks, st.MPISends, "each message travels as ceil(size/chunk) MPI messages, or as one notice through a window or for a read")
+		require.LessOrEqual(t, st.MaxInFlight, 2)
+		freeBoth(t, r, bufs)
+	})
 }
 
 // TestConcurrentExchangers runs two exchangers made on one communicator,

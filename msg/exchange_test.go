@@ -80,9 +80,7 @@ func selfSend(t *testing.T, a *devalloc.Allocator, p *packing.Plan, joined bool)
 		bufs, err := AllocSend(a, p, s)
 		require.NoError(t, err)
 		return bufs, func() {
-			for _, b := range bufs {
-				require.NoError(t, b.Free())
-			}
+			freeAll(t, bufs)
 		}
 	}
 	j, err := JoinSend(p)
@@ -217,10 +215,7 @@ func TestExchangeBadInput(t *testing.T) {
 func TestLayoutReuse(t *testing.T) {
 	for _, viaMPI := range []bool{false, true} {
 		t.Run(fmt.Sprintf("self-mpi=%v", viaMPI), func(t *testing.T) {
-			a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-			comm := world(t)
-			rank, size := comm.Rank(), comm.Size()
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: viaMPI})
+			a, x, rank, size := onHost(t, Options{SelfViaMPI: viaMPI})
 			s := a.DefaultStream()
 			exchange := func(tr traffic) *packing.Plan {
 				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
@@ -230,10 +225,7 @@ func TestLayoutReuse(t *testing.T) {
 				require.NoError(t, err)
 				tr.verify(t, s, rank, size, r)
 				p := r.From(rank).Plan()
-				require.NoError(t, r.Free())
-				for _, b := range bufs {
-					require.NoError(t, b.Free())
-				}
+				freeBoth(t, r, bufs)
 				return p
 			}
 			a1 := exchange(selfTraffic(21))
@@ -251,10 +243,7 @@ func TestLayoutReuse(t *testing.T) {
 // Exchange is refused by name, instead of going to rank 0, and that the
 // exchanger and the buffers stay usable.
 func TestForwardReceivedRefused(t *testing.T) {
-	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	a, x, rank, size := onHost(t, Options{})
 	s := a.DefaultStream()
 	tr := selfTraffic(41)
 	bufs := sendAll(t, a, tr, rank, size)
@@ -282,10 +271,7 @@ func TestForwardReceivedRefused(t *testing.T) {
 // order, at the sender's offsets, with no destination; and that its layout
 // is made once per layout (ManifestsBuilt), not once per exchange.
 func TestSelfLayout(t *testing.T) {
-	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	a, x, rank, size := onHost(t, Options{})
 	s := a.DefaultStream()
 	tr := selfTraffic(31)
 	bufs := sendAll(t, a, tr, rank, size)
@@ -327,10 +313,7 @@ func TestSelfLayout(t *testing.T) {
 // of the same size are a mismatch naming this rank; the pattern then still
 // works.
 func TestSelfPatternLayout(t *testing.T) {
-	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	a, x, rank, size := onHost(t, Options{})
 	tr := selfTraffic(35)
 	bufs := sendAll(t, a, tr, rank, size)
 	pat := x.NewPattern()
@@ -410,19 +393,14 @@ func TestSelfCopyStream(t *testing.T) {
 // changed in the prefix meanwhile make the message fail its checksum
 // instead of passing for a valid manifest.
 func TestHeaderOnlyRewrite(t *testing.T) {
-	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true, PayloadChecksum: true})
+	a, x, rank, size := onHost(t, Options{SelfViaMPI: true, PayloadChecksum: true})
 	s := a.DefaultStream()
 	tr := selfTraffic(41)
 	tr.maxBlocks = 1 // one block: 96 bytes of manifest, 160 of padding, on every rank alike
 	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
 	require.NoError(t, err)
 	defer func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	}()
 	prefix := func() []byte {
 		require.NoError(t, a.Sync())

@@ -169,7 +169,7 @@ func faultCases() []faultCase {
 				}
 				pieces := make([][]byte, chunkCount(int64(len(whole)), x.lim.chunk))
 				pieces[0] = make([]byte, wire.AbortSize)
-				_ = wire.EncodeAbort(pieces[0], wire.Header{Source: faulty, Dest: victim, Tag: int32(x.Tag()), Epoch: x.epoch})
+				_ = wire.EncodeAbort(pieces[0], wire.Header{Source: faulty, Dest: victim, Tag: int32(x.Tag()), Epoch: uint64(x.stats.Exchanges)})
 				return pieces
 			}
 		}, victim: expect{sentinel: ErrPeerAborted, peer: faulty, field: "flags"}, faulty: victimFailed, other: victimFailed},
@@ -319,9 +319,7 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	bufs, err := AllocSend(sa, faultPlan(t, rank, size, fc.dropped), s)
 	require.NoError(t, err)
 	defer func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	}()
 	tr.fill(t, s, rank, bufs)
 	send := bufs
@@ -356,9 +354,7 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	clean, err := AllocSend(sa, faultPlan(t, rank, size, false), s)
 	require.NoError(t, err)
 	defer func() {
-		for _, b := range clean {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, clean)
 	}()
 	tr.fill(t, s, rank, clean)
 	r, err = x.Exchange(clean)
@@ -366,12 +362,7 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	for src := range size {
 		c := r.From(src)
 		require.NotNil(t, c, "from rank %d", src)
-		got := readBlocks(t, a.DefaultStream(), c)
-		for _, b := range c.All() {
-			if string(got[b.Desc().ID]) != string(tr.content(src, b.Desc().ID, b.Desc().Bytes())) {
-				t.Fatalf("block %d from rank %d differs after the fault", b.Desc().ID, src)
-			}
-		}
+		requireContent(t, a.DefaultStream(), tr, src, c)
 	}
 	require.NoError(t, r.Free())
 	require.NoError(t, a.Sync())

@@ -29,9 +29,7 @@ func TestNCCLTransportFallsBack(t *testing.T) {
 	bufs, err := AllocSend(a, traf.plan(t, rank, size), a.DefaultStream())
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	})
 	traf.fill(t, a.DefaultStream(), rank, bufs)
 	r, err := x.Exchange(bufs)

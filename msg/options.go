@@ -78,18 +78,17 @@ const (
 	TransportMPI
 )
 
-func (t Transport) String() string {
-	switch t {
-	case TransportAuto:
-		return "auto"
-	case TransportStaged:
-		return "staged"
-	case TransportNCCL:
-		return "nccl"
-	case TransportMPI:
-		return "mpi"
+var transportNames = []string{"auto", "staged", "nccl", "mpi"}
+
+func (t Transport) String() string { return enumName(t, "Transport", transportNames) }
+
+// enumName is names[v], or the type's name and the number for a value
+// outside them.
+func enumName[T ~int](v T, typ string, names []string) string {
+	if v >= 0 && int(v) < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("Transport(%d)", int(t))
+	return fmt.Sprintf("%s(%d)", typ, int(v))
 }
 
 // Options configures an Exchanger. Comm and Alloc are required; the rest

@@ -115,13 +115,10 @@ type bufRegion struct {
 
 func (r *bufRegion) Region() (uintptr, int64, bool, error) {
 	addr, size, dev, err := r.buf.Region()
-	if err != nil {
-		return 0, 0, false, err
+	if err == nil && (r.off < 0 || r.n < 0 || r.off > size || r.n > size-r.off) {
+		err = fmt.Errorf("msg: bytes [%d, +%d) outside a buffer of %d bytes: %w", r.off, r.n, size, distbuf.ErrInvalid)
 	}
-	if r.off < 0 || r.n < 0 || r.off > size || r.n > size-r.off {
-		return 0, 0, false, fmt.Errorf("msg: bytes [%d, +%d) outside a buffer of %d bytes: %w", r.off, r.n, size, distbuf.ErrInvalid)
-	}
-	return addr + uintptr(r.off), r.n, dev, nil
+	return addr + uintptr(r.off), r.n, dev, err // no memory when err is set
 }
 
 // header is the header of a message from this rank to dest in this exchange.

@@ -32,23 +32,9 @@ const (
 	RouteSelf
 )
 
-func (r Route) String() string {
-	switch r {
-	case RouteMPI:
-		return "mpi"
-	case RouteStaged:
-		return "staged"
-	case RouteWindow:
-		return "window"
-	case RouteRead:
-		return "read"
-	case RouteNCCL:
-		return "nccl"
-	case RouteSelf:
-		return "self"
-	}
-	return fmt.Sprintf("Route(%d)", int(r))
-}
+var routeNames = []string{"mpi", "staged", "window", "read", "nccl", "self"}
+
+func (r Route) String() string { return enumName(r, "Route", routeNames) }
 
 // Routes reports, by rank, the route of this rank's messages to that rank
 // and of that rank's to this one, and why some peers take none of the

@@ -272,11 +272,7 @@ func (r *windowRoute) prepare(e *exchange, m *outMsg) (err error) {
 			if src.Allocator() != x.a {
 				return r.copyAcross(src, start, win+uintptr(off+p), size)
 			}
-			srcAddr, _, _, err := src.Region()
-			if err != nil {
-				return err
-			}
-			rd, err := src.Read(x.sendS)
+			srcAddr, rd, err := declared(src, x.sendS, devalloc.Read)
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,6 @@
 package msg
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/distbuf/distbuf"
@@ -247,20 +246,10 @@ func (r *mpiRoute) processStaged(e *exchange, in *inMsg, i int) {
 // records the slot's event after it.
 func (r *mpiRoute) unstage(e *exchange, in *inMsg, ch *inChunk) error {
 	x, slot := e.x, ch.slot
-	dst, _, _, err := in.buf.Region()
-	if err != nil {
+	if err := declaredCopy(slot.ring.dev, x.recvS, in.buf, in.base+ch.off, uintptr(slot.ptr), ch.n, devalloc.Write); err != nil {
 		return err
 	}
-	wr, err := in.buf.Write(x.recvS)
-	if err != nil {
-		return err
-	}
-	s := cudart.Stream(x.recvS.Handle())
-	err = slot.ring.dev.MemcpyAsync(dst+uintptr(in.base+ch.off), uintptr(slot.ptr), ch.n, s)
-	if err = errors.Join(err, wr.Done()); err != nil {
-		return err
-	}
-	return slot.ring.dev.EventRecord(slot.ev, s)
+	return slot.ring.dev.EventRecord(slot.ev, cudart.Stream(x.recvS.Handle()))
 }
 
 func (r *mpiRoute) finishStaged(e *exchange, in *inMsg) {

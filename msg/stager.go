@@ -162,25 +162,43 @@ func (r *mpiRoute) stageOut(e *exchange, m *outMsg) error {
 	if ch.off < p {
 		copy(mem, st.man[ch.off:min(ch.off+ch.n, p)])
 	}
-	end := ch.off + ch.n
-	if end > p {
+	if end := ch.off + ch.n; end > p {
 		from := max(ch.off, p)
-		src := m.c.Buffer()
-		addr, _, _, err := src.Region()
-		if err != nil {
-			return err
-		}
-		rd, err := src.Read(x.sendS)
-		if err != nil {
-			return err
-		}
-		err = slot.ring.dev.MemcpyAsync(uintptr(slot.ptr)+uintptr(from-ch.off), addr+uintptr(m.c.Start()+from-p), end-from, cudart.Stream(x.sendS.Handle()))
-		if err = errors.Join(err, rd.Done()); err != nil {
+		if err := declaredCopy(slot.ring.dev, x.sendS, m.c.Buffer(), m.c.Start()+from-p, uintptr(slot.ptr)+uintptr(from-ch.off), end-from, devalloc.Read); err != nil {
 			return err
 		}
 		x.stats.BytesStaged += end - from
 	}
 	return slot.ring.dev.EventRecord(slot.ev, cudart.Stream(x.sendS.Handle()))
+}
+
+// declaredCopy enqueues on s the copy of n bytes between buf, from its
+// byte off, and the raw memory at other: out of buf (mode Read) or into it
+// (Write), declared in buf's ledger as that access.
+func declaredCopy(dev *cudart.Device, s *devalloc.Stream, buf *devalloc.Buffer, off int64, other uintptr, n int64, mode devalloc.Mode) error {
+	addr, acc, err := declared(buf, s, mode)
+	if err != nil {
+		return err
+	}
+	dst, src := other, addr+uintptr(off)
+	if mode == devalloc.Write {
+		dst, src = src, other
+	}
+	return errors.Join(dev.MemcpyAsync(dst, src, n, cudart.Stream(s.Handle())), acc.Done())
+}
+
+// declared is buf's address and an access of the given mode to it,
+// declared on s, for a copy the caller enqueues there before Done.
+func declared(buf *devalloc.Buffer, s *devalloc.Stream, mode devalloc.Mode) (uintptr, *devalloc.Access, error) {
+	addr, _, _, err := buf.Region()
+	if err != nil {
+		return 0, nil, err
+	}
+	acc, err := buf.Read(s)
+	if mode == devalloc.Write {
+		acc, err = buf.Write(s)
+	}
+	return addr, acc, err
 }
 
 // sent gives the slot of a chunk of m whose send completed back to the

@@ -76,24 +76,26 @@ type records struct {
 // newOut hands out a message record: a reused one, emptied but for the
 // array of its chunks, or a new one.
 func (r *records) newOut() *outMsg {
-	if r.nOut == len(r.outRecs) {
-		r.outRecs = append(r.outRecs, new(outMsg))
-	}
-	m := r.outRecs[r.nOut]
-	r.nOut++
+	m := nextRecord(&r.outRecs, &r.nOut)
 	*m = outMsg{chunks: m.chunks[:0]}
 	return m
 }
 
 // newIn is newOut for received messages.
 func (r *records) newIn() *inMsg {
-	if r.nIn == len(r.inRecs) {
-		r.inRecs = append(r.inRecs, new(inMsg))
-	}
-	in := r.inRecs[r.nIn]
-	r.nIn++
+	in := nextRecord(&r.inRecs, &r.nIn)
 	*in = inMsg{chunks: in.chunks[:0]}
 	return in
+}
+
+// nextRecord is the next of the records handed out (n of them so far),
+// new when all were.
+func nextRecord[T any](recs *[]*T, n *int) *T {
+	if *n == len(*recs) {
+		*recs = append(*recs, new(T))
+	}
+	*n++
+	return (*recs)[*n-1]
 }
 
 // empty lets go of the buffers the records referenced, keeping their
@@ -118,7 +120,7 @@ func (x *Exchanger) begin(pat *Pattern) *exchange {
 	if e == nil {
 		e = &exchange{x: x, perRank: newPerRank(x.size)}
 	}
-	e.epoch, e.pat = x.epoch, pat
+	e.epoch, e.pat = uint64(x.stats.Exchanges), pat
 	e.probe = cluster.Probe{Comm: x.comm, Source: cluster.AnySource, Tag: cluster.AnyTag}
 	e.perRank.reset()
 	e.expecting, e.agreeing = 0, false
@@ -220,5 +222,5 @@ func (e *exchange) deliver() (*Received, error) {
 		e.pat.learn(e)
 	}
 	x.end(e)
-	return &Received{bySource: res, epoch: x.epoch}, nil
+	return &Received{bySource: res, epoch: e.epoch}, nil
 }

@@ -379,25 +379,20 @@ func addRatios(extra map[string]any, threshold0, cudamalloc, retained float64, g
 		return
 	}
 	missing := []string{}
-	if threshold0 > 0 {
-		r := threshold0 / retained
-		extra["vs_threshold0"] = round3(r)
-		if goals {
-			extra["goal_vs_threshold0"] = allocParams.goalVsThreshold0
-			extra["meets_goal_vs_threshold0"] = r >= allocParams.goalVsThreshold0
+	for _, b := range []struct {
+		name      string
+		base, min float64
+	}{{"threshold0", threshold0, allocParams.goalVsThreshold0}, {"cudamalloc", cudamalloc, allocParams.goalVsCudaMalloc}} {
+		if b.base <= 0 {
+			missing = append(missing, b.name)
+			continue
 		}
-	} else {
-		missing = append(missing, "threshold0")
-	}
-	if cudamalloc > 0 {
-		r := cudamalloc / retained
-		extra["vs_cudamalloc"] = round3(r)
+		r := b.base / retained
+		extra["vs_"+b.name] = round3(r)
 		if goals {
-			extra["goal_vs_cudamalloc"] = allocParams.goalVsCudaMalloc
-			extra["meets_goal_vs_cudamalloc"] = r >= allocParams.goalVsCudaMalloc
+			extra["goal_vs_"+b.name] = b.min
+			extra["meets_goal_vs_"+b.name] = r >= b.min
 		}
-	} else {
-		missing = append(missing, "cudamalloc")
 	}
 	if len(missing) > 0 {
 		extra["ratios_missing"] = fmt.Sprintf("no %v baseline in this run (measure it first, in the same Session, on the CUDA backend)", missing)

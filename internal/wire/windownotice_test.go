@@ -63,12 +63,7 @@ func TestWindowNoticeErrorsNameTheField(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := DecodeWindowNotice(tc.edit(bytes.Clone(golden)), 3, 17, tc.announced)
-			require.ErrorIs(t, err, tc.sentinel)
-			var w *Error
-			require.True(t, errors.As(err, &w))
-			require.Equal(t, 3, w.Peer)
-			require.Equal(t, 17, w.Tag)
-			require.Equal(t, tc.field, w.Field)
+			requireField(t, err, tc.sentinel, 3, 17, tc.field)
 		})
 	}
 }
@@ -110,4 +105,16 @@ func readGolden(t *testing.T, name string, want []byte) []byte {
 	require.NoError(t, err)
 	require.Equal(t, golden, want, "the encoder no longer produces the documented bytes of %s", name)
 	return golden
+}
+
+// requireField checks that err is an *Error matching sentinel that names
+// peer, tag and field.
+func requireField(t *testing.T, err error, sentinel error, peer, tag int, field string) {
+	t.Helper()
+	require.ErrorIs(t, err, sentinel)
+	var w *Error
+	require.True(t, errors.As(err, &w), "want an *Error, got %v", err)
+	require.Equal(t, peer, w.Peer)
+	require.Equal(t, tag, w.Tag)
+	require.Equal(t, field, w.Field)
 }
