@@ -130,20 +130,24 @@ func (x *Exchanger) maxInWhy() string {
 	return "its memory"
 }
 
-// agree ends the data phase with the agreement (docs/WIRE.md): one
-// Alltoall in which every rank tells every other how many MPI messages it
-// posted to it in this exchange and whether its part failed. Then each
-// rank drains what its peers sent that it did not match, and waits for
-// its own requests: every rank returns an error if any rank's part failed,
-// and no message of this exchange is left for the next.
+// agree ends the data phase with the agreement (docs/WIRE.md, rule 5):
+// one Alltoall in which every rank tells every other how many MPI messages
+// it posted to it in this exchange and whether its part failed, on its own
+// or only because others' did. Then each rank drains what its peers sent
+// that it did not match, and waits for its own requests: every rank
+// returns an error if any rank's part failed, and no message of this
+// exchange is left for the next.
 func (e *exchange) agree() {
 	x, tag := e.x, e.x.o.Tag
 	e.agreeing = true
-	failed := len(e.errs) > 0
+	own, failed := e.errs.own(), len(e.errs) > 0
 	for d, c := range e.sentTo {
-		if failed {
+		switch {
+		case own:
 			e.agreeOut[d] = -1 - c
-		} else {
+		case failed:
+			e.agreeOut[d] = -bystanderBias - 1 - c
+		default:
 			e.agreeOut[d] = c
 		}
 	}
@@ -153,31 +157,62 @@ func (e *exchange) agree() {
 		return
 	}
 	x.stats.Agreements++
-	var aborted []int
+	var culprits, bystanders []int
 	for s, v := range e.agreeIn {
-		if v < 0 {
+		switch {
+		case v < -bystanderBias:
+			v = -bystanderBias - 1 - v
+			bystanders = append(bystanders, s)
+		case v < 0:
 			v = -1 - v
-			if s != x.rank {
-				aborted = append(aborted, s)
-			}
+			culprits = append(culprits, s)
 		}
 		e.agreeIn[s] = v // what s sent here
 		if v < e.matchedFrom[s] {
 			e.fail(wireErr(ErrUnexpectedPeer, s, tag, "agreement", "rank %d says it sent %d MPI messages to this rank in this exchange, %d arrived", s, v, e.matchedFrom[s]))
 		}
 	}
-	e.reportAborted(aborted)
+	if !own {
+		// A rank whose own part failed needs no other's named: its own
+		// errors say why it failed.
+		if len(culprits) == 0 && !e.errs.namesAny() {
+			// Failures with no cause anywhere: a peer sent an abort
+			// notice or a -1 without a failure of its own. Name whoever
+			// failed.
+			culprits = bystanders
+		}
+		e.reportAborted(culprits)
+	}
 	e.settle()
+}
+
+// bystanderBias marks, in the agreement, a rank whose part of the exchange
+// failed only because other ranks' parts did: it says -bystanderBias-1-k
+// where a rank that failed on its own says -1-k (docs/WIRE.md, rule 5).
+const bystanderBias = 1 << 62
+
+// failures are an exchange's errors, in the order they came.
+type failures []error
+
+// own reports whether some error is this rank's own, not a peer's failure
+// it heard of (ErrPeerAborted).
+func (f failures) own() bool {
+	for _, err := range f {
+		if !errors.Is(err, ErrPeerAborted) {
+			return true
+		}
+	}
+	return false
 }
 
 // reportAborted names the ranks whose part of the exchange failed, unless
 // an error already does (their abort notice, their -1): a few in full,
-// then how many more.
+// then how many more. The rank itself is named by no error.
 func (e *exchange) reportAborted(ranks []int) {
 	const shown = 4
 	named := 0
 	for _, s := range ranks {
-		if e.namesAbort(s) {
+		if s == e.x.rank || e.errs.names(s) {
 			continue
 		}
 		if named++; named > shown {
@@ -190,14 +225,41 @@ func (e *exchange) reportAborted(ranks []int) {
 	}
 }
 
-func (e *exchange) namesAbort(s int) bool {
-	for _, err := range e.errs {
+// names reports whether an error names rank s as failed.
+func (f failures) names(s int) bool {
+	for _, err := range f {
 		var w *WireError
 		if errors.As(err, &w) && w.Peer == s && errors.Is(w, ErrPeerAborted) {
 			return true
 		}
 	}
 	return false
+}
+
+// namesAny reports whether an error names a rank that failed.
+func (f failures) namesAny() bool {
+	for _, err := range f {
+		if errors.Is(err, ErrPeerAborted) {
+			return true
+		}
+	}
+	return false
+}
+
+// result is the exchange's error: nil, this rank's own errors when its
+// part failed on its own (none of them matches ErrPeerAborted, whatever
+// else failed), else those that name the ranks whose failure failed it.
+func (f failures) result() error {
+	if !f.own() {
+		return errors.Join(f...)
+	}
+	var own []error
+	for _, err := range f {
+		if !errors.Is(err, ErrPeerAborted) {
+			own = append(own, err)
+		}
+	}
+	return errors.Join(own...)
 }
 
 // settle drains, source by source, the MPI messages the agreement says

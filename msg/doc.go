@@ -224,11 +224,21 @@
 //
 // The Exchanger owns its duplicate of the communicator and two streams of
 // the allocator (send-side and receive-side copies), freed by Close;
-// received buffers stay valid after Close. Send buffers may come from
-// another allocator than the exchanger's: their staging copies and the
-// copy to self then go through that allocator's default stream and pinned
-// memory, since a stream copies only between buffers of its own allocator. A Pattern holds the plans of the layouts it learned; they
-// are shared, read-only, by the buffers received through it.
+// received buffers stay valid after Close. What it keeps from one exchange
+// to the next is its own memory, allocated from the CUDA runtime
+// directly, outside the allocator's ledger and budget: the windows, the
+// pinned buffers its window notices travel in, the staging slots of
+// RouteStaged and NCCL's drain buffer. So the allocator's
+// Stats().LiveBuffers counts the caller's buffers only: a phase that frees
+// all it allocated reads 0 on every backend and route. What an exchange
+// allocates for itself (receive buffers, pinned chunks, manifests'
+// scratch) comes from the allocator and is freed, or handed to the caller,
+// before Exchange returns. Send buffers may come from another allocator
+// than the exchanger's: their staging copies and the copy to self then go
+// through that allocator's default stream and pinned memory, since a
+// stream copies only between buffers of its own allocator. A Pattern holds
+// the plans of the layouts it learned; they are shared, read-only, by the
+// buffers received through it.
 //
 // # Failures
 //
@@ -244,13 +254,16 @@
 //
 // Every exchange ends with the agreement, one Alltoall in which each rank
 // tells each other how many MPI messages it sent it and whether its part
-// failed: each rank then drains what it was sent and did not match (so
-// nothing is left for the next exchange), and every rank of a failed
-// exchange returns an error, the failing rank its cause, the others
-// ErrPeerAborted naming it. No rank returns buffers from an exchange whose
-// data did not all arrive. On error Exchange returns no buffers and frees
-// those it received. Every exchange, failed ones included, advances the
-// epoch.
+// failed, on its own or only because another rank's did: each rank then
+// drains what it was sent and did not match (so nothing is left for the
+// next exchange), and every rank of a failed exchange returns an error.
+// Errors say who failed: a rank whose own part failed (its input, its
+// memory, a message it rejected) returns its own errors only, none of
+// which matches ErrPeerAborted; a rank that failed only because others did
+// returns ErrPeerAborted naming them. No rank returns buffers from an
+// exchange whose data did not all arrive. On error Exchange returns no
+// buffers and frees those it received. Every exchange, failed ones
+// included, advances the epoch.
 //
 // # Concurrency
 //

@@ -67,7 +67,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	st := x.Stats()
-	fmt.Println("messages:", st.Messages+st.SelfCopies)
+	fmt.Println("messages:", st.Messages+st.Routes[msg.RouteSelf].Messages)
 
 	err = errors.Join(recv.Free(), send[0].Free(), x.Close(), a.Close())
 	if err != nil {

@@ -16,24 +16,33 @@ import (
 type Stats struct {
 	Exchanges      int64 // exchanges run, failed ones included
 	CountExchanges int64 // Alltoalls of message sizes (a learned Pattern skips them)
-	Messages       int64 // logical messages sent through MPI: one per peer with something to send
-	SelfCopies     int64 // messages to this rank delivered by one stream copy, without MPI
-	MPISends       int64 // MPI sends: Messages plus the further chunks of large messages
-	MPIRecvs       int64 // MPI receives
-	BytesSent      int64 // bytes sent through MPI, manifests included
-	BytesStaged    int64 // bytes copied through pinned staging memory, both directions
-	MaxInFlight    int   // the most requests of one direction outstanding at once
-	Aborts         int64 // abort notices sent in place of announced messages
-	NCCLTransfers  int64 // NCCL sends posted (TransportNCCL: messages cut at 64 MiB)
 	Agreements     int64 // Alltoalls ending an exchange, in which every rank says what it sent and whether it failed
-	Drained        int64 // MPI messages received into scratch and dropped: too long, stray, unwanted or for a buffer this rank could not have
 	Timeouts       int64 // data phases that ended because nothing moved for Options.Timeout
-	ManifestsBuilt int64 // layouts described: send manifests, and received layouts of messages to self (a learned Pattern reuses its own)
-	IPCMessages    int64 // messages to node-local peers sent through this rank's CUDA IPC window
-	IPCBytes       int64 // their bytes, manifests included
-	HostReads      int64 // messages this rank read from node-local peers' memory, one process_vm_readv each
-	HostReadBytes  int64 // their bytes, manifests included
+	// Messages and Bytes count what this rank delivered to its peers: the
+	// messages of the exchanges that succeeded, and their bytes, manifests
+	// included, whatever their route but RouteSelf. Routes counts them by
+	// route (Routes[RouteWindow], ...), and counts the messages to this
+	// rank itself copied without MPI too (Routes[RouteSelf]).
+	Messages int64
+	Bytes    int64
+	Routes   [routeCount]RouteStats
+	// What went through MPI, failed exchanges included: MPI messages sent
+	// (every chunk, notice, abort notice and empty piece) and received
+	// (drained ones included), and the bytes sent.
+	MPISends, MPIRecvs, MPIBytes int64
+	BytesStaged                  int64 // bytes copied through pinned staging memory, both directions
+	MaxInFlight                  int   // the most requests of one direction outstanding at once
+	Aborts                       int64 // abort notices sent in place of announced messages
+	NCCLTransfers                int64 // NCCL sends posted (TransportNCCL: messages cut at 64 MiB)
+	Drained                      int64 // MPI messages received into scratch and dropped: too long, stray, unwanted or for a buffer this rank could not have
+	ManifestsBuilt               int64 // layouts described: send manifests, and received layouts of messages to self (a learned Pattern reuses its own)
 }
+
+// RouteStats counts the messages delivered on one route, and their bytes.
+type RouteStats struct{ Messages, Bytes int64 }
+
+// routeCount is the number of routes, for Stats.Routes.
+const routeCount = int(RouteSelf) + 1
 
 // Exchanger runs exchanges over one communicator: each rank passes one
 // coalesced buffer per destination and gets one per source back. Every

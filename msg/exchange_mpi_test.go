@@ -23,7 +23,8 @@ import (
 
 var mixedTypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
 
-// expectedMessages counts the peers rank sends to through MPI.
+// expectedMessages counts the messages rank delivers on its routes: one
+// per peer it sends to, itself included when not by a copy.
 func expectedMessages(tr traffic, rank, size int, selfViaMPI bool) int64 {
 	var n int64
 	for d := range size {
@@ -64,7 +65,7 @@ func TestAllToAllRandomSparsity(t *testing.T) {
 					tr.verify(t, a.DefaultStream(), rank, size, r)
 					require.NoError(t, r.Free())
 					st := x.Stats()
-					require.Equal(t, expectedMessages(tr, rank, size, opts.SelfViaMPI), st.Messages-before.Messages, "one MPI message per peer with something to send")
+					require.Equal(t, expectedMessages(tr, rank, size, opts.SelfViaMPI), st.Messages-before.Messages, "one message per peer with something to send")
 					if opts.Window == 1 {
 						require.Equal(t, 1, st.MaxInFlight, "the window bounds the requests in flight")
 					}
@@ -511,12 +512,16 @@ func TestAbortBeforeCounts(t *testing.T) {
 	r, err := x.Exchange(send)
 	require.Nil(t, r)
 	if rank == 0 {
+		// Its own input failed: it hears of no other rank's failure, even
+		// though every other failed because of it.
 		require.ErrorIs(t, err, distbuf.ErrInvalid)
+		require.NotErrorIs(t, err, ErrPeerAborted, "%v", err)
 	} else {
 		require.ErrorIs(t, err, ErrPeerAborted, "rank 0 announced that it failed")
-		w := wireErrorOf(t, err)
-		require.Equal(t, 0, w.Peer)
-		require.Equal(t, "count", w.Field)
+		for _, w := range wireErrors(err) {
+			require.Equal(t, 0, w.Peer, "only rank 0 is named: %v", err)
+		}
+		require.Equal(t, "count", wireErrorOf(t, err).Field)
 	}
 	// Nothing is left in flight: the next exchange works everywhere.
 	r, err = x.Exchange(bufs)
@@ -734,8 +739,9 @@ func TestChunkedMessages(t *testing.T) {
 			}
 			chunks += (whole + MinChunkBytes - 1) / MinChunkBytes
 		}
-		require.EqualValues(t, windowed, st.IPCMessages)
-		require.EqualValues(t, read, st.HostReads, "every node-local peer's message read")
+		require.EqualValues(t, windowed, st.Routes[RouteWindow].Messages)
+		require.EqualValues(t, read, st.Routes[RouteRead].Messages, "every node-local peer's message read")
+		require.EqualValues(t, int64(size)-windowed-read, st.Routes[RouteMPI].Messages+st.Routes[RouteStaged].Messages)
 		if windowed == 0 && read == 0 {
 			require.Greater(t, chunks, 5*st.Messages)
 		}
@@ -932,4 +938,28 @@ func TestJoinedSendBuffers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLibraryHeldBuffers: what an exchanger keeps from one exchange to the
+// next (window notices, windows, staging slots) is its own, not among the
+// caller's buffers: a phase that frees all it allocated reads LiveBuffers
+// 0 on every route, while the exchanger lives on.
+func TestLibraryHeldBuffers(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	eachVariant(t, Options{ChunkBytes: MinChunkBytes}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		require.Zero(t, a.Stats().LiveBuffers, "New keeps nothing of the caller's")
+		for it := range uint64(2) {
+			tr := traffic{seed: 12, iter: it, density: 1, maxBlocks: 60, dims: []int{32}, dtypes: mixedTypes}
+			bufs, err := AllocSend(a, tr.plan(t, rank, size), a.DefaultStream())
+			require.NoError(t, err)
+			tr.fill(t, a.DefaultStream(), rank, bufs)
+			r, err := x.Exchange(bufs)
+			require.NoError(t, err)
+			tr.verify(t, a.DefaultStream(), rank, size, r)
+			freeBoth(t, r, bufs)
+			require.NoError(t, a.Sync())
+			require.Zero(t, a.Stats().LiveBuffers, "round %d: everything the phase allocated is freed", it)
+		}
+	})
 }

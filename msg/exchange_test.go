@@ -3,6 +3,7 @@ package msg
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -59,10 +60,13 @@ func TestSelfExchange(t *testing.T) {
 					}
 					if viaMPI {
 						require.EqualValues(t, 1, st.Messages, "one MPI message to self")
-						require.Zero(t, st.SelfCopies)
+						require.EqualValues(t, 1, st.MPISends)
+						require.Zero(t, st.Routes[RouteSelf].Messages)
 					} else {
-						require.EqualValues(t, 1, st.SelfCopies)
-						require.Zero(t, st.Messages, "no MPI for a message to self")
+						require.EqualValues(t, 1, st.Routes[RouteSelf].Messages)
+						require.Positive(t, st.Routes[RouteSelf].Bytes)
+						require.Zero(t, st.Messages, "the totals count what went to peers")
+						require.Zero(t, st.MPISends, "no MPI for a message to self")
 					}
 				})
 			}
@@ -168,9 +172,20 @@ func TestExchangeBadInput(t *testing.T) {
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	_, err = New(Options{Comm: comm, Alloc: a, Window: -1})
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
-	t.Setenv(EnvChunk, "lots")
-	_, err = New(Options{Comm: comm, Alloc: a})
-	require.ErrorIs(t, err, distbuf.ErrBadConfig)
+	// Every setting read from the environment that is refused names its
+	// variable and value.
+	for _, env := range []struct{ name, value string }{
+		{EnvChunk, "lots"}, {EnvChunk, "1KiB"}, {EnvChunk, "-5"},
+		{EnvWindow, "0"}, {EnvWindow, "many"},
+		{EnvTransport, "pigeon"},
+		{EnvTimeout, "soon"},
+	} {
+		t.Setenv(env.name, env.value)
+		_, err = New(Options{Comm: comm, Alloc: a})
+		require.ErrorIs(t, err, distbuf.ErrBadConfig, "%s=%s", env.name, env.value)
+		require.ErrorContains(t, err, fmt.Sprintf("%s=%q", env.name, env.value))
+		os.Unsetenv(env.name)
+	}
 	t.Setenv(EnvChunk, "off")
 	x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true})
 	require.Zero(t, x.ChunkBytes())

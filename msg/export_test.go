@@ -172,6 +172,8 @@ func (f *faultyRoute) sentBytes(e *exchange, m *outMsg) ([]byte, error) {
 		switch {
 		case ch.pin != nil:
 			whole = append(whole, ch.pin.Bytes()...)
+		case ch.notice != nil:
+			whole = append(whole, ch.notice.Bytes()[:ch.n]...)
 		case ch.slot != nil:
 			if err := ch.slot.Wait(); err != nil {
 				return nil, err
@@ -222,10 +224,7 @@ func (f *faultyRoute) mangleMessage(e *exchange, m *outMsg) error {
 	if err := f.flushIntoWindow(e); err != nil {
 		return err
 	}
-	notice, err := m.chunks[0].buf.Bytes()
-	if err != nil {
-		return err
-	}
+	notice := m.chunks[0].notice.Bytes()
 	man := notice[m.chunks[0].n-p : m.chunks[0].n]
 	whole := append(append([]byte(nil), man...), mem[c.Start():c.Start()+c.Size()]...)
 	f.mangle(m.dest, whole)
@@ -415,6 +414,8 @@ func (f *faultyRoute) unguard(e *exchange, in *inMsg, ch *inChunk, g *guarded) {
 		copy(ch.notice, got)
 	case ch.slot != nil:
 		copy(ch.slot.bytes(), got)
+	case ch.win != nil:
+		copy(ch.win.Bytes(), got)
 	case ch.buf != nil:
 		mem, err := ch.buf.Bytes()
 		if err == nil {

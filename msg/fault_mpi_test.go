@@ -245,6 +245,10 @@ func (want expect) check(t *testing.T, role string, r *Received, err error) {
 	require.Nil(t, r, "a failed exchange returns no buffers")
 	require.Error(t, err, role)
 	require.ErrorIs(t, err, want.sentinel, role)
+	if want.sentinel != ErrPeerAborted {
+		// Its own part failed: its error says so, and names no other.
+		require.NotErrorIs(t, err, ErrPeerAborted, "%s: an error of its own: %v", role, err)
+	}
 	if want.field == "" {
 		return
 	}

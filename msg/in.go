@@ -7,6 +7,7 @@ import (
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/ipcwin"
 	"github.com/distbuf/distbuf/internal/refbuf"
 	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
@@ -63,8 +64,9 @@ type accepted struct {
 type inChunk struct {
 	off, n int64
 	region bufRegion        // direct: the memory MPI receives into
-	buf    *devalloc.Buffer // the pinned memory of a staged chunk or a window notice
+	buf    *devalloc.Buffer // the pinned memory of a staged chunk
 	slot   *stageSlot       // a staged chunk's slot of the staging ring
+	win    *ipcwin.Notice   // a window notice's buffer
 	notice []byte           // a read notice
 	posted bool             // its receive (or discard) was posted, or it never will be
 	// discarded: the piece went to scratch memory, not to this chunk.
@@ -116,6 +118,19 @@ func (e *exchange) allocHeld(in *inMsg) error {
 	}
 	in.buf, in.hold = buf, h
 	return nil
+}
+
+// giveBack returns the chunk's memory that is not the allocator's: a ring
+// slot, a window notice's buffer.
+func (in *inMsg) giveBack(ch *inChunk) {
+	if ch.slot != nil {
+		ch.slot.put()
+		ch.slot = nil
+	}
+	if ch.win != nil {
+		_ = ch.win.Drop()
+		ch.win = nil
+	}
 }
 
 // releaseHold gives back the write hold on the message's buffer, once no
@@ -270,10 +285,7 @@ func (e *exchange) chunkDone(in *inMsg, i int, st cluster.Status, err error, dis
 	if in.ended {
 		// Failed or given up: what it holds goes once nothing writes it.
 		in.releaseHold()
-		if ch.slot != nil {
-			ch.slot.put()
-			ch.slot = nil
-		}
+		in.giveBack(ch)
 		return
 	}
 	in.route.done(e, in, i)
@@ -378,9 +390,8 @@ func (e *exchange) endIn(in *inMsg) {
 	e.fail(in.failed)
 	for i := range in.chunks {
 		ch := &in.chunks[i]
-		if ch.slot != nil && (!ch.posted || ch.done || ch.discarded) {
-			ch.slot.put() // one a receive still writes goes back once it completes
-			ch.slot = nil
+		if !ch.posted || ch.done || ch.discarded {
+			in.giveBack(ch) // what a receive still writes goes back once it completes
 		}
 		ch.posted = true // a piece not posted yet never will be
 		if ch.buf != nil {

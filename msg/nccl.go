@@ -6,6 +6,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/nccl"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -20,11 +21,14 @@ import (
 // the count exchange, so a rank that fails announces -1 and nobody expects
 // its messages. A learned Pattern still exchanges counts, for the same
 // reason. A receiver that cannot allocate a buffer receives into drain, a
-// buffer of one chunk allocated with the link, chunk after chunk.
+// buffer of one chunk allocated with the link, chunk after chunk: device
+// memory of the link's own (cudaMalloc), outside the allocator's ledger
+// and budget.
 type ncclLink struct {
 	comm  *nccl.Comm
 	chunk int64
-	drain *devalloc.Buffer
+	dev   *cudart.Device
+	drain uintptr
 }
 
 // ncclChunk is the largest single NCCL transfer: the size of the drain
@@ -39,7 +43,8 @@ const ncclChunk = 64 << 20
 func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, error) {
 	why := ""
 	var lib *nccl.Lib
-	var drain *devalloc.Buffer
+	var dev *cudart.Device
+	var drain uintptr
 	switch {
 	case a.Info().Backend != devalloc.BackendCUDA:
 		why = fmt.Sprintf("the allocator's memory is %s, not device memory", a.Info().Backend)
@@ -47,14 +52,14 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 		var err error
 		if lib, err = nccl.Load(); err != nil {
 			why = err.Error()
-		} else if drain, err = a.Alloc(ncclChunk, a.DefaultStream()); err != nil {
+		} else if dev, drain, err = drainBuffer(a.Info().Device); err != nil {
 			why = fmt.Sprintf("no drain buffer: %v", err)
 		}
 	}
 	ok := false
 	defer func() {
-		if !ok && drain != nil {
-			_ = drain.Free()
+		if !ok && drain != 0 {
+			_ = dev.Free(drain)
 		}
 	}()
 	// One Allreduce: slot 0 counts the ranks that cannot use NCCL, the
@@ -105,11 +110,22 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 		return nil, "", fmt.Errorf("msg: nccl: %w", err)
 	}
 	ok = true
-	return &ncclLink{comm: c, chunk: ncclChunk, drain: drain}, "", nil
+	return &ncclLink{comm: c, chunk: ncclChunk, dev: dev, drain: drain}, "", nil
+}
+
+// drainBuffer allocates the drain buffer on device ord.
+func drainBuffer(ord int) (*cudart.Device, uintptr, error) {
+	rt, err := cudart.Load()
+	if err != nil {
+		return nil, 0, err
+	}
+	dev := rt.Device(ord)
+	p, err := dev.Malloc(ncclChunk)
+	return dev, p, err
 }
 
 func (l *ncclLink) close() error {
-	return errors.Join(l.drain.Free(), l.comm.Close())
+	return errors.Join(l.comm.Close(), l.dev.Free(l.drain))
 }
 
 // ncclTransport runs exchanges over an NCCL link.
@@ -196,7 +212,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	// whether the group runs at all: not if any rank failed or refused a
 	// length (docs/WIRE.md, rule 5).
 	vote := []int64{-int64(n)}
-	if len(e.errs) > 0 && !t.onlyPeerAborts(e) {
+	if e.errs.own() {
 		vote[0] = -int64(x.rank)
 	}
 	if err := cluster.Allreduce(x.comm, vote, vote, cluster.Max); err != nil {
@@ -205,7 +221,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 		return e.deliver()
 	}
 	if f := int(-vote[0]); f < n {
-		if f != x.rank && !e.namesAbort(f) {
+		if f != x.rank && !e.errs.names(f) {
 			e.fail(wireErr(ErrPeerAborted, f, x.o.Tag, "count", "rank %d failed or refused a length before the NCCL transfer, which no rank runs (its own error says why)", f))
 		}
 		e.fail(release())
@@ -231,7 +247,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 			in.drain = true
 			drained = append(drained, in)
 			for off := int64(0); off < in.size; off += link.chunk {
-				da, _, _, _ := link.drain.Region()
+				da := link.drain
 				recvs = append(recvs, transfer{da, min(link.chunk, in.size-off), s})
 			}
 			continue
@@ -259,11 +275,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 		e.fail(fmt.Errorf("msg: nccl transfer: %w", err))
 	}
 	e.fail(release())
-	x.stats.Messages += int64(len(sends))
 	x.stats.NCCLTransfers += int64(len(ns))
-	for _, t := range sends {
-		x.stats.BytesSent += t.size
-	}
 	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI {
 		e.copyToSelf(m)
 	}
@@ -277,18 +289,6 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	}
 	e.agree()
 	return e.deliver()
-}
-
-// onlyPeerAborts reports whether every error so far says that a peer
-// failed (which that peer votes on itself), none that this rank did.
-func (t *ncclTransport) onlyPeerAborts(e *exchange) bool {
-	for _, err := range e.errs {
-		var w *WireError
-		if !errors.As(err, &w) || !errors.Is(w, ErrPeerAborted) || w.Field != "count" {
-			return false
-		}
-	}
-	return true
 }
 
 // departures checks this rank's messages against a learned pattern before

@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -98,7 +99,9 @@ type Options struct {
 	Comm  *cluster.Comm
 	Alloc *devalloc.Allocator
 	// Tag is the MPI tag of every message of the exchanger's exchanges; 0
-	// means DefaultTag. Exchangers sharing a communicator need distinct tags.
+	// means DefaultTag. Every rank must give the same (New checks). Each
+	// exchanger has a communicator of its own (New duplicates Comm), so
+	// exchangers made on one communicator may share a tag, and run at once.
 	Tag int
 	// Window bounds the outstanding receive requests, and separately the
 	// outstanding send requests; 0 means EnvWindow, else DefaultWindow.
@@ -210,8 +213,8 @@ func (o Options) resolveChunks() (Options, int64, error) {
 		if v, ok := os.LookupEnv(EnvChunk); ok {
 			if strings.TrimSpace(v) == "off" {
 				chunk = -1
-			} else if chunk, err = bytesize.Parse(v); err != nil {
-				return o, 0, fmt.Errorf("msg: %s=%q: %w: %w", EnvChunk, v, distbuf.ErrBadConfig, err)
+			} else if chunk, err = bytesize.Parse(v); err != nil || chunk < MinChunkBytes {
+				return o, 0, fmt.Errorf("msg: %s=%q: want a size of at least %s, or off: %w", EnvChunk, v, bytesize.Format(MinChunkBytes), errors.Join(distbuf.ErrBadConfig, err))
 			}
 		}
 	}
@@ -219,7 +222,7 @@ func (o Options) resolveChunks() (Options, int64, error) {
 		chunk = maxChunk
 	}
 	if chunk < MinChunkBytes {
-		return o, 0, fmt.Errorf("msg: chunk size %d: want at least %d bytes, or negative for none: %w", chunk, MinChunkBytes, distbuf.ErrInvalid)
+		return o, 0, fmt.Errorf("msg: Options.ChunkBytes %d: want at least %d bytes, or negative for none: %w", chunk, MinChunkBytes, distbuf.ErrInvalid)
 	}
 	if v, ok := os.LookupEnv(EnvTransport); ok && o.Transport == TransportAuto {
 		switch strings.TrimSpace(v) {

@@ -40,10 +40,9 @@ type outChunk struct {
 	ready  readiness            // staged: the copy into the pinned chunk is done
 	buf    *devalloc.Buffer     // pinned memory, freed once posted
 	slot   *stageSlot           // a slot of the staging ring, back to it once sent
+	notice *ipcwin.Notice       // a window notice's buffer, kept for the peer's next once posted
 	pin    *cluster.PinnedBytes // an abort notice, an empty message, a read notice
 	posted bool
-	// keepIn keeps buf for the next notice to the same peer, once posted.
-	keepIn *ipcwin.Notices
 }
 
 // readiness tells when a staged chunk's copy out of the device has run: a
@@ -288,6 +287,10 @@ func (m *outMsg) release() {
 			ch.slot.put() // reused only once its copy has run
 			ch.slot = nil
 		}
+		if ch.notice != nil {
+			_ = ch.notice.Drop()
+			ch.notice = nil
+		}
 		if ch.pin != nil {
 			_ = ch.pin.Release()
 		}
@@ -420,7 +423,6 @@ func (e *exchange) copyToSelf(m *outMsg) {
 		return
 	}
 	in.buf = buf
-	x.stats.SelfCopies++
 	e.wrapResult(in, known.plan, p)
 }
 

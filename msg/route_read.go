@@ -228,7 +228,7 @@ func (r *readRoute) done(e *exchange, in *inMsg, i int) {
 // read checks the notice of in (or the abort notice in its place) and
 // reads the message it names into in's buffer.
 func (r *readRoute) read(e *exchange, in *inMsg) error {
-	x, tag := e.x, e.x.o.Tag
+	tag := e.x.o.Tag
 	ch := &in.chunks[0]
 	if ch.discarded {
 		return e.x.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), distbuf.ErrInvalid))
@@ -264,8 +264,6 @@ func (r *readRoute) read(e *exchange, in *inMsg) error {
 		}
 		return e.x.inErr(in, "node-local read", err)
 	}
-	x.stats.HostReads++
-	x.stats.HostReadBytes += in.size
 	return nil
 }
 

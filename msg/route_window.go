@@ -69,7 +69,7 @@ func newWindowRoute(x *Exchanger, auto bool) *windowRoute {
 			r.why = "windows: the CUDA runtime lacks the interprocess functions or cuMemGetAddressRange"
 			break
 		}
-		if r.link, err = ipcwin.New(rt.Device(x.a.Info().Device), x.a, x.sendS, x.recvS); err != nil {
+		if r.link, err = ipcwin.New(rt.Device(x.a.Info().Device)); err != nil {
 			r.why = "windows: " + err.Error()
 		}
 	}
@@ -209,18 +209,14 @@ func (r *windowRoute) alloc(e *exchange, in *inMsg) error {
 }
 
 // recvMem is the kept pinned buffer of the source's notices, as long as
-// MPI says (at least one byte), under a write hold.
+// MPI says (at least one byte).
 func (r *windowRoute) recvMem(e *exchange, in *inMsg, i int, n int64) (cluster.Memory, cluster.Releaser, error) {
 	nb, err := r.link.Notices.Received(in.src, max(n, 1))
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := nb.Hold(devalloc.Write)
-	if err != nil {
-		return nil, nil, errors.Join(err, nb.Free())
-	}
-	in.chunks[i].buf = nb
-	return cluster.Sub(nb, 0, n), h, nil
+	in.chunks[i].win = nb
+	return cluster.Sub(nb, 0, n), nil, nil
 }
 
 // prepare batches the copies of m into this rank's window and makes its
@@ -247,21 +243,14 @@ func (r *windowRoute) prepare(e *exchange, m *outMsg) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			_ = notice.Free()
+			_ = notice.Drop()
 		}
 	}()
-	mem, err := notice.Bytes()
-	if err != nil {
-		return e.x.outErr(m.dest, "notice", err)
-	}
+	mem := notice.Bytes()
 	win, winSize, gen, handle := l.Window()
 	head := wire.WindowNotice{Generation: gen, Window: uint64(winSize), Offset: uint64(off), Size: uint64(m.size), Handle: handle}
 	head.Encode(mem)
 	m.man.Encode(mem[wire.WindowNoticeHead:], h)
-	addr, _, _, err := notice.Region()
-	if err != nil {
-		return e.x.outErr(m.dest, "notice", err)
-	}
 	// The blocks, from the send buffer, and the manifest, from the notice:
 	// copies on the send stream, declared reads of both, batched.
 	b := &l.Into
@@ -279,12 +268,9 @@ func (r *windowRoute) prepare(e *exchange, m *outMsg) (err error) {
 			b.Access(rd)
 			b.Add(win+uintptr(off+p), srcAddr+uintptr(start), size)
 		}
-		rd, err := notice.Read(x.sendS)
-		if err != nil {
-			return err
-		}
-		b.Access(rd)
-		b.Add(win+uintptr(off), addr+wire.WindowNoticeHead, p)
+		// The notice is the link's: it stays unwritten until the next
+		// exchange, after the ready event that follows this copy.
+		b.Add(win+uintptr(off), notice.Addr()+wire.WindowNoticeHead, p)
 		return nil
 	}
 	if err := copies(); err != nil {
@@ -292,8 +278,7 @@ func (r *windowRoute) prepare(e *exchange, m *outMsg) (err error) {
 	}
 	r.into = append(r.into, m)
 	m.chunks = resize(m.chunks, 1)
-	m.chunks[0] = outChunk{n: n, buf: notice, keepIn: &l.Notices, region: bufRegion{notice, 0, n}}
-	m.chunks[0].mem = &m.chunks[0].region
+	m.chunks[0] = outChunk{n: n, notice: notice, mem: cluster.Sub(notice, 0, n)}
 	return nil
 }
 
@@ -339,7 +324,7 @@ func (r *windowRoute) intoDone(e *exchange, err error) {
 		e.fail(e.x.outErr(x.rank, "node-local window", err))
 		for _, m := range r.into {
 			k := slices.Index(e.outs, m)
-			_ = m.chunks[0].buf.Free() // nothing enqueued reads it
+			_ = m.chunks[0].notice.Drop() // nothing enqueued reads it
 			m.chunks[0] = outChunk{}
 			e.outs[k] = e.newAbort(m.dest, m.step, m.size)
 		}
@@ -347,8 +332,6 @@ func (r *windowRoute) intoDone(e *exchange, err error) {
 	}
 	for _, m := range r.into {
 		l.Placed(m.dest)
-		x.stats.IPCMessages++
-		x.stats.IPCBytes += m.size
 	}
 	if err := l.Ready(r.stream(x.sendS)); err != nil {
 		e.fail(e.x.outErr(x.rank, "node-local window", err))
@@ -363,15 +346,14 @@ func (r *windowRoute) intoDone(e *exchange, err error) {
 func (r *windowRoute) done(e *exchange, in *inMsg, i int) {
 	ch := &in.chunks[0]
 	in.failed = r.fromWindow(e, in)
-	if ch.buf != nil {
+	if ch.win != nil {
 		if in.failed == nil {
-			if err := r.link.Notices.KeepReceived(in.src, ch.buf); err != nil {
+			if err := ch.win.KeepReceived(in.src); err != nil {
 				in.failed = e.x.inErr(in, "notice", err)
 			}
-		} else {
-			_ = ch.buf.Free()
+			ch.win = nil
 		}
-		ch.buf = nil
+		in.giveBack(ch)
 	}
 	if in.failed != nil {
 		e.endIn(in)
@@ -392,10 +374,7 @@ func (r *windowRoute) fromWindow(e *exchange, in *inMsg) error {
 	if ch.discarded {
 		return e.x.inErr(in, "receive", fmt.Errorf("%s was drained: %w", in.pieceName(0), distbuf.ErrInvalid))
 	}
-	mem, err := ch.buf.Bytes()
-	if err != nil {
-		return e.x.inErr(in, "notice", err)
-	}
+	mem := ch.win.Bytes()
 	mem = mem[:max(min(ch.got, int64(len(mem))), 0)]
 	if ch.err != nil || ch.got == wire.AbortSize {
 		return e.sizeError(in, 0, mem) // an abort notice is reported as one

@@ -58,9 +58,12 @@ func TestNodeLocalWindows(t *testing.T) {
 		require.NoError(t, err)
 		tr.verify(t, s, rank, size, r)
 		after := x.Stats()
-		require.EqualValues(t, size-1, after.IPCMessages-before.IPCMessages, "one window message to every other rank")
+		win := after.Routes[RouteWindow].Messages - before.Routes[RouteWindow].Messages
+		require.EqualValues(t, size-1, win, "one window message to every other rank")
+		require.EqualValues(t, size-1, after.Messages-before.Messages, "the totals count what the peers got")
+		require.EqualValues(t, after.Bytes-before.Bytes, after.Routes[RouteWindow].Bytes-before.Routes[RouteWindow].Bytes)
 		require.EqualValues(t, size-1, after.MPISends-before.MPISends, "and one MPI notice each")
-		most = max(most, after.IPCBytes-before.IPCBytes)
+		most = max(most, after.Routes[RouteWindow].Bytes-before.Routes[RouteWindow].Bytes)
 		freeBoth(t, r, bufs)
 	}
 	_, winSize, gen, _ := windowOf(x).link.Window()
@@ -89,7 +92,7 @@ func TestNodeLocalWindows(t *testing.T) {
 	r, err := y.Exchange(bufs)
 	require.NoError(t, err)
 	tr.verify(t, s, rank, size, r)
-	require.EqualValues(t, want, y.Stats().IPCMessages)
+	require.EqualValues(t, want, y.Stats().Routes[RouteWindow].Messages)
 	freeBoth(t, r, bufs)
 }
 
@@ -142,7 +145,7 @@ func TestNoticeBuffersKept(t *testing.T) {
 	s := a.DefaultStream()
 	tr := traffic{seed: 91, density: 1, maxBlocks: 30, dims: []int{8}, dtypes: mixedTypes}
 	notices := &windowOf(x).link.Notices
-	var kept, sent map[int]*devalloc.Buffer
+	var kept, sent map[int]*ipcwin.Notice
 	for round := range 2 {
 		bufs, err := AllocSend(a, tr.plan(t, rank, size), s) // the same traffic both rounds
 		require.NoError(t, err)
@@ -296,6 +299,7 @@ func TestWindowCopyFailure(t *testing.T) {
 					require.Nil(t, r, "a failed exchange returns no buffers")
 					if rank == 0 {
 						require.ErrorIs(t, err, injected)
+						require.NotErrorIs(t, err, ErrPeerAborted, "rank 0's own copies failed: %v", err)
 					} else {
 						require.ErrorIs(t, err, ErrPeerAborted)
 						named := false
@@ -363,7 +367,12 @@ func TestReadPeers(t *testing.T) {
 				require.NoError(t, err)
 				tr.verify(t, a.DefaultStream(), rank, size, r)
 				after := x.Stats()
-				require.EqualValues(t, len(peers), after.HostReads-before.HostReads, "one read per peer")
+				require.EqualValues(t, len(peers), after.Routes[RouteRead].Messages-before.Routes[RouteRead].Messages, "one read message per peer")
+				if len(peers) > 0 {
+					require.Less(t, after.MPIBytes-before.MPIBytes, after.Bytes-before.Bytes, "MPI carries only the read notices of their bytes")
+				} else {
+					require.Equal(t, after.MPIBytes-before.MPIBytes, after.Bytes-before.Bytes, "MPI carries every byte to the peers")
+				}
 				freeBoth(t, r, bufs)
 			}
 		})

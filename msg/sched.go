@@ -307,14 +307,22 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 		ch.slot = nil
 	}
 	if buf != nil {
-		if ch.keepIn != nil && err == nil {
-			if kerr := ch.keepIn.KeepSent(m.dest, buf); kerr != nil {
-				e.fail(e.x.outErr(m.dest, "notice", kerr))
-			}
-		} else {
-			_ = buf.Free() // deferred by the hold until the send completes
-		}
+		_ = buf.Free() // deferred by the hold until the send completes
 		ch.buf = nil
+	}
+	if ch.notice != nil {
+		// Kept for the next notice to the peer: rewritten only in a later
+		// exchange, once this send has completed.
+		var kerr error
+		if r == nil {
+			kerr = ch.notice.Drop() // nothing was posted
+		} else {
+			kerr = ch.notice.KeepSent(m.dest)
+		}
+		if kerr != nil {
+			e.fail(e.x.outErr(m.dest, "notice", kerr))
+		}
+		ch.notice = nil
 	}
 	if err != nil {
 		e.fail(e.x.outErr(m.dest, "send", err))
@@ -324,9 +332,6 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 	}
 	e.sentTo[m.dest]++
 	x.stats.MPISends++
-	x.stats.BytesSent += ch.n
-	if i == 0 && !m.abort {
-		x.stats.Messages++
-	}
+	x.stats.MPIBytes += ch.n
 	return r
 }

@@ -23,7 +23,7 @@ type exchange struct {
 	ins    []*inMsg  // through MPI, in schedule order
 	selfIn *inMsg    // the local copy to self, if any
 	q      sched
-	errs   []error
+	errs   failures
 	probe  cluster.Probe // what the data phase matches: anything on the exchanger's communicator
 	perRank
 	records
@@ -196,6 +196,31 @@ func (e *exchange) collect(send []*packing.Coalesced) error {
 	return errors.Join(errs...)
 }
 
+// count adds the messages of an exchange that succeeded (byDest) to the
+// stats: every message was delivered, on its route.
+func (x *Exchanger) count(byDest []*outMsg) {
+	_, nccl := x.tr.(*ncclTransport)
+	for d, m := range byDest {
+		if m == nil {
+			continue
+		}
+		r := RouteSelf
+		switch {
+		case d == x.rank && !x.o.SelfViaMPI:
+		case nccl:
+			r = RouteNCCL
+		default:
+			r = x.routes[d].kind()
+		}
+		x.stats.Routes[r].Messages++
+		x.stats.Routes[r].Bytes += m.size
+		if r != RouteSelf {
+			x.stats.Messages++
+			x.stats.Bytes += m.size
+		}
+	}
+}
+
 // deliver ends an exchange whose transfers are over: the received buffers
 // by source, or, after any failure, the errors with every buffer freed. A
 // pattern learns from its first successful exchange.
@@ -216,11 +241,12 @@ func (e *exchange) deliver() (*Received, error) {
 				_ = c.Free()
 			}
 		}
-		return nil, errors.Join(e.errs...)
+		return nil, e.errs.result()
 	}
 	if e.pat != nil && !e.pat.learned {
 		e.pat.learn(e)
 	}
+	x.count(e.byDest)
 	x.end(e)
 	return &Received{bySource: res, epoch: e.epoch}, nil
 }

@@ -331,7 +331,7 @@ func benchExchangeHost(c *benchContext, modes []string) error {
 				ex = xm
 			}
 			st := ex.Stats()
-			extra["mpi_messages_per_exchange"] = float64(st.Messages) / float64(st.Exchanges)
+			extra["mpi_messages_per_exchange"] = float64(st.MPISends) / float64(st.Exchanges)
 			// Whether the peer's message was read from its memory (one
 			// node, host memory: msg's node-local reads) or carried by MPI.
 			routes, why := ex.Routes()

@@ -11,7 +11,9 @@
 // the window are done; consumed: its copies out of its peers' windows are
 // done) and its peers' events as it opened them, the copy batches of an
 // exchange, and the pinned buffers its notices travel in, kept per peer
-// from one exchange to the next. It knows nothing of MPI or of messages:
+// from one exchange to the next. What it keeps is its own cudaMalloc and
+// cudaHostAlloc memory, outside any allocator's ledger: a caller's
+// allocator counts none of it among its buffers. It knows nothing of MPI or of messages:
 // the caller exchanges the event handles (wire.SetupRow), sends the
 // notices (wire.WindowNotice) and orders the steps.
 //

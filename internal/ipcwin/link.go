@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/bytesize"
 	"github.com/distbuf/distbuf/internal/cudart"
 )
@@ -63,10 +62,9 @@ type peerWindow struct {
 }
 
 // New makes a link on dev with its two interprocess events; the gather
-// kernel takes the batches where dev is shared through MPS. Notices
-// come from a, on its streams send (for notices this rank sends) and recv.
-func New(dev *cudart.Device, a *devalloc.Allocator, send, recv *devalloc.Stream) (*Link, error) {
-	l := &Link{dev: dev, peers: map[int]*peer{}, Kernel: dev.MPSEnabled(), Notices: Notices{a: a, send: send, recv: recv}}
+// kernel takes the batches where dev is shared through MPS.
+func New(dev *cudart.Device) (*Link, error) {
+	l := &Link{dev: dev, peers: map[int]*peer{}, Kernel: dev.MPSEnabled()}
 	var err error
 	if l.ready, err = dev.EventCreateInterprocess(); err != nil {
 		return nil, err
@@ -75,6 +73,7 @@ func New(dev *cudart.Device, a *devalloc.Allocator, send, recv *devalloc.Stream)
 		_ = dev.EventDestroy(l.ready)
 		return nil, err
 	}
+	l.Notices = Notices{dev: dev, ready: l.ready}
 	return l, nil
 }
 

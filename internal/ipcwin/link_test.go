@@ -32,7 +32,7 @@ func newLink(t *testing.T) (*Link, *devalloc.Allocator) {
 	if caps := rt.Capabilities(); !caps.IPC || !caps.AddressRange {
 		t.Skip("the CUDA runtime lacks the interprocess functions")
 	}
-	l, err := New(rt.Device(a.Info().Device), a, a.DefaultStream(), a.DefaultStream())
+	l, err := New(rt.Device(a.Info().Device))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, l.CloseImports())
@@ -225,25 +225,34 @@ func TestBatchUndo(t *testing.T) {
 }
 
 // TestNotices: a notice buffer kept for a peer serves its next notice when
-// large enough, and is replaced when not; Free frees what is kept.
+// large enough, and is replaced when not; the buffers are the link's own
+// pinned memory, not its allocator's; Free frees what is kept.
 func TestNotices(t *testing.T) {
-	l, _ := newLink(t)
+	l, a := newLink(t)
 	k := &l.Notices
+	live := a.Stats().LiveBuffers
 	b, err := k.Sent(3, 100)
 	require.NoError(t, err)
-	require.NoError(t, k.KeepSent(3, b))
+	copy(b.Bytes(), "a notice")
+	require.NoError(t, b.KeepSent(3))
+	require.NoError(t, l.Ready(cudart.Stream(a.DefaultStream().Handle())))
 	again, err := k.Sent(3, 64)
 	require.NoError(t, err)
 	require.Same(t, b, again, "kept and large enough: reused")
-	require.NoError(t, k.KeepSent(3, again))
+	require.Equal(t, "a notice", string(again.Bytes()[:8]))
+	require.NoError(t, again.KeepSent(3))
 	bigger, err := k.Sent(3, 1<<20)
 	require.NoError(t, err)
 	require.NotSame(t, b, bigger)
-	require.NoError(t, k.KeepSent(3, bigger))
+	require.NoError(t, bigger.KeepSent(3))
 	r, err := k.Received(5, 10)
 	require.NoError(t, err)
-	require.NoError(t, k.KeepReceived(5, r))
+	require.NoError(t, r.KeepReceived(5))
 	sent, received := k.Buffers()
 	require.Len(t, sent, 1)
 	require.Len(t, received, 1)
+	require.Equal(t, live, a.Stats().LiveBuffers, "the notices are not the allocator's")
+	extra, err := k.Received(6, 10)
+	require.NoError(t, err)
+	require.NoError(t, extra.Drop())
 }
