@@ -52,11 +52,7 @@ func BenchmarkPairExchange(b *testing.B) {
 	for _, n := range []int{1000} {
 		for _, persistent := range []bool{false, true} {
 			b.Run(fmt.Sprintf("blocks=%d/persistent=%v", n, persistent), func(b *testing.B) {
-				a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() { _ = a.Close() }()
+				a := hostB(b)
 				x, err := New(Options{Comm: comm, Alloc: a})
 				if err != nil {
 					b.Fatal(err)

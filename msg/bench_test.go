@@ -16,11 +16,7 @@ func BenchmarkSelfExchange(b *testing.B) {
 	for _, n := range []int{1000, 100000} {
 		for _, persistent := range []bool{false, true} {
 			b.Run(fmt.Sprintf("blocks=%d/persistent=%v", n, persistent), func(b *testing.B) {
-				a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() { _ = a.Close() }()
+				a := hostB(b)
 				comm, err := worldB()
 				if err != nil {
 					b.Fatal(err)
@@ -41,17 +37,14 @@ func BenchmarkSelfExchange(b *testing.B) {
 // benchExchanges times b.N exchanges of bufs, with a pattern learned in the
 // first when persistent.
 func benchExchanges(b *testing.B, x *Exchanger, bufs []*packing.Coalesced, persistent bool) {
-	pat := x.NewPattern()
+	exchange := x.Exchange
+	if persistent {
+		exchange = x.NewPattern().Exchange
+	}
 	b.SetBytes(bufs[0].Size())
 	b.ResetTimer()
 	for range b.N {
-		var r *Received
-		var err error
-		if persistent {
-			r, err = pat.Exchange(bufs)
-		} else {
-			r, err = x.Exchange(bufs)
-		}
+		r, err := exchange(bufs)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -75,4 +68,14 @@ func benchSend(b *testing.B, a *devalloc.Allocator, n, dest int) ([]*packing.Coa
 		b.Fatal(err)
 	}
 	return bufs, func() { _ = bufs[0].Free() }
+}
+
+// hostB opens a host allocator, closed at the end of the benchmark.
+func hostB(b *testing.B) *devalloc.Allocator {
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = a.Close() })
+	return a
 }

@@ -143,9 +143,7 @@ func TestManyBlocks(t *testing.T) {
 		r, err := x.Exchange(bufs)
 		require.NoError(t, err)
 		s := a.DefaultStream()
-		for src := range size {
-			c := r.From(src)
-			require.NotNil(t, c)
+		for src, c := range fromEach(t, r, size) {
 			require.Equal(t, per, c.Len())
 			for _, v := range c.All() {
 				require.Equal(t, uint64(rank), v.Desc().ID>>40)
@@ -249,10 +247,7 @@ func TestPersistentPattern(t *testing.T) {
 
 		// Back on the pattern: it works again.
 		tr.iter = 99
-		tr.fill(t, s, rank, bufs)
-		r, err = pat.Exchange(bufs)
-		require.NoError(t, err)
-		tr.verify(t, s, rank, size, r)
+		r = exchangeVerified(t, pat.Exchange, s, tr, rank, size, bufs)
 		require.NoError(t, r.Free())
 		require.EqualValues(t, 1, x.Stats().CountExchanges)
 	})
@@ -613,14 +608,7 @@ func TestLifetimes(t *testing.T) {
 				if r.route != peer {
 					return
 				}
-				r.beforeRecv = func() {
-					side := cluster.PinBytes(make([]byte, 1))
-					req, err := comm.Irecv(side, 0, sideTag)
-					require.NoError(t, err)
-					require.NoError(t, req.Attach(side))
-					_, err = req.Wait()
-					require.NoError(t, err)
-				}
+				r.beforeRecv = func() { sideMessage(t, comm.Irecv, 0, sideTag) }
 			})
 		case 0:
 			x.fault(func(r *faultyRoute) {
@@ -628,14 +616,7 @@ func TestLifetimes(t *testing.T) {
 					return
 				}
 				r.onWaited = func(e *exchange) {
-					defer func() {
-						side := cluster.PinBytes(make([]byte, 1))
-						req, err := comm.Isend(side, 1, sideTag)
-						require.NoError(t, err)
-						require.NoError(t, req.Attach(side))
-						_, err = req.Wait()
-						require.NoError(t, err)
-					}()
+					defer sideMessage(t, comm.Isend, 1, sideTag)
 					sendBuf := bufs[0].Buffer()
 					if sendBuf.Location() == devalloc.OnDevice && !v.aware {
 						return // staged: MPI holds pinned chunks, not the buffer
@@ -715,9 +696,7 @@ func TestChunkedMessages(t *testing.T) {
 		r, err := x.Exchange(bufs)
 		require.NoError(t, err)
 		s := a.DefaultStream()
-		for src := range size {
-			c := r.From(src)
-			require.NotNil(t, c)
+		for src, c := range fromEach(t, r, size) {
 			require.Equal(t, 2500, c.Len())
 			requireContent(t, s, tr, src, c)
 		}
@@ -962,4 +941,15 @@ func TestLibraryHeldBuffers(t *testing.T) {
 			require.Zero(t, a.Stats().LiveBuffers, "round %d: everything the phase allocated is freed", it)
 		}
 	})
+}
+
+// sideMessage sends (post: Isend) or receives (Irecv) one byte to or from
+// peer on tag, outside any exchange, and waits for it.
+func sideMessage(t *testing.T, post func(cluster.Memory, int, int) (*cluster.Request, error), peer, tag int) {
+	side := cluster.PinBytes(make([]byte, 1))
+	req, err := post(side, peer, tag)
+	require.NoError(t, err)
+	require.NoError(t, req.Attach(side))
+	_, err = req.Wait()
+	require.NoError(t, err)
 }

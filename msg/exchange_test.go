@@ -39,10 +39,7 @@ func TestSelfExchange(t *testing.T) {
 					name += "/joined"
 				}
 				t.Run(name, func(t *testing.T) {
-					a := v.open(t)
-					comm := world(t)
-					rank, size := comm.Rank(), comm.Size()
-					x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+					a, x, rank, size := v.exchanger(t, Options{PayloadChecksum: true, SelfViaMPI: viaMPI})
 					s := a.DefaultStream()
 					tr := selfTraffic(7)
 					bufs, free := selfSend(t, a, tr.plan(t, rank, size), joined)
@@ -100,10 +97,7 @@ func TestSelfPattern(t *testing.T) {
 	for _, v := range variants(t) {
 		for _, viaMPI := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/self-mpi=%v", v.name, viaMPI), func(t *testing.T) {
-				a := v.open(t)
-				comm := world(t)
-				rank, size := comm.Rank(), comm.Size()
-				x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+				a, x, rank, size := v.exchanger(t, Options{PayloadChecksum: true, SelfViaMPI: viaMPI})
 				s := a.DefaultStream()
 				tr := selfTraffic(11)
 				bufs, free := selfSend(t, a, tr.plan(t, rank, size), false)
@@ -111,10 +105,7 @@ func TestSelfPattern(t *testing.T) {
 				pat := x.NewPattern()
 				for it := range 3 {
 					tr.iter = uint64(it)
-					tr.fill(t, s, rank, bufs)
-					r, err := pat.Exchange(bufs)
-					require.NoError(t, err)
-					tr.verify(t, s, rank, size, r)
+					r := exchangeVerified(t, pat.Exchange, s, tr, rank, size, bufs)
 					if it > 0 {
 						require.Same(t, pat.recv[rank].plan, r.From(rank).Plan(), "a learned pattern reuses the receive layout")
 					}
@@ -235,10 +226,7 @@ func TestLayoutReuse(t *testing.T) {
 			exchange := func(tr traffic) *packing.Plan {
 				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
 				require.NoError(t, err)
-				tr.fill(t, s, rank, bufs)
-				r, err := x.Exchange(bufs)
-				require.NoError(t, err)
-				tr.verify(t, s, rank, size, r)
+				r := exchangeVerified(t, x.Exchange, s, tr, rank, size, bufs)
 				p := r.From(rank).Plan()
 				freeBoth(t, r, bufs)
 				return p
@@ -305,10 +293,7 @@ func TestSelfLayout(t *testing.T) {
 	before := x.Stats().ManifestsBuilt
 	for it := range 3 {
 		tr.iter = uint64(it)
-		tr.fill(t, s, rank, bufs)
-		r, err := x.Exchange(bufs)
-		require.NoError(t, err)
-		tr.verify(t, s, rank, size, r)
+		r := exchangeVerified(t, x.Exchange, s, tr, rank, size, bufs)
 		got := r.From(rank)
 		entries, gotBytes, err := got.Plan().Manifest(got.Group())
 		require.NoError(t, err)
@@ -383,10 +368,7 @@ func TestSelfCopyStream(t *testing.T) {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			comm := world(t)
-			rank, size := comm.Rank(), comm.Size()
-			x := newExchanger(t, Options{Comm: comm, Alloc: a})
+			a, x, rank, size := v.exchanger(t, Options{})
 			s := a.DefaultStream()
 			tr := selfTraffic(33)
 			bufs := sendAll(t, a, tr, rank, size)

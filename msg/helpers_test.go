@@ -385,12 +385,40 @@ func eachVariant(t *testing.T, o Options, f func(t *testing.T, v variant, a *dev
 	}
 }
 
-// onHost opens a host allocator and an exchanger on it made with o, over
-// the world, and returns them with the rank and the world's size.
-func onHost(t *testing.T, o Options) (a *devalloc.Allocator, x *Exchanger, rank, size int) {
+// exchanger opens the variant's allocator and an exchanger on it made with
+// o, over the world, and returns them with the rank and the world's size.
+func (v variant) exchanger(t *testing.T, o Options) (a *devalloc.Allocator, x *Exchanger, rank, size int) {
 	t.Helper()
-	a = variant{name: "host", kind: devalloc.BackendHost}.open(t)
+	a = v.open(t)
 	o.Comm, o.Alloc = world(t), a
 	x = newExchanger(t, o)
 	return a, x, o.Comm.Rank(), o.Comm.Size()
+}
+
+// onHost is exchanger on a host allocator.
+func onHost(t *testing.T, o Options) (a *devalloc.Allocator, x *Exchanger, rank, size int) {
+	t.Helper()
+	return variant{name: "host", kind: devalloc.BackendHost}.exchanger(t, o)
+}
+
+// exchangeVerified fills bufs for tr, exchanges them with ex, and checks
+// what arrived.
+func exchangeVerified(t *testing.T, ex func([]*packing.Coalesced) (*Received, error), s *devalloc.Stream, tr traffic, rank, size int, bufs []*packing.Coalesced) *Received {
+	t.Helper()
+	tr.fill(t, s, rank, bufs)
+	r, err := ex(bufs)
+	require.NoError(t, err)
+	tr.verify(t, s, rank, size, r)
+	return r
+}
+
+// fromEach is what r holds from each of the size ranks, each required.
+func fromEach(t *testing.T, r *Received, size int) []*packing.Coalesced {
+	t.Helper()
+	out := make([]*packing.Coalesced, size)
+	for src := range size {
+		out[src] = r.From(src)
+		require.NotNil(t, out[src], "nothing from rank %d", src)
+	}
+	return out
 }

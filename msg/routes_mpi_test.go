@@ -456,10 +456,7 @@ func TestNCCLExchange(t *testing.T) {
 	bufs := sendAll(t, a, tr, rank, size)
 	for it := range 4 {
 		tr.iter = uint64(it)
-		tr.fill(t, s, rank, bufs)
-		r, err := pat.Exchange(bufs)
-		require.NoError(t, err)
-		tr.verify(t, s, rank, size, r)
+		r := exchangeVerified(t, pat.Exchange, s, tr, rank, size, bufs)
 		require.NoError(t, r.Free())
 	}
 	require.True(t, pat.Learned())

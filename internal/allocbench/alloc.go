@@ -793,17 +793,24 @@ func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
 			return err
 		}
 	}
+	return rawTouches(c, r.cycle, p.large, p.tiny, func(t cycleTouch, res cycleResult) error {
+		run.cycle[t.key(mode)] = res.median
+		return c.emit(Result{Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median, Backend: "cuda-raw", Extra: res.extra()})
+	})
+}
+
+// rawTouches runs the cycle on a raw baseline with every touch the
+// measure wants, and hands each result to report.
+func rawTouches(c *benchContext, cycle func(sizes []int64, val byte, touch int64) error, large, tiny int, report func(cycleTouch, cycleResult) error) error {
 	for _, t := range cycleTouches() {
 		if !c.want.cycle(t) {
 			continue
 		}
-		res, err := rawCycles(c, r.cycle, p.large, p.tiny, t)
-		if err != nil {
-			return err
+		res, err := rawCycles(c, cycle, large, tiny, t)
+		if err == nil {
+			err = report(t, res)
 		}
-		run.cycle[t.key(mode)] = res.median
-		if err := c.emit(Result{Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-			Backend: "cuda-raw", Extra: res.extra()}); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -819,23 +826,12 @@ func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) 
 		return err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
-	for _, t := range cycleTouches() {
-		if !c.want.cycle(t) {
-			continue
-		}
-		res, err := rawCycles(c, r.cycle, allocParams.large, 0, t)
-		if err != nil {
-			return err
-		}
+	return rawTouches(c, r.cycle, allocParams.large, 0, func(t cycleTouch, res cycleResult) error {
 		run.cycle[t.key("large-only/"+mode)] = res.median
 		extra := res.extra()
 		extra["allocator"] = mode
-		if err := c.emit(Result{Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-			Backend: "cuda-raw", Extra: extra}); err != nil {
-			return err
-		}
-	}
-	return nil
+		return c.emit(Result{Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median, Backend: "cuda-raw", Extra: extra})
+	})
 }
 
 // benchRawPool runs the solve cycle on a cudaMemPool called directly,
@@ -856,14 +852,7 @@ func benchRawPool(c *benchContext, run *allocRun) (err error) {
 		if err != nil {
 			return err
 		}
-		for _, t := range cycleTouches() {
-			if !c.want.cycle(t) {
-				continue
-			}
-			res, cerr := rawCycles(c, r.cycle, p.large, p.tiny, t)
-			if cerr != nil {
-				return errors.Join(cerr, r.close())
-			}
+		err = rawTouches(c, r.cycle, p.large, p.tiny, func(t cycleTouch, res cycleResult) error {
 			res.kind = "cuda-pool-raw"
 			run.cycle[t.key("raw-pool/"+name)] = res.median
 			extra := res.extra()
@@ -874,12 +863,9 @@ func benchRawPool(c *benchContext, run *allocRun) (err error) {
 					extra["allocator_retained_over_raw"] = round3(ours / res.median)
 				}
 			}
-			if cerr := c.emit(Result{Mode: "raw-pool", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-				Backend: "cuda-raw", Extra: extra}); cerr != nil {
-				return errors.Join(cerr, r.close())
-			}
-		}
-		if err := r.close(); err != nil {
+			return c.emit(Result{Mode: "raw-pool", N: res.cycles, Bytes: res.bytes, MedianUS: res.median, Backend: "cuda-raw", Extra: extra})
+		})
+		if err = errors.Join(err, r.close()); err != nil {
 			return err
 		}
 	}

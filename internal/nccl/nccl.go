@@ -60,13 +60,13 @@ import (
 	"github.com/distbuf/distbuf/internal/dl"
 )
 
-// Lib is a loaded libnccl.
+// Lib is a loaded libnccl: its functions, and the CUDA runtime's device
+// setter every call goes through first.
 type Lib struct {
-	lib                                  *dl.Library
-	setDev                               unsafe.Pointer
 	version, uniqueID, initRank, destroy unsafe.Pointer
 	groupStart, groupEnd, send, recv     unsafe.Pointer
-	errorString                          unsafe.Pointer
+	errorString, setDev                  unsafe.Pointer
+	lib                                  *dl.Library
 }
 
 var loaded = dl.Lazy[*Lib]{Retry: true}
@@ -195,10 +195,10 @@ func (c *Comm) SendRecv(stream uintptr, sends, recvs []Transfer) error {
 
 // Close destroys the communicator.
 func (c *Comm) Close() error {
-	if c.comm == 0 {
+	comm := c.comm
+	c.comm = 0
+	if comm == 0 {
 		return fmt.Errorf("nccl: communicator closed twice: %w", ErrInvalid)
 	}
-	err := c.l.check("ncclCommDestroy", C.n_destroy(c.l.setDev, c.l.destroy, c.dev, c.comm))
-	c.comm = 0
-	return err
+	return c.l.check("ncclCommDestroy", C.n_destroy(c.l.setDev, c.l.destroy, c.dev, comm))
 }
