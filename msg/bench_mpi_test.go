@@ -9,7 +9,6 @@ import (
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/rawmpi"
 	"github.com/distbuf/distbuf/internal/wire"
-	"github.com/distbuf/distbuf/packing"
 )
 
 // BenchmarkPairExchange runs exchanges between ranks 0 and 1 (other ranks
@@ -53,50 +52,22 @@ func BenchmarkPairExchange(b *testing.B) {
 	for _, n := range []int{1000} {
 		for _, persistent := range []bool{false, true} {
 			b.Run(fmt.Sprintf("blocks=%d/persistent=%v", n, persistent), func(b *testing.B) {
-				a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() { _ = a.Close() }()
+				a := hostB(b)
 				x, err := New(Options{Comm: comm, Alloc: a})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer func() { _ = x.Close() }()
-				var descs []packing.Desc
+				blocks := 0
 				if rank <= 1 {
-					descs = make([]packing.Desc, n)
-					for i := range descs {
-						descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: 1, Cols: 32, Dest: 1 - rank}
-					}
+					blocks = n
 				}
-				p, err := packing.NewPlan(descs, packing.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				bufs, err := AllocSend(a, p, a.DefaultStream())
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() { _ = bufs[0].Free() }()
-				pat := x.NewPattern()
-				b.SetBytes(bufs[0].Size())
+				bufs, free := benchSend(b, a, blocks, 1-rank)
+				defer free()
 				if err := comm.Barrier(); err != nil {
 					b.Fatal(err)
 				}
-				b.ResetTimer()
-				for range b.N {
-					var r *Received
-					if persistent {
-						r, err = pat.Exchange(bufs)
-					} else {
-						r, err = x.Exchange(bufs)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					_ = r.Free()
-				}
+				benchExchanges(b, x, bufs, persistent)
 			})
 		}
 	}

@@ -16,11 +16,7 @@ func BenchmarkSelfExchange(b *testing.B) {
 	for _, n := range []int{1000, 100000} {
 		for _, persistent := range []bool{false, true} {
 			b.Run(fmt.Sprintf("blocks=%d/persistent=%v", n, persistent), func(b *testing.B) {
-				a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() { _ = a.Close() }()
+				a := hostB(b)
 				comm, err := worldB()
 				if err != nil {
 					b.Fatal(err)
@@ -30,35 +26,56 @@ func BenchmarkSelfExchange(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer func() { _ = x.Close() }()
-				descs := make([]packing.Desc, n)
-				for i := range descs {
-					descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: 1, Cols: 32, Dest: comm.Rank()}
-				}
-				p, err := packing.NewPlan(descs, packing.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				bufs, err := AllocSend(a, p, a.DefaultStream())
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() { _ = bufs[0].Free() }()
-				pat := x.NewPattern()
-				b.SetBytes(bufs[0].Size())
-				b.ResetTimer()
-				for range b.N {
-					var r *Received
-					if persistent {
-						r, err = pat.Exchange(bufs)
-					} else {
-						r, err = x.Exchange(bufs)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					_ = r.Free()
-				}
+				bufs, free := benchSend(b, a, n, comm.Rank())
+				defer free()
+				benchExchanges(b, x, bufs, persistent)
 			})
 		}
 	}
+}
+
+// benchExchanges times b.N exchanges of bufs, with a pattern learned in the
+// first when persistent.
+func benchExchanges(b *testing.B, x *Exchanger, bufs []*packing.Coalesced, persistent bool) {
+	exchange := x.Exchange
+	if persistent {
+		exchange = x.NewPattern().Exchange
+	}
+	b.SetBytes(bufs[0].Size())
+	b.ResetTimer()
+	for range b.N {
+		r, err := exchange(bufs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = r.Free()
+	}
+}
+
+// benchSend allocates the send buffer of n float64 blocks of 256 B for
+// rank dest (none when n is 0), and returns it with what frees it.
+func benchSend(b *testing.B, a *devalloc.Allocator, n, dest int) ([]*packing.Coalesced, func()) {
+	descs := make([]packing.Desc, n)
+	for i := range descs {
+		descs[i] = packing.Desc{ID: uint64(i), DType: packing.Float64, Rows: 1, Cols: 32, Dest: dest}
+	}
+	p, err := packing.NewPlan(descs, packing.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bufs, err := AllocSend(a, p, a.DefaultStream())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bufs, func() { _ = bufs[0].Free() }
+}
+
+// hostB opens a host allocator, closed at the end of the benchmark.
+func hostB(b *testing.B) *devalloc.Allocator {
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = a.Close() })
+	return a
 }

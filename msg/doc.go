@@ -5,15 +5,85 @@
 //
 // # Wire format and protocol
 //
-// docs/WIRE.md describes the message byte for byte (the module's
-// internal/wire package is its reference implementation, and its blocks
-// are packing.Entry values) and the exchange protocol: the collectives of New, the count exchange and
-// its bounds, receiving by matched probe, tags and epochs, abort notices,
-// the cutting of messages above the chunk size into several MPI messages,
-// the agreement that ends every exchange, and the timeout. Errors about a
+// docs/WIRE.md describes every byte msg sends (the module's internal/wire
+// package is its reference implementation, and its blocks are
+// packing.Entry values) and the exchange protocol: the collectives of New
+// and the node-local setup, the count exchange and its bounds, receiving
+// by matched probe, tags and epochs, abort notices, the cutting of
+// messages above the chunk size into several MPI messages, the notices of
+// the node-local routes, the agreement that ends every exchange, and the
+// timeout. The count exchange and the agreement are the only steps of an
+// exchange that wait for every rank; both go through one place
+// (collective.go). Errors about a
 // message are *WireError values naming the peer, the tag and the field,
 // matching ErrMalformed, ErrChecksum, ErrSizeMismatch, ErrUnexpectedPeer,
 // ErrPatternMismatch, ErrPeerAborted, ErrTooLarge or ErrTimeout.
+//
+// # Routes
+//
+// Every peer has one route, chosen once in New (Exchanger.Routes reports
+// them, and why a faster one was not taken), and every message to or from
+// that peer takes it:
+//
+//   - RouteMPI: MPI messages from and into the buffers themselves: host
+//     memory, or device memory handed to a CUDA-aware MPI (cluster.CUDAAware,
+//     unless TransportStaged).
+//   - RouteStaged: device memory without a CUDA-aware MPI travels through
+//     pinned host memory, chunk by chunk (below).
+//   - RouteWindow: between two ranks of one node that both exchange device
+//     memory under TransportAuto, a message travels through CUDA IPC
+//     (docs/WIRE.md, rule 9; internal/ipcwin): the sender copies it into a
+//     window of its own device memory, which every node-local peer opens
+//     (once per window: the window grows by doubling, so that happens a
+//     few times at most), and sends an MPI notice carrying the manifest;
+//     the receiver checks the notice and the manifest, then copies the
+//     message out of the window into its pooled buffer. Two
+//     device-to-device copies replace a transfer that MPI's shared memory
+//     stages through host memory (docs/PERFORMANCE.md has both rates).
+//     Interprocess events order it all on the streams: the sender's copies
+//     wait until the readers of its last exchange are done, the receiver's
+//     copy waits until the sender's copies are. A rank's copies into its window, for every
+//     peer, are one cudaMemcpyBatchAsync, or where the GPU is shared through
+//     MPS one launch of the gather kernel (internal/gather); its copies from
+//     its peers' windows are one such call per wait of the data phase that
+//     delivered notices. The windows are cudaMalloc memory outside the
+//     allocator's pool and budget, at least 4 MiB each; every window stays
+//     allocated until Close, since a peer may hold it open.
+//   - RouteRead: between two ranks of one node that both exchange host
+//     memory under TransportAuto, the receiver reads a message straight out
+//     of the sender's send buffer with one process_vm_readv (docs/WIRE.md,
+//     rule 10; internal/peermem), and MPI carries only a 24-byte notice of
+//     where it lies: one copy by the kernel, where MPI's shared memory
+//     without a single-copy mechanism (Open MPI's vader with
+//     single_copy_mechanism none, as containers often set it) copies a
+//     message twice in fragments. The sender keeps the buffer under its read
+//     hold until the agreement that ends the exchange, and a receiver reads
+//     only before it joins the agreement, so no read outlasts the sender's
+//     hold. A send buffer in device memory is first copied to host memory
+//     the exchange keeps as long. A rank that offers reads lets every
+//     process of its user read its memory (prctl PR_SET_PTRACER_ANY, as Open
+//     MPI's CMA transport does); DISTBUF_MSG_TRANSPORT=mpi keeps it from
+//     doing so.
+//   - RouteNCCL: under TransportNCCL, below.
+//   - RouteSelf: a rank's message to itself, one stream copy (below).
+//
+// The node-local routes are decided collectively over the node, from one
+// row per rank of an Allgather (docs/WIRE.md, "Setup"): two ranks use a
+// window, or reads, when both offer it; a rank with TransportMPI or
+// TransportStaged, or whose runtime or kernel refuses (no interprocess
+// functions; Yama's ptrace_scope 2 or more, a seccomp filter, another PID
+// namespace), keeps MPI for all its pairs. Inside the package a route is a
+// type implementing the route interface (route.go): how many MPI messages
+// a message travels as, how it is prepared, where its pieces are received
+// and what is done once they are in, and its part in each exchange's steps.
+// A new data path is one new file with such a type and, for a route
+// between ranks of one node, one line in chooseRoutes (called by New),
+// which lists the node-local routes in order of preference:
+//
+//	candidates := []nodeRoute{
+//		newWindowRoute(x, auto),
+//		newReadRoute(x, auto),
+//	}
 //
 // # Sending
 //
@@ -29,55 +99,11 @@
 // the receiver's check rather than pass. On device memory the manifest is
 // encoded in pinned memory and copied in front of the blocks on the
 // exchanger's send stream. Receives are posted before the sends are
-// prepared. Device memory goes to MPI directly when cluster.CUDAAware
-// reports true (and Options.Transport allows); otherwise it is staged: each
-// chunk is copied to its own pinned buffer by the send stream, and sent as
-// soon as that copy has completed, so the copy of chunk i+1 overlaps the
-// send of chunk i. With the payload checksum on, the manifest needs the
-// whole payload first, so staging then finishes every copy before the first
-// send.
-//
-// Between two ranks of one node that both exchange device memory under
-// TransportAuto, a message travels through CUDA IPC instead (docs/WIRE.md,
-// rule 10): the sender copies it into a window of its own device memory,
-// which every node-local peer opens once per window (cudaIpcOpenMemHandle
-// costs about 100 ms; the window grows by doubling, so that happens a few
-// times at most), and sends an MPI notice carrying the manifest; the
-// receiver checks the notice and the manifest, then copies the message out
-// of the window into its pooled buffer. Two device-to-device copies replace
-// a transfer that MPI's shared memory, staged through host memory, moves at
-// a few GB/s. Interprocess events order it all on the streams: the
-// sender's copies wait until the readers of its last exchange are done,
-// the receiver's copy waits until the sender's copies are. A rank's copies
-// into its window, for every peer, are one cudaMemcpyBatchAsync, or where
-// the GPU is shared through MPS one launch of the gather kernel
-// (internal/gather, packing's too), one kernel on the device where the batch call's
-// time grows with its copies; its copies from its peers' windows are one
-// such call per wait of the data phase that delivered notices. New decides
-// the pairs collectively over the node (NodeLocalPeers lists them); a rank
-// with TransportMPI, host memory, or a runtime without the interprocess
-// functions keeps MPI for all its pairs. The windows are cudaMalloc memory
-// outside the allocator's pool and budget, at least 4 MiB each;
-// every window stays allocated until Close, since a peer may hold it open.
-//
-// Between two ranks of one node that both exchange host memory under
-// TransportAuto, the receiver reads a message straight out of the sender's
-// send buffer with one process_vm_readv (docs/WIRE.md, rule 12), and MPI
-// carries only a 24-byte notice of where it lies: one copy by the kernel,
-// where MPI's shared memory without a single-copy mechanism (Open MPI's
-// vader with single_copy_mechanism none, as containers often set it) copies
-// a message twice in fragments. The sender keeps the buffer under its read
-// hold until the agreement that ends the exchange, and a receiver reads
-// only before it joins the agreement, so no read outlasts the sender's
-// hold. A send buffer in device memory is first copied to host memory the
-// exchange keeps as long. New decides the pairs collectively over the node
-// after each offering rank has read a word of every other's memory
-// (ReadPeers lists them, or says why none): a rank with TransportMPI,
-// device memory, or a kernel that refuses the read (Yama's ptrace_scope 2
-// or more, a seccomp filter, another PID namespace) keeps MPI for all its
-// pairs. A rank that offers reads lets every process of its user read its
-// memory (prctl PR_SET_PTRACER_ANY, as Open MPI's CMA transport does);
-// DISTBUF_MSG_TRANSPORT=mpi keeps it from doing so.
+// prepared. On RouteStaged each chunk is copied to its own pinned buffer
+// by the send stream, and sent as soon as that copy has completed, so the
+// copy of chunk i+1 overlaps the send of chunk i. With the payload checksum
+// on, the manifest needs the whole payload first, so staging then finishes
+// every copy before the first send.
 //
 // With TransportNCCL (DISTBUF_MSG_TRANSPORT=nccl) and every rank on a GPU
 // of its own, messages go GPU to GPU through NCCL instead: the same bytes,
@@ -88,7 +114,7 @@
 // (a failing rank announces -1), learned patterns still exchange counts,
 // and a receiver that cannot allocate drains the message into a scratch
 // buffer of 64 MiB kept by the exchanger (docs/WIRE.md, rule 8). New
-// decides collectively; Exchanger.Transport reports the outcome and why.
+// decides collectively; Exchanger.Routes reports the outcome and why.
 //
 // NCCL cannot probe: a receive names its length beforehand, and a peer
 // that sends another length than it announced breaks NCCL's contract (NCCL
@@ -125,7 +151,8 @@
 // length would let a faulty peer write over other live memory. Receives go
 // straight into the buffer for host memory and CUDA-aware MPI; staged
 // receives land in pinned chunks, each copied into the device buffer on the
-// receive stream as it arrives (overlapping the receive of the next). The
+// receive stream as it arrives (overlapping the receive of the next); a
+// window message's one MPI message is its notice, a read message's too. The
 // manifest is then decoded and checked (read back from the device first
 // when the buffer is device memory; decoded from the pinned chunks when
 // staged), the payload checksum verified when present, and
@@ -197,11 +224,21 @@
 //
 // The Exchanger owns its duplicate of the communicator and two streams of
 // the allocator (send-side and receive-side copies), freed by Close;
-// received buffers stay valid after Close. Send buffers may come from
-// another allocator than the exchanger's: their staging copies and the
-// copy to self then go through that allocator's default stream and pinned
-// memory, since a stream copies only between buffers of its own allocator. A Pattern holds the plans of the layouts it learned; they
-// are shared, read-only, by the buffers received through it.
+// received buffers stay valid after Close. What it keeps from one exchange
+// to the next is its own memory, allocated from the CUDA runtime
+// directly, outside the allocator's ledger and budget: the windows, the
+// pinned buffers its window notices travel in, the staging slots of
+// RouteStaged and NCCL's drain buffer. So the allocator's
+// Stats().LiveBuffers counts the caller's buffers only: a phase that frees
+// all it allocated reads 0 on every backend and route. What an exchange
+// allocates for itself (receive buffers, pinned chunks, manifests'
+// scratch) comes from the allocator and is freed, or handed to the caller,
+// before Exchange returns. Send buffers may come from another allocator
+// than the exchanger's: their staging copies and the copy to self then go
+// through that allocator's default stream and pinned memory, since a
+// stream copies only between buffers of its own allocator. A Pattern holds
+// the plans of the layouts it learned; they are shared, read-only, by the
+// buffers received through it.
 //
 // # Failures
 //
@@ -217,13 +254,16 @@
 //
 // Every exchange ends with the agreement, one Alltoall in which each rank
 // tells each other how many MPI messages it sent it and whether its part
-// failed: each rank then drains what it was sent and did not match (so
-// nothing is left for the next exchange), and every rank of a failed
-// exchange returns an error, the failing rank its cause, the others
-// ErrPeerAborted naming it. No rank returns buffers from an exchange whose
-// data did not all arrive. On error Exchange returns no buffers and frees
-// those it received. Every exchange, failed ones included, advances the
-// epoch.
+// failed, on its own or only because another rank's did: each rank then
+// drains what it was sent and did not match (so nothing is left for the
+// next exchange), and every rank of a failed exchange returns an error.
+// Errors say who failed: a rank whose own part failed (its input, its
+// memory, a message it rejected) returns its own errors only, none of
+// which matches ErrPeerAborted; a rank that failed only because others did
+// returns ErrPeerAborted naming them. No rank returns buffers from an
+// exchange whose data did not all arrive. On error Exchange returns no
+// buffers and frees those it received. Every exchange, failed ones
+// included, advances the epoch.
 //
 // # Concurrency
 //

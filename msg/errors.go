@@ -42,7 +42,9 @@ var (
 	// this rank took part in: a -1 in the count exchange, an abort notice
 	// in place of a message, a failure reported in the agreement that ends
 	// every exchange, or a rank that could not set up its exchanger in New.
-	// That rank's own error says why.
+	// That rank's own error says why, and does not match ErrPeerAborted:
+	// an error that matches it means this rank failed only because others
+	// did.
 	ErrPeerAborted = errors.New("msg: peer aborted the exchange")
 	// ErrTooLarge matches a length a peer announced that this rank cannot
 	// take: beyond the protocol's limits, its budget or its memory. Nothing

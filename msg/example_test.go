@@ -67,7 +67,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	st := x.Stats()
-	fmt.Println("messages:", st.Messages+st.SelfCopies)
+	fmt.Println("messages:", st.Messages+st.Routes[msg.RouteSelf].Messages)
 
 	err = errors.Join(recv.Free(), send[0].Free(), x.Close(), a.Close())
 	if err != nil {
@@ -84,17 +84,16 @@ func Example() {
 // follows.
 func fill(c *packing.Coalesced, values ...float64) {
 	s := c.Buffer().Allocator().DefaultStream()
-	err := c.OnHost(s, devalloc.Write, func(h *packing.HostBlocks) error {
+	if err := c.OnHost(s, devalloc.Write, func(h *packing.HostBlocks) error {
 		for k := range h.Len() {
 			f, err := h.Float64s(k)
+			values = values[copy(f, values):] // f is nil on error
 			if err != nil {
 				return err
 			}
-			values = values[copy(f, values):]
 		}
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -23,7 +23,8 @@ import (
 
 var mixedTypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
 
-// expectedMessages counts the peers rank sends to through MPI.
+// expectedMessages counts the messages rank delivers on its routes: one
+// per peer it sends to, itself included when not by a copy.
 func expectedMessages(tr traffic, rank, size int, selfViaMPI bool) int64 {
 	var n int64
 	for d := range size {
@@ -64,7 +65,7 @@ func TestAllToAllRandomSparsity(t *testing.T) {
 					tr.verify(t, a.DefaultStream(), rank, size, r)
 					require.NoError(t, r.Free())
 					st := x.Stats()
-					require.Equal(t, expectedMessages(tr, rank, size, opts.SelfViaMPI), st.Messages-before.Messages, "one MPI message per peer with something to send")
+					require.Equal(t, expectedMessages(tr, rank, size, opts.SelfViaMPI), st.Messages-before.Messages, "one message per peer with something to send")
 					if opts.Window == 1 {
 						require.Equal(t, 1, st.MaxInFlight, "the window bounds the requests in flight")
 					}
@@ -78,208 +79,178 @@ func TestAllToAllRandomSparsity(t *testing.T) {
 func TestEmptyPeers(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
-			// Nobody sends anything: no message at all.
-			r, err := x.Exchange(nil)
-			require.NoError(t, err)
+	eachVariant(t, Options{PayloadChecksum: true}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		// Nobody sends anything: no message at all.
+		r, err := x.Exchange(nil)
+		require.NoError(t, err)
+		require.Empty(t, r.Sources())
+		// Empty groups send nothing either.
+		p, err := packing.NewPlan(nil, packing.Options{})
+		require.NoError(t, err)
+		empty, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		r, err = x.Exchange(empty)
+		require.NoError(t, err)
+		require.Empty(t, r.Sources())
+		require.NoError(t, empty[0].Free())
+		require.Zero(t, x.Stats().Messages)
+		// Only the last rank hears from rank 0.
+		tr := traffic{seed: 5, density: 1, maxBlocks: 20, dims: []int{2}, dtypes: mixedTypes}
+		only := func(src, dest int) bool { return src == 0 && dest == size-1 }
+		var descs []packing.Desc
+		for d := range size {
+			if only(rank, d) {
+				descs = append(descs, tr.blocks(rank, d)...)
+			}
+		}
+		p, err = packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		r, err = x.Exchange(bufs)
+		require.NoError(t, err)
+		if rank == size-1 {
+			require.Equal(t, []int{0}, r.Sources())
+			c := r.From(0)
+			require.Equal(t, len(tr.blocks(0, rank)), c.Len())
+		} else {
 			require.Empty(t, r.Sources())
-			// Empty groups send nothing either.
-			p, err := packing.NewPlan(nil, packing.Options{})
-			require.NoError(t, err)
-			empty, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			r, err = x.Exchange(empty)
-			require.NoError(t, err)
-			require.Empty(t, r.Sources())
-			require.NoError(t, empty[0].Free())
-			require.Zero(t, x.Stats().Messages)
-			// Only the last rank hears from rank 0.
-			tr := traffic{seed: 5, density: 1, maxBlocks: 20, dims: []int{2}, dtypes: mixedTypes}
-			only := func(src, dest int) bool { return src == 0 && dest == size-1 }
-			var descs []packing.Desc
-			for d := range size {
-				if only(rank, d) {
-					descs = append(descs, tr.blocks(rank, d)...)
-				}
-			}
-			p, err = packing.NewPlan(descs, packing.Options{})
-			require.NoError(t, err)
-			bufs, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			tr.fill(t, a.DefaultStream(), rank, bufs)
-			r, err = x.Exchange(bufs)
-			require.NoError(t, err)
-			if rank == size-1 {
-				require.Equal(t, []int{0}, r.Sources())
-				c := r.From(0)
-				require.Equal(t, len(tr.blocks(0, rank)), c.Len())
-			} else {
-				require.Empty(t, r.Sources())
-			}
-			require.NoError(t, r.Free())
-			for _, b := range bufs {
-				require.NoError(t, b.Free())
-			}
-		})
-	}
+		}
+		freeBoth(t, r, bufs)
+	})
 }
 
 func TestManyBlocks(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
-			// 10^5 blocks per rank, spread over every rank.
-			tr := traffic{seed: 9, density: 1, maxBlocks: 1, dims: []int{1, 2}, dtypes: mixedTypes}
-			per := 100000 / size
-			var descs []packing.Desc
-			for d := range size {
-				for k := range per {
-					dt := mixedTypes[k%4]
-					descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k*7919%per), DType: dt, Rows: 1 + k%2, Cols: 1 + k%3, Dest: d})
-				}
+	eachVariant(t, Options{PayloadChecksum: true}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		// 10^5 blocks per rank, spread over every rank.
+		tr := traffic{seed: 9, density: 1, maxBlocks: 1, dims: []int{1, 2}, dtypes: mixedTypes}
+		per := 100000 / size
+		var descs []packing.Desc
+		for d := range size {
+			for k := range per {
+				dt := mixedTypes[k%4]
+				descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k*7919%per), DType: dt, Rows: 1 + k%2, Cols: 1 + k%3, Dest: d})
 			}
-			p, err := packing.NewPlan(descs, packing.Options{})
-			require.NoError(t, err)
-			bufs, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			tr.fill(t, a.DefaultStream(), rank, bufs)
-			r, err := x.Exchange(bufs)
-			require.NoError(t, err)
-			s := a.DefaultStream()
-			for src := range size {
-				c := r.From(src)
-				require.NotNil(t, c)
-				require.Equal(t, per, c.Len())
-				got := readBlocks(t, s, c)
-				for _, v := range c.All() {
-					require.Equal(t, uint64(rank), v.Desc().ID>>40)
-					if string(got[v.Desc().ID]) != string(tr.content(src, v.Desc().ID, v.Desc().Bytes())) {
-						t.Fatalf("block %d from rank %d differs", v.Desc().ID, src)
-					}
-				}
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		s := a.DefaultStream()
+		for src, c := range fromEach(t, r, size) {
+			require.Equal(t, per, c.Len())
+			for _, v := range c.All() {
+				require.Equal(t, uint64(rank), v.Desc().ID>>40)
 			}
-			require.NoError(t, r.Free())
-			for _, b := range bufs {
-				require.NoError(t, b.Free())
-			}
-		})
-	}
+			requireContent(t, s, tr, src, c)
+		}
+		freeBoth(t, r, bufs)
+	})
 }
 
 func TestPersistentPattern(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
-			pat := x.NewPattern()
-			tr := traffic{seed: 31, density: 0.7, maxBlocks: 100, dims: []int{1, 3, 4}, dtypes: mixedTypes}
-			bufs := sendAll(t, a, tr, rank, size)
-			s := a.DefaultStream()
-			for it := range 5 {
-				tr.iter = uint64(it)
-				tr.fill(t, s, rank, bufs) // the same buffers, refilled: a sweep
-				r, err := pat.Exchange(bufs)
-				require.NoError(t, err, "iteration %d", it)
-				require.True(t, pat.Learned())
-				tr.verify(t, s, rank, size, r)
-				require.NoError(t, r.Free())
-			}
-			require.EqualValues(t, 1, x.Stats().CountExchanges, "a learned pattern skips the count exchange")
+	eachVariant(t, Options{PayloadChecksum: true}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		pat := x.NewPattern()
+		tr := traffic{seed: 31, density: 0.7, maxBlocks: 100, dims: []int{1, 3, 4}, dtypes: mixedTypes}
+		bufs := sendAll(t, a, tr, rank, size)
+		s := a.DefaultStream()
+		for it := range 5 {
+			tr.iter = uint64(it)
+			tr.fill(t, s, rank, bufs) // the same buffers, refilled: a sweep
+			r, err := pat.Exchange(bufs)
+			require.NoError(t, err, "iteration %d", it)
+			require.True(t, pat.Learned())
+			tr.verify(t, s, rank, size, r)
+			require.NoError(t, r.Free())
+		}
+		require.EqualValues(t, 1, x.Stats().CountExchanges, "a learned pattern skips the count exchange")
 
-			// Rank 0 departs from the pattern: one more block for rank 1.
-			grown := tr
-			descs := []packing.Desc{}
+		// Rank 0 departs from the pattern: one more block for rank 1.
+		grown := tr
+		descs := []packing.Desc{}
+		for d := range size {
+			descs = append(descs, tr.blocks(rank, d)...)
+		}
+		if rank == 0 {
+			descs = append(descs, packing.Desc{ID: 1<<60 | 1, DType: packing.Float64, Rows: 3, Cols: 3, Dest: 1})
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		other, err := AllocSend(a, p, s)
+		require.NoError(t, err)
+		grown.fill(t, s, rank, other)
+		r, err := pat.Exchange(other)
+		sentToOne := len(tr.blocks(0, 1)) > 0
+		switch {
+		case rank == 0:
+			require.ErrorIs(t, err, ErrPatternMismatch)
+			w := wireErrorOf(t, err)
+			require.Equal(t, 1, w.Peer)
+			require.True(t, w.Outgoing)
+			require.Contains(t, []string{"message_size", "dest"}, w.Field)
+		case rank == 1 && sentToOne:
+			require.ErrorIs(t, err, ErrPeerAborted, "rank 0 sent an abort notice in place of its message")
+			require.Equal(t, 0, wireErrorOf(t, err).Peer)
+		default:
+			// Every rank learns in the agreement that rank 0 failed.
+			require.Nil(t, r)
+			require.ErrorIs(t, err, ErrPeerAborted)
+			w := wireErrorOf(t, err)
+			require.Equal(t, 0, w.Peer)
+			require.Equal(t, "agreement", w.Field)
+		}
+		freeAll(t, other)
+
+		// Same sizes, other blocks: two ids of rank 0's message to rank 1
+		// swapped. Both sides see the manifest change.
+		if n := len(tr.blocks(0, 1)); n >= 2 {
+			descs = descs[:0]
 			for d := range size {
 				descs = append(descs, tr.blocks(rank, d)...)
 			}
 			if rank == 0 {
-				descs = append(descs, packing.Desc{ID: 1<<60 | 1, DType: packing.Float64, Rows: 3, Cols: 3, Dest: 1})
+				for i := range descs {
+					if descs[i].Dest == 1 {
+						descs[i].ID ^= 1 << 62
+					}
+				}
 			}
 			p, err := packing.NewPlan(descs, packing.Options{})
 			require.NoError(t, err)
 			other, err := AllocSend(a, p, s)
 			require.NoError(t, err)
-			grown.fill(t, s, rank, other)
 			r, err := pat.Exchange(other)
-			sentToOne := len(tr.blocks(0, 1)) > 0
-			switch {
-			case rank == 0:
+			switch rank {
+			case 0:
+				require.ErrorIs(t, err, ErrPatternMismatch)
+				require.Equal(t, "manifest", wireErrorOf(t, err).Field)
+			case 1:
 				require.ErrorIs(t, err, ErrPatternMismatch)
 				w := wireErrorOf(t, err)
-				require.Equal(t, 1, w.Peer)
-				require.True(t, w.Outgoing)
-				require.Contains(t, []string{"message_size", "dest"}, w.Field)
-			case rank == 1 && sentToOne:
-				require.ErrorIs(t, err, ErrPeerAborted, "rank 0 sent an abort notice in place of its message")
-				require.Equal(t, 0, wireErrorOf(t, err).Peer)
-			default:
-				// Every rank learns in the agreement that rank 0 failed.
-				require.Nil(t, r)
-				require.ErrorIs(t, err, ErrPeerAborted)
-				w := wireErrorOf(t, err)
 				require.Equal(t, 0, w.Peer)
-				require.Equal(t, "agreement", w.Field)
+				require.False(t, w.Outgoing)
+				require.Equal(t, "manifest", w.Field)
+			default:
+				require.Nil(t, r)
+				require.ErrorIs(t, err, ErrPeerAborted, "ranks 0 and 1 failed their part")
 			}
-			for _, b := range other {
-				require.NoError(t, b.Free())
-			}
+			freeAll(t, other)
+		}
 
-			// Same sizes, other blocks: two ids of rank 0's message to rank 1
-			// swapped. Both sides see the manifest change.
-			if n := len(tr.blocks(0, 1)); n >= 2 {
-				descs = descs[:0]
-				for d := range size {
-					descs = append(descs, tr.blocks(rank, d)...)
-				}
-				if rank == 0 {
-					for i := range descs {
-						if descs[i].Dest == 1 {
-							descs[i].ID ^= 1 << 62
-						}
-					}
-				}
-				p, err := packing.NewPlan(descs, packing.Options{})
-				require.NoError(t, err)
-				other, err := AllocSend(a, p, s)
-				require.NoError(t, err)
-				r, err := pat.Exchange(other)
-				switch rank {
-				case 0:
-					require.ErrorIs(t, err, ErrPatternMismatch)
-					require.Equal(t, "manifest", wireErrorOf(t, err).Field)
-				case 1:
-					require.ErrorIs(t, err, ErrPatternMismatch)
-					w := wireErrorOf(t, err)
-					require.Equal(t, 0, w.Peer)
-					require.False(t, w.Outgoing)
-					require.Equal(t, "manifest", w.Field)
-				default:
-					require.Nil(t, r)
-					require.ErrorIs(t, err, ErrPeerAborted, "ranks 0 and 1 failed their part")
-				}
-				for _, b := range other {
-					require.NoError(t, b.Free())
-				}
-			}
-
-			// Back on the pattern: it works again.
-			tr.iter = 99
-			tr.fill(t, s, rank, bufs)
-			r, err = pat.Exchange(bufs)
-			require.NoError(t, err)
-			tr.verify(t, s, rank, size, r)
-			require.NoError(t, r.Free())
-			require.EqualValues(t, 1, x.Stats().CountExchanges)
-		})
-	}
+		// Back on the pattern: it works again.
+		tr.iter = 99
+		r = exchangeVerified(t, pat.Exchange, s, tr, rank, size, bufs)
+		require.NoError(t, r.Free())
+		require.EqualValues(t, 1, x.Stats().CountExchanges)
+	})
 }
 
 // pairTraffic has rank 0 send to rank 1 only.
@@ -303,9 +274,7 @@ func TestSendBufferWithoutRoomRefused(t *testing.T) {
 	_, err := x.Exchange(bare)
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "msg.AllocSend")
-	for _, b := range bare {
-		require.NoError(t, b.Free())
-	}
+	freeAll(t, bare)
 	bufs := sendAll(t, a, tr, rank, size)
 	r, err := x.Exchange(bufs)
 	require.NoError(t, err, "the exchanger works after the refusal")
@@ -328,9 +297,7 @@ func pairSend(t *testing.T, a *devalloc.Allocator, tr traffic, rank int) []*pack
 	require.NoError(t, err)
 	tr.fill(t, a.DefaultStream(), rank, bufs)
 	t.Cleanup(func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	})
 	return bufs
 }
@@ -368,11 +335,13 @@ func TestCorruptedMessages(t *testing.T) {
 			a := v.open(t)
 			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true})
 			if rank == 0 {
-				x.hooks.mangle = func(dest int, whole []byte) {
-					if dest == 1 {
-						tc.mangle(whole)
+				x.fault(func(r *faultyRoute) {
+					r.mangle = func(dest int, whole []byte) {
+						if dest == 1 {
+							tc.mangle(whole)
+						}
 					}
-				}
+				})
 			}
 			bufs := pairSend(t, a, pairTraffic(3), rank)
 			before := a.Stats()
@@ -477,8 +446,8 @@ func TestHandWrittenPeer(t *testing.T) {
 			}
 			// Rank 0: the exchange by hand, on the exchanger's epoch.
 			x.mu.Lock()
-			x.epoch++
-			epoch := x.epoch
+			x.stats.Exchanges++
+			epoch := uint64(x.stats.Exchanges)
 			x.mu.Unlock()
 			m := good(epoch)
 			announced := int64(len(m))
@@ -538,12 +507,16 @@ func TestAbortBeforeCounts(t *testing.T) {
 	r, err := x.Exchange(send)
 	require.Nil(t, r)
 	if rank == 0 {
+		// Its own input failed: it hears of no other rank's failure, even
+		// though every other failed because of it.
 		require.ErrorIs(t, err, distbuf.ErrInvalid)
+		require.NotErrorIs(t, err, ErrPeerAborted, "%v", err)
 	} else {
 		require.ErrorIs(t, err, ErrPeerAborted, "rank 0 announced that it failed")
-		w := wireErrorOf(t, err)
-		require.Equal(t, 0, w.Peer)
-		require.Equal(t, "count", w.Field)
+		for _, w := range wireErrors(err) {
+			require.Equal(t, 0, w.Peer, "only rank 0 is named: %v", err)
+		}
+		require.Equal(t, "count", wireErrorOf(t, err).Field)
 	}
 	// Nothing is left in flight: the next exchange works everywhere.
 	r, err = x.Exchange(bufs)
@@ -598,60 +571,52 @@ func starveReceiver(t *testing.T, a *devalloc.Allocator, x *Exchanger, rank, row
 		require.ErrorIs(t, err, ErrPeerAborted)
 		require.Equal(t, 1, wireErrorOf(t, err).Peer)
 	}
-	for _, b := range bufs {
-		require.NoError(t, b.Free())
-	}
+	freeAll(t, bufs)
 }
 
 // TestLifetimes checks that a send buffer is a reader and a receive buffer
-// a writer until their requests complete. Rank 1 posts nothing until rank 0
-// has made its checks (it waits for a side message), so rank 0's requests
-// are certainly pending while it checks.
+// a writer until their requests complete. Rank 1 posts no receive until
+// rank 0 has made its checks (once it has matched rank 0's message, it
+// waits for a side message), so rank 0's send is certainly pending while
+// it checks, after its first wait.
 func TestLifetimes(t *testing.T) {
 	comm := world(t)
 	rank := comm.Rank()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a})
-			const sideTag = 77
-			tr := traffic{seed: 8, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
-			var descs []packing.Desc
-			if rank <= 1 {
-				// 4 MiB each way: far above any eager limit, so a send
-				// cannot complete before its receive is posted.
-				descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 1024, Cols: 512, Dest: 1 - rank}}
-			}
-			p, err := packing.NewPlan(descs, packing.Options{})
-			require.NoError(t, err)
-			bufs, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			tr.fill(t, a.DefaultStream(), rank, bufs)
-			other, err := a.NewStream()
-			require.NoError(t, err)
-			defer func() { require.NoError(t, other.Close()) }()
-			var sendWriteRan, recvReadRan chan struct{}
-			freedEarly := false
-			switch rank {
-			case 1:
-				x.hooks.beforePost = func(*exchange) {
-					side := cluster.PinBytes(make([]byte, 1))
-					req, err := comm.Irecv(side, 0, sideTag)
-					require.NoError(t, err)
-					require.NoError(t, req.Attach(side))
-					_, err = req.Wait()
-					require.NoError(t, err)
+	eachVariant(t, Options{}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		const sideTag = 77
+		tr := traffic{seed: 8, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
+		var descs []packing.Desc
+		if rank <= 1 {
+			// 4 MiB each way: far above any eager limit, so a send
+			// cannot complete before its receive is posted.
+			descs = []packing.Desc{{ID: 1, DType: packing.Float64, Rows: 1024, Cols: 512, Dest: 1 - rank}}
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		other, err := a.NewStream()
+		require.NoError(t, err)
+		defer func() { require.NoError(t, other.Close()) }()
+		var sendWriteRan, recvReadRan chan struct{}
+		freedEarly := false
+		peer := x.routes[1-min(rank, 1)] // the route of the pair's messages
+		switch rank {
+		case 1:
+			x.fault(func(r *faultyRoute) {
+				if r.route != peer {
+					return
 				}
-			case 0:
-				x.hooks.afterPost = func(e *exchange) {
-					defer func() {
-						side := cluster.PinBytes(make([]byte, 1))
-						req, err := comm.Isend(side, 1, sideTag)
-						require.NoError(t, err)
-						require.NoError(t, req.Attach(side))
-						_, err = req.Wait()
-						require.NoError(t, err)
-					}()
+				r.beforeRecv = func() { sideMessage(t, comm.Irecv, 0, sideTag) }
+			})
+		case 0:
+			x.fault(func(r *faultyRoute) {
+				if r.route != peer {
+					return
+				}
+				r.onWaited = func(e *exchange) {
+					defer sideMessage(t, comm.Isend, 1, sideTag)
 					sendBuf := bufs[0].Buffer()
 					if sendBuf.Location() == devalloc.OnDevice && !v.aware {
 						return // staged: MPI holds pinned chunks, not the buffer
@@ -685,27 +650,27 @@ func TestLifetimes(t *testing.T) {
 					require.Equal(t, pending+1, a.Stats().PendingFrees, "the free waits for the MPI request")
 					freedEarly = true
 				}
+			})
+		}
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		if rank <= 1 {
+			require.Equal(t, []int{1 - rank}, r.Sources())
+		}
+		require.NoError(t, r.Free())
+		require.NoError(t, other.Synchronize())
+		if sendWriteRan != nil {
+			<-sendWriteRan
+			<-recvReadRan
+		}
+		require.NoError(t, a.Sync())
+		require.Zero(t, a.Stats().PendingFrees, "released once the requests completed")
+		for _, b := range bufs {
+			if !freedEarly {
+				require.NoError(t, b.Free())
 			}
-			r, err := x.Exchange(bufs)
-			require.NoError(t, err)
-			if rank <= 1 {
-				require.Equal(t, []int{1 - rank}, r.Sources())
-			}
-			require.NoError(t, r.Free())
-			require.NoError(t, other.Synchronize())
-			if sendWriteRan != nil {
-				<-sendWriteRan
-				<-recvReadRan
-			}
-			require.NoError(t, a.Sync())
-			require.Zero(t, a.Stats().PendingFrees, "released once the requests completed")
-			for _, b := range bufs {
-				if !freedEarly {
-					require.NoError(t, b.Free())
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestChunkedMessages cuts every message into many MPI messages, with a
@@ -713,68 +678,56 @@ func TestLifetimes(t *testing.T) {
 func TestChunkedMessages(t *testing.T) {
 	comm := world(t)
 	rank, size := comm.Rank(), comm.Size()
-	for _, v := range variants(t) {
-		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, Window: 2, ChunkBytes: MinChunkBytes, SelfViaMPI: true})
-			// 2500 blocks to each peer: a 80 KiB manifest, about 1 MiB of payload.
-			tr := traffic{seed: 61, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
-			var descs []packing.Desc
-			for d := range size {
-				for k := range 2500 {
-					descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k), DType: mixedTypes[k%4], Rows: 4 + k%5, Cols: 3, Dest: d})
-				}
+	eachVariant(t, Options{PayloadChecksum: true, Window: 2, ChunkBytes: MinChunkBytes, SelfViaMPI: true}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		// 2500 blocks to each peer: a 80 KiB manifest, about 1 MiB of payload.
+		tr := traffic{seed: 61, density: 1, maxBlocks: 1, dims: []int{1}, dtypes: mixedTypes}
+		var descs []packing.Desc
+		for d := range size {
+			for k := range 2500 {
+				descs = append(descs, packing.Desc{ID: uint64(d)<<40 | uint64(k), DType: mixedTypes[k%4], Rows: 4 + k%5, Cols: 3, Dest: d})
 			}
-			p, err := packing.NewPlan(descs, packing.Options{})
-			require.NoError(t, err)
-			bufs, err := AllocSend(a, p, a.DefaultStream())
-			require.NoError(t, err)
-			tr.fill(t, a.DefaultStream(), rank, bufs)
-			require.Greater(t, wire.PayloadOffset(2500), uint64(MinChunkBytes), "the manifest spans chunks")
-			r, err := x.Exchange(bufs)
-			require.NoError(t, err)
-			s := a.DefaultStream()
-			for src := range size {
-				c := r.From(src)
-				require.NotNil(t, c)
-				require.Equal(t, 2500, c.Len())
-				got := readBlocks(t, s, c)
-				for _, v := range c.All() {
-					if string(got[v.Desc().ID]) != string(tr.content(src, v.Desc().ID, v.Desc().Bytes())) {
-						t.Fatalf("block %d from rank %d differs", v.Desc().ID, src)
-					}
-				}
+		}
+		p, err := packing.NewPlan(descs, packing.Options{})
+		require.NoError(t, err)
+		bufs, err := AllocSend(a, p, a.DefaultStream())
+		require.NoError(t, err)
+		tr.fill(t, a.DefaultStream(), rank, bufs)
+		require.Greater(t, wire.PayloadOffset(2500), uint64(MinChunkBytes), "the manifest spans chunks")
+		r, err := x.Exchange(bufs)
+		require.NoError(t, err)
+		s := a.DefaultStream()
+		for src, c := range fromEach(t, r, size) {
+			require.Equal(t, 2500, c.Len())
+			requireContent(t, s, tr, src, c)
+		}
+		st := x.Stats()
+		require.EqualValues(t, size, st.Messages)
+		var chunks, windowed, read int64
+		for _, b := range bufs {
+			whole := int64(wire.PayloadOffset(b.Len())) + b.Size()
+			routes, _ := x.Routes()
+			if routes[b.Dest()] == RouteWindow {
+				windowed++
+				chunks++ // one notice, whatever the size
+				continue
 			}
-			st := x.Stats()
-			require.EqualValues(t, size, st.Messages)
-			var chunks, windowed, read int64
-			for _, b := range bufs {
-				whole := int64(wire.PayloadOffset(b.Len())) + b.Size()
-				if x.ipcPeer(b.Dest()) {
-					windowed++
-					chunks++ // one notice, whatever the size
-					continue
-				}
-				if x.readPeer(b.Dest()) {
-					read++
-					chunks++ // one read notice, whatever the size
-					continue
-				}
-				chunks += (whole + MinChunkBytes - 1) / MinChunkBytes
+			if routes[b.Dest()] == RouteRead {
+				read++
+				chunks++ // one read notice, whatever the size
+				continue
 			}
-			require.EqualValues(t, windowed, st.IPCMessages)
-			require.EqualValues(t, read, st.HostReads, "every node-local peer's message read")
-			if windowed == 0 && read == 0 {
-				require.Greater(t, chunks, 5*st.Messages)
-			}
-			require.Equal(t, chunks, st.MPISends, "each message travels as ceil(size/chunk) MPI messages, or as one notice through a window or for a read")
-			require.LessOrEqual(t, st.MaxInFlight, 2)
-			require.NoError(t, r.Free())
-			for _, b := range bufs {
-				require.NoError(t, b.Free())
-			}
-		})
-	}
+			chunks += (whole + MinChunkBytes - 1) / MinChunkBytes
+		}
+		require.EqualValues(t, windowed, st.Routes[RouteWindow].Messages)
+		require.EqualValues(t, read, st.Routes[RouteRead].Messages, "every node-local peer's message read")
+		require.EqualValues(t, int64(size)-windowed-read, st.Routes[RouteMPI].Messages+st.Routes[RouteStaged].Messages)
+		if windowed == 0 && read == 0 {
+			require.Greater(t, chunks, 5*st.Messages)
+		}
+		require.Equal(t, chunks, st.MPISends, "each message travels as ceil(size/chunk) MPI messages, or as one notice through a window or for a read")
+		require.LessOrEqual(t, st.MaxInFlight, 2)
+		freeBoth(t, r, bufs)
+	})
 }
 
 // TestConcurrentExchangers runs two exchangers made on one communicator,
@@ -964,4 +917,39 @@ func TestJoinedSendBuffers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLibraryHeldBuffers: what an exchanger keeps from one exchange to the
+// next (window notices, windows, staging slots) is its own, not among the
+// caller's buffers: a phase that frees all it allocated reads LiveBuffers
+// 0 on every route, while the exchanger lives on.
+func TestLibraryHeldBuffers(t *testing.T) {
+	comm := world(t)
+	rank, size := comm.Rank(), comm.Size()
+	eachVariant(t, Options{ChunkBytes: MinChunkBytes}, func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger) {
+		require.Zero(t, a.Stats().LiveBuffers, "New keeps nothing of the caller's")
+		for it := range uint64(2) {
+			tr := traffic{seed: 12, iter: it, density: 1, maxBlocks: 60, dims: []int{32}, dtypes: mixedTypes}
+			bufs, err := AllocSend(a, tr.plan(t, rank, size), a.DefaultStream())
+			require.NoError(t, err)
+			tr.fill(t, a.DefaultStream(), rank, bufs)
+			r, err := x.Exchange(bufs)
+			require.NoError(t, err)
+			tr.verify(t, a.DefaultStream(), rank, size, r)
+			freeBoth(t, r, bufs)
+			require.NoError(t, a.Sync())
+			require.Zero(t, a.Stats().LiveBuffers, "round %d: everything the phase allocated is freed", it)
+		}
+	})
+}
+
+// sideMessage sends (post: Isend) or receives (Irecv) one byte to or from
+// peer on tag, outside any exchange, and waits for it.
+func sideMessage(t *testing.T, post func(cluster.Memory, int, int) (*cluster.Request, error), peer, tag int) {
+	side := cluster.PinBytes(make([]byte, 1))
+	req, err := post(side, peer, tag)
+	require.NoError(t, err)
+	require.NoError(t, req.Attach(side))
+	_, err = req.Wait()
+	require.NoError(t, err)
 }

@@ -3,6 +3,7 @@ package msg
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -38,10 +39,7 @@ func TestSelfExchange(t *testing.T) {
 					name += "/joined"
 				}
 				t.Run(name, func(t *testing.T) {
-					a := v.open(t)
-					comm := world(t)
-					rank, size := comm.Rank(), comm.Size()
-					x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+					a, x, rank, size := v.exchanger(t, Options{PayloadChecksum: true, SelfViaMPI: viaMPI})
 					s := a.DefaultStream()
 					tr := selfTraffic(7)
 					bufs, free := selfSend(t, a, tr.plan(t, rank, size), joined)
@@ -59,10 +57,13 @@ func TestSelfExchange(t *testing.T) {
 					}
 					if viaMPI {
 						require.EqualValues(t, 1, st.Messages, "one MPI message to self")
-						require.Zero(t, st.SelfCopies)
+						require.EqualValues(t, 1, st.MPISends)
+						require.Zero(t, st.Routes[RouteSelf].Messages)
 					} else {
-						require.EqualValues(t, 1, st.SelfCopies)
-						require.Zero(t, st.Messages, "no MPI for a message to self")
+						require.EqualValues(t, 1, st.Routes[RouteSelf].Messages)
+						require.Positive(t, st.Routes[RouteSelf].Bytes)
+						require.Zero(t, st.Messages, "the totals count what went to peers")
+						require.Zero(t, st.MPISends, "no MPI for a message to self")
 					}
 				})
 			}
@@ -80,9 +81,7 @@ func selfSend(t *testing.T, a *devalloc.Allocator, p *packing.Plan, joined bool)
 		bufs, err := AllocSend(a, p, s)
 		require.NoError(t, err)
 		return bufs, func() {
-			for _, b := range bufs {
-				require.NoError(t, b.Free())
-			}
+			freeAll(t, bufs)
 		}
 	}
 	j, err := JoinSend(p)
@@ -98,10 +97,7 @@ func TestSelfPattern(t *testing.T) {
 	for _, v := range variants(t) {
 		for _, viaMPI := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/self-mpi=%v", v.name, viaMPI), func(t *testing.T) {
-				a := v.open(t)
-				comm := world(t)
-				rank, size := comm.Rank(), comm.Size()
-				x := newExchanger(t, Options{Comm: comm, Alloc: a, PayloadChecksum: true, SelfViaMPI: viaMPI})
+				a, x, rank, size := v.exchanger(t, Options{PayloadChecksum: true, SelfViaMPI: viaMPI})
 				s := a.DefaultStream()
 				tr := selfTraffic(11)
 				bufs, free := selfSend(t, a, tr.plan(t, rank, size), false)
@@ -109,10 +105,7 @@ func TestSelfPattern(t *testing.T) {
 				pat := x.NewPattern()
 				for it := range 3 {
 					tr.iter = uint64(it)
-					tr.fill(t, s, rank, bufs)
-					r, err := pat.Exchange(bufs)
-					require.NoError(t, err)
-					tr.verify(t, s, rank, size, r)
+					r := exchangeVerified(t, pat.Exchange, s, tr, rank, size, bufs)
 					if it > 0 {
 						require.Same(t, pat.recv[rank].plan, r.From(rank).Plan(), "a learned pattern reuses the receive layout")
 					}
@@ -170,9 +163,20 @@ func TestExchangeBadInput(t *testing.T) {
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	_, err = New(Options{Comm: comm, Alloc: a, Window: -1})
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
-	t.Setenv(EnvChunk, "lots")
-	_, err = New(Options{Comm: comm, Alloc: a})
-	require.ErrorIs(t, err, distbuf.ErrBadConfig)
+	// Every setting read from the environment that is refused names its
+	// variable and value.
+	for _, env := range []struct{ name, value string }{
+		{EnvChunk, "lots"}, {EnvChunk, "1KiB"}, {EnvChunk, "-5"},
+		{EnvWindow, "0"}, {EnvWindow, "many"},
+		{EnvTransport, "pigeon"},
+		{EnvTimeout, "soon"},
+	} {
+		t.Setenv(env.name, env.value)
+		_, err = New(Options{Comm: comm, Alloc: a})
+		require.ErrorIs(t, err, distbuf.ErrBadConfig, "%s=%s", env.name, env.value)
+		require.ErrorContains(t, err, fmt.Sprintf("%s=%q", env.name, env.value))
+		os.Unsetenv(env.name)
+	}
 	t.Setenv(EnvChunk, "off")
 	x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true})
 	require.Zero(t, x.ChunkBytes())
@@ -217,23 +221,14 @@ func TestExchangeBadInput(t *testing.T) {
 func TestLayoutReuse(t *testing.T) {
 	for _, viaMPI := range []bool{false, true} {
 		t.Run(fmt.Sprintf("self-mpi=%v", viaMPI), func(t *testing.T) {
-			a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-			comm := world(t)
-			rank, size := comm.Rank(), comm.Size()
-			x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: viaMPI})
+			a, x, rank, size := onHost(t, Options{SelfViaMPI: viaMPI})
 			s := a.DefaultStream()
 			exchange := func(tr traffic) *packing.Plan {
 				bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
 				require.NoError(t, err)
-				tr.fill(t, s, rank, bufs)
-				r, err := x.Exchange(bufs)
-				require.NoError(t, err)
-				tr.verify(t, s, rank, size, r)
+				r := exchangeVerified(t, x.Exchange, s, tr, rank, size, bufs)
 				p := r.From(rank).Plan()
-				require.NoError(t, r.Free())
-				for _, b := range bufs {
-					require.NoError(t, b.Free())
-				}
+				freeBoth(t, r, bufs)
 				return p
 			}
 			a1 := exchange(selfTraffic(21))
@@ -251,10 +246,7 @@ func TestLayoutReuse(t *testing.T) {
 // Exchange is refused by name, instead of going to rank 0, and that the
 // exchanger and the buffers stay usable.
 func TestForwardReceivedRefused(t *testing.T) {
-	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	a, x, rank, size := onHost(t, Options{})
 	s := a.DefaultStream()
 	tr := selfTraffic(41)
 	bufs := sendAll(t, a, tr, rank, size)
@@ -282,10 +274,7 @@ func TestForwardReceivedRefused(t *testing.T) {
 // order, at the sender's offsets, with no destination; and that its layout
 // is made once per layout (ManifestsBuilt), not once per exchange.
 func TestSelfLayout(t *testing.T) {
-	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	a, x, rank, size := onHost(t, Options{})
 	s := a.DefaultStream()
 	tr := selfTraffic(31)
 	bufs := sendAll(t, a, tr, rank, size)
@@ -304,10 +293,7 @@ func TestSelfLayout(t *testing.T) {
 	before := x.Stats().ManifestsBuilt
 	for it := range 3 {
 		tr.iter = uint64(it)
-		tr.fill(t, s, rank, bufs)
-		r, err := x.Exchange(bufs)
-		require.NoError(t, err)
-		tr.verify(t, s, rank, size, r)
+		r := exchangeVerified(t, x.Exchange, s, tr, rank, size, bufs)
 		got := r.From(rank)
 		entries, gotBytes, err := got.Plan().Manifest(got.Group())
 		require.NoError(t, err)
@@ -327,10 +313,7 @@ func TestSelfLayout(t *testing.T) {
 // of the same size are a mismatch naming this rank; the pattern then still
 // works.
 func TestSelfPatternLayout(t *testing.T) {
-	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	x := newExchanger(t, Options{Comm: comm, Alloc: a})
+	a, x, rank, size := onHost(t, Options{})
 	tr := selfTraffic(35)
 	bufs := sendAll(t, a, tr, rank, size)
 	pat := x.NewPattern()
@@ -385,10 +368,7 @@ func TestSelfCopyStream(t *testing.T) {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			comm := world(t)
-			rank, size := comm.Rank(), comm.Size()
-			x := newExchanger(t, Options{Comm: comm, Alloc: a})
+			a, x, rank, size := v.exchanger(t, Options{})
 			s := a.DefaultStream()
 			tr := selfTraffic(33)
 			bufs := sendAll(t, a, tr, rank, size)
@@ -410,19 +390,14 @@ func TestSelfCopyStream(t *testing.T) {
 // changed in the prefix meanwhile make the message fail its checksum
 // instead of passing for a valid manifest.
 func TestHeaderOnlyRewrite(t *testing.T) {
-	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
-	comm := world(t)
-	rank, size := comm.Rank(), comm.Size()
-	x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true, PayloadChecksum: true})
+	a, x, rank, size := onHost(t, Options{SelfViaMPI: true, PayloadChecksum: true})
 	s := a.DefaultStream()
 	tr := selfTraffic(41)
 	tr.maxBlocks = 1 // one block: 96 bytes of manifest, 160 of padding, on every rank alike
 	bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
 	require.NoError(t, err)
 	defer func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	}()
 	prefix := func() []byte {
 		require.NoError(t, a.Sync())
@@ -518,14 +493,14 @@ func TestTimeoutSetting(t *testing.T) {
 	}
 	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
 	comm := world(t)
-	require.Equal(t, DefaultTimeout, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
-	require.Equal(t, 3*time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: 3 * time.Second}).timeout)
-	require.Zero(t, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: -1}).timeout, "no limit")
+	require.Equal(t, DefaultTimeout, newExchanger(t, Options{Comm: comm, Alloc: a}).lim.timeout)
+	require.Equal(t, 3*time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: 3 * time.Second}).lim.timeout)
+	require.Zero(t, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: -1}).lim.timeout, "no limit")
 	t.Setenv(EnvTimeout, "off")
-	require.Zero(t, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
+	require.Zero(t, newExchanger(t, Options{Comm: comm, Alloc: a}).lim.timeout)
 	t.Setenv(EnvTimeout, "7s")
-	require.Equal(t, 7*time.Second, newExchanger(t, Options{Comm: comm, Alloc: a}).timeout)
-	require.Equal(t, time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: time.Second}).timeout, "the option wins over the environment")
+	require.Equal(t, 7*time.Second, newExchanger(t, Options{Comm: comm, Alloc: a}).lim.timeout)
+	require.Equal(t, time.Second, newExchanger(t, Options{Comm: comm, Alloc: a, Timeout: time.Second}).lim.timeout, "the option wins over the environment")
 	t.Setenv(EnvTimeout, "whenever")
 	_, err := New(Options{Comm: comm, Alloc: a})
 	require.ErrorIs(t, err, distbuf.ErrBadConfig)
@@ -553,5 +528,57 @@ func TestJoinSend(t *testing.T) {
 		start := j.Classes()[ci].Offset - p.Classes()[ci].Offset
 		require.Equal(t, end+pre, start, "group %d begins after its manifest's room", g)
 		end = start + grp.Bytes
+	}
+}
+
+// TestStagedRing: a device message of many chunks, sent to itself through
+// MPI without a CUDA-aware MPI, goes through the staged route's ring:
+// every byte arrives, through a few slots of one chunk each reused chunk
+// after chunk (each direction's ring holds at most stageDepth slots more
+// than one message's chunks need at once), also with one request in flight
+// at a time, and the slots are the exchanger's, not the allocator's.
+func TestStagedRing(t *testing.T) {
+	v := variant{name: "cuda-staged", kind: devalloc.BackendCUDA, transport: "staged"}
+	if fakeCUDA.path == "" && fakeCUDA.why != "" {
+		t.Skipf("no CUDA variant: %s", fakeCUDA.why)
+	}
+	for _, window := range []int{1, DefaultWindow} {
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) {
+			a := v.open(t)
+			comm := world(t)
+			rank := comm.Rank()
+			x := newExchanger(t, Options{Comm: comm, Alloc: a, SelfViaMPI: true, ChunkBytes: MinChunkBytes, Window: window})
+			mpi := x.routes[rank].(*mpiRoute)
+			require.NotNil(t, mpi.stage, "staged, with rings for chunks of %d bytes", MinChunkBytes)
+			// 24 blocks of 64 KiB: 25 chunks with the manifest.
+			tr := traffic{seed: 3, density: 1, maxBlocks: 1, selfOnly: true, dims: []int{64}, dtypes: []packing.DType{packing.Complex128}}
+			var descs []packing.Desc
+			for k := range 24 {
+				descs = append(descs, packing.Desc{ID: uint64(k), DType: packing.Complex128, Rows: 64, Cols: 64, Dest: rank})
+			}
+			p, err := packing.NewPlan(descs, packing.Options{})
+			require.NoError(t, err)
+			s := a.DefaultStream()
+			bufs, err := AllocSend(a, p, s)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, bufs[0].Free()) }()
+			tr.fill(t, s, rank, bufs)
+			live := a.Stats().LiveBuffers
+			for round := range 3 {
+				r, err := x.Exchange(bufs)
+				require.NoError(t, err, "round %d", round)
+				got := readBlocks(t, s, r.From(rank))
+				for k := range 24 {
+					require.Equal(t, string(tr.content(rank, uint64(k), 64*64*16)), string(got[uint64(k)]), "block %d, round %d", k, round)
+				}
+				require.NoError(t, r.Free())
+				require.Equal(t, live, a.Stats().LiveBuffers, "the slots are not the allocator's")
+			}
+			chunks := chunkCount(int64(wire.PayloadOffset(24))+24*64*64*16, MinChunkBytes)
+			require.Greater(t, chunks, stageDepth)
+			require.LessOrEqual(t, len(mpi.stage.out.all), stageDepth, "the message's chunks go through at most stageDepth slots")
+			require.Less(t, len(mpi.stage.in.all), chunks, "the received chunks reuse their slots")
+			require.Positive(t, x.Stats().BytesStaged)
+		})
 	}
 }

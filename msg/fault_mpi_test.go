@@ -56,7 +56,7 @@ type faultCase struct {
 	// readsOnly: the case rewrites a read notice, and runs only where the
 	// victim reads the faulty rank's messages.
 	readsOnly bool
-	inject    func(x *Exchanger)                               // on rank 0
+	inject    func(x *Exchanger, f *faultyRoute)               // on rank 0
 	prepare   func(t *testing.T, a *devalloc.Allocator) func() // on rank 1, before the exchange; returns its undo
 	send      func(bufs []*packing.Coalesced) []*packing.Coalesced
 	faulty    expect
@@ -76,24 +76,24 @@ var (
 )
 
 // onPiecesTo rewrites the MPI messages of rank 0's message to rank 1.
-func onPiecesTo(f func(pieces [][]byte) [][]byte) func(x *Exchanger) {
-	return func(x *Exchanger) {
-		x.hooks.pieces = func(dest int, whole []byte) [][]byte {
+func onPiecesTo(f func(pieces [][]byte) [][]byte) func(x *Exchanger, r *faultyRoute) {
+	return func(x *Exchanger, r *faultyRoute) {
+		r.replace = func(dest int, whole []byte) [][]byte {
 			if dest != victim {
 				return nil
 			}
 			var pieces [][]byte
-			for off := int64(0); off < int64(len(whole)); off += x.chunk {
-				pieces = append(pieces, whole[off:min(off+x.chunk, int64(len(whole)))])
+			for off := int64(0); off < int64(len(whole)); off += x.lim.chunk {
+				pieces = append(pieces, whole[off:min(off+x.lim.chunk, int64(len(whole)))])
 			}
 			return f(pieces)
 		}
 	}
 }
 
-func announceTo(n int64) func(x *Exchanger) {
-	return func(x *Exchanger) {
-		x.hooks.announce = func(sizes []int64) { sizes[victim] = n }
+func announceTo(n int64) func(x *Exchanger, r *faultyRoute) {
+	return func(x *Exchanger, r *faultyRoute) {
+		x.coll = faultyCounts{collectives: x.coll, announce: func(sizes []int64) { sizes[victim] = n }}
 	}
 }
 
@@ -113,16 +113,16 @@ func faultCases() []faultCase {
 			p[len(p)-1] = last[:len(last)-min(100, len(last)-1)]
 			return p
 		}), victim: expect{sentinel: ErrSizeMismatch, peer: faulty, field: "message_size"}, faulty: victimFailed, other: victimFailed},
-		{name: "stray-after-message", inject: func(x *Exchanger) {
-			x.hooks.extra = func(dest int) [][]byte {
+		{name: "stray-after-message", inject: func(x *Exchanger, r *faultyRoute) {
+			r.extra = func(dest int) [][]byte {
 				if dest == victim {
 					return [][]byte{make([]byte, 100<<10)}
 				}
 				return nil
 			}
 		}, victim: expect{sentinel: ErrUnexpectedPeer, peer: faulty, field: "count"}, faulty: victimMayFail, other: victimMayFail},
-		{name: "stray-unannounced", dropped: true, inject: func(x *Exchanger) {
-			x.hooks.extra = func(dest int) [][]byte {
+		{name: "stray-unannounced", dropped: true, inject: func(x *Exchanger, r *faultyRoute) {
+			r.extra = func(dest int) [][]byte {
 				if dest == victim {
 					return [][]byte{make([]byte, 100<<10), make([]byte, 300)}
 				}
@@ -138,16 +138,16 @@ func faultCases() []faultCase {
 		{name: "count=2^40", hostOnly: true, opts: short, inject: announceTo(1 << 40), victim: expect{sentinel: ErrTooLarge, peer: faulty, field: "count"}, faulty: victimFailed, other: victimFailed},
 		{name: "count=2^50", hostOnly: true, opts: short, inject: announceTo(1 << 50), victim: expect{sentinel: ErrTimeout, peer: faulty, field: "pieces"}, faulty: victimFailed, other: victimFailed,
 			victimReads: &expect{sentinel: ErrTooLarge, peer: faulty, field: "count"}}, // the notice comes, and is drained
-		{name: "bad-manifest", inject: func(x *Exchanger) {
-			x.hooks.mangle = func(dest int, whole []byte) {
+		{name: "bad-manifest", inject: func(x *Exchanger, r *faultyRoute) {
+			r.mangle = func(dest int, whole []byte) {
 				if dest == victim {
 					binary.LittleEndian.PutUint64(whole[wire.HeaderSize+8:], binary.LittleEndian.Uint64(whole[48:]))
 					reseal(whole)
 				}
 			}
 		}, victim: expect{sentinel: ErrMalformed, peer: faulty, field: "entry[0].offset"}, faulty: victimFailed, other: victimFailed},
-		{name: "bad-checksum", opts: Options{PayloadChecksum: true}, inject: func(x *Exchanger) {
-			x.hooks.mangle = func(dest int, whole []byte) {
+		{name: "bad-checksum", opts: Options{PayloadChecksum: true}, inject: func(x *Exchanger, r *faultyRoute) {
+			r.mangle = func(dest int, whole []byte) {
 				if dest == victim {
 					whole[len(whole)-5] ^= 0x20
 				}
@@ -162,14 +162,14 @@ func faultCases() []faultCase {
 		{name: "missing-piece", opts: short, inject: onPiecesTo(func(p [][]byte) [][]byte {
 			return p[:len(p)-1]
 		}), victim: expect{sentinel: ErrTimeout, peer: faulty, field: "pieces"}, faulty: victimFailed, other: victimFailed},
-		{name: "abort-notice", inject: func(x *Exchanger) {
-			x.hooks.pieces = func(dest int, whole []byte) [][]byte {
+		{name: "abort-notice", inject: func(x *Exchanger, r *faultyRoute) {
+			r.replace = func(dest int, whole []byte) [][]byte {
 				if dest != victim {
 					return nil
 				}
-				pieces := make([][]byte, chunkCount(int64(len(whole)), x.chunk))
+				pieces := make([][]byte, chunkCount(int64(len(whole)), x.lim.chunk))
 				pieces[0] = make([]byte, wire.AbortSize)
-				_ = wire.EncodeAbort(pieces[0], wire.Header{Source: faulty, Dest: victim, Tag: int32(x.Tag()), Epoch: x.epoch})
+				_ = wire.EncodeAbort(pieces[0], wire.Header{Source: faulty, Dest: victim, Tag: int32(x.Tag()), Epoch: uint64(x.stats.Exchanges)})
 				return pieces
 			}
 		}, victim: expect{sentinel: ErrPeerAborted, peer: faulty, field: "flags"}, faulty: victimFailed, other: victimFailed},
@@ -245,6 +245,10 @@ func (want expect) check(t *testing.T, role string, r *Received, err error) {
 	require.Nil(t, r, "a failed exchange returns no buffers")
 	require.Error(t, err, role)
 	require.ErrorIs(t, err, want.sentinel, role)
+	if want.sentinel != ErrPeerAborted {
+		// Its own part failed: its error says so, and names no other.
+		require.NotErrorIs(t, err, ErrPeerAborted, "%s: an error of its own: %v", role, err)
+	}
 	if want.field == "" {
 		return
 	}
@@ -297,15 +301,18 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	x := newExchanger(t, opts)
 	var mu sync.Mutex
 	var hits []string
-	x.hooks.canary = 4096
-	x.hooks.canaryHit = func(what string) {
-		mu.Lock()
-		defer mu.Unlock()
-		hits = append(hits, what)
-	}
-	if rank == faulty && fc.inject != nil {
-		fc.inject(x)
-	}
+	real := x.coll
+	x.fault(func(r *faultyRoute) {
+		r.canary = 4096
+		r.canaryHit = func(what string) {
+			mu.Lock()
+			defer mu.Unlock()
+			hits = append(hits, what)
+		}
+		if rank == faulty && fc.inject != nil {
+			fc.inject(x, r)
+		}
+	})
 	undo := func() {}
 	if rank == victim && fc.prepare != nil {
 		undo = fc.prepare(t, a)
@@ -316,9 +323,7 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	bufs, err := AllocSend(sa, faultPlan(t, rank, size, fc.dropped), s)
 	require.NoError(t, err)
 	defer func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	}()
 	tr.fill(t, s, rank, bufs)
 	send := bufs
@@ -332,7 +337,7 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 		fc.faulty.check(t, "the faulty rank", r, err)
 	case victim:
 		want := fc.victim
-		if fc.victimReads != nil && x.readPeer(faulty) {
+		if routes, _ := x.Routes(); fc.victimReads != nil && routes[faulty] == RouteRead {
 			want = *fc.victimReads
 		}
 		want.check(t, "the victim", r, err)
@@ -343,14 +348,17 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	undo()
 
 	// The next exchange works everywhere, on the same exchanger.
-	x.hooks.announce, x.hooks.pieces, x.hooks.extra, x.hooks.mangle = nil, nil, nil, nil
+	x.coll = real
+	for _, r := range x.steps {
+		if f, ok := r.(*faultyRoute); ok {
+			f.replace, f.extra, f.mangle = nil, nil, nil
+		}
+	}
 	tr = faultTraffic(2)
 	clean, err := AllocSend(sa, faultPlan(t, rank, size, false), s)
 	require.NoError(t, err)
 	defer func() {
-		for _, b := range clean {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, clean)
 	}()
 	tr.fill(t, s, rank, clean)
 	r, err = x.Exchange(clean)
@@ -358,12 +366,7 @@ func runFault(t *testing.T, v variant, fc faultCase, rank, size int) {
 	for src := range size {
 		c := r.From(src)
 		require.NotNil(t, c, "from rank %d", src)
-		got := readBlocks(t, a.DefaultStream(), c)
-		for _, b := range c.All() {
-			if string(got[b.Desc().ID]) != string(tr.content(src, b.Desc().ID, b.Desc().Bytes())) {
-				t.Fatalf("block %d from rank %d differs after the fault", b.Desc().ID, src)
-			}
-		}
+		requireContent(t, a.DefaultStream(), tr, src, c)
 	}
 	require.NoError(t, r.Free())
 	require.NoError(t, a.Sync())

@@ -327,9 +327,7 @@ func sendAll(t *testing.T, a *devalloc.Allocator, tr traffic, rank, size int) []
 	require.NoError(t, err)
 	tr.fill(t, s, rank, bufs)
 	t.Cleanup(func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	})
 	return bufs
 }
@@ -343,6 +341,84 @@ func allocBare(t *testing.T, a *devalloc.Allocator, p *packing.Plan, s *devalloc
 		c, err := packing.Alloc(a, p, s, packing.AllocOptions{Group: g})
 		require.NoError(t, err)
 		out = append(out, c)
+	}
+	return out
+}
+
+// freeAll frees buffers the test owns.
+func freeAll(t testing.TB, bufs []*packing.Coalesced) {
+	t.Helper()
+	for _, b := range bufs {
+		require.NoError(t, b.Free())
+	}
+}
+
+// freeBoth frees what an exchange received and the buffers it sent.
+func freeBoth(t testing.TB, r *Received, bufs []*packing.Coalesced) {
+	t.Helper()
+	require.NoError(t, r.Free())
+	freeAll(t, bufs)
+}
+
+// requireContent checks that every block of c, received from src, holds
+// what tr says src sent in it.
+func requireContent(t testing.TB, s *devalloc.Stream, tr traffic, src int, c *packing.Coalesced) {
+	t.Helper()
+	got := readBlocks(t, s, c)
+	for _, v := range c.All() {
+		if string(got[v.Desc().ID]) != string(tr.content(src, v.Desc().ID, v.Desc().Bytes())) {
+			t.Fatalf("block %d from rank %d differs", v.Desc().ID, src)
+		}
+	}
+}
+
+// eachVariant runs f as a subtest for every variant, on its allocator and
+// an exchanger made with o.
+func eachVariant(t *testing.T, o Options, f func(t *testing.T, v variant, a *devalloc.Allocator, x *Exchanger)) {
+	for _, v := range variants(t) {
+		t.Run(v.name, func(t *testing.T) {
+			a := v.open(t)
+			o := o
+			o.Comm, o.Alloc = world(t), a
+			f(t, v, a, newExchanger(t, o))
+		})
+	}
+}
+
+// exchanger opens the variant's allocator and an exchanger on it made with
+// o, over the world, and returns them with the rank and the world's size.
+func (v variant) exchanger(t *testing.T, o Options) (a *devalloc.Allocator, x *Exchanger, rank, size int) {
+	t.Helper()
+	a = v.open(t)
+	o.Comm, o.Alloc = world(t), a
+	x = newExchanger(t, o)
+	return a, x, o.Comm.Rank(), o.Comm.Size()
+}
+
+// onHost is exchanger on a host allocator.
+func onHost(t *testing.T, o Options) (a *devalloc.Allocator, x *Exchanger, rank, size int) {
+	t.Helper()
+	return variant{name: "host", kind: devalloc.BackendHost}.exchanger(t, o)
+}
+
+// exchangeVerified fills bufs for tr, exchanges them with ex, and checks
+// what arrived.
+func exchangeVerified(t *testing.T, ex func([]*packing.Coalesced) (*Received, error), s *devalloc.Stream, tr traffic, rank, size int, bufs []*packing.Coalesced) *Received {
+	t.Helper()
+	tr.fill(t, s, rank, bufs)
+	r, err := ex(bufs)
+	require.NoError(t, err)
+	tr.verify(t, s, rank, size, r)
+	return r
+}
+
+// fromEach is what r holds from each of the size ranks, each required.
+func fromEach(t *testing.T, r *Received, size int) []*packing.Coalesced {
+	t.Helper()
+	out := make([]*packing.Coalesced, size)
+	for src := range size {
+		out[src] = r.From(src)
+		require.NotNil(t, out[src], "nothing from rank %d", src)
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/nccl"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -20,11 +21,14 @@ import (
 // the count exchange, so a rank that fails announces -1 and nobody expects
 // its messages. A learned Pattern still exchanges counts, for the same
 // reason. A receiver that cannot allocate a buffer receives into drain, a
-// buffer of one chunk allocated with the link, chunk after chunk.
+// buffer of one chunk allocated with the link, chunk after chunk: device
+// memory of the link's own (cudaMalloc), outside the allocator's ledger
+// and budget.
 type ncclLink struct {
 	comm  *nccl.Comm
 	chunk int64
-	drain *devalloc.Buffer
+	dev   *cudart.Device
+	drain uintptr
 }
 
 // ncclChunk is the largest single NCCL transfer: the size of the drain
@@ -39,7 +43,8 @@ const ncclChunk = 64 << 20
 func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, error) {
 	why := ""
 	var lib *nccl.Lib
-	var drain *devalloc.Buffer
+	var dev *cudart.Device
+	var drain uintptr
 	switch {
 	case a.Info().Backend != devalloc.BackendCUDA:
 		why = fmt.Sprintf("the allocator's memory is %s, not device memory", a.Info().Backend)
@@ -47,14 +52,14 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 		var err error
 		if lib, err = nccl.Load(); err != nil {
 			why = err.Error()
-		} else if drain, err = a.Alloc(ncclChunk, a.DefaultStream()); err != nil {
+		} else if dev, drain, err = drainBuffer(a.Info().Device); err != nil {
 			why = fmt.Sprintf("no drain buffer: %v", err)
 		}
 	}
 	ok := false
 	defer func() {
-		if !ok && drain != nil {
-			_ = drain.Free()
+		if !ok && drain != 0 {
+			_ = dev.Free(drain)
 		}
 	}()
 	// One Allreduce: slot 0 counts the ranks that cannot use NCCL, the
@@ -105,11 +110,22 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 		return nil, "", fmt.Errorf("msg: nccl: %w", err)
 	}
 	ok = true
-	return &ncclLink{comm: c, chunk: ncclChunk, drain: drain}, "", nil
+	return &ncclLink{comm: c, chunk: ncclChunk, dev: dev, drain: drain}, "", nil
+}
+
+// drainBuffer allocates the drain buffer on device ord.
+func drainBuffer(ord int) (*cudart.Device, uintptr, error) {
+	rt, err := cudart.Load()
+	if err != nil {
+		return nil, 0, err
+	}
+	dev := rt.Device(ord)
+	p, err := dev.Malloc(ncclChunk)
+	return dev, p, err
 }
 
 func (l *ncclLink) close() error {
-	return errors.Join(l.drain.Free(), l.comm.Close())
+	return errors.Join(l.comm.Close(), l.dev.Free(l.drain))
 }
 
 // ncclTransport runs exchanges over an NCCL link.
@@ -117,8 +133,6 @@ type ncclTransport struct {
 	x    *Exchanger
 	link *ncclLink
 }
-
-func (t *ncclTransport) describe() (string, string) { return "nccl", "" }
 
 func (t *ncclTransport) close() error { return t.link.close() }
 
@@ -133,9 +147,10 @@ func (t *ncclTransport) close() error { return t.link.close() }
 func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Received, error) {
 	x, pat, link := t.x, e.pat, t.link
 	n := x.size
-	byDest, localErr := e.collect(send)
+	localErr := e.collect(send)
+	byDest := e.byDest
 	if localErr == nil && pat != nil && pat.learned {
-		localErr = e.departures(byDest)
+		localErr = t.departures(e)
 	}
 	// Prepared sends, released (holds, device copies) once the group has
 	// completed or the exchange ends early.
@@ -170,7 +185,7 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 			if m == nil || (d == x.rank && !x.o.SelfViaMPI) {
 				continue
 			}
-			addr, h, tmp, err := e.prepareNCCL(m)
+			addr, h, tmp, err := t.prepare(e, m)
 			if err != nil {
 				localErr = err
 				break
@@ -183,8 +198,8 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 		}
 	}
 	recvSize := e.recvSize
-	e.announce(byDest, localErr != nil)
-	if err := cluster.Alltoall(x.comm, e.sendSize, recvSize); err != nil {
+	e.announce(localErr != nil)
+	if err := x.coll.counts(e.sendSize, recvSize); err != nil {
 		return nil, errors.Join(localErr, release(), fmt.Errorf("msg: count exchange: %w", err))
 	}
 	x.stats.CountExchanges++
@@ -192,25 +207,25 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	if localErr != nil {
 		clear(recvSize)
 	}
-	e.checkCounts(byDest)
+	e.checkCounts()
 	// NCCL cannot cancel a posted transfer, so the ranks decide together
 	// whether the group runs at all: not if any rank failed or refused a
 	// length (docs/WIRE.md, rule 5).
 	vote := []int64{-int64(n)}
-	if len(e.errs) > 0 && !e.onlyPeerAborts() {
+	if e.errs.own() {
 		vote[0] = -int64(x.rank)
 	}
 	if err := cluster.Allreduce(x.comm, vote, vote, cluster.Max); err != nil {
 		e.fail(fmt.Errorf("msg: nccl vote: %w", err))
 		e.fail(release())
-		return e.deliver(byDest, recvSize)
+		return e.deliver()
 	}
 	if f := int(-vote[0]); f < n {
-		if f != x.rank && !e.namesAbort(f) {
+		if f != x.rank && !e.errs.names(f) {
 			e.fail(wireErr(ErrPeerAborted, f, x.o.Tag, "count", "rank %d failed or refused a length before the NCCL transfer, which no rank runs (its own error says why)", f))
 		}
 		e.fail(release())
-		return e.deliver(byDest, recvSize)
+		return e.deliver()
 	}
 
 	// Receives: a pooled device buffer per source under a write hold, or
@@ -223,16 +238,16 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 			continue
 		}
 		in := e.newIn()
-		in.src, in.step, in.size, in.device = s, k, recvSize[s], true
+		in.src, in.step, in.size, in.route = s, k, recvSize[s], x.routes[s]
 		in.chunks = append(in.chunks[:0], inChunk{n: recvSize[s], got: recvSize[s]})
 		x.stats.MPIRecvs++ // one logical receive, counted as MPI's are
-		addr, h, err := e.allocNCCL(in)
+		addr, h, err := t.alloc(e, in)
 		if err != nil {
-			e.fail(e.inErr(in, "receive buffer", err))
+			e.fail(e.x.inErr(in, "receive buffer", err))
 			in.drain = true
 			drained = append(drained, in)
 			for off := int64(0); off < in.size; off += link.chunk {
-				da, _, _, _ := link.drain.Region()
+				da := link.drain
 				recvs = append(recvs, transfer{da, min(link.chunk, in.size-off), s})
 			}
 			continue
@@ -260,44 +275,28 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 		e.fail(fmt.Errorf("msg: nccl transfer: %w", err))
 	}
 	e.fail(release())
-	x.stats.Messages += int64(len(sends))
 	x.stats.NCCLTransfers += int64(len(ns))
-	for _, t := range sends {
-		x.stats.BytesSent += t.size
-	}
 	if m := byDest[x.rank]; m != nil && !x.o.SelfViaMPI {
 		e.copyToSelf(m)
 	}
 	for _, in := range e.ins {
 		if err == nil {
-			e.finishDirect(in)
+			e.finishDirect(in, true)
 		} else {
 			_ = in.buf.Free()
 			in.ended = true
 		}
 	}
 	e.agree()
-	return e.deliver(byDest, recvSize)
-}
-
-// onlyPeerAborts reports whether every error so far says that a peer
-// failed (which that peer votes on itself), none that this rank did.
-func (e *exchange) onlyPeerAborts() bool {
-	for _, err := range e.errs {
-		var w *WireError
-		if !errors.As(err, &w) || !errors.Is(w, ErrPeerAborted) || w.Field != "count" {
-			return false
-		}
-	}
-	return true
+	return e.deliver()
 }
 
 // departures checks this rank's messages against a learned pattern before
 // anything is announced: under NCCL a departure must stop the exchange
 // before the count exchange, as no posted receive can be cancelled.
-func (e *exchange) departures(byDest []*outMsg) error {
+func (t *ncclTransport) departures(e *exchange) error {
 	var errs []error
-	for d, m := range byDest {
+	for d, m := range e.byDest {
 		if w := e.pat.departure(d, m, e.x.o.Tag); w != nil {
 			errs = append(errs, w)
 		}
@@ -310,7 +309,7 @@ func (e *exchange) departures(byDest []*outMsg) error {
 // NCCL reads from being freed or written before the group completes. A
 // host-accessible buffer is copied into a pooled device buffer first
 // (returned as tmp, for the caller to free).
-func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp *devalloc.Buffer, err error) {
+func (t *ncclTransport) prepare(e *exchange, m *outMsg) (addr uintptr, h cluster.Releaser, tmp *devalloc.Buffer, err error) {
 	x, c := e.x, m.c
 	device := !c.Buffer().Location().HostAccessible()
 	if err := e.prepareInPlace(m); err != nil {
@@ -327,7 +326,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 			if src.Allocator() == x.a {
 				err = x.sendS.Copy(tmp, 0, src, off, m.size)
 			} else {
-				err = e.copyAcross(tmp, 0, src, off, m.size)
+				err = e.x.copyAcross(tmp, 0, src, off, m.size)
 			}
 			if err == nil {
 				var wh *devalloc.Hold
@@ -347,7 +346,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 			}
 		}
 		if err != nil {
-			return 0, nil, nil, errors.Join(e.outErr(m.dest, "staging", err), hold.Release())
+			return 0, nil, nil, errors.Join(e.x.outErr(m.dest, "staging", err), hold.Release())
 		}
 	}
 	base, _, _, err := src.Region()
@@ -355,7 +354,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 		if tmp != nil {
 			_ = tmp.Free()
 		}
-		return 0, nil, nil, errors.Join(e.outErr(m.dest, "payload", err), hold.Release())
+		return 0, nil, nil, errors.Join(e.x.outErr(m.dest, "payload", err), hold.Release())
 	}
 	return base + uintptr(off), hold, tmp, nil
 }
@@ -363,7 +362,7 @@ func (e *exchange) prepareNCCL(m *outMsg) (addr uintptr, h cluster.Releaser, tmp
 // allocNCCL takes in's device buffer and a write hold on it, waited for, so
 // that NCCL writes after whatever the pool's earlier use of the memory
 // queued.
-func (e *exchange) allocNCCL(in *inMsg) (uintptr, cluster.Releaser, error) {
+func (t *ncclTransport) alloc(e *exchange, in *inMsg) (uintptr, cluster.Releaser, error) {
 	x := e.x
 	buf, err := x.a.Alloc(in.size, x.recvS)
 	if err != nil {

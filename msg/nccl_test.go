@@ -15,8 +15,13 @@ func TestNCCLTransportFallsBack(t *testing.T) {
 	comm := world(t)
 	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
 	x := newExchanger(t, Options{Comm: comm, Alloc: a, Transport: TransportNCCL})
-	tr, why := x.Transport()
-	require.Equal(t, "staged", tr)
+	routes, why := x.Routes()
+	for p, r := range routes {
+		if p != comm.Rank() {
+			require.Equal(t, RouteMPI, r, "host memory through MPI, to rank %d", p)
+		}
+	}
+	require.Equal(t, RouteSelf, routes[comm.Rank()])
 	require.Contains(t, why, "not device memory")
 
 	rank, size := comm.Rank(), comm.Size()
@@ -24,9 +29,7 @@ func TestNCCLTransportFallsBack(t *testing.T) {
 	bufs, err := AllocSend(a, traf.plan(t, rank, size), a.DefaultStream())
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		for _, b := range bufs {
-			require.NoError(t, b.Free())
-		}
+		freeAll(t, bufs)
 	})
 	traf.fill(t, a.DefaultStream(), rank, bufs)
 	r, err := x.Exchange(bufs)

@@ -1,6 +1,7 @@
 package msg
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -56,11 +57,11 @@ type Transport int
 const (
 	// TransportAuto moves device memory between two ranks of one node
 	// that both use TransportAuto on a GPU through CUDA IPC windows (two
-	// device-to-device copies and an MPI notice: docs/WIRE.md, rule 10;
-	// Exchanger.NodeLocalPeers lists them), host memory between two such
-	// ranks on host memory by a read of the sender's memory (one copy and
-	// an MPI notice: rule 12; Exchanger.ReadPeers lists them), and
-	// otherwise as TransportMPI.
+	// device-to-device copies and an MPI notice: RouteWindow,
+	// docs/WIRE.md, rule 9), host memory between two such ranks on host
+	// memory by a read of the sender's memory (one copy and an MPI notice:
+	// RouteRead, rule 10), and otherwise as TransportMPI.
+	// Exchanger.Routes says which peers take which route.
 	TransportAuto Transport = iota
 	// TransportStaged always stages device memory through pinned host
 	// memory, even with a CUDA-aware MPI (for measurements, or an MPI whose
@@ -68,8 +69,8 @@ const (
 	TransportStaged
 	// TransportNCCL moves every message between two ranks GPU to GPU
 	// through NCCL, when every rank has its own GPU and loads libnccl (New
-	// decides, collectively); otherwise it is TransportAuto, and
-	// Exchanger.Transport says why.
+	// decides, collectively); otherwise it is TransportMPI, and
+	// Exchanger.Routes says why.
 	TransportNCCL
 	// TransportMPI hands device memory to MPI directly when
 	// cluster.CUDAAware reports true, and stages it through pinned host
@@ -78,18 +79,17 @@ const (
 	TransportMPI
 )
 
-func (t Transport) String() string {
-	switch t {
-	case TransportAuto:
-		return "auto"
-	case TransportStaged:
-		return "staged"
-	case TransportNCCL:
-		return "nccl"
-	case TransportMPI:
-		return "mpi"
+var transportNames = []string{"auto", "staged", "nccl", "mpi"}
+
+func (t Transport) String() string { return enumName(t, "Transport", transportNames) }
+
+// enumName is names[v], or the type's name and the number for a value
+// outside them.
+func enumName[T ~int](v T, typ string, names []string) string {
+	if v >= 0 && int(v) < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("Transport(%d)", int(t))
+	return fmt.Sprintf("%s(%d)", typ, int(v))
 }
 
 // Options configures an Exchanger. Comm and Alloc are required; the rest
@@ -99,7 +99,9 @@ type Options struct {
 	Comm  *cluster.Comm
 	Alloc *devalloc.Allocator
 	// Tag is the MPI tag of every message of the exchanger's exchanges; 0
-	// means DefaultTag. Exchangers sharing a communicator need distinct tags.
+	// means DefaultTag. Every rank must give the same (New checks). Each
+	// exchanger has a communicator of its own (New duplicates Comm), so
+	// exchangers made on one communicator may share a tag, and run at once.
 	Tag int
 	// Window bounds the outstanding receive requests, and separately the
 	// outstanding send requests; 0 means EnvWindow, else DefaultWindow.
@@ -131,15 +133,16 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// resolve fills in the defaults of o and checks it: the options, the chunk
-// size (maxChunk for none) and the timeout (0 for none).
-func (o Options) resolve() (Options, int64, time.Duration, error) {
+// resolve fills in the defaults of o and checks it: the options, and the
+// limits they give (the chunk size, maxChunk for none, and the timeout, 0
+// for none).
+func (o Options) resolve() (Options, limits, error) {
 	o, chunk, err := o.resolveChunks()
 	if err != nil {
-		return o, chunk, 0, err
+		return o, limits{chunk: chunk}, err
 	}
 	timeout, err := o.resolveTimeout()
-	return o, chunk, timeout, err
+	return o, limits{chunk: chunk, timeout: timeout}, err
 }
 
 func (o Options) resolveTimeout() (time.Duration, error) {
@@ -210,8 +213,8 @@ func (o Options) resolveChunks() (Options, int64, error) {
 		if v, ok := os.LookupEnv(EnvChunk); ok {
 			if strings.TrimSpace(v) == "off" {
 				chunk = -1
-			} else if chunk, err = bytesize.Parse(v); err != nil {
-				return o, 0, fmt.Errorf("msg: %s=%q: %w: %w", EnvChunk, v, distbuf.ErrBadConfig, err)
+			} else if chunk, err = bytesize.Parse(v); err != nil || chunk < MinChunkBytes {
+				return o, 0, fmt.Errorf("msg: %s=%q: want a size of at least %s, or off: %w", EnvChunk, v, bytesize.Format(MinChunkBytes), errors.Join(distbuf.ErrBadConfig, err))
 			}
 		}
 	}
@@ -219,7 +222,7 @@ func (o Options) resolveChunks() (Options, int64, error) {
 		chunk = maxChunk
 	}
 	if chunk < MinChunkBytes {
-		return o, 0, fmt.Errorf("msg: chunk size %d: want at least %d bytes, or negative for none: %w", chunk, MinChunkBytes, distbuf.ErrInvalid)
+		return o, 0, fmt.Errorf("msg: Options.ChunkBytes %d: want at least %d bytes, or negative for none: %w", chunk, MinChunkBytes, distbuf.ErrInvalid)
 	}
 	if v, ok := os.LookupEnv(EnvTransport); ok && o.Transport == TransportAuto {
 		switch strings.TrimSpace(v) {

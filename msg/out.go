@@ -3,13 +3,91 @@ package msg
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/ipcwin"
 	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
+
+// outMsg is one logical message this rank sends in an exchange.
+type outMsg struct {
+	dest  int
+	step  int
+	route route
+	c     *packing.Coalesced // nil for an abort notice
+	man   *outManifest
+	size  int64 // bytes on the wire
+	abort bool
+	// manifestDone: the manifest of a message sent in place is written
+	// (writeManifests), with manifestErr its failure.
+	manifestDone bool
+	manifestErr  error
+
+	chunks []outChunk
+	share  *sharedRelease // direct: the buffer's read hold, shared by the chunks
+	shared sharedRelease  // what share points to
+	staged *stagedOut     // staged through the route's ring (stager.go)
+}
+
+type outChunk struct {
+	off, n int64
+	mem    cluster.Memory
+	region bufRegion            // direct: what mem points to
+	ready  readiness            // staged: the copy into the pinned chunk is done
+	buf    *devalloc.Buffer     // pinned memory, freed once posted
+	slot   *stageSlot           // a slot of the staging ring, back to it once sent
+	notice *ipcwin.Notice       // a window notice's buffer, kept for the peer's next once posted
+	pin    *cluster.PinnedBytes // an abort notice, an empty message, a read notice
+	posted bool
+}
+
+// readiness tells when a staged chunk's copy out of the device has run: a
+// devalloc.Event, or a slot of the staging ring.
+type readiness interface {
+	Done() (bool, error)
+	Wait() error
+	Release() error
+}
+
+// shareWith makes r shared by the n requests of m.
+func (m *outMsg) shareWith(r cluster.Releaser, n int) *sharedRelease {
+	m.shared.init(r, n)
+	return &m.shared
+}
+
+// sharedRelease releases what it wraps when the last of its n users has
+// released it: one buffer hold shared by the requests of a chunked message.
+type sharedRelease struct {
+	r    cluster.Releaser
+	left atomic.Int32
+}
+
+func (s *sharedRelease) init(r cluster.Releaser, n int) {
+	s.r = r
+	s.left.Store(int32(n))
+}
+
+func (s *sharedRelease) Release() error {
+	if s.left.Add(-1) == 0 {
+		return s.r.Release()
+	}
+	return nil
+}
+
+// resize returns s with n zeroed elements, reusing its array when it is
+// large enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
 
 // span is a chunk of a logical message: bytes [off, off+n).
 type span struct{ off, n int64 }
@@ -36,13 +114,10 @@ type bufRegion struct {
 
 func (r *bufRegion) Region() (uintptr, int64, bool, error) {
 	addr, size, dev, err := r.buf.Region()
-	if err != nil {
-		return 0, 0, false, err
+	if err == nil && (r.off < 0 || r.n < 0 || r.off > size || r.n > size-r.off) {
+		err = fmt.Errorf("msg: bytes [%d, +%d) outside a buffer of %d bytes: %w", r.off, r.n, size, distbuf.ErrInvalid)
 	}
-	if r.off < 0 || r.n < 0 || r.off > size || r.n > size-r.off {
-		return 0, 0, false, fmt.Errorf("msg: bytes [%d, +%d) outside a buffer of %d bytes: %w", r.off, r.n, size, distbuf.ErrInvalid)
-	}
-	return addr + uintptr(r.off), r.n, dev, nil
+	return addr + uintptr(r.off), r.n, dev, err // no memory when err is set
 }
 
 // header is the header of a message from this rank to dest in this exchange.
@@ -50,37 +125,22 @@ func (e *exchange) header(dest int) wire.Header {
 	return wire.Header{Source: int32(e.x.rank), Dest: int32(dest), Tag: int32(e.x.o.Tag), Epoch: e.epoch}
 }
 
-func (e *exchange) outErr(dest int, field string, err error) error {
-	return fmt.Errorf("msg: message to rank %d tag %d: %s: %w", dest, e.x.o.Tag, field, err)
-}
-
-// prepareOut writes the manifest and readies the chunks of m for posting:
-// in place before the blocks for host memory and for device memory handed
-// to a CUDA-aware MPI, or into pinned staging chunks otherwise.
-func (e *exchange) prepareOut(m *outMsg) error {
-	if e.inPlace(m) {
-		return e.prepareInPlace(m)
-	}
-	return e.prepareStaged(m)
-}
-
-// inPlace reports whether m is sent from its send buffer itself.
-func (e *exchange) inPlace(m *outMsg) bool {
-	return m.c.Buffer().Location().HostAccessible() || e.aware
+func (x *Exchanger) outErr(dest int, field string, err error) error {
+	return fmt.Errorf("msg: message to rank %d tag %d: %s: %w", dest, x.o.Tag, field, err)
 }
 
 // writeManifests writes, in schedule order, the manifest of every message
-// sent in place, before prepareInPlace takes any read hold for a send:
-// send buffers that are parts of one joined buffer (packing.Plan.Joined)
-// share its ledger, where a manifest's write would conflict with the read
-// hold of a message prepared before it. A failure is kept for the
-// message's prepareInPlace to report.
-func (e *exchange) writeManifests(byDest []*outMsg) {
+// its route sends from the send buffer itself, before any route takes a
+// read hold for a send: send buffers that are parts of one joined buffer
+// (packing.Plan.Joined) share its ledger, where a manifest's write would
+// conflict with the read hold of a message prepared before it. A failure
+// is kept for the message's prepare to report.
+func (e *exchange) writeManifests() {
 	x, n := e.x, e.x.size
 	for k := range n {
 		d := (x.rank + k) % n
-		m := byDest[d]
-		if m == nil || (d == x.rank && !x.o.SelfViaMPI) || e.abortTo[d] || x.ipcPeer(d) || !e.inPlace(m) {
+		m := e.byDest[d]
+		if m == nil || (d == x.rank && !x.o.SelfViaMPI) || e.abortTo[d] || !m.route.inPlace(e, m) {
 			continue
 		}
 		m.manifestErr, m.manifestDone = e.writeManifest(m), true
@@ -95,23 +155,23 @@ func (e *exchange) writeManifest(m *outMsg) error {
 	buf := c.Buffer()
 	p, start, l := int64(m.man.PayloadOffset()), c.Start(), c.Size()
 	if start < p {
-		return e.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend or msg.JoinSend): %w", start, p, distbuf.ErrInvalid))
+		return e.x.outErr(m.dest, "manifest", fmt.Errorf("the send buffer has %d bytes before its blocks, the manifest needs %d (allocate it with msg.AllocSend or msg.JoinSend): %w", start, p, distbuf.ErrInvalid))
 	}
 	h := e.header(m.dest)
 	if !c.Buffer().Location().HostAccessible() {
-		a, s := e.copier(buf)
+		a, s := e.x.copier(buf)
 		if x.o.PayloadChecksum {
 			err := readDevice(a, s, buf, start, l, func(b []byte) error {
 				h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(b)
 				return nil
 			})
 			if err != nil {
-				return e.outErr(m.dest, "payload_checksum", err)
+				return e.x.outErr(m.dest, "payload_checksum", err)
 			}
 		}
 		scratch, err := a.AllocPinned(p, s)
 		if err != nil {
-			return e.outErr(m.dest, "manifest", err)
+			return e.x.outErr(m.dest, "manifest", err)
 		}
 		mem, err := scratch.Bytes()
 		if err == nil {
@@ -122,48 +182,35 @@ func (e *exchange) writeManifest(m *outMsg) error {
 			err = ferr
 		}
 		if err != nil {
-			return e.outErr(m.dest, "manifest", err)
+			return e.x.outErr(m.dest, "manifest", err)
 		}
 		return nil
 	}
 	// The manifest is written from this goroutine, after the work the
 	// buffer's ledger says must come first.
-	wh, err := buf.Hold(devalloc.Write)
-	if err != nil {
-		return e.outErr(m.dest, "manifest", err)
-	}
-	err = wh.Wait()
-	var mem []byte
-	if err == nil {
-		mem, err = buf.Bytes()
-	}
-	if err == nil {
+	err := withHostBytes(buf, devalloc.Write, func(mem []byte) error {
 		whole := mem[start-p : start+l]
 		if x.o.PayloadChecksum {
 			h.HasPayloadChecksum, h.PayloadChecksum = true, wire.Checksum(whole[p:])
 		}
 		at := writtenAt{buf, start - p}
-		if x.layouts.prefixHolds(at, m.man) && x.hooks.mangle == nil {
+		if x.layouts.prefixHolds(at, m.man) {
 			m.man.Seal(whole, h) // same buffer, same layout: the header changes, the entries do not
 		} else {
 			m.man.Encode(whole, h)
 		}
 		x.layouts.wrote(at, m.man)
-		if x.hooks.mangle != nil {
-			x.hooks.mangle(m.dest, whole)
-		}
-	}
-	if rerr := wh.Release(); err == nil {
-		err = rerr
-	}
+		return nil
+	})
 	if err != nil {
-		return e.outErr(m.dest, "manifest", err)
+		return e.x.outErr(m.dest, "manifest", err)
 	}
 	return nil
 }
 
-// prepareInPlace takes the read hold the requests keep until they complete,
-// once the manifest is in the room before the blocks (writeManifests).
+// prepareInPlace readies m to be sent from its send buffer itself, in
+// chunks: the manifest in the room before the blocks (writeManifests), and
+// the read hold the requests keep until they complete.
 func (e *exchange) prepareInPlace(m *outMsg) error {
 	x, c := e.x, m.c
 	if !m.manifestDone {
@@ -176,104 +223,20 @@ func (e *exchange) prepareInPlace(m *outMsg) error {
 	p, start := int64(m.man.PayloadOffset()), c.Start()
 	rh, err := buf.Hold(devalloc.Read)
 	if err != nil {
-		return e.outErr(m.dest, "payload", err)
+		return e.x.outErr(m.dest, "payload", err)
 	}
 	if err := rh.Wait(); err != nil {
 		_ = rh.Release()
-		return e.outErr(m.dest, "payload", err)
+		return e.x.outErr(m.dest, "payload", err)
 	}
-	k := chunkCount(m.size, x.chunk)
+	k := chunkCount(m.size, x.lim.chunk)
 	m.share = m.shareWith(rh, k)
 	m.chunks = resize(m.chunks, k)
 	for i := range m.chunks {
-		sp := chunkAt(m.size, x.chunk, i)
+		sp := chunkAt(m.size, x.lim.chunk, i)
 		ch := &m.chunks[i]
 		ch.off, ch.n, ch.region = sp.off, sp.n, bufRegion{buf, start - p + sp.off, sp.n}
 		ch.mem = &ch.region
-	}
-	return nil
-}
-
-// prepareStaged copies the message into pinned chunks: the manifest from
-// the host, the blocks by one device-to-host copy per chunk on the send
-// stream, each followed by an event that tells when the chunk may be sent.
-// With the payload checksum on, the manifest needs the whole payload first,
-// so every copy completes before the first chunk is sent.
-func (e *exchange) prepareStaged(m *outMsg) (err error) {
-	x, c := e.x, m.c
-	p, start := int64(m.man.PayloadOffset()), c.Start()
-	a, s := e.copier(c.Buffer())
-	m.chunks = resize(m.chunks, chunkCount(m.size, x.chunk))
-	defer func() {
-		if err != nil {
-			m.release()
-		}
-	}()
-	for i := range m.chunks {
-		sp := chunkAt(m.size, x.chunk, i)
-		cb, err := a.AllocPinned(sp.n, s)
-		if err != nil {
-			return e.outErr(m.dest, "staging", err)
-		}
-		m.chunks[i] = outChunk{off: sp.off, n: sp.n, mem: cb, buf: cb}
-	}
-	man := make([]byte, p)
-	h := e.header(m.dest)
-	writeManifest := func() error {
-		m.man.Encode(man, h)
-		for i := range m.chunks {
-			ch := &m.chunks[i]
-			if ch.off >= p {
-				break
-			}
-			mem, err := ch.buf.Bytes()
-			if err != nil {
-				return err
-			}
-			// A pinned block leaves the pool only once every earlier use of
-			// it has completed, and the copies below write other bytes.
-			copy(mem, man[ch.off:min(ch.off+ch.n, p)])
-		}
-		return nil
-	}
-	if !x.o.PayloadChecksum {
-		if err := writeManifest(); err != nil {
-			return e.outErr(m.dest, "manifest", err)
-		}
-	}
-	for i := range m.chunks {
-		ch := &m.chunks[i]
-		if end := ch.off + ch.n; end > p {
-			from := max(ch.off, p)
-			if err := s.Copy(ch.buf, from-ch.off, c.Buffer(), start+from-p, end-from); err != nil {
-				return e.outErr(m.dest, "staging", err)
-			}
-			x.stats.BytesStaged += end - from
-		}
-		if ch.ready, err = s.Record(); err != nil {
-			return e.outErr(m.dest, "staging", err)
-		}
-	}
-	if x.o.PayloadChecksum {
-		if err := m.chunks[len(m.chunks)-1].ready.Wait(); err != nil {
-			return e.outErr(m.dest, "staging", err)
-		}
-		var sum uint32
-		for i := range m.chunks {
-			ch := &m.chunks[i]
-			if ch.off+ch.n <= p {
-				continue
-			}
-			mem, err := ch.buf.Bytes()
-			if err != nil {
-				return e.outErr(m.dest, "payload_checksum", err)
-			}
-			sum = wire.UpdateChecksum(sum, mem[max(p-ch.off, 0):])
-		}
-		h.HasPayloadChecksum, h.PayloadChecksum = true, sum
-		if err := writeManifest(); err != nil {
-			return e.outErr(m.dest, "manifest", err)
-		}
 	}
 	return nil
 }
@@ -286,45 +249,23 @@ func (e *exchange) newAbort(dest, step int, size int64) *outMsg {
 	_ = wire.EncodeAbort(notice, e.header(dest)) // cannot fail: no entries, and the buffer is large enough
 	pieces := make([][]byte, e.x.pieceCount(dest, size))
 	pieces[0] = notice
-	m := e.newRaw(dest, step, pieces)
+	m := e.newOut()
+	m.dest, m.step, m.route = dest, step, e.x.routes[dest]
+	m.setPieces(pieces)
 	m.abort, m.size = true, size
 	e.x.stats.Aborts++
 	return m
 }
 
-// newRaw makes a message to dest of the given MPI messages, sent from Go
-// memory pinned until each completes.
-func (e *exchange) newRaw(dest, step int, pieces [][]byte) *outMsg {
-	m := e.newOut()
-	m.dest, m.step = dest, step
+// setPieces makes m's MPI messages the given bytes, sent from Go memory
+// pinned until each completes.
+func (m *outMsg) setPieces(pieces [][]byte) {
 	m.chunks = resize(m.chunks, len(pieces))
+	m.share = nil
 	for i, b := range pieces {
 		pin := cluster.PinBytes(b)
 		m.chunks[i] = outChunk{n: int64(len(b)), mem: pin, pin: pin}
-		m.size += int64(len(b))
 	}
-	return m
-}
-
-// replacePieces lets the pieces test hook replace the MPI messages of a
-// prepared host message.
-func (e *exchange) replacePieces(m *outMsg) *outMsg {
-	c := m.c
-	if !c.Buffer().Location().HostAccessible() {
-		return m
-	}
-	p := int64(m.man.PayloadOffset())
-	mem, err := c.Buffer().Bytes()
-	if err != nil {
-		return m
-	}
-	ps := e.x.hooks.pieces(m.dest, append([]byte(nil), mem[c.Start()-p:c.Start()+c.Size()]...))
-	if ps == nil {
-		return m
-	}
-	m.release()
-	raw := e.newRaw(m.dest, m.step, ps)
-	return raw
 }
 
 // release frees what the chunks not yet posted hold: called when a message
@@ -341,6 +282,14 @@ func (m *outMsg) release() {
 		}
 		if ch.buf != nil {
 			_ = ch.buf.Free()
+		}
+		if ch.slot != nil {
+			ch.slot.put() // reused only once its copy has run
+			ch.slot = nil
+		}
+		if ch.notice != nil {
+			_ = ch.notice.Drop()
+			ch.notice = nil
 		}
 		if ch.pin != nil {
 			_ = ch.pin.Release()
@@ -365,46 +314,33 @@ func readDevice(a *devalloc.Allocator, s *devalloc.Stream, buf *devalloc.Buffer,
 	if err := s.Copy(pin, 0, buf, off, n); err != nil {
 		return err
 	}
-	h, err := pin.Hold(devalloc.Read)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = h.Release() }()
-	if err := h.Wait(); err != nil {
-		return err
-	}
-	mem, err := pin.Bytes()
-	if err != nil {
-		return err
-	}
-	return fn(mem)
+	return withHostBytes(pin, devalloc.Read, fn)
 }
 
 // copier is the allocator and stream that copy out of send buffer buf: the
 // exchanger's own for a buffer of its allocator; for a buffer of another
 // allocator, that allocator's default stream and pinned memory, since a
 // stream copies only between buffers of its own allocator.
-func (e *exchange) copier(buf *devalloc.Buffer) (*devalloc.Allocator, *devalloc.Stream) {
-	if a := buf.Allocator(); a != e.x.a {
+func (x *Exchanger) copier(buf *devalloc.Buffer) (*devalloc.Allocator, *devalloc.Stream) {
+	if a := buf.Allocator(); a != x.a {
 		return a, a.DefaultStream()
 	}
-	return e.x.a, e.x.sendS
+	return x.a, x.sendS
 }
 
 // copyAcross copies n bytes of src, a buffer of another allocator than the
 // exchanger's, to dst at dstOff through host memory: src is read once its
 // writers are done (through its own allocator's pinned memory when it is
 // device memory), dst is written in its ledger's order.
-func (e *exchange) copyAcross(dst *devalloc.Buffer, dstOff int64, src *devalloc.Buffer, srcOff, n int64) error {
+func (x *Exchanger) copyAcross(dst *devalloc.Buffer, dstOff int64, src *devalloc.Buffer, srcOff, n int64) error {
 	a := src.Allocator()
-	return readAt(a, a.DefaultStream(), src, srcOff, n, func(b []byte) error { return e.writeAt(dst, dstOff, b) })
+	return readAt(a, a.DefaultStream(), src, srcOff, n, func(b []byte) error { return x.writeAt(dst, dstOff, b) })
 }
 
 // writeAt writes b into buf, a buffer of the exchanger's allocator, at off:
 // from this goroutine under a write hold for host-accessible memory, else
 // by a copy from pinned memory on the receive stream.
-func (e *exchange) writeAt(buf *devalloc.Buffer, off int64, b []byte) error {
-	x := e.x
+func (x *Exchanger) writeAt(buf *devalloc.Buffer, off int64, b []byte) error {
 	n := int64(len(b))
 	if buf.Location().HostAccessible() {
 		return withHostBytes(buf, devalloc.Write, func(mem []byte) error {
@@ -462,7 +398,7 @@ func (e *exchange) copyToSelf(m *outMsg) {
 	x, c := e.x, m.c
 	p := int64(wire.PayloadOffset(c.Len()))
 	in := e.newIn()
-	in.src, in.size, in.local = x.rank, m.size, true
+	in.src, in.size = x.rank, m.size
 	e.selfIn = in
 	known, err := e.selfLayout(c)
 	if err != nil {
@@ -473,21 +409,20 @@ func (e *exchange) copyToSelf(m *outMsg) {
 	s := x.a.DefaultStream()
 	buf, err := x.a.Alloc(m.size, s)
 	if err != nil {
-		e.fail(e.outErr(x.rank, "receive buffer", err))
+		e.fail(e.x.outErr(x.rank, "receive buffer", err))
 		return
 	}
 	if src := c.Buffer(); src.Allocator() == x.a {
 		err = s.Copy(buf, p, src, c.Start(), c.Size())
 	} else {
-		err = e.copyAcross(buf, p, src, c.Start(), c.Size())
+		err = e.x.copyAcross(buf, p, src, c.Start(), c.Size())
 	}
 	if err != nil {
 		_ = buf.Free()
-		e.fail(e.outErr(x.rank, "self copy", err))
+		e.fail(e.x.outErr(x.rank, "self copy", err))
 		return
 	}
 	in.buf = buf
-	x.stats.SelfCopies++
 	e.wrapResult(in, known.plan, p)
 }
 
@@ -503,7 +438,7 @@ func (e *exchange) selfLayout(c *packing.Coalesced) (*learnedIn, error) {
 	}
 	plan, err := c.Plan().Detached(c.Group())
 	if err != nil {
-		return nil, e.outErr(x.rank, "manifest", err)
+		return nil, e.x.outErr(x.rank, "manifest", err)
 	}
 	x.stats.ManifestsBuilt++
 	if known != nil && sameLayout(known.plan, plan) {

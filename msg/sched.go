@@ -7,129 +7,7 @@ import (
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/internal/refbuf"
 )
-
-// exchange is one exchange's state and schedule: its messages out and in,
-// in ring order (step k sends to rank+k and receives from rank-k), the
-// requests in flight (q) and the errors so far. An exchanger keeps the
-// state of its last successful exchange (spare) for the next one.
-type exchange struct {
-	x      *Exchanger
-	epoch  uint64
-	pat    *Pattern
-	aware  bool
-	outs   []*outMsg // through MPI, in schedule order
-	ins    []*inMsg  // through MPI, in schedule order
-	selfIn *inMsg    // the local copy to self, if any
-	q      sched
-	errs   []error
-	probe  cluster.Probe // what the data phase matches: anything on the exchanger's communicator
-
-	// Per-rank scratch and the message records, kept for the next exchange.
-	byDest             []*outMsg
-	sendSize, recvSize []int64
-	abortTo            []bool
-	bySrc              []*inMsg // the message each source owes, if any
-	// silent: messages from this rank beyond what it owes are drained
-	// without a report of their own (its count was refused, or its message
-	// given up); strayed: a stray from it was reported.
-	silent, strayed     []bool
-	refuse              []bool  // its announced message is drained: this rank refused its length
-	sentTo, matchedFrom []int64 // MPI messages posted to and matched from each rank
-	agreeOut, agreeIn   []int64
-	expecting           int64 // pieces still to match in the data phase
-	outRecs             []*outMsg
-	inRecs              []*inMsg
-	nOut, nIn           int // records handed out in this exchange
-	// joint is the one receive buffer of the messages that come through
-	// node-local windows (allocJoint), jointOff each source's place in it
-	// (-1: none); the exchange holds a reference until it ends.
-	joint    *refbuf.Shared
-	jointOff []int64
-	// readHolds keep this rank's send buffers, and readCopies the host
-	// copies of device ones, for the peers that read them, until the
-	// agreement; agreeing: the agreement has begun, and nothing is read
-	// any more.
-	readHolds  []*devalloc.Hold
-	readCopies [][]byte
-	readPin    runtime.Pinner
-	agreeing   bool
-}
-
-// begin returns the state of a new exchange: the spare one of the last
-// exchange, emptied, or a new one.
-func (x *Exchanger) begin(pat *Pattern) *exchange {
-	e := x.spare
-	x.spare = nil
-	if e == nil {
-		n := x.size
-		e = &exchange{x: x, byDest: make([]*outMsg, n), sendSize: make([]int64, n), recvSize: make([]int64, n), abortTo: make([]bool, n),
-			bySrc: make([]*inMsg, n), silent: make([]bool, n), strayed: make([]bool, n), refuse: make([]bool, n), sentTo: make([]int64, n), matchedFrom: make([]int64, n),
-			agreeOut: make([]int64, n), agreeIn: make([]int64, n), jointOff: make([]int64, n)}
-	}
-	e.epoch, e.pat = x.epoch, pat
-	e.probe = cluster.Probe{Comm: x.comm, Source: cluster.AnySource, Tag: cluster.AnyTag}
-	for _, s := range [][]int64{e.sendSize, e.recvSize, e.sentTo, e.matchedFrom} {
-		clear(s)
-	}
-	for _, s := range [][]bool{e.abortTo, e.silent, e.strayed, e.refuse} {
-		clear(s)
-	}
-	clear(e.byDest)
-	clear(e.bySrc)
-	e.expecting, e.agreeing = 0, false
-	x.layouts.startExchange()
-	return e
-}
-
-// end keeps the state of an exchange that succeeded for the next one,
-// without the references to buffers that are no longer its business.
-func (x *Exchanger) end(e *exchange) {
-	for _, m := range e.outRecs[:e.nOut] {
-		clear(m.chunks)
-		*m = outMsg{chunks: m.chunks[:0]}
-	}
-	for _, in := range e.inRecs[:e.nIn] {
-		clear(in.chunks)
-		*in = inMsg{chunks: in.chunks[:0]}
-	}
-	clear(e.byDest)
-	clear(e.bySrc)
-	e.nOut, e.nIn = 0, 0
-	e.outs, e.ins, e.selfIn, e.pat, e.joint = e.outs[:0], e.ins[:0], nil, nil, nil
-	e.q.reset()
-	x.spare = e
-}
-
-// newOut hands out a message record: a reused one, emptied but for the
-// array of its chunks, or a new one.
-func (e *exchange) newOut() *outMsg {
-	if e.nOut == len(e.outRecs) {
-		e.outRecs = append(e.outRecs, new(outMsg))
-	}
-	m := e.outRecs[e.nOut]
-	e.nOut++
-	*m = outMsg{chunks: m.chunks[:0]}
-	return m
-}
-
-// newIn is newOut for received messages.
-func (e *exchange) newIn() *inMsg {
-	if e.nIn == len(e.inRecs) {
-		e.inRecs = append(e.inRecs, new(inMsg))
-	}
-	in := e.inRecs[e.nIn]
-	e.nIn++
-	*in = inMsg{chunks: in.chunks[:0]}
-	return in
-}
-
-func (e *exchange) fail(err error) {
-	if err != nil {
-		e.errs = append(e.errs, err)
-	}
-}
 
 // schedOp is one MPI request of an exchange: a chunk of a message sent, a
 // piece received into its place, or a message discarded (in nil for a
@@ -198,10 +76,13 @@ func (e *exchange) postSends() bool {
 	posted := false
 	for q.si < len(q.sendQ) && q.nSend < e.x.o.Window {
 		op := q.sendQ[q.si]
+		if op.out.chunks[op.chunk].mem == nil && !op.out.chunks[op.chunk].posted {
+			break // staged once an earlier chunk's send completes
+		}
 		if ev := op.out.chunks[op.chunk].ready; ev != nil {
 			done, err := ev.Done()
 			if err != nil {
-				e.fail(e.outErr(op.out.dest, "staging", err))
+				e.fail(e.x.outErr(op.out.dest, "staging", err))
 			} else if !done {
 				break // posted in order: the next one waits for its copy
 			}
@@ -227,12 +108,13 @@ func (e *exchange) complete(k int, st cluster.Status, err error) {
 	case op.out != nil:
 		q.nSend--
 		if err != nil {
-			e.fail(e.outErr(op.out.dest, "send", err))
+			e.fail(e.x.outErr(op.out.dest, "send", err))
 		}
+		op.out.route.sent(e, op.out, op.chunk)
 		return
 	case op.in != nil && op.chunk >= 0:
 		q.nRecv--
-		e.chunkDone(op.in, op.chunk, st, err)
+		e.chunkDone(op.in, op.chunk, st, err, op.discard)
 	default:
 		q.nRecv--
 		if err != nil {
@@ -251,7 +133,7 @@ func (e *exchange) await(probe *cluster.Probe, wait time.Duration) (progress, ok
 	var err error
 	q.done, m, err = cluster.Await(q.active, q.done[:0], probe, wait)
 	if err != nil {
-		e.fail(e.outErr(e.x.rank, "progress", err))
+		e.fail(e.x.outErr(e.x.rank, "progress", err))
 		return false, false
 	}
 	// From the highest index down: complete moves the last request into
@@ -283,9 +165,6 @@ func (e *exchange) run(self *outMsg) {
 	if self != nil {
 		e.copyToSelf(self)
 	}
-	if x.hooks.afterPost != nil {
-		x.hooks.afterPost(e)
-	}
 	idle := 0
 	last := time.Now()
 	// The phase ends once every send is posted and every piece owed here
@@ -304,14 +183,14 @@ func (e *exchange) run(self *outMsg) {
 			// staging copy, which completes by itself.
 			op := q.sendQ[q.si]
 			if err := op.out.chunks[op.chunk].ready.Wait(); err != nil {
-				e.fail(e.outErr(op.out.dest, "staging", err))
+				e.fail(e.x.outErr(op.out.dest, "staging", err))
 			}
 			last = time.Now()
 			continue
 		}
 		wait := time.Duration(-1)
-		if x.timeout > 0 {
-			if wait = x.timeout - time.Since(last); wait <= 0 {
+		if x.lim.timeout > 0 {
+			if wait = x.lim.timeout - time.Since(last); wait <= 0 {
 				e.timedOut()
 				return
 			}
@@ -323,12 +202,8 @@ func (e *exchange) run(self *outMsg) {
 			wait = 0
 		}
 		moved, ok := e.await(probe, wait)
-		if x.ipc != nil && !x.ipc.kernelCopies {
-			// Before the next wait: the copies need not wait for later
-			// notices. Under MPS they do, and go in one launch at the end
-			// of the phase (ipcConsumed): one device operation for every
-			// peer instead of one each, queued behind the other ranks'.
-			e.flushFromWindows()
+		for _, r := range x.steps {
+			r.waited(e)
 		}
 		if !ok {
 			e.abandonSends()
@@ -355,7 +230,7 @@ func (e *exchange) timedOut() {
 	for _, in := range e.ins {
 		if in.matched < in.pieces {
 			err := wireErr(ErrTimeout, in.src, x.o.Tag, "pieces", "%d of the %d MPI messages of its %d-byte message arrived, then none for %v",
-				in.matched, in.pieces, in.size, x.timeout)
+				in.matched, in.pieces, in.size, x.lim.timeout)
 			in.matched = in.pieces // later arrivals are the agreement's business
 			e.silent[in.src] = true
 			if in.drain {
@@ -374,7 +249,7 @@ func (e *exchange) timedOut() {
 	for _, op := range q.sendQ[q.si:] {
 		if d := op.out.dest; !reported[d] {
 			reported[d] = true
-			e.fail(outgoing(wireErr(ErrTimeout, d, x.o.Tag, "pieces", "the exchange waited %v without progress; MPI messages from chunk %d on were not sent", x.timeout, op.chunk)))
+			e.fail(outgoing(wireErr(ErrTimeout, d, x.o.Tag, "pieces", "the exchange waited %v without progress; MPI messages from chunk %d on were not sent", x.lim.timeout, op.chunk)))
 		}
 	}
 	e.abandonSends()
@@ -402,7 +277,10 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 			ch.ready = nil
 		}
 	}()
-	var rel cluster.Releaser = m.share
+	var rel cluster.Releaser // what the request holds until it completes; a ring slot goes back in sent
+	if m.share != nil {
+		rel = m.share
+	}
 	var buf = ch.buf
 	switch {
 	case ch.pin != nil:
@@ -410,40 +288,50 @@ func (e *exchange) postSend(m *outMsg, i int) *cluster.Request {
 	case buf != nil:
 		h, err := buf.Hold(devalloc.Read)
 		if err != nil {
-			e.fail(e.outErr(m.dest, "staging", err))
+			e.fail(e.x.outErr(m.dest, "staging", err))
 			m.release()
 			return nil
 		}
 		rel = h
 	}
 	r, err := x.comm.Isend(ch.mem, m.dest, x.o.Tag)
-	if err == nil {
+	switch {
+	case err == nil && rel != nil:
 		err = r.Attach(rel)
-	} else {
+	case err != nil && rel != nil:
 		_ = rel.Release()
 	}
 	ch.posted = true
+	if r == nil && ch.slot != nil {
+		ch.slot.put() // nothing was posted
+		ch.slot = nil
+	}
 	if buf != nil {
-		if ch.keep && err == nil {
-			if kerr := x.ipc.keepSent(m.dest, buf); kerr != nil {
-				e.fail(e.outErr(m.dest, "notice", kerr))
-			}
-		} else {
-			_ = buf.Free() // deferred by the hold until the send completes
-		}
+		_ = buf.Free() // deferred by the hold until the send completes
 		ch.buf = nil
 	}
+	if ch.notice != nil {
+		// Kept for the next notice to the peer: rewritten only in a later
+		// exchange, once this send has completed.
+		var kerr error
+		if r == nil {
+			kerr = ch.notice.Drop() // nothing was posted
+		} else {
+			kerr = ch.notice.KeepSent(m.dest)
+		}
+		if kerr != nil {
+			e.fail(e.x.outErr(m.dest, "notice", kerr))
+		}
+		ch.notice = nil
+	}
 	if err != nil {
-		e.fail(e.outErr(m.dest, "send", err))
+		e.fail(e.x.outErr(m.dest, "send", err))
 		if r == nil {
 			return nil
 		}
 	}
 	e.sentTo[m.dest]++
 	x.stats.MPISends++
-	x.stats.BytesSent += ch.n
-	if i == 0 && !m.abort {
-		x.stats.Messages++
-	}
+	x.stats.MPIBytes += ch.n
 	return r
 }

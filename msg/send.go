@@ -3,10 +3,8 @@ package msg
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/distbuf/distbuf"
-	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
@@ -84,69 +82,4 @@ func JoinSend(p *packing.Plan) (*packing.Plan, error) {
 		return nil, fmt.Errorf("msg: join send: %w", err)
 	}
 	return j, nil
-}
-
-// outMsg is one logical message this rank sends in an exchange.
-type outMsg struct {
-	dest  int
-	step  int
-	c     *packing.Coalesced // nil for an abort notice
-	man   *outManifest
-	size  int64 // bytes on the wire
-	abort bool
-	// manifestDone: the manifest of a message sent in place is written
-	// (writeManifests), with manifestErr its failure.
-	manifestDone bool
-	manifestErr  error
-
-	chunks []outChunk
-	share  *sharedRelease // direct: the buffer's read hold, shared by the chunks
-	shared sharedRelease  // what share points to
-}
-
-// shareWith makes r shared by the n requests of m.
-func (m *outMsg) shareWith(r cluster.Releaser, n int) *sharedRelease {
-	m.shared.init(r, n)
-	return &m.shared
-}
-
-type outChunk struct {
-	off, n int64
-	mem    cluster.Memory
-	region bufRegion            // direct: what mem points to
-	ready  *devalloc.Event      // staged: the copy into the pinned chunk is done
-	buf    *devalloc.Buffer     // staged: the pinned chunk, freed once posted
-	pin    *cluster.PinnedBytes // abort notice and empty messages
-	posted bool
-	keep   bool // node-local notice: buf is kept for the next one to its destination
-}
-
-// sharedRelease releases what it wraps when the last of its n users has
-// released it: one buffer hold shared by the requests of a chunked message.
-type sharedRelease struct {
-	r    cluster.Releaser
-	left atomic.Int32
-}
-
-func (s *sharedRelease) init(r cluster.Releaser, n int) {
-	s.r = r
-	s.left.Store(int32(n))
-}
-
-// resize returns s with n zeroed elements, reusing its array when it is
-// large enough.
-func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	s = s[:n]
-	clear(s)
-	return s
-}
-
-func (s *sharedRelease) Release() error {
-	if s.left.Add(-1) == 0 {
-		return s.r.Release()
-	}
-	return nil
 }

@@ -129,10 +129,10 @@ for path in sys.argv[1:]:
         r = json.loads(line)
         if r.get("bench") == "exchange" and r.get("backend") == "host":
             med[r["mode"]] = r["median_us"]
-            reads[r["mode"]] = r.get("extra", {}).get("read_peers")
+            reads[r["mode"]] = r.get("extra", {}).get("route")
     if "packed" in med and "raw" in med:
         ratios.append(med["packed"] / med["raw"])
-        line = f"{path}: packed {med['packed']:.1f} us (read peers: {reads['packed']}), raw {med['raw']:.1f} us, packed / raw {ratios[-1]:.3f}"
+        line = f"{path}: packed {med['packed']:.1f} us (route: {reads['packed']}), raw {med['raw']:.1f} us, packed / raw {ratios[-1]:.3f}"
         if "packed-mpi" in med:
             line += f"; packed-mpi {med['packed-mpi']:.1f} us, packed-mpi / raw {med['packed-mpi'] / med['raw']:.3f}"
         print(line)

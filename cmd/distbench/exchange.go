@@ -39,7 +39,7 @@ const (
 //	packed-mpi  packed on an exchanger made with msg.TransportMPI: its
 //	            messages travel through MPI even where the two ranks share
 //	            a node and packed reads them from each other's memory
-//	            (read_peers says whether it does)
+//	            (route says which the peer takes)
 //	perblock    one MPI message per block through cluster: the baseline
 //	raw         one MPI_Isend/MPI_Irecv of the packed message's bytes, in C
 //
@@ -405,12 +405,12 @@ func benchExchangeHost(c *benchContext, r exchangeRun) error {
 				ex = xm
 			}
 			st := ex.Stats()
-			extra["mpi_messages_per_exchange"] = float64(st.Messages) / float64(st.Exchanges)
+			extra["mpi_messages_per_exchange"] = float64(st.MPISends) / float64(st.Exchanges)
 			// Whether the peer's message was read from its memory (one
 			// node, host memory: msg's node-local reads) or carried by MPI.
-			peers, why := ex.ReadPeers()
-			extra["read_peers"] = len(peers)
-			if len(peers) == 0 {
+			routes, why := ex.Routes()
+			extra["route"] = routes[e.peer].String()
+			if routes[e.peer] != msg.RouteRead {
 				extra["reads_why_not"] = why
 			}
 			if p, ok := med["perblock"]; ok {
@@ -550,7 +550,8 @@ func benchExchangeDevice(c *benchContext, r exchangeRun) error {
 		return err
 	}
 	defer func() { _ = xn.Close() }()
-	overNCCL, ncclWhy := xn.Transport()
+	ncclRoutes, ncclWhy := xn.Routes()
+	overNCCL := ncclRoutes[e.peer] == msg.RouteNCCL
 	exchangeWith := func(x *msg.Exchanger) (float64, error) {
 		var r *msg.Received
 		us, err := e.timed(func() error {
@@ -608,7 +609,7 @@ func benchExchangeDevice(c *benchContext, r exchangeRun) error {
 			return fmt.Errorf("raw MPI exchange of pinned memory: %w", err)
 		}
 		a5 := 0.0
-		if overNCCL == "nccl" {
+		if overNCCL {
 			if a5, err = exchangeWith(xn); err != nil {
 				return fmt.Errorf("exchange over nccl: %w", err)
 			}
@@ -622,7 +623,11 @@ func benchExchangeDevice(c *benchContext, r exchangeRun) error {
 			return err
 		}
 	}
-	nc, ncclNote, err := ncclExchange(c, e, reps, ncclWhy)
+	unusable := ""
+	if !overNCCL {
+		unusable = ncclWhy
+	}
+	nc, ncclNote, err := ncclExchange(c, e, reps, unusable)
 	if err != nil {
 		return fmt.Errorf("nccl exchange: %w", err)
 	}
@@ -631,14 +636,11 @@ func benchExchangeDevice(c *benchContext, r exchangeRun) error {
 	}
 	gbps := func(us float64) float64 { return float64(size) / us / 1e3 }
 	mD2H, mH2D, mEx, mMPI := benchtimer.Median(d2h), benchtimer.Median(h2d), benchtimer.Median(ex), benchtimer.Median(mpiHost)
-	aware, _ := cluster.CUDAAware()
 	st := x.Stats()
-	transport := "staged"
-	if aware {
-		transport = "cuda-aware"
-	}
-	msgNCCL := map[string]any{"transport": overNCCL, "why_not": ncclWhy}
-	if overNCCL == "nccl" {
+	routes, _ := x.Routes()
+	transport := routes[e.peer].String()
+	msgNCCL := map[string]any{"transport": ncclRoutes[e.peer].String(), "why_not": unusable}
+	if overNCCL {
 		m := benchtimer.Median(exNCCL)
 		msgNCCL["median_us"] = m
 		msgNCCL["exchange_gbps"] = gbps(m)

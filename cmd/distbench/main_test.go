@@ -227,7 +227,7 @@ func TestExchangeJob(t *testing.T) {
 	require.Equal(t, 50, packed.N)
 	require.EqualValues(t, 50*64, packed.Bytes)
 	require.Positive(t, packed.MedianUS)
-	for _, k := range []string{"perblock_over_packed", "packed_over_raw", "agreement_alltoall_us", "read_peers"} {
+	for _, k := range []string{"perblock_over_packed", "packed_over_raw", "agreement_alltoall_us", "route"} {
 		require.Contains(t, packed.Extra, k)
 	}
 	require.EqualValues(t, 50, byMode["perblock"].Extra["mpi_messages_per_exchange"])

@@ -102,10 +102,9 @@ func (sv *solver) packed(iter int, st *iterStats) (err error) {
 	st.phase[phExchange] = lap(&t)
 	after := sv.ex.Stats()
 	st.messages = after.Messages - before.Messages
-	// What left this rank through MPI or its window, and what it read
-	// from its node-local peers' memory: summed over ranks, every byte
-	// that moved between them once.
-	st.bytesMoved = after.BytesSent + after.IPCBytes + after.HostReadBytes - before.BytesSent - before.IPCBytes - before.HostReadBytes
+	// What this rank delivered to its peers, on every route: summed over
+	// ranks, every byte that moved between them once.
+	st.bytesMoved = after.Bytes - before.Bytes
 	if st.deviceUS, st.deviceGemmUS, err = sv.timer.read(); err != nil {
 		return err
 	}

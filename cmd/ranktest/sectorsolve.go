@@ -257,7 +257,7 @@ func (sv *solver) sectors(iter, m, bond int, st *iterStats) (err error) {
 	st.phase[phExchange] = lap(&t)
 	after := sv.ex.Stats()
 	st.messages = after.Messages - before.Messages
-	st.bytesMoved = after.BytesSent + after.IPCBytes + after.HostReadBytes - before.BytesSent - before.IPCBytes - before.HostReadBytes
+	st.bytesMoved = after.Bytes - before.Bytes
 	// The sent T2 goes once sent (its free waits, in stream order, for
 	// the copy of this rank's own part); H·psi comes now.
 	mem.observe()

@@ -78,8 +78,8 @@ import (
 //     is allocPhaseCycles cycles; EndPhase (and for trim-phase, Trim(0)) runs
 //     at its end, inside the timed cycle.
 //     Two touches, each its own line: case "cycle" fills every buffer
-//     (840 MB of memsets per cycle, about 0.3 ms on an H200, the same in every
-//     mode), case "cycle-touch" sets the first touchBytes of each buffer
+//     (840 MB of memsets per cycle, the same in every mode), case
+//     "cycle-touch" sets the first touchBytes of each buffer
 //     (all of a tiny one), so the cycle times allocation rather than memset
 //     bandwidth. A coalesced buffer is always filled: every block in it is
 //     touched.
@@ -379,25 +379,20 @@ func addRatios(extra map[string]any, threshold0, cudamalloc, retained float64, g
 		return
 	}
 	missing := []string{}
-	if threshold0 > 0 {
-		r := threshold0 / retained
-		extra["vs_threshold0"] = round3(r)
-		if goals {
-			extra["goal_vs_threshold0"] = allocParams.goalVsThreshold0
-			extra["meets_goal_vs_threshold0"] = r >= allocParams.goalVsThreshold0
+	for _, b := range []struct {
+		name      string
+		base, min float64
+	}{{"threshold0", threshold0, allocParams.goalVsThreshold0}, {"cudamalloc", cudamalloc, allocParams.goalVsCudaMalloc}} {
+		if b.base <= 0 {
+			missing = append(missing, b.name)
+			continue
 		}
-	} else {
-		missing = append(missing, "threshold0")
-	}
-	if cudamalloc > 0 {
-		r := cudamalloc / retained
-		extra["vs_cudamalloc"] = round3(r)
+		r := b.base / retained
+		extra["vs_"+b.name] = round3(r)
 		if goals {
-			extra["goal_vs_cudamalloc"] = allocParams.goalVsCudaMalloc
-			extra["meets_goal_vs_cudamalloc"] = r >= allocParams.goalVsCudaMalloc
+			extra["goal_vs_"+b.name] = b.min
+			extra["meets_goal_vs_"+b.name] = r >= b.min
 		}
-	} else {
-		missing = append(missing, "cudamalloc")
 	}
 	if len(missing) > 0 {
 		extra["ratios_missing"] = fmt.Sprintf("no %v baseline in this run (measure it first, in the same Session, on the CUDA backend)", missing)
@@ -569,121 +564,151 @@ func (r *cycleRun) shape() cycleShape {
 
 // step runs cycle r.i: allocate, touch and free every buffer, synchronise.
 func (r *cycleRun) step() error {
-	p, a, s, v, touch := allocParams, r.a, r.s, r.v, r.touch
 	i := r.i
 	r.i++
 	sizes := cycleSizes(r.c.cfg.seed, i, r.large, r.tiny)
-	if v.packed {
-		// A solver holds its block list apart from its large buffers, as
-		// the large-only cycle is given its large sizes alone: the packed
-		// cycle's clock starts on the two lists.
-		r.largeSizes, r.tinySizes = r.largeSizes[:0], r.tinySizes[:0]
-		for _, n := range sizes {
-			if n >= allocParams.largeMin {
-				r.largeSizes = append(r.largeSizes, n)
-			} else {
-				r.tinySizes = append(r.tinySizes, n)
-			}
-		}
-	}
-	phaseEnd := (i+1)%p.phaseCycles == 0
+	phaseEnd := (i+1)%allocParams.phaseCycles == 0
 	if r.driverCalls != nil {
 		r.callsAtStart.Read()
 	}
 	start := time.Now()
-	bufs := r.bufs[:0]
-	var filled int // bufs[filled:] are filled whatever the touch
-	if v.packed {
-		// The large buffers each on their own, the tiny ones as the views
-		// of one coalesced buffer.
-		for _, n := range r.largeSizes {
-			b, err := a.Alloc(n, s)
-			if err != nil {
-				return err
-			}
-			bufs = append(bufs, b)
+	filled, err := r.allocate(i, sizes, start)
+	if err != nil {
+		return err
+	}
+	allocated := time.Now()
+	r.allocTimes = append(r.allocTimes, us(allocated.Sub(start)))
+	synced, err := r.touchAndFree(i, filled, allocated)
+	if err != nil {
+		return err
+	}
+	// What the pool holds between cycles is read off the clock, and the
+	// phase boundary's clock is added to the cycle's.
+	reservedSynced := r.a.Stats().ReservedCurrent
+	phaseStart := time.Now()
+	if phaseEnd {
+		if err := r.endPhase(); err != nil {
+			return err
 		}
-		filled = len(bufs)
-		t0 := time.Now()
-		r.largeAllocTimes = append(r.largeAllocTimes, us(t0.Sub(start)))
-		if len(r.tinySizes) > 0 {
-			plan, err := r.tinyPlan(i % p.bonds)
-			t1 := time.Now()
-			r.planTimes = append(r.planTimes, us(t1.Sub(t0)))
-			if err != nil {
-				return err
-			}
-			co, err := packing.Alloc(a, plan, s)
-			if err != nil {
-				return err
-			}
-			r.coalescedAllocTimes = append(r.coalescedAllocTimes, us(time.Since(t1)))
-			bufs = append(bufs, co.Buffer())
-		}
-	} else {
+	}
+	r.record(i, sizes, us(synced.Sub(start))+us(time.Since(phaseStart)), reservedSynced, phaseEnd)
+	return nil
+}
+
+// allocate takes the cycle's buffers (r.bufs): every size its own buffer,
+// or, packed, the large ones each alone and the tiny ones as the views of
+// one coalesced buffer, timing its parts. The buffers before filled are
+// touched as the cycle's touch says; the rest are filled whole.
+func (r *cycleRun) allocate(i int, sizes []int64, start time.Time) (filled int, err error) {
+	a, s := r.a, r.s
+	if !r.v.packed {
+		r.bufs = r.bufs[:0]
 		for _, n := range sizes {
 			b, err := a.Alloc(n, s)
 			if err != nil {
-				return err
+				return 0, err
 			}
-			bufs = append(bufs, b)
+			r.bufs = append(r.bufs, b)
 		}
-		filled = len(bufs)
+		return len(r.bufs), nil
 	}
-	r.bufs = bufs
-	allocated := time.Now()
-	r.allocTimes = append(r.allocTimes, us(allocated.Sub(start)))
+	// A solver holds its block list apart from its large buffers, as the
+	// large-only cycle is given its large sizes alone: the packed cycle's
+	// clock starts on the two lists.
+	r.largeSizes, r.tinySizes = r.largeSizes[:0], r.tinySizes[:0]
+	for _, n := range sizes {
+		if n >= allocParams.largeMin {
+			r.largeSizes = append(r.largeSizes, n)
+		} else {
+			r.tinySizes = append(r.tinySizes, n)
+		}
+	}
+	r.bufs = r.bufs[:0]
+	for _, n := range r.largeSizes {
+		b, err := a.Alloc(n, s)
+		if err != nil {
+			return 0, err
+		}
+		r.bufs = append(r.bufs, b)
+	}
+	filled = len(r.bufs)
+	t0 := time.Now()
+	r.largeAllocTimes = append(r.largeAllocTimes, us(t0.Sub(start)))
+	if len(r.tinySizes) > 0 {
+		plan, err := r.tinyPlan(i % allocParams.bonds)
+		t1 := time.Now()
+		r.planTimes = append(r.planTimes, us(t1.Sub(t0)))
+		if err != nil {
+			return 0, err
+		}
+		co, err := packing.Alloc(a, plan, s)
+		if err != nil {
+			return 0, err
+		}
+		r.coalescedAllocTimes = append(r.coalescedAllocTimes, us(time.Since(t1)))
+		r.bufs = append(r.bufs, co.Buffer())
+	}
+	return filled, nil
+}
+
+// touchAndFree sets each buffer (the first filled as the touch says, the
+// rest whole) and frees it, then synchronises, timing both; it returns
+// when the synchronisation ended.
+func (r *cycleRun) touchAndFree(i, filled int, allocated time.Time) (time.Time, error) {
+	s := r.s
 	touchedLarge := allocated
-	for k, b := range bufs {
+	for k, b := range r.bufs {
 		n := b.Size()
 		if k == filled {
 			touchedLarge = time.Now()
 		}
-		if touch.bytes > 0 && k < filled {
-			n = min(n, touch.bytes)
+		if r.touch.bytes > 0 && k < filled {
+			n = min(n, r.touch.bytes)
 		}
 		if err := s.Memset(b, 0, n, byte(i)); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		if err := b.Free(); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
 	t0 := time.Now()
-	if v.packed && filled < len(bufs) {
+	if r.v.packed && filled < len(r.bufs) {
 		r.coalescedTouchTimes = append(r.coalescedTouchTimes, us(t0.Sub(touchedLarge)))
 	}
 	r.touchTimes = append(r.touchTimes, us(t0.Sub(allocated)))
 	if err := s.Synchronize(); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	synced := time.Now()
 	r.syncTimes = append(r.syncTimes, us(synced.Sub(t0)))
-	// What the pool holds between cycles is read off the clock, and the
-	// phase boundary's clock is added to the cycle's.
-	reservedSynced := a.Stats().ReservedCurrent
-	phaseStart := time.Now()
-	if phaseEnd {
-		if v.trimPhase {
-			if err := a.Trim(0); err != nil {
-				return err
-			}
-		}
-		if err := a.EndPhase(); err != nil {
+	return synced, nil
+}
+
+// endPhase ends a phase of the solve: a trim first in the trim-phase mode.
+func (r *cycleRun) endPhase() error {
+	if r.v.trimPhase {
+		if err := r.a.Trim(0); err != nil {
 			return err
 		}
 	}
-	elapsed := us(synced.Sub(start)) + us(time.Since(phaseStart))
+	return r.a.EndPhase()
+}
+
+// record keeps cycle i's figures once the warm-up is over, and resets the
+// peak and the call count as it ends.
+func (r *cycleRun) record(i int, sizes []int64, elapsed float64, reservedSynced int64, phaseEnd bool) {
+	p := allocParams
 	if r.driverCalls != nil && i >= p.warmup {
 		r.callsAtEnd.Read()
 		r.driverCalls.AddSince(&r.callsAtEnd, &r.callsAtStart)
 	}
 	if i < p.warmup {
 		if i == p.warmup-1 {
-			a.ResetPeak()
-			r.callsBefore = a.Stats().BackendCalls
+			r.a.ResetPeak()
+			r.callsBefore = r.a.Stats().BackendCalls
 		}
-		return nil
+		return
 	}
 	r.times = append(r.times, elapsed)
 	for _, n := range sizes {
@@ -692,7 +717,6 @@ func (r *cycleRun) step() error {
 	if !phaseEnd {
 		r.res.reservedBetweenCycles = max(r.res.reservedBetweenCycles, reservedSynced)
 	}
-	return nil
 }
 
 // bondPlan is the plan of a bond's tiny blocks and the sizes it was built for.
@@ -798,17 +822,24 @@ func benchAllocRaw(c *benchContext, run *allocRun, mode string) (err error) {
 			return err
 		}
 	}
+	return rawTouches(c, r.cycle, p.large, p.tiny, func(t cycleTouch, res cycleResult) error {
+		run.cycle[t.key(mode)] = res.median
+		return c.emit(Result{Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median, Backend: "cuda-raw", Extra: res.extra()})
+	})
+}
+
+// rawTouches runs the cycle on a raw baseline with every touch the
+// measure wants, and hands each result to report.
+func rawTouches(c *benchContext, cycle func(sizes []int64, val byte, touch int64) error, large, tiny int, report func(cycleTouch, cycleResult) error) error {
 	for _, t := range cycleTouches() {
 		if !c.want.cycle(t) {
 			continue
 		}
-		res, err := rawCycles(c, r.cycle, p.large, p.tiny, t)
-		if err != nil {
-			return err
+		res, err := rawCycles(c, cycle, large, tiny, t)
+		if err == nil {
+			err = report(t, res)
 		}
-		run.cycle[t.key(mode)] = res.median
-		if err := c.emit(Result{Mode: mode, N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-			Backend: "cuda-raw", Extra: res.extra()}); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -824,23 +855,12 @@ func benchRawLargeOnly(c *benchContext, run *allocRun, mode string) (err error) 
 		return err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
-	for _, t := range cycleTouches() {
-		if !c.want.cycle(t) {
-			continue
-		}
-		res, err := rawCycles(c, r.cycle, allocParams.large, 0, t)
-		if err != nil {
-			return err
-		}
+	return rawTouches(c, r.cycle, allocParams.large, 0, func(t cycleTouch, res cycleResult) error {
 		run.cycle[t.key("large-only/"+mode)] = res.median
 		extra := res.extra()
 		extra["allocator"] = mode
-		if err := c.emit(Result{Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-			Backend: "cuda-raw", Extra: extra}); err != nil {
-			return err
-		}
-	}
-	return nil
+		return c.emit(Result{Mode: "large-only", N: res.cycles, Bytes: res.bytes, MedianUS: res.median, Backend: "cuda-raw", Extra: extra})
+	})
 }
 
 // benchRawPool runs the solve cycle on a cudaMemPool called directly,
@@ -861,14 +881,7 @@ func benchRawPool(c *benchContext, run *allocRun) (err error) {
 		if err != nil {
 			return err
 		}
-		for _, t := range cycleTouches() {
-			if !c.want.cycle(t) {
-				continue
-			}
-			res, cerr := rawCycles(c, r.cycle, p.large, p.tiny, t)
-			if cerr != nil {
-				return errors.Join(cerr, r.close())
-			}
+		err = rawTouches(c, r.cycle, p.large, p.tiny, func(t cycleTouch, res cycleResult) error {
 			res.kind = "cuda-pool-raw"
 			run.cycle[t.key("raw-pool/"+name)] = res.median
 			extra := res.extra()
@@ -879,12 +892,9 @@ func benchRawPool(c *benchContext, run *allocRun) (err error) {
 					extra["allocator_retained_over_raw"] = round3(ours / res.median)
 				}
 			}
-			if cerr := c.emit(Result{Mode: "raw-pool", N: res.cycles, Bytes: res.bytes, MedianUS: res.median,
-				Backend: "cuda-raw", Extra: extra}); cerr != nil {
-				return errors.Join(cerr, r.close())
-			}
-		}
-		if err := r.close(); err != nil {
+			return c.emit(Result{Mode: "raw-pool", N: res.cycles, Bytes: res.bytes, MedianUS: res.median, Backend: "cuda-raw", Extra: extra})
+		})
+		if err = errors.Join(err, r.close()); err != nil {
 			return err
 		}
 	}

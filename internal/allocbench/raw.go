@@ -20,16 +20,22 @@ type rawCUDA struct {
 }
 
 func openRawCUDA(device int) (*rawCUDA, error) {
-	rt, err := cudart.Load()
-	if err != nil {
-		return nil, err
-	}
-	dev := rt.Device(device)
-	s, err := dev.StreamCreate()
+	dev, s, err := rawStream(device)
 	if err != nil {
 		return nil, err
 	}
 	return &rawCUDA{dev: dev, s: s}, nil
+}
+
+// rawStream is device's handle and a stream of its own on it.
+func rawStream(device int) (*cudart.Device, cudart.Stream, error) {
+	rt, err := cudart.Load()
+	if err != nil {
+		return nil, 0, err
+	}
+	dev := rt.Device(device)
+	s, err := dev.StreamCreate()
+	return dev, s, err
 }
 
 func (r *rawCUDA) close() error { return r.dev.StreamDestroy(r.s) }
@@ -92,12 +98,7 @@ type rawPool struct {
 // openRawPool makes the pool retained (release threshold UINT64_MAX) or
 // releasing at every synchronisation (threshold 0, the driver's default).
 func openRawPool(device int, retained bool) (*rawPool, error) {
-	rt, err := cudart.Load()
-	if err != nil {
-		return nil, err
-	}
-	dev := rt.Device(device)
-	s, err := dev.StreamCreate()
+	dev, s, err := rawStream(device)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,8 @@
 package allocbench
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 
 	"github.com/distbuf/distbuf"
@@ -18,23 +16,12 @@ import (
 // process, the C baseline measured in turns, driver calls, the goals).
 // Extra["skipped"] says why a mode could not run on this backend.
 type Result struct {
-	Bench    string         `json:"bench"`
-	Mode     string         `json:"mode"`
-	N        int            `json:"n"`
-	Bytes    int64          `json:"bytes"`
-	MedianUS float64        `json:"median_us"`
-	Backend  string         `json:"backend"`
-	Extra    map[string]any `json:"extra,omitempty"`
-}
-
-// WriteJSON writes r as one JSON line.
-func (r Result) WriteJSON(w io.Writer) error {
-	line, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(w, string(line))
-	return err
+	Bench, Mode string
+	N           int
+	Bytes       int64
+	MedianUS    float64
+	Backend     string
+	Extra       map[string]any
 }
 
 // Modes are the alloc benchmark's modes, in the order that lets each

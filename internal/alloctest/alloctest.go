@@ -54,6 +54,28 @@ func gate(t *testing.T, s *devalloc.Stream) (open func()) {
 	return open
 }
 
+// stillPending records an event on s after its work so far, waits a
+// moment, and requires that it has not completed (why says what must not
+// have run yet); it returns the event.
+func stillPending(t *testing.T, s *devalloc.Stream, why string) *devalloc.Event {
+	t.Helper()
+	ev, err := s.Record()
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	done, err := ev.Done()
+	require.NoError(t, err)
+	require.False(t, done, why)
+	return ev
+}
+
+// newStream makes a stream of a, closed with it.
+func newStream(t *testing.T, a *devalloc.Allocator) *devalloc.Stream {
+	t.Helper()
+	s, err := a.NewStream()
+	require.NoError(t, err)
+	return s
+}
+
 // readBack copies b into a fresh pinned buffer of a on s and returns its
 // bytes once s has run.
 func readBack(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream, b *devalloc.Buffer) []byte {
@@ -245,10 +267,7 @@ func testAfterClose(t *testing.T, h Harness) {
 
 func testEvents(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
-	s1, err := a.NewStream()
-	require.NoError(t, err)
-	s2, err := a.NewStream()
-	require.NoError(t, err)
+	s1, s2 := newStream(t, a), newStream(t, a)
 	b, err := a.Alloc(1024, s1)
 	require.NoError(t, err)
 	require.NoError(t, s1.Memset(b, 0, 1024, 0))
@@ -390,12 +409,7 @@ func readWaitsForMemset(t *testing.T, a *devalloc.Allocator, writer, reader *dev
 	if afterCopy != nil {
 		afterCopy()
 	}
-	ev, err := reader.Record()
-	require.NoError(t, err)
-	time.Sleep(20 * time.Millisecond)
-	done, err := ev.Done()
-	require.NoError(t, err)
-	require.False(t, done, "the reader ran before the writer it must follow")
+	ev := stillPending(t, reader, "the reader ran before the writer it must follow")
 	open()
 	require.NoError(t, ev.Wait())
 	mem, _ := p.Bytes()
@@ -504,11 +518,7 @@ func testAllocStreamOrder(t *testing.T, h Harness) {
 	// Undeclared work on the allocating stream: Free must still follow it.
 	require.NoError(t, s1.Memset(b, 0, n, 0x99))
 	require.NoError(t, s2.Memset(b, 0, n, 0x12)) // declared: waits for s1's writer
-	ev, err := s2.Record()
-	require.NoError(t, err)
-	time.Sleep(10 * time.Millisecond)
-	done, _ := ev.Done()
-	require.False(t, done, "a write on another stream ran before the allocating stream's work")
+	ev := stillPending(t, s2, "a write on another stream ran before the allocating stream's work")
 	open()
 	require.NoError(t, ev.Wait())
 	require.Equal(t, fill(n, 0x12), readBack(t, a, s2, b))
@@ -616,11 +626,7 @@ func testHoldWrite(t *testing.T, h Harness) {
 	require.NoError(t, <-waited)
 	// A stream read declared now must wait until the receive is released.
 	require.NoError(t, s2.Copy(out, 0, p, 0, n))
-	ev, err := s2.Record()
-	require.NoError(t, err)
-	time.Sleep(10 * time.Millisecond)
-	done, _ := ev.Done()
-	require.False(t, done, "a reader ran while an outside writer held the buffer")
+	ev := stillPending(t, s2, "a reader ran while an outside writer held the buffer")
 	view, _ := p.Bytes()
 	copy(view, fill(n, 0x7c)) // the receive lands
 	require.NoError(t, hw.Release())

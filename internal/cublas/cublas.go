@@ -94,7 +94,6 @@ import "C"
 
 import (
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"github.com/distbuf/distbuf/internal/cudart"
@@ -111,29 +110,18 @@ type Lib struct {
 	grouped                                                       [2]unsafe.Pointer
 }
 
-var (
-	loadOnce sync.Once
-	loaded   *Lib
-	loadErr  error
-)
+var loaded dl.Lazy[*Lib]
 
 // Load opens cuBLAS (and the CUDA runtime, for cudaSetDevice) on first use.
-func Load() (*Lib, error) {
-	loadOnce.Do(func() { loaded, loadErr = load() })
-	return loaded, loadErr
-}
+func Load() (*Lib, error) { return loaded.Get(load) }
 
 func load() (*Lib, error) {
 	rt, err := cudart.Load()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	lib, err := dl.Open(EnvCUBLAS, libNames...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
 	// Every call sets the device first, through internal/cudart.
-	l := &Lib{lib: lib, setDev: rt.SetDeviceFunc()}
+	l := &Lib{setDev: rt.SetDeviceFunc()}
 	table := []dl.Symbol{
 		{Name: "cublasCreate_v2", Ptr: &l.create},
 		{Name: "cublasDestroy_v2", Ptr: &l.destroy},
@@ -150,8 +138,8 @@ func load() (*Lib, error) {
 			dl.Symbol{Name: "cublas" + p + "gemmStridedBatched", Ptr: &l.strided[i]},
 			dl.Symbol{Name: "cublas" + p + "gemmBatched", Ptr: &l.batched[i]})
 	}
-	if _, err := lib.Bind(table); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if l.lib, err = dl.Load(ErrUnavailable, EnvCUBLAS, libNames, table); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
@@ -166,10 +154,11 @@ func (l *Lib) check(call string, s C.dbc_status) error {
 	if s == 0 {
 		return nil
 	}
-	if s == -1 {
-		return &Error{Call: call, Status: -1, Msg: "cudaSetDevice failed"}
+	msg := "cudaSetDevice failed"
+	if s != -1 {
+		msg = C.GoString(C.c_status_string(l.statusString, C.int(s)))
 	}
-	return &Error{Call: call, Status: int(s), Msg: C.GoString(C.c_status_string(l.statusString, C.int(s)))}
+	return &Error{Lib: "cublas", Call: call, Code: int(s), Msg: msg, Kind: ErrCUBLAS}
 }
 
 // Handle is one cuBLAS context on one device, bound to one stream.

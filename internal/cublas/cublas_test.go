@@ -32,6 +32,17 @@ func loadOrSkip(t *testing.T) (*Lib, *cudart.Device) {
 	return l, d
 }
 
+// newHandle loads cuBLAS and makes a handle on device 0, destroyed at the
+// end of the test.
+func newHandle(t *testing.T) (*cudart.Device, *Handle) {
+	t.Helper()
+	l, d := loadOrSkip(t)
+	h, err := l.NewHandle(0, 0, false)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, h.Destroy()) })
+	return d, h
+}
+
 func TestLoadMissingLibrary(t *testing.T) {
 	if _, err := cudart.Load(); err != nil {
 		gputest.Unavailable(t, "the CUDA runtime", err)
@@ -62,10 +73,7 @@ func colMajor(m, n, k int, alpha float64, a, b []float64, beta float64, c []floa
 }
 
 func TestDgemmKinds(t *testing.T) {
-	l, d := loadOrSkip(t)
-	h, err := l.NewHandle(0, 0, false)
-	require.NoError(t, err)
-	defer h.Destroy()
+	d, h := newHandle(t)
 	const m, n, k, batch = 3, 4, 5, 3
 	rng := rand.New(rand.NewPCG(1, 1))
 	rnd := func(n int) []float64 {
@@ -124,7 +132,7 @@ func TestDgemmKinds(t *testing.T) {
 	require.NoError(t, h.GemmBatched(D, N, N, m, n, k, 2, dP, m, dP+8*batch, k, 0.5, dP+16*batch, m, batch))
 	check(down(dC, len(C)))
 	// Grouped: the same three problems as groups of 1 and 2.
-	require.True(t, l.HasGrouped(), "CUDA 13 has grouped batched GEMM")
+	require.True(t, h.l.HasGrouped(), "CUDA 13 has grouped batched GEMM")
 	dC = up(C)
 	for i := range batch {
 		binary.LittleEndian.PutUint64(ptrs[8*(2*batch+i):], uint64(dC)+uint64(8*i*m*n))
@@ -141,10 +149,7 @@ func TestDgemmKinds(t *testing.T) {
 }
 
 func TestZgemm(t *testing.T) {
-	l, d := loadOrSkip(t)
-	h, err := l.NewHandle(0, 0, false)
-	require.NoError(t, err)
-	defer h.Destroy()
+	d, h := newHandle(t)
 	// 1x1 complex product: (1+2i)(3-1i) = 5+5i, times alpha i = -5+5i.
 	vals := []complex128{1 + 2i, 3 - 1i, 0}
 	p, err := d.Malloc(48)
@@ -199,10 +204,7 @@ func decode(dt DType, b []byte) []complex128 {
 // TestAllTypesTransposed runs a transposed strided batch and a single GEMM
 // in every precision against a column-major reference.
 func TestAllTypesTransposed(t *testing.T) {
-	l, d := loadOrSkip(t)
-	h, err := l.NewHandle(0, 0, false)
-	require.NoError(t, err)
-	defer h.Destroy()
+	d, h := newHandle(t)
 	const m, n, k, batch = 3, 2, 4, 2
 	rng := rand.New(rand.NewPCG(3, 3))
 	for _, dt := range []DType{S, D, C, Z} {

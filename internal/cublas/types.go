@@ -2,7 +2,8 @@ package cublas
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/distbuf/distbuf/internal/dl"
 )
 
 // ErrUnavailable means libcublas cannot be loaded or lacks a function.
@@ -11,19 +12,9 @@ var ErrUnavailable = errors.New("cublas: library unavailable")
 // ErrCUBLAS matches every *Error.
 var ErrCUBLAS = errors.New("cublas: call failed")
 
-// Error is a failed cuBLAS (or cudaSetDevice) call.
-type Error struct {
-	Call   string
-	Status int
-	Msg    string
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("cublas: %s: status %d: %s", e.Call, e.Status, e.Msg)
-}
-
-// Is makes errors.Is(err, ErrCUBLAS) true.
-func (e *Error) Is(target error) bool { return target == ErrCUBLAS }
+// Error is a failed cuBLAS (or cudaSetDevice, status -1) call, matching
+// ErrCUBLAS.
+type Error = dl.CallError
 
 // DType is the BLAS precision prefix.
 type DType int

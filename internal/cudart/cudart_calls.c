@@ -357,13 +357,18 @@ int dbc_memcpy_batch(dbc_api *a, int dev, int v13, uintptr_t stream, const uintp
 }
 
 // IPC: handles cross this boundary as 64 bytes, copied in and out.
+// DBC_IPC_GET makes a handle of type type with the runtime's fn from arg
+// and copies it out.
+#define DBC_IPC_GET(type, fn, arg) \
+	type h; \
+	int e = dbc_set_device(a, dev); \
+	memset(&h, 0, sizeof h); \
+	if (e == DBC_SUCCESS) e = DBC_CALL(a, fn, (&h, (void *)(arg))); \
+	memcpy(out, &h, DBC_IPC_HANDLE_SIZE); \
+	return dbc_done(a, e)
+
 int dbc_ipc_get_mem_handle(dbc_api *a, int dev, uintptr_t p, char *out) {
-	dbc_ipc_mem_handle_t h;
-	int e = dbc_set_device(a, dev);
-	memset(&h, 0, sizeof h);
-	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaIpcGetMemHandle, (&h, (void *)p));
-	memcpy(out, &h, DBC_IPC_HANDLE_SIZE);
-	return dbc_done(a, e);
+	DBC_IPC_GET(dbc_ipc_mem_handle_t, cudaIpcGetMemHandle, p);
 }
 
 int dbc_ipc_open_mem_handle(dbc_api *a, int dev, const char *in, unsigned flags, uintptr_t *out) {
@@ -379,12 +384,7 @@ int dbc_ipc_open_mem_handle(dbc_api *a, int dev, const char *in, unsigned flags,
 int dbc_ipc_close_mem_handle(dbc_api *a, int dev, uintptr_t p) { DBC_ON(a, dev, DBC_CALL(a, cudaIpcCloseMemHandle, ((void *)p))); }
 
 int dbc_ipc_get_event_handle(dbc_api *a, int dev, uintptr_t ev, char *out) {
-	dbc_ipc_event_handle_t h;
-	int e = dbc_set_device(a, dev);
-	memset(&h, 0, sizeof h);
-	if (e == DBC_SUCCESS) e = DBC_CALL(a, cudaIpcGetEventHandle, (&h, (void *)ev));
-	memcpy(out, &h, DBC_IPC_HANDLE_SIZE);
-	return dbc_done(a, e);
+	DBC_IPC_GET(dbc_ipc_event_handle_t, cudaIpcGetEventHandle, ev);
 }
 
 int dbc_ipc_open_event_handle(dbc_api *a, int dev, const char *in, uintptr_t *out) {

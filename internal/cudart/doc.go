@@ -44,8 +44,9 @@
 // opened with IpcOpenEventHandle, after which both processes may record it,
 // query it, synchronise on it and make streams wait for it. A handle is
 // opened only in another process than the one that made it. Opening a
-// memory handle is slow on a GPU (in the order of 100 ms), so a caller opens
-// each peer's memory once and keeps the address.
+// memory handle is slow on a GPU, far slower than any copy through it
+// (docs/PERFORMANCE.md), so a caller opens each peer's memory once and keeps
+// the address.
 //
 // # Threads and devices
 //

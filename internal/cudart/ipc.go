@@ -32,13 +32,19 @@ func (d *Device) needIPC(op string) error {
 // while another process has it open is undefined, so the owner frees only
 // after every peer has closed it.
 func (d *Device) IpcGetMemHandle(p uintptr) (IpcMemHandle, error) {
-	const op = "cudaIpcGetMemHandle"
-	var h IpcMemHandle
+	return ipcHandle[IpcMemHandle](d, "cudaIpcGetMemHandle", func(h *C.char) C.int {
+		return C.dbc_ipc_get_mem_handle(d.rt.api, d.ord, C.uintptr_t(p), h)
+	})
+}
+
+// ipcHandle makes a handle of type H by get, the runtime call op, which
+// writes it.
+func ipcHandle[H IpcMemHandle | IpcEventHandle](d *Device, op string, get func(h *C.char) C.int) (H, error) {
+	var h H
 	if err := d.needIPC(op); err != nil {
 		return h, err
 	}
-	err := d.fail(op, C.dbc_ipc_get_mem_handle(d.rt.api, d.ord, C.uintptr_t(p), (*C.char)(unsafe.Pointer(&h[0]))))
-	return h, err
+	return h, d.fail(op, get((*C.char)(unsafe.Pointer(&h[0]))))
 }
 
 // IpcOpenMemHandle is cudaIpcOpenMemHandle with
@@ -46,7 +52,7 @@ func (d *Device) IpcGetMemHandle(p uintptr) (IpcMemHandle, error) {
 // memory another process exported with IpcGetMemHandle. Opening a handle
 // the calling process made fails (cudaErrorDeviceUninitialized); opening
 // one handle again in the same process returns the same address and counts
-// a reference. Opening costs in the order of 100 ms on a GPU, so a caller
+// a reference. Opening is slow on a GPU (docs/PERFORMANCE.md), so a caller
 // opens each peer's memory once and keeps it. IpcCloseMemHandle releases it.
 func (d *Device) IpcOpenMemHandle(h IpcMemHandle) (uintptr, error) {
 	return d.ipcOpenMemHandle(h, C.DBC_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
@@ -96,13 +102,9 @@ func (d *Device) EventCreateInterprocess() (Event, error) {
 // IpcGetEventHandle is cudaIpcGetEventHandle for an event from
 // EventCreateInterprocess.
 func (d *Device) IpcGetEventHandle(ev Event) (IpcEventHandle, error) {
-	const op = "cudaIpcGetEventHandle"
-	var h IpcEventHandle
-	if err := d.needIPC(op); err != nil {
-		return h, err
-	}
-	err := d.fail(op, C.dbc_ipc_get_event_handle(d.rt.api, d.ord, C.uintptr_t(ev), (*C.char)(unsafe.Pointer(&h[0]))))
-	return h, err
+	return ipcHandle[IpcEventHandle](d, "cudaIpcGetEventHandle", func(h *C.char) C.int {
+		return C.dbc_ipc_get_event_handle(d.rt.api, d.ord, C.uintptr_t(ev), h)
+	})
 }
 
 // IpcOpenEventHandle is cudaIpcOpenEventHandle: an event of this process

@@ -66,3 +66,55 @@ func TestNotFoundReasonsConcurrent(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+func TestLazy(t *testing.T) {
+	calls := 0
+	fail := errors.New("not yet")
+	load := func() (int, error) {
+		calls++
+		if calls == 1 {
+			return 0, fail
+		}
+		return 7, nil
+	}
+	var kept Lazy[int]
+	require.False(t, kept.Done())
+	_, err := kept.Get(load)
+	require.ErrorIs(t, err, fail)
+	_, err = kept.Get(load)
+	require.ErrorIs(t, err, fail, "a failure is kept")
+	require.Equal(t, 1, calls)
+	require.True(t, kept.Done())
+
+	calls = 0
+	retried := Lazy[int]{Retry: true}
+	_, err = retried.Get(load)
+	require.ErrorIs(t, err, fail)
+	v, err := retried.Get(load)
+	require.NoError(t, err, "tried again")
+	require.Equal(t, 7, v)
+	v, err = retried.Get(load)
+	require.NoError(t, err)
+	require.Equal(t, 7, v)
+	require.Equal(t, 2, calls, "a success is kept")
+}
+
+func TestLoadAndCallError(t *testing.T) {
+	unavailable := errors.New("lib: unavailable")
+	var strlen unsafe.Pointer
+	_, err := Load(unavailable, "", []string{"libnope9.so"}, []Symbol{{Name: "strlen", Ptr: &strlen}})
+	require.ErrorIs(t, err, unavailable)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = Load(unavailable, "", []string{"libc.so.6"}, []Symbol{{Name: "no_such_fn_xyz", Ptr: &strlen}})
+	require.ErrorIs(t, err, unavailable)
+	require.ErrorIs(t, err, ErrMissingSymbol)
+	lib, err := Load(unavailable, "", []string{"libc.so.6"}, []Symbol{{Name: "strlen", Ptr: &strlen}})
+	require.NoError(t, err)
+	require.NotNil(t, strlen)
+	require.Equal(t, "libc.so.6", lib.Name)
+
+	failed := errors.New("lib: call failed")
+	ce := &CallError{Lib: "lib", Call: "libDo", Code: 3, Msg: "bad", Log: "line 1", Kind: failed}
+	require.ErrorIs(t, ce, failed)
+	require.Equal(t, "lib: libDo: status 3: bad: line 1", ce.Error())
+}

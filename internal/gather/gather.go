@@ -5,7 +5,7 @@
 // here and compiled at run time by NVRTC for the device's own architecture,
 // then loaded with cudaLibraryLoadData and launched with cudaLaunchKernel
 // (CUDA 12.8+): no toolkit is needed at build time and no PTX is shipped,
-// at the cost of one compilation (tens of milliseconds) per process,
+// at the cost of one compilation (docs/PERFORMANCE.md) per process,
 // runtime and device. Each row of the table is three little-endian 64-bit
 // words: the scattered address, the block address and the byte count;
 // spans over MaxChunk bytes are cut into several rows, so that big blocks
@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
@@ -85,35 +84,14 @@ const (
 	MaxChunk = 64 << 10
 )
 
-type deviceKernel struct {
-	once sync.Once
-	k    cudart.Kernel
-	err  error
-}
-
-// kernelKey names a device of one loaded runtime: a kernel loaded through
-// one libcudart is not a handle another knows.
-type kernelKey struct {
-	rt  *cudart.Runtime
-	dev int
-}
-
-var kernels sync.Map // kernelKey -> *deviceKernel
-
 // Kernel compiles and loads the kernel for a device once; a failure is
 // remembered, so that a caller falls back without retrying.
 func Kernel(d *cudart.Device) (cudart.Kernel, error) {
-	v, _ := kernels.LoadOrStore(kernelKey{d.Runtime(), d.Ordinal()}, &deviceKernel{})
-	dk := v.(*deviceKernel)
-	dk.once.Do(func() {
-		image, err := nvrtc.CompileFor(d, copyKernelSource, "distbuf_copy.cu")
-		if err != nil {
-			dk.err = err
-			return
-		}
-		dk.k, dk.err = d.LoadKernel(image, copyKernelName)
-	})
-	return dk.k, dk.err
+	ks, err := nvrtc.Kernels(d, copyKernelSource, "distbuf_copy.cu", copyKernelName)
+	if err != nil {
+		return 0, err
+	}
+	return ks[0], nil
 }
 
 // Device loads the CUDA runtime and returns its handle for device dev.

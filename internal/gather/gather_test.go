@@ -46,15 +46,9 @@ func TestCopyKernelRaw(t *testing.T) {
 	k, err := Kernel(d)
 	require.NoError(t, err, "the kernel must build on the GPU machine (NVRTC, CUDA 12.8+) and on the fake")
 	const size = 1 << 16
-	scat, err := d.Malloc(size)
-	require.NoError(t, err)
-	defer d.Free(scat)
-	blk, err := d.Malloc(size)
-	require.NoError(t, err)
-	defer d.Free(blk)
-	tab, err := d.Malloc(4 * EntryBytes)
-	require.NoError(t, err)
-	defer d.Free(tab)
+	scat := gputest.DeviceMemory(t, d, size)
+	blk := gputest.DeviceMemory(t, d, size)
+	tab := gputest.DeviceMemory(t, d, 4*EntryBytes)
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i*13 + 1)

@@ -59,3 +59,19 @@ func Unavailable(t testing.TB, what string, err error) {
 	}
 	t.Skipf("%s unavailable (%s=1 makes this a failure): %v", what, EnvRequireGPU, err)
 }
+
+// DeviceMemory allocates n bytes of d's memory with cudaMalloc, freed at
+// the end of the test.
+func DeviceMemory(t testing.TB, d *cudart.Device, n int64) uintptr {
+	t.Helper()
+	p, err := d.Malloc(n)
+	if err != nil {
+		t.Fatalf("cudaMalloc of %d bytes: %v", n, err)
+	}
+	t.Cleanup(func() {
+		if err := d.Free(p); err != nil {
+			t.Errorf("cudaFree: %v", err)
+		}
+	})
+	return p
+}

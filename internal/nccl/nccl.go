@@ -54,46 +54,31 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/dl"
 )
 
-// Lib is a loaded libnccl.
+// Lib is a loaded libnccl: its functions, and the CUDA runtime's device
+// setter every call goes through first.
 type Lib struct {
-	lib                                  *dl.Library
-	setDev                               unsafe.Pointer
 	version, uniqueID, initRank, destroy unsafe.Pointer
 	groupStart, groupEnd, send, recv     unsafe.Pointer
-	errorString                          unsafe.Pointer
+	errorString, setDev                  unsafe.Pointer
+	lib                                  *dl.Library
 }
 
-var (
-	loadMu sync.Mutex
-	loaded *Lib
-)
+var loaded = dl.Lazy[*Lib]{Retry: true}
 
 // Load opens libnccl (DISTBUF_NCCL, else libnccl.so.2) on first use; a
 // failure is reported each time and retried on the next call.
-func Load() (*Lib, error) {
-	loadMu.Lock()
-	defer loadMu.Unlock()
-	if loaded != nil {
-		return loaded, nil
-	}
-	lib, err := dl.Open(EnvNCCL, "libnccl.so.2", "libnccl.so")
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	// Every call sets the device first, through the CUDA runtime's cudaSetDevice.
-	rt, err := cudart.Load()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	l := &Lib{lib: lib, setDev: rt.SetDeviceFunc()}
-	_, err = lib.Bind([]dl.Symbol{
+func Load() (*Lib, error) { return loaded.Get(load) }
+
+func load() (*Lib, error) {
+	l := &Lib{}
+	var err error
+	l.lib, err = dl.Load(ErrUnavailable, EnvNCCL, []string{"libnccl.so.2", "libnccl.so"}, []dl.Symbol{
 		{Name: "ncclGetVersion", Ptr: &l.version},
 		{Name: "ncclGetUniqueId", Ptr: &l.uniqueID},
 		{Name: "ncclCommInitRank", Ptr: &l.initRank},
@@ -105,20 +90,26 @@ func Load() (*Lib, error) {
 		{Name: "ncclGetErrorString", Ptr: &l.errorString},
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Every call sets the device first, through the CUDA runtime's cudaSetDevice.
+	rt, err := cudart.Load()
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	loaded = l
+	l.setDev = rt.SetDeviceFunc()
 	return l, nil
 }
 
 func (l *Lib) check(call string, r C.int) error {
-	switch r {
-	case 0:
+	if r == 0 {
 		return nil
-	case -1:
-		return &Error{Call: call, Result: -1, Msg: "cudaSetDevice failed"}
 	}
-	return &Error{Call: call, Result: int(r), Msg: C.GoString(C.n_error_string(l.errorString, r))}
+	msg := "cudaSetDevice failed"
+	if r != -1 {
+		msg = C.GoString(C.n_error_string(l.errorString, r))
+	}
+	return &Error{Lib: "nccl", Call: call, Code: int(r), Msg: msg, Kind: ErrNCCL}
 }
 
 // Version is NCCL's version code, e.g. 22703 for 2.27.3.
@@ -204,10 +195,10 @@ func (c *Comm) SendRecv(stream uintptr, sends, recvs []Transfer) error {
 
 // Close destroys the communicator.
 func (c *Comm) Close() error {
-	if c.comm == 0 {
+	comm := c.comm
+	c.comm = 0
+	if comm == 0 {
 		return fmt.Errorf("nccl: communicator closed twice: %w", ErrInvalid)
 	}
-	err := c.l.check("ncclCommDestroy", C.n_destroy(c.l.setDev, c.l.destroy, c.dev, c.comm))
-	c.comm = 0
-	return err
+	return c.l.check("ncclCommDestroy", C.n_destroy(c.l.setDev, c.l.destroy, c.dev, comm))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf/internal/cudart"
+	"github.com/distbuf/distbuf/internal/gputest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,12 +15,14 @@ import (
 // the reason even on the GPU machine, where DISTBUF_NCCL names it.
 func loadOrSkip(t *testing.T) (*Lib, *cudart.Device) {
 	t.Helper()
+	rt, err := cudart.Load()
+	if err != nil {
+		gputest.Unavailable(t, "the CUDA runtime", err)
+	}
 	l, err := Load()
 	if err != nil {
 		t.Skipf("NCCL unavailable (set %s to its libnccl.so.2): %v", EnvNCCL, err)
 	}
-	rt, err := cudart.Load()
-	require.NoError(t, err)
 	return l, rt.Device(0)
 }
 
@@ -38,12 +41,8 @@ func TestSelfSendRecv(t *testing.T) {
 	c, err := l.NewComm(id, 1, 0, 0)
 	require.NoError(t, err)
 	const n = 1 << 20
-	src, err := d.Malloc(n)
-	require.NoError(t, err)
-	defer d.Free(src)
-	dst, err := d.Malloc(n)
-	require.NoError(t, err)
-	defer d.Free(dst)
+	src := gputest.DeviceMemory(t, d, n)
+	dst := gputest.DeviceMemory(t, d, n)
 	data := bytes.Repeat([]byte{1, 2, 3, 5, 8, 13, 21, 34}, n/8)
 	require.NoError(t, d.CopyToDevice(src, data))
 	require.NoError(t, c.SendRecv(0, []Transfer{{Addr: src, Bytes: n, Peer: 0}}, []Transfer{{Addr: dst, Bytes: n, Peer: 0}}))
@@ -59,7 +58,7 @@ func TestSelfSendRecv(t *testing.T) {
 }
 
 func TestLoadMissing(t *testing.T) {
-	if loaded != nil {
+	if loaded.Done() {
 		t.Skip("NCCL already loaded in this process")
 	}
 	t.Setenv(EnvNCCL, "libnccl-does-not-exist.so.9")

@@ -2,7 +2,8 @@ package nccl
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/distbuf/distbuf/internal/dl"
 )
 
 // EnvNCCL overrides the library opened by Load.
@@ -17,16 +18,6 @@ var (
 	ErrInvalid = errors.New("nccl: invalid argument")
 )
 
-// Error is a failed NCCL call, with NCCL's own description.
-type Error struct {
-	Call   string
-	Result int
-	Msg    string
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("nccl: %s: result %d: %s", e.Call, e.Result, e.Msg)
-}
-
-// Is makes errors.Is(err, ErrNCCL) true.
-func (e *Error) Is(target error) bool { return target == ErrNCCL }
+// Error is a failed NCCL call (or cudaSetDevice, code -1), with NCCL's own
+// description, matching ErrNCCL.
+type Error = dl.CallError

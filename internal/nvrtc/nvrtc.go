@@ -22,9 +22,7 @@ static dbn_result n_destroy(void *f, dbn_program *p) { return ((dbn_DestroyProgr
 import "C"
 
 import (
-	"fmt"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/distbuf/distbuf/internal/dl"
@@ -39,25 +37,15 @@ type Lib struct {
 	cubinSize, cubin, ptxSize, ptx, destroy             unsafe.Pointer
 }
 
-var (
-	loadOnce sync.Once
-	loaded   *Lib
-	loadErr  error
-)
+var loaded dl.Lazy[*Lib]
 
 // Load opens NVRTC on first use.
-func Load() (*Lib, error) {
-	loadOnce.Do(func() { loaded, loadErr = load() })
-	return loaded, loadErr
-}
+func Load() (*Lib, error) { return loaded.Get(load) }
 
 func load() (*Lib, error) {
-	lib, err := dl.Open(EnvNVRTC, libNames...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	l := &Lib{lib: lib}
-	if _, err := lib.Bind([]dl.Symbol{
+	l := &Lib{}
+	var err error
+	if l.lib, err = dl.Load(ErrUnavailable, EnvNVRTC, libNames, []dl.Symbol{
 		{Name: "nvrtcVersion", Ptr: &l.version},
 		{Name: "nvrtcGetErrorString", Ptr: &l.errorString},
 		{Name: "nvrtcCreateProgram", Ptr: &l.create},
@@ -70,7 +58,7 @@ func load() (*Lib, error) {
 		{Name: "nvrtcGetPTX", Ptr: &l.ptx},
 		{Name: "nvrtcDestroyProgram", Ptr: &l.destroy},
 	}); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, err
 	}
 	var major, minor C.int
 	if r := C.n_version(l.version, &major, &minor); r != 0 {
@@ -81,7 +69,7 @@ func load() (*Lib, error) {
 }
 
 func (l *Lib) fail(call string, r C.dbn_result, log string) error {
-	return &CompileError{Call: call, Code: int(r), Msg: C.GoString(C.n_error(l.errorString, C.int(r))), Log: log}
+	return &CompileError{Lib: "nvrtc", Call: call, Code: int(r), Msg: C.GoString(C.n_error(l.errorString, C.int(r))), Log: log, Kind: ErrCompile}
 }
 
 // Version is NVRTC's major and minor version.
@@ -122,7 +110,7 @@ func (l *Lib) Compile(src, name string, opts []string, cubin bool) ([]byte, erro
 		return nil, l.fail("nvrtcGet"+what+"Size", r, "")
 	}
 	if n == 0 {
-		return nil, &CompileError{Call: "nvrtcGet" + what + "Size", Msg: "empty image (was the option for " + what + " given?)"}
+		return nil, &CompileError{Lib: "nvrtc", Call: "nvrtcGet" + what + "Size", Msg: "empty image (was the option for " + what + " given?)", Kind: ErrCompile}
 	}
 	buf := C.malloc(n)
 	defer C.free(buf)

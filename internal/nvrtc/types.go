@@ -2,7 +2,8 @@ package nvrtc
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/distbuf/distbuf/internal/dl"
 )
 
 // ErrUnavailable means NVRTC cannot be loaded.
@@ -11,24 +12,9 @@ var ErrUnavailable = errors.New("nvrtc: library unavailable")
 // ErrCompile matches every *CompileError.
 var ErrCompile = errors.New("nvrtc: compilation failed")
 
-// CompileError carries NVRTC's status and the program log.
-type CompileError struct {
-	Call string
-	Code int
-	Msg  string
-	Log  string
-}
-
-func (e *CompileError) Error() string {
-	s := fmt.Sprintf("nvrtc: %s: %s (%d)", e.Call, e.Msg, e.Code)
-	if e.Log != "" {
-		s += ": " + e.Log
-	}
-	return s
-}
-
-// Is makes errors.Is(err, ErrCompile) true.
-func (e *CompileError) Is(target error) bool { return target == ErrCompile }
+// CompileError carries NVRTC's status and the program log, matching
+// ErrCompile.
+type CompileError = dl.CallError
 
 // EnvNVRTC overrides the library path.
 const EnvNVRTC = "DISTBUF_NVRTC"

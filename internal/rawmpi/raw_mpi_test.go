@@ -3,26 +3,16 @@
 package rawmpi
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/mpitest"
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) {
-	if err := cluster.Init(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := cluster.Finalize(); err != nil {
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(mpitest.Run(m)) }
 
 func TestExchangeWithPeer(t *testing.T) {
 	w, err := cluster.World()

@@ -1,10 +1,12 @@
-// Package wire encodes and decodes the bytes of msg's messages: the
-// manifest (header and one entry per block) that precedes a payload, the
-// abort notice a sender sends in place of a message it cannot deliver, and
-// the read notice that tells a node-local peer where to read a message.
-// docs/WIRE.md documents the format byte for byte, for peers written in
-// other languages; testdata/golden-v1.bin is its reference message, and
-// the tests check the doc's dump against it.
+// Package wire encodes and decodes every byte msg sends: the manifest
+// (header and one entry per block) that precedes a payload, the abort
+// notice a sender sends in place of a message it cannot deliver, the
+// window notice that tells a node-local peer where in the sender's CUDA
+// IPC window a message lies, the read notice that tells it where to read
+// a message, and the row of the node-local setup. docs/WIRE.md documents
+// them byte for byte, for peers written in other languages; testdata holds
+// a reference of each (golden-v1.bin, window-notice-v1.bin,
+// setup-rows-v1.bin), and the tests check the doc's dumps against them.
 //
 // A manifest's entries are packing.Entry values and its element types
 // packing.DType codes, so a decoded manifest feeds packing.FromManifest

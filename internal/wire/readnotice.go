@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// A read notice (docs/WIRE.md, rule 12) is what a sender sends, in place
+// A read notice (docs/WIRE.md, rule 10) is what a sender sends, in place
 // of a message, to a node-local peer that reads the message from the
 // sender's memory: where it lies.
 const (

@@ -32,12 +32,7 @@ func TestReadNotice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.edit(append([]byte(nil), b...))
 			_, err := DecodeReadNotice(c, 3, 17, 4096)
-			require.ErrorIs(t, err, tc.sentinel)
-			var w *Error
-			require.True(t, errors.As(err, &w))
-			require.Equal(t, 3, w.Peer)
-			require.Equal(t, 17, w.Tag)
-			require.Equal(t, tc.field, w.Field)
+			requireField(t, err, tc.sentinel, 3, 17, tc.field)
 		})
 	}
 }

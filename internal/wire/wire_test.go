@@ -266,22 +266,33 @@ func TestFirstDuplicate(t *testing.T) {
 	}
 }
 
-// TestWireDocShowsTheGoldenMessage compares the hex dump in docs/WIRE.md
-// with the golden file, row by row: the doc shows the bytes a peer must
+// TestWireDocShowsTheGoldenFiles compares each hex dump in docs/WIRE.md
+// with its golden file, row by row: the doc shows the bytes a peer must
 // produce.
-func TestWireDocShowsTheGoldenMessage(t *testing.T) {
+func TestWireDocShowsTheGoldenFiles(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "WIRE.md"))
 	require.NoError(t, err)
-	golden, err := os.ReadFile(filepath.Join("testdata", "golden-v1.bin"))
-	require.NoError(t, err)
 	row := regexp.MustCompile(`(?m)^([0-9a-f]{8}): ((?:[0-9a-f]{4} ){7}[0-9a-f]{4})`)
-	rows := row.FindAllStringSubmatch(string(doc), -1)
-	require.GreaterOrEqual(t, len(rows), 10, "the doc's dump of the reference message")
-	for _, r := range rows {
-		off, err := strconv.ParseUint(r[1], 16, 32)
+	for name, least := range map[string]int{"golden-v1.bin": 10, "window-notice-v1.bin": 7, "setup-rows-v1.bin": 13} {
+		golden, err := os.ReadFile(filepath.Join("testdata", name))
 		require.NoError(t, err)
-		want, err := hex.DecodeString(strings.ReplaceAll(r[2], " ", ""))
-		require.NoError(t, err)
-		require.Equal(t, want, golden[off:off+16], "docs/WIRE.md row %s", r[1])
+		// The dump is the first code block after the last paragraph that opens
+		// with the file's name.
+		at := strings.LastIndex(string(doc), "\n`internal/wire/testdata/"+name+"`")
+		require.GreaterOrEqual(t, at, 0, "docs/WIRE.md introduces %s", name)
+		block := string(doc[at:])
+		start := strings.Index(block, "\n```\n")
+		require.GreaterOrEqual(t, start, 0)
+		block = block[start+5:]
+		block = block[:strings.Index(block, "\n```")]
+		rows := row.FindAllStringSubmatch(block, -1)
+		require.GreaterOrEqual(t, len(rows), least, "the doc's dump of %s", name)
+		for _, r := range rows {
+			off, err := strconv.ParseUint(r[1], 16, 32)
+			require.NoError(t, err)
+			want, err := hex.DecodeString(strings.ReplaceAll(r[2], " ", ""))
+			require.NoError(t, err)
+			require.Equal(t, want, golden[off:off+16], "docs/WIRE.md, %s row %s", name, r[1])
+		}
 	}
 }

@@ -3,12 +3,9 @@
  * prototype, an enum value, the size or alignment of a complex type, or a
  * function the header renames (cublas_v2.h maps cublasDgemm to
  * cublasDgemm_v2; package cublas binds the _v2 names directly). */
-#pragma GCC diagnostic error "-Wincompatible-pointer-types"
 #define DBC_ABICHECK 1
 #include "../decl.h"
-#include <stdio.h>
-
-#define SAME_FN(fn, type) _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), type), #fn " prototype differs from decl.h")
+#include "../../dl/abicheck.h"
 
 #if defined(cublasCreate_v2) || defined(cublasDestroy_v2) || defined(cublasSetStream_v2) || \
     defined(cublasSetMathMode) || defined(cublasSetPointerMode_v2) || defined(cublasGetStatusString) || \

@@ -2,12 +2,10 @@
  * It fails to compile if a declaration in ../decl.h disagrees with nccl.h.
  * ABICHECK_NEEDS: nccl.h (scripts/check-cuda-abi.sh skips it, saying so,
  * where NCCL's header is not installed) */
-#pragma GCC diagnostic error "-Wincompatible-pointer-types"
 #include "../decl.h"
 #include <nccl.h>
-#include <stdio.h>
+#include "../../dl/abicheck.h"
 
-#define SAME_FN(fn, type) _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), type), #fn " prototype differs from decl.h")
 #define SAME_VAL(a, b) _Static_assert((a) == (b), #a " differs from decl.h")
 
 SAME_VAL(sizeof(ncclUniqueId), sizeof(dbn_unique_id));

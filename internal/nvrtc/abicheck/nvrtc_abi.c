@@ -1,11 +1,8 @@
 /* Compile with: cc -I/usr/local/cuda/include -o /tmp/x nvrtc_abi.c && /tmp/x
  * It fails to compile if ../decl.h disagrees with <nvrtc.h>. */
-#pragma GCC diagnostic error "-Wincompatible-pointer-types"
 #define DBN_ABICHECK 1
 #include "../decl.h"
-#include <stdio.h>
-
-#define SAME_FN(fn, type) _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), type), #fn " prototype differs from decl.h")
+#include "../../dl/abicheck.h"
 
 #if defined(nvrtcVersion) || defined(nvrtcGetErrorString) || defined(nvrtcCreateProgram) || \
     defined(nvrtcCompileProgram) || defined(nvrtcGetProgramLogSize) || defined(nvrtcGetProgramLog) || \

@@ -1,4 +1,4 @@
-package msg
+package peermem
 
 import (
 	"errors"
@@ -9,8 +9,8 @@ import (
 	"unsafe"
 )
 
-// process_vm_readv's number where the syscall package lacks it; 0 where
-// this file does not know it, and node-local reads are off.
+// process_vm_readv's number, which the syscall package lacks on some
+// architectures; 0 where this file does not know it, and reads are off.
 var sysProcessVMReadv = map[string]uintptr{"amd64": 310, "arm64": 270, "riscv64": 270, "ppc64le": 351, "s390x": 340, "loong64": 270}[runtime.GOARCH]
 
 type iovec struct {
@@ -18,10 +18,9 @@ type iovec struct {
 	len  uint64
 }
 
-// peerMemWhy says why this process cannot read node-local peers' memory,
-// "" when it can try. The kernel decides each read: same user, and under
-// Yama's ptrace_scope 1 a target that allowed it (allowPeerReads).
-func peerMemWhy() string {
+// Unavailable says why this process cannot read its peers' memory, ""
+// when it can try.
+func Unavailable() string {
 	if sysProcessVMReadv == 0 {
 		return "process_vm_readv is not known on " + runtime.GOARCH
 	}
@@ -30,31 +29,31 @@ func peerMemWhy() string {
 	}
 	// One read of this process's own memory: a seccomp filter that
 	// refuses the call refuses it here too.
-	words := []uint64{0x6469737462756621, 0}
-	var pin runtime.Pinner // the source's address is taken as a number: it must not move
-	pin.Pin(&words[0])
-	defer pin.Unpin()
-	if err := readProcess(os.Getpid(), unsafe.Pointer(&words[1]), uintptr(unsafe.Pointer(&words[0])), 8); err != nil || words[1] != words[0] {
+	p := NewProbe()
+	defer p.Close()
+	if err := CheckProbe(os.Getpid(), p.Addr(), p.Value()); err != nil {
 		return fmt.Sprintf("process_vm_readv of this process's own memory: %v", err)
 	}
 	return ""
 }
 
-// allowPeerReads lets any process of this user read this one's memory,
-// as Open MPI's single-copy transport does: under Yama's ptrace_scope 1 a
+// AllowReaders lets any process of this user read this one's memory, as
+// Open MPI's single-copy transport does: under Yama's ptrace_scope 1 a
 // process may otherwise be read only by its ancestors. Without Yama the
 // call fails harmlessly.
-func allowPeerReads() {
+func AllowReaders() {
 	const prSetPtracer, prSetPtracerAny = 0x59616d61, ^uintptr(0)
 	_, _, _ = syscall.RawSyscall6(syscall.SYS_PRCTL, prSetPtracer, prSetPtracerAny, 0, 0, 0, 0)
 }
 
-// readProcess copies n bytes at remote in process pid to local, in this
-// process: one copy, by the kernel, without the peer's involvement. A
-// partial read is continued; a range the peer has not mapped is EFAULT.
-// local stays a pointer until the call, so that Go memory there is kept
-// and followed if its stack moves.
-func readProcess(pid int, local unsafe.Pointer, remote uintptr, n int64) error {
+// Read copies n bytes at remote in process pid to local, in this process.
+// A partial read is continued; a range the peer has not mapped is an
+// error matching IsFault. local stays a pointer until the call, so that Go
+// memory there is kept and followed if its stack moves.
+func Read(pid int, local unsafe.Pointer, remote uintptr, n int64) error {
+	if sysProcessVMReadv == 0 {
+		return ErrUnavailable
+	}
 	for done := int64(0); done < n; {
 		l := iovec{uintptr(unsafe.Add(local, done)), uint64(n - done)}
 		r := iovec{remote + uintptr(done), uint64(n - done)}
@@ -72,3 +71,7 @@ func readProcess(pid int, local unsafe.Pointer, remote uintptr, n int64) error {
 	}
 	return nil
 }
+
+// IsFault reports whether err says the remote range is not mapped in the
+// peer (EFAULT): the peer named memory it does not have.
+func IsFault(err error) bool { return errors.Is(err, syscall.EFAULT) }
