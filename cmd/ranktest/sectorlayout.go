@@ -159,23 +159,27 @@ func newSectorLayout(st *sectorStructure, rank int) (*sectorLayout, error) {
 		wcLoc[w] = blockLoc{partSlot(0), w}
 		tail = append(tail, packing.Desc{ID: idWc | uint64(w), DType: f64, Rows: dw(b.kw2), Cols: dw(b.kw), Dest: 0})
 	}
+	// place puts block d, of the tail part d.Dest, in a big input of its
+	// own or next in that part (n counts the part's blocks).
+	place := func(d packing.Desc, big bool, n *int) (blockLoc, error) {
+		if big {
+			slot, err := bigInput([]packing.Desc{d})
+			return blockLoc{slot, 0}, err
+		}
+		tail = append(tail, d)
+		*n++
+		return blockLoc{partSlot(d.Dest), *n - 1}, nil
+	}
 	n := 0
 	for i, e := range st.l {
 		if !useL[i] {
 			continue
 		}
 		d := packing.Desc{ID: idL | uint64(i), DType: f64, Rows: dw(e.kw) * st.da(e.outer), Cols: st.da(e.inner), Dest: 1}
-		if st.lBig(i) {
-			slot, err := bigInput([]packing.Desc{d})
-			if err != nil {
-				return nil, err
-			}
-			lLoc[i] = blockLoc{slot, 0}
-			continue
+		var err error
+		if lLoc[i], err = place(d, st.lBig(i), &n); err != nil {
+			return nil, err
 		}
-		lLoc[i] = blockLoc{partSlot(1), n}
-		tail = append(tail, d)
-		n++
 	}
 	n = 0
 	for p, b := range st.psi {
@@ -183,17 +187,10 @@ func newSectorLayout(st *sectorStructure, rank int) (*sectorLayout, error) {
 			continue
 		}
 		d := packing.Desc{ID: idPsi | uint64(p), DType: f64, Rows: st.da(b.ia), Cols: st.db(b.ib), Dest: 2}
-		if st.psiBig(p) {
-			slot, err := bigInput([]packing.Desc{d})
-			if err != nil {
-				return nil, err
-			}
-			psiLoc[p] = blockLoc{slot, 0}
-			continue
+		var err error
+		if psiLoc[p], err = place(d, st.psiBig(p), &n); err != nil {
+			return nil, err
 		}
-		psiLoc[p] = blockLoc{partSlot(2), n}
-		tail = append(tail, d)
-		n++
 	}
 	n = 0
 	for i, e := range st.r {

@@ -8,7 +8,6 @@ import (
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/gemm"
-	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/msg"
 	"github.com/distbuf/distbuf/packing"
 )
@@ -105,27 +104,7 @@ func (sv *solver) agree(own error) error {
 // allocated and dropped the structure's layout.
 func (sv *solver) solveSectors(iter, m, bond int) (iterStats, error) {
 	st := iterStats{deviceUS: -1, deviceGemmUS: -1}
-	if sv.size > 1 {
-		if err := sv.world.BarrierWithin(sv.cfg.timeout); err != nil {
-			return st, err
-		}
-	}
-	before, calls, harness := sv.a.Stats(), cudart.CallsTotal(), sv.harnessCalls
-	sv.calls.begin()
-	err := sv.sectors(iter, m, bond, &st)
-	if err == nil {
-		// The phase's end is the policy's work (AggressiveFree trims
-		// there): part of the solve's free phase.
-		t := time.Now()
-		err = sv.a.EndPhase()
-		st.phase[phFree] += since(t)
-	}
-	st.allocCalls = sv.a.Stats().AllocCalls - before.AllocCalls
-	st.runtimeCalls = int64(cudart.CallsTotal() - calls - (sv.harnessCalls - harness))
-	sv.calls.finish()
-	for _, v := range st.phase {
-		st.solveUS += v
-	}
+	err := sv.frame(&st, func() error { return sv.sectors(iter, m, bond, &st) })
 	// The ranks leave the solve together, each knowing how every other's
 	// ended. A failed solve takes its structure's layout with it (its
 	// plans' and staged operands' memory): the run is ending, or will

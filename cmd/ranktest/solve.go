@@ -418,40 +418,43 @@ func (sv *solver) iterate(iter int) (iterStats, error) {
 		return sv.solveSectors(iter, sv.cfg.m, sv.bondOf(iter))
 	}
 	st := iterStats{deviceUS: -1, deviceGemmUS: -1}
-	// Every solve starts together. The verification of the last solve is
-	// the harness's work, not the solver's, and its time differs between
-	// ranks: without the barrier the earlier rank would wait for the later
-	// one in the next exchange, and that wait would count as exchange.
+	err := sv.frame(&st, func() error {
+		if sv.cfg.mode == "perblock" {
+			return sv.perBlock(iter, &st)
+		}
+		return sv.packed(iter, &st)
+	})
+	return st, err
+}
+
+// frame runs one solve's body in the frame every solve shares. The ranks
+// start together: the verification of the last solve is the harness's work,
+// not the solver's, and its time differs between ranks, so without the
+// barrier the earlier rank would wait for the later one in the next
+// exchange, and that wait would count as exchange. After the body the phase
+// ends, the policy's work (AggressiveFree trims there), timed in the free
+// phase; then the solve's counts and total time are taken.
+func (sv *solver) frame(st *iterStats, body func() error) error {
 	if sv.size > 1 {
 		if err := sv.world.BarrierWithin(sv.cfg.timeout); err != nil {
-			return st, err
+			return err
 		}
 	}
 	before, calls, harness := sv.a.Stats(), cudart.CallsTotal(), sv.harnessCalls
 	sv.calls.begin()
-	var err error
-	if sv.cfg.mode == "perblock" {
-		err = sv.perBlock(iter, &st)
-	} else {
-		err = sv.packed(iter, &st)
+	err := body()
+	if err == nil {
+		t := time.Now()
+		err = sv.a.EndPhase()
+		st.phase[phFree] += since(t)
 	}
-	if err != nil {
-		return st, err
-	}
-	// The phase's end is the policy's work (AggressiveFree trims there):
-	// part of the solve's free phase.
-	t := time.Now()
-	if err := sv.a.EndPhase(); err != nil {
-		return st, err
-	}
-	st.phase[phFree] += since(t)
 	st.allocCalls = sv.a.Stats().AllocCalls - before.AllocCalls
 	st.runtimeCalls = int64(cudart.CallsTotal() - calls - (sv.harnessCalls - harness))
 	sv.calls.finish()
 	for _, v := range st.phase {
 		st.solveUS += v
 	}
-	return st, nil
+	return err
 }
 
 // solveMemory is what one solve allocates, freed once at its end (timed as
