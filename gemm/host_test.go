@@ -34,17 +34,8 @@ func TestHostEdges(t *testing.T) {
 				var da, db, dc []packing.Desc
 				var triples []Triple
 				for i, sh := range shapes { // sh is m, k, n
-					m, k, n := sh[0], sh[1], sh[2]
-					ar, ac, br, bc := m, k, k, n
-					if ops[0] == Trans {
-						ar, ac = k, m
-					}
-					if ops[1] == Trans {
-						br, bc = n, k
-					}
-					da = append(da, packing.Desc{ID: uint64(i), DType: dt, Rows: ar, Cols: ac})
-					db = append(db, packing.Desc{ID: uint64(i), DType: dt, Rows: br, Cols: bc})
-					dc = append(dc, packing.Desc{ID: uint64(i), DType: dt, Rows: m, Cols: n})
+					a, b, c := productDescs(uint64(i), dt, ops, sh[0], sh[1], sh[2])
+					da, db, dc = append(da, a), append(db, b), append(dc, c)
 					triples = append(triples, Triple{i, i, i})
 				}
 				A, B, C := makeOperand(t, s, da, rng), makeOperand(t, s, db, rng), makeOperand(t, s, dc, rng)

@@ -784,17 +784,8 @@ func TestBetaZeroOverwrites(t *testing.T) {
 						t.Run(fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st), func(t *testing.T) {
 							var da, db, dc []packing.Desc
 							for i, d := range []int{5, 20} {
-								m, k, n := d, d+1, d+2
-								ar, ac, br, bcol := m, k, k, n
-								if ops[0] == Trans {
-									ar, ac = k, m
-								}
-								if ops[1] == Trans {
-									br, bcol = n, k
-								}
-								da = append(da, packing.Desc{ID: uint64(i), DType: dt, Rows: ar, Cols: ac})
-								db = append(db, packing.Desc{ID: uint64(i), DType: dt, Rows: br, Cols: bcol})
-								dc = append(dc, packing.Desc{ID: uint64(i), DType: dt, Rows: m, Cols: n})
+								a, b, c := productDescs(uint64(i), dt, ops, d, d+1, d+2)
+								da, db, dc = append(da, a), append(db, b), append(dc, c)
 							}
 							A, B, C := makeOperand(t, s, da, rng), makeOperand(t, s, db, rng), makeOperand(t, s, dc, rng)
 							raw := make([][]byte, len(dc))
@@ -825,4 +816,19 @@ func TestBetaZeroOverwrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// productDescs are the descriptors of block id of A, B and C for a product
+// C (m x n) = op(A) op(B) with inner dimension k under ops: A and B stored
+// transposed where their op is Trans.
+func productDescs(id uint64, dt packing.DType, ops [2]Op, m, k, n int) (a, b, c packing.Desc) {
+	ar, ac, br, bc := m, k, k, n
+	if ops[0] == Trans {
+		ar, ac = k, m
+	}
+	if ops[1] == Trans {
+		br, bc = n, k
+	}
+	return packing.Desc{ID: id, DType: dt, Rows: ar, Cols: ac}, packing.Desc{ID: id, DType: dt, Rows: br, Cols: bc},
+		packing.Desc{ID: id, DType: dt, Rows: m, Cols: n}
 }
