@@ -35,11 +35,15 @@ $(STATICCHECK): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
 	$(GO) -C tools build -o ../$(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
 
+# lint also builds and vets everything with CGO_ENABLED=0: every package,
+# command and test compiles without cgo (docs/MPI.md says what runs).
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags mpi $(PKGS)
+	CGO_ENABLED=0 $(GO) build $(PKGS)
+	CGO_ENABLED=0 $(GO) vet $(PKGS)
 	$(STATICCHECK) $(PKGS)
 	$(STATICCHECK) -tags mpi $(PKGS)
 	cd tools && ../$(STATICCHECK) ./benchplot

@@ -52,11 +52,13 @@
 // position, Position(id) finds a block's position by id, and Locate(k)
 // gives a block's class and offset alone, for planners; a Locator does the
 // same with the buffer checked once, for a planner's loop over every block.
-// A group's positions follow its blocks in list order; when the list gives
-// the groups one after another (destinations never decreasing, as A's
-// blocks before B's in a joined operand), a position maps to a plan index
-// by an addition, and neither Parts nor Alloc of a group builds a member
-// list.
+// A group's positions follow its blocks in list order, and
+// Plan.GroupPosition gives the group and position of a block of the list,
+// before any buffer exists: how a program that keeps each block's storage
+// in list order builds a group's Refs for a Mover. When the list gives the
+// groups one after another (destinations never decreasing, as A's blocks
+// before B's in a joined operand), a position maps to a plan index by an
+// addition, and neither Parts nor Alloc of a group builds a member list.
 //
 // Wrap makes a Coalesced over a buffer that already holds a layout, such
 // as a received message, without copying; its Free frees that buffer, or

@@ -1,9 +1,11 @@
 package packing_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log"
+	"math"
 
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/packing"
@@ -104,4 +106,98 @@ func ExamplePlan_Groups() {
 	// Output:
 	// dest 0: 1 blocks, 256 bytes: id 2 at 0
 	// dest 2: 2 blocks, 512 bytes: id 1 at 0 id 3 at 256
+}
+
+// A program that keeps its blocks in device storage of its own (here one
+// buffer, block i at byte 32*i) packs them into one buffer per destination
+// rank with a Mover. Plan.GroupPosition says where each block of the list
+// goes in its group, so each group's Refs follow from the list. Nothing
+// waits on the host until the packed blocks are read: the storage is filled
+// on one stream, the groups are packed on another, and the storage's ledger
+// orders the packs after the fill. devalloc's default backend is
+// DISTBUF_BACKEND, else the GPU when there is one: the same code runs on
+// the host backend and, unchanged, on a GPU, where the storage is device
+// memory and the Mover a gather kernel. must and check end the program on
+// an error.
+func ExampleNewMover() {
+	a := must(devalloc.Open(devalloc.Options{}))
+	fill := a.DefaultStream()
+	pack := must(a.NewStream())
+
+	// Six 2x2 float64 blocks, bound alternately for ranks 0 and 1.
+	descs := make([]packing.Desc, 6)
+	for i := range descs {
+		descs[i] = packing.Desc{ID: uint64(100 + i), DType: packing.Float64, Rows: 2, Cols: 2, Dest: i % 2}
+	}
+	const blockBytes = 32
+	storage := must(a.Alloc(blockBytes*int64(len(descs)), fill))
+
+	// Fill the storage in the order of fill: element j of block i is
+	// 10*i + j, written into pinned memory by a function the stream runs
+	// (declared as a write, so that the copy after it reads what it wrote),
+	// then copied into the storage.
+	staging := must(a.AllocPinned(storage.Size(), fill))
+	w := must(staging.Write(fill))
+	check(fill.Enqueue(func() error {
+		b, err := staging.Bytes()
+		for i := range descs {
+			for j := range 4 {
+				binary.NativeEndian.PutUint64(b[blockBytes*i+8*j:], math.Float64bits(float64(10*i+j)))
+			}
+		}
+		return err
+	}))
+	check(w.Done())
+	check(fill.Copy(storage, 0, staging, 0, storage.Size()))
+
+	// Each group's Refs, in group-position order, from the list.
+	plan := must(packing.NewPlan(descs, packing.Options{}))
+	refs := make([][]packing.Ref, len(plan.Groups()))
+	for g, grp := range plan.Groups() {
+		refs[g] = make([]packing.Ref, grp.Blocks)
+	}
+	for i := range descs {
+		g, k, err := plan.GroupPosition(i)
+		check(err)
+		refs[g][k] = packing.Ref{Buf: storage, Off: blockBytes * int64(i)}
+	}
+
+	for g, grp := range plan.Groups() {
+		c := must(packing.Alloc(a, plan, pack, packing.AllocOptions{Group: g}))
+		m := must(packing.NewMover(pack, c, refs[g]))
+		check(m.Pack(pack)) // after the fill: pack waits for it, the host does not
+		// The packed buffer is the message to rank grp.Dest; here it is read.
+		check(c.OnHost(pack, devalloc.Read, func(h *packing.HostBlocks) error {
+			fmt.Printf("rank %d:", grp.Dest)
+			for k := range h.Len() {
+				d, err := h.Desc(k)
+				if err != nil {
+					return err
+				}
+				x, err := h.Float64s(k)
+				if err != nil {
+					return err
+				}
+				fmt.Printf(" id %d %v", d.ID, x)
+			}
+			fmt.Println()
+			return nil
+		}))
+		check(errors.Join(m.Close(), c.Free()))
+	}
+	check(errors.Join(staging.Free(), storage.Free(), a.Close()))
+	// Output:
+	// rank 0: id 100 [0 1 2 3] id 102 [20 21 22 23] id 104 [40 41 42 43]
+	// rank 1: id 101 [10 11 12 13] id 103 [30 31 32 33] id 105 [50 51 52 53]
+}
+
+func must[T any](v T, err error) T {
+	check(err)
+	return v
+}
+
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
 }

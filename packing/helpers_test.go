@@ -6,10 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/distbuf/distbuf"
-	"github.com/distbuf/distbuf/internal/alloctest"
-	"github.com/distbuf/distbuf/internal/gputest"
-
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/alloctest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +16,6 @@ var (
 	openHost   = alloctest.OpenHost
 	openCUDA   = alloctest.OpenCUDA
 	closeClean = alloctest.CloseClean
-	requireGPU = gputest.Required
 	readAll    = alloctest.ReadAll
 	writeAll   = alloctest.WriteAll
 )

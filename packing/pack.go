@@ -14,7 +14,8 @@ import (
 // Ref locates a block's bytes outside a coalesced buffer: an offset in some
 // devalloc Buffer (a tensor's storage, a separately allocated block, a
 // pinned staging area). The scattered side of a pack or unpack is one Ref per
-// block, in group-position order.
+// block, in group-position order: Plan.GroupPosition says where a block of
+// the descriptor list goes.
 type Ref struct {
 	Buf *devalloc.Buffer
 	Off int64

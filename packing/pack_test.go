@@ -2,6 +2,7 @@ package packing
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -253,6 +254,56 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 			require.ErrorIs(t, transfer(s, dev, pin), distbuf.ErrFreed)
 			_, err = Alloc(a, p, s, AllocOptions{CopyOf: pin})
 			require.ErrorIs(t, err, distbuf.ErrFreed)
+		})
+	}
+}
+
+// TestMoverRefsByGroupPosition: a program that keeps each block's storage
+// in list order packs the groups of a plan whose destinations interleave by
+// building each group's Refs with Plan.GroupPosition, and unpacks them back.
+func TestMoverRefsByGroupPosition(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
+			defer closeClean(t, a)
+			s := a.DefaultStream()
+			descs := mixedDescs(500, 43)
+			for i := range descs {
+				descs[i].Dest = (i * 5) % 3
+			}
+			p, err := NewPlan(descs, Options{})
+			require.NoError(t, err)
+			sc := scatter(t, s, p, 44) // sc.refs[i] and sc.data[i]: block i's storage
+			defer sc.free(t)
+			cs, err := allocGroups(a, p, s)
+			require.NoError(t, err)
+			refs := make([][]Ref, len(cs))
+			want := make([][][]byte, len(cs))
+			for g, c := range cs {
+				refs[g], want[g] = make([]Ref, c.Len()), make([][]byte, c.Len())
+			}
+			for i := range descs {
+				g, k, err := p.GroupPosition(i)
+				require.NoError(t, err)
+				refs[g][k], want[g][k] = sc.refs[i], sc.data[i]
+			}
+			movers := make([]*Mover, len(cs))
+			for g, c := range cs {
+				movers[g], err = NewMover(s, c, refs[g])
+				require.NoError(t, err)
+				require.NoError(t, movers[g].Pack(s))
+				require.Equal(t, want[g], blocksOf(t, s, c), "group %d packed", g)
+			}
+			for _, b := range sc.bufs {
+				require.NoError(t, s.Memset(b, 0, b.Size(), 0x5A))
+			}
+			for _, m := range movers {
+				require.NoError(t, m.Unpack(s))
+			}
+			require.Equal(t, sc.data, sc.read(t, s), "every block back in its storage")
+			for g, c := range cs {
+				require.NoError(t, errors.Join(movers[g].Close(), c.Free()))
+			}
 		})
 	}
 }

@@ -3,6 +3,7 @@ package packing
 import (
 	"cmp"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -787,4 +788,89 @@ func TestPlanClassTableOnStack(t *testing.T) {
 		}
 	})
 	require.LessOrEqual(t, allocs, 4.0)
+}
+
+// TestGroupPosition: every block of the list is found at the group and
+// group position its plan lays it out at, counted here from the list alone
+// (groups in increasing destination, positions in list order), in a single
+// group, in groups the list gives one after another, in interleaved ones,
+// in a joined plan (one group, positions the plan indices) and in a
+// received layout; the buffers agree.
+func TestGroupPosition(t *testing.T) {
+	a := openHost(t)
+	defer closeClean(t, a)
+	s := a.DefaultStream()
+	runs, mixed, sparse := mixedDescs(300, 21), mixedDescs(300, 21), mixedDescs(300, 21)
+	for i := range runs {
+		runs[i].Dest, mixed[i].Dest = i*3/len(runs), (i*7)%3
+		sparse[i].Dest = []int{9, 2, 5, 2}[i%4] // groups 2, 5, 9: not the dests
+	}
+	// expected counts each block's group and position from the list.
+	expected := func(descs []Desc) (gs, ks []int) {
+		dests := map[int]bool{}
+		for _, d := range descs {
+			dests[d.Dest] = true
+		}
+		order := slices.Sorted(maps.Keys(dests))
+		seen := map[int]int{}
+		for _, d := range descs {
+			gs = append(gs, slices.Index(order, d.Dest))
+			ks = append(ks, seen[d.Dest])
+			seen[d.Dest]++
+		}
+		return gs, ks
+	}
+	check := func(name string, p *Plan, ids []uint64, gs, ks []int) {
+		t.Helper()
+		cs, err := allocGroups(a, p, s)
+		require.NoError(t, err, name)
+		for i, id := range ids {
+			g, k, err := p.GroupPosition(i)
+			require.NoError(t, err, "%s: block %d", name, i)
+			require.Equal(t, gs[i], g, "%s: block %d's group", name, i)
+			require.Equal(t, ks[i], k, "%s: block %d's position", name, i)
+			v, err := cs[g].View(k)
+			require.NoError(t, err)
+			require.Equal(t, id, v.Desc().ID, "%s: the view at block %d's group position", name, i)
+		}
+		for _, i := range []int{-1, p.Len(), 1 << 40} {
+			_, _, err := p.GroupPosition(i)
+			requireProblem(t, err, "outside a plan", "%s: index %d", name, i)
+		}
+		for _, c := range cs {
+			require.NoError(t, c.Free())
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		descs []Desc
+	}{{"one group", mixedDescs(300, 21)}, {"runs", runs}, {"interleaved", mixed}, {"sparse dests", sparse}} {
+		p, err := NewPlan(tc.descs, Options{})
+		require.NoError(t, err)
+		ids := make([]uint64, len(tc.descs))
+		for i, d := range tc.descs {
+			ids[i] = d.ID
+		}
+		gs, ks := expected(tc.descs)
+		check(tc.name, p, ids, gs, ks)
+		j, err := p.Joined(nil)
+		require.NoError(t, err)
+		all := make([]int, len(ids))
+		for i := range all {
+			all[i] = i
+		}
+		check(tc.name+", joined", j, ids, make([]int, len(ids)), all)
+	}
+	p, err := NewPlan(mixed, Options{})
+	require.NoError(t, err)
+	entries, size, err := p.Manifest(1)
+	require.NoError(t, err)
+	m, err := FromManifest(entries, size)
+	require.NoError(t, err)
+	ids := make([]uint64, len(entries))
+	ks := make([]int, len(entries))
+	for k, e := range entries {
+		ids[k], ks[k] = e.ID, k
+	}
+	check("received", m, ids, make([]int, len(ids)), ks)
 }
