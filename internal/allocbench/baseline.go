@@ -30,7 +30,7 @@ func openCBaseline(c *benchContext) (*cBaseline, error) {
 	}
 	p, err := openCPool(c.alloc.Info().Device)
 	if err != nil {
-		return nil, fmt.Errorf("C baseline: %w", err)
+		return nil, fmt.Errorf("allocbench: the C baseline: %w", err)
 	}
 	return &cBaseline{pool: p}, nil
 }

@@ -154,7 +154,7 @@ func (c *cPool) fail(what string, code C.int, failed C.int) error {
 	if failed >= 0 {
 		op = C.GoString(C.cb_symbol(failed))
 	}
-	return fmt.Errorf("C baseline %s: %s failed with cudaError_t %d", what, op, int(code))
+	return fmt.Errorf("allocbench: the C baseline %s: %s failed with cudaError_t %d", what, op, int(code))
 }
 
 // cCyclePhases is where a C cycle's time went, in microseconds: the
@@ -166,13 +166,13 @@ type cCyclePhases struct{ alloc, touch, sync float64 }
 func (c *cPool) cycle(sizes, touch []int64, val byte) (float64, cCyclePhases, cudart.Counts, error) {
 	n := len(sizes)
 	if n == 0 || len(touch) != n {
-		return 0, cCyclePhases{}, nil, fmt.Errorf("C baseline cycle: %d sizes and %d touches", n, len(touch))
+		return 0, cCyclePhases{}, nil, fmt.Errorf("allocbench: the C baseline cycle: %d sizes and %d touches", n, len(touch))
 	}
 	if n > c.ptrsCap {
 		C.free(c.ptrs)
 		if c.ptrs = C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(uintptr(0)))); c.ptrs == nil {
 			c.ptrsCap = 0
-			return 0, cCyclePhases{}, nil, errors.New("C baseline cycle: out of host memory")
+			return 0, cCyclePhases{}, nil, errors.New("allocbench: the C baseline cycle: out of host memory")
 		}
 		c.ptrsCap = n
 	}
