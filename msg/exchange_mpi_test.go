@@ -459,7 +459,7 @@ func TestHandWrittenPeer(t *testing.T) {
 			}
 			sizes, got := make([]int64, size), make([]int64, size)
 			sizes[1] = announced
-			require.NoError(t, cluster.Alltoall(x.comm, sizes, got))
+			require.NoError(t, cluster.AlltoallWithin(x.comm, sizes, got, time.Minute))
 			for _, n := range got {
 				require.Zero(t, n, "nobody sends to rank 0")
 			}
@@ -470,16 +470,17 @@ func TestHandWrittenPeer(t *testing.T) {
 			req, err := x.comm.Isend(pin, 1, x.Tag())
 			require.NoError(t, err)
 			require.NoError(t, req.Attach(pin))
-			// The agreement: one MPI message sent to rank 1; failed when it
-			// was an abort notice. The send completes once rank 1 has
-			// matched it, which it may do only after the agreement (a
-			// length it refused is drained then).
+			// The agreement (like the count exchange, cluster's bounded
+			// Alltoall): one MPI message sent to rank 1; failed when it was
+			// an abort notice. The send completes once rank 1 has matched
+			// it, which it may do only after the agreement (a length it
+			// refused is drained then).
 			agree, got := make([]int64, size), make([]int64, size)
 			agree[1] = 1
 			if tc.name == "abort notice" {
 				agree[1] = -1 - 1
 			}
-			require.NoError(t, cluster.Alltoall(x.comm, agree, got))
+			require.NoError(t, cluster.AlltoallWithin(x.comm, agree, got, time.Minute))
 			for s, v := range got {
 				if s != 1 || tc.sentinel == nil {
 					require.Zero(t, v, "rank %d sent nothing to rank 0 and did not fail", s)
