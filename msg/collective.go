@@ -51,7 +51,7 @@ func (c boundedCollectives) agree(out, in []int64, timeout time.Duration) error 
 // ranks are either in the agreement already or time out about as late,
 // so the grace is all the agreement needs: a rank that stopped for good
 // is then named a grace after the timeout, not two timeouts after.
-const agreeGrace = 2 * time.Second
+const agreeGrace = time.Second
 
 // agreeTimeout is the agreement's bound: the timeout and a grace, or the
 // grace alone once the data phase timed out (stalled); 0 for no limit.
