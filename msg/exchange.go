@@ -284,10 +284,12 @@ func (x *Exchanger) closeStreams() error {
 	return errors.Join(errs...)
 }
 
-// Close waits for the exchanger's copies, lets go of its routes
-// (collective over the node: every rank first lets go of what it opened of
-// its peers' windows, then frees its own), destroys its streams and frees
-// its communicator (MPI_Comm_free, collective: every rank closes its
+// Close completes what failed exchanges left in flight (waiting up to the
+// timeout), waits for the exchanger's copies, lets go of its routes
+// (collective over the node, a bounded barrier: every rank first lets go
+// of what it opened of its peers' windows, then frees its own; after a
+// timeout the windows stay allocated), destroys its streams and frees its
+// communicator (MPI_Comm_free, collective: every rank closes its
 // exchanger). Buffers received earlier stay valid and the caller's. After a
 // failure that ends the job, abort it (cluster.Abort) rather than Close:
 // the other ranks may never reach their Close.
