@@ -596,3 +596,19 @@ func TestStagedRing(t *testing.T) {
 		})
 	}
 }
+
+// TestAgreeTimeout: the agreement waits the timeout and a grace of a
+// second (the timeout itself when shorter), and only the grace once the
+// rank's own data phase timed out; no limit without a timeout.
+func TestAgreeTimeout(t *testing.T) {
+	for _, tc := range []struct{ timeout, normal, stalled time.Duration }{
+		{0, 0, 0},
+		{500 * time.Millisecond, time.Second, 500 * time.Millisecond},
+		{3 * time.Second, 4 * time.Second, time.Second},
+		{DefaultTimeout, DefaultTimeout + time.Second, time.Second},
+	} {
+		x := &Exchanger{lim: limits{timeout: tc.timeout}}
+		require.Equal(t, tc.normal, x.agreeTimeout(false), "timeout %v", tc.timeout)
+		require.Equal(t, tc.stalled, x.agreeTimeout(true), "timeout %v, after the data phase timed out", tc.timeout)
+	}
+}

@@ -585,6 +585,9 @@ func TestNCCLReceiverOutOfMemoryDrains(t *testing.T) {
 	}
 	a, x := ncclExchanger(t, comm, conf)
 	starveReceiver(t, a, x, rank, 2048, 1024) // 16 MiB
+	if rank == 1 {
+		require.EqualValues(t, 1, x.Stats().Drained, "the message from rank 0, one piece into the drain buffer")
+	}
 
 	// The communicator and the drain buffer serve the next exchange.
 	tr := traffic{seed: 9, density: 1, maxBlocks: 20, dims: []int{2, 4}, dtypes: mixedTypes}
