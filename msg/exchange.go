@@ -284,12 +284,12 @@ func (x *Exchanger) closeStreams() error {
 	return errors.Join(errs...)
 }
 
-// Close completes what failed exchanges left in flight (waiting up to the
-// timeout), waits for the exchanger's copies, lets go of its routes
+// Close waits for the exchanger's copies, lets go of its routes
 // (collective over the node, a bounded barrier: every rank first lets go
 // of what it opened of its peers' windows, then frees its own; after a
-// timeout the windows stay allocated), destroys its streams and frees its
-// communicator (MPI_Comm_free, collective: every rank closes its
+// timeout the windows stay allocated), drains and completes what failed
+// exchanges left (waiting up to the timeout), destroys its streams and
+// frees its communicator (MPI_Comm_free, collective: every rank closes its
 // exchanger). Buffers received earlier stay valid and the caller's. After a
 // failure that ends the job, abort it (cluster.Abort) rather than Close:
 // the other ranks may never reach their Close.
@@ -300,7 +300,7 @@ func (x *Exchanger) Close() error {
 		return err
 	}
 	x.closed = true
-	errs := []error{x.tr.close(), x.completeLeftover(x.lim.timeout)}
+	errs := []error{x.tr.close()}
 	for _, r := range x.steps {
 		errs = append(errs, r.detach())
 	}
@@ -314,8 +314,29 @@ func (x *Exchanger) Close() error {
 			errs = append(errs, r.close())
 		}
 	}
-	errs = append(errs, x.closeStreams(), x.comm.Free())
+	errs = append(errs, x.drainLeft(), x.completeLeftover(x.lim.timeout), x.closeStreams(), x.comm.Free())
 	return errors.Join(errs...)
+}
+
+// drainLeft drains what failed exchanges left unmatched on the exchanger's
+// communicator (a message a rank sent after the others gave up on it),
+// before the communicator is freed: an MPI may give a later communicator
+// the freed one's context, where such a message would be taken for one of
+// its own.
+func (x *Exchanger) drainLeft() error {
+	probe := &cluster.Probe{Comm: x.comm, Source: cluster.AnySource, Tag: cluster.AnyTag}
+	for {
+		_, m, err := cluster.Await(nil, nil, probe, 0)
+		if err != nil || m == nil {
+			return err
+		}
+		r, err := m.Discard()
+		if err != nil {
+			return fmt.Errorf("msg: close: a message left by a failed exchange: %w", err)
+		}
+		x.stats.Drained++
+		x.leftover = append(x.leftover, r)
+	}
 }
 
 // completeLeftover completes the requests failed exchanges left behind
