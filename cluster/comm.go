@@ -118,6 +118,12 @@ func (c *Comm) Size() int { return c.size }
 // MPI_COMM_TYPE_SHARED, keyed by rank). It is freed with c.
 func (c *Comm) Local() *Comm { return c.local }
 
+// WorldRanks is, for each rank of c in order, its rank in World
+// (MPI_Group_translate_ranks, made once when c was): what ties a rank of
+// one communicator to the same process in another, such as a rank of
+// Local to its rank in c. The slice is the caller's.
+func (c *Comm) WorldRanks() []int { return append([]int(nil), c.worldRanks...) }
+
 // Dup duplicates c (MPI_Comm_dup): same ranks, separate message space.
 // Collective over c. Free it when done.
 func (c *Comm) Dup() (*Comm, error) {

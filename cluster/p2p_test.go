@@ -43,6 +43,25 @@ func TestWorld(t *testing.T) {
 	if n[0] != int64(w.Local().Size()) {
 		t.Fatalf("local communicator holds %d ranks, Local().Size() says %d", n[0], w.Local().Size())
 	}
+	// WorldRanks ties each local rank to its world rank: what every local
+	// rank says its world rank is.
+	says := make([]int64, l.Size())
+	if err := cluster.Allgather(l, []int64{int64(w.Rank())}, says); err != nil {
+		t.Fatal(err)
+	}
+	got := l.WorldRanks()
+	for i, r := range says {
+		if got[i] != int(r) {
+			t.Fatalf("Local().WorldRanks() = %v, the local ranks say %v", got, says)
+		}
+	}
+	if wr := w.WorldRanks(); len(wr) != w.Size() || wr[w.Rank()] != w.Rank() {
+		t.Fatalf("World().WorldRanks() = %v", wr)
+	}
+	got[0] = -1
+	if l.WorldRanks()[0] == -1 {
+		t.Fatal("WorldRanks hands out the communicator's own slice")
+	}
 	checkLauncherLocalRank(t, w)
 }
 

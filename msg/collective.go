@@ -3,6 +3,9 @@ package msg
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/distbuf/distbuf/cluster"
@@ -12,23 +15,57 @@ import (
 // The collective steps of an exchange (docs/WIRE.md, "Exchange protocol"):
 // the count exchange before the data phase and the agreement after it.
 // They are the only calls of an exchange that wait for every rank; all of
-// them go through collectives.
+// them go through collectives, as cluster's bounded collectives, so that a
+// rank that never arrives is named after the timeout instead of holding
+// the others for ever.
 
 // collectives are the exchange's collective calls on the exchanger's
-// communicator: one Alltoall of an int64 per rank each.
+// communicator: one AlltoallWithin of an int64 per rank each, which fails
+// with a *cluster.TimeoutError naming the ranks not heard from when
+// timeout passes first (no limit when it is 0).
 type collectives interface {
 	// counts is the count exchange: send[d] is what this rank announces
 	// to rank d, recv[s] what rank s announces to it.
-	counts(send, recv []int64) error
+	counts(send, recv []int64, timeout time.Duration) error
 	// agree is the agreement: out[d] is what this rank tells rank d.
-	agree(out, in []int64) error
+	agree(out, in []int64, timeout time.Duration) error
 }
 
-// mpiCollectives makes them blocking MPI collectives.
-type mpiCollectives struct{ comm *cluster.Comm }
+// boundedCollectives makes them cluster's bounded collectives.
+type boundedCollectives struct{ comm *cluster.Comm }
 
-func (c mpiCollectives) counts(send, recv []int64) error { return cluster.Alltoall(c.comm, send, recv) }
-func (c mpiCollectives) agree(out, in []int64) error     { return cluster.Alltoall(c.comm, out, in) }
+func (c boundedCollectives) counts(send, recv []int64, timeout time.Duration) error {
+	return cluster.AlltoallWithin(c.comm, send, recv, timeout)
+}
+
+func (c boundedCollectives) agree(out, in []int64, timeout time.Duration) error {
+	return cluster.AlltoallWithin(c.comm, out, in, timeout)
+}
+
+// agreeGrace is how much longer than the timeout the agreement waits,
+// and how long it waits after this rank's own data phase timed out. A
+// rank whose data phase runs until the timeout (it waits for a peer that
+// sends fewer pieces than it announced) reaches the agreement up to a
+// timeout after a rank that had nothing to wait for; the grace lets the
+// latter hear from it. After a data phase that timed out, the other live
+// ranks are either in the agreement already or time out about as late,
+// so the grace is all the agreement needs: a rank that stopped for good
+// is then named a grace after the timeout, not two timeouts after.
+const agreeGrace = time.Second
+
+// agreeTimeout is the agreement's bound: the timeout and a grace, or the
+// grace alone once the data phase timed out (stalled); 0 for no limit.
+func (x *Exchanger) agreeTimeout(stalled bool) time.Duration {
+	t := x.lim.timeout
+	if t <= 0 {
+		return 0
+	}
+	grace := min(t, agreeGrace)
+	if stalled {
+		return grace
+	}
+	return t + grace
+}
 
 // countExchange learns what every rank sends this one: from the count
 // exchange, or from a learned pattern, which skips it. localErr is this
@@ -44,8 +81,8 @@ func (e *exchange) countExchange(localErr error) error {
 		return nil
 	}
 	e.announce(localErr != nil)
-	if err := x.coll.counts(e.sendSize, e.recvSize); err != nil {
-		return errors.Join(localErr, fmt.Errorf("msg: count exchange: %w", err))
+	if err := x.coll.counts(e.sendSize, e.recvSize, x.lim.timeout); err != nil {
+		return errors.Join(localErr, stepError("count exchange", err))
 	}
 	x.stats.CountExchanges++
 	if localErr != nil {
@@ -140,6 +177,7 @@ func (x *Exchanger) maxInWhy() string {
 func (e *exchange) agree() {
 	x, tag := e.x, e.x.o.Tag
 	e.agreeing = true
+	e.drainSuspects()
 	own, failed := e.errs.own(), len(e.errs) > 0
 	for d, c := range e.sentTo {
 		switch {
@@ -151,9 +189,13 @@ func (e *exchange) agree() {
 			e.agreeOut[d] = c
 		}
 	}
-	if err := x.coll.agree(e.agreeOut, e.agreeIn); err != nil {
-		e.fail(fmt.Errorf("msg: agreement: %w", err))
-		e.settle()
+	if err := x.coll.agree(e.agreeOut, e.agreeIn, x.agreeTimeout(e.stalled)); err != nil {
+		// Nothing is known of what the others sent or whether they
+		// failed: what has arrived is drained, nothing more is waited
+		// for, and the error (a rank not heard from) ends the job.
+		e.fail(stepError("agreement", err))
+		copy(e.agreeIn, e.matchedFrom)
+		e.settleNow()
 		return
 	}
 	x.stats.Agreements++
@@ -184,6 +226,49 @@ func (e *exchange) agree() {
 		e.reportAborted(culprits)
 	}
 	e.settle()
+}
+
+// drainSuspects drains whatever has arrived from a source whose messages
+// were wrong in this exchange (a stray, or a message rejected for its
+// length, tag, header or manifest). Such a source may have sent this rank
+// messages that no agreement counts (a stray between two exchanges, a
+// message left by a failed exchange): MPI delivered them before the
+// source's messages of this exchange, which they displaced, so that some
+// of those are still to be matched. It runs before the agreement, when
+// nothing of the next exchange can have come yet (no rank ends this
+// agreement without this rank's part), and, unless a learned pattern
+// skips the next count exchange, once more after it (settle), when every
+// rank has posted all its messages of this exchange: so no displaced
+// message is left for the next exchange (docs/WIRE.md, rule 5). Each is
+// reported as a stray; the agreement then says the source sent fewer than
+// arrived.
+func (e *exchange) drainSuspects() {
+	for s := range e.matchedFrom {
+		if !e.suspect(s) {
+			continue
+		}
+		probe := cluster.Probe{Comm: e.x.comm, Source: s, Tag: cluster.AnyTag}
+		for {
+			moved, ok := e.await(&probe, 0)
+			if !ok || !moved {
+				break
+			}
+		}
+	}
+}
+
+// suspect reports whether a message from s in this exchange was a stray
+// or was rejected as one that breaks the protocol (not an abort notice, a
+// refused length or a timeout, which say nothing of what else s sent).
+func (e *exchange) suspect(s int) bool {
+	if s == e.x.rank && !e.x.o.SelfViaMPI {
+		return false
+	}
+	if e.strayed[s] {
+		return true
+	}
+	in := e.bySrc[s]
+	return in != nil && in.failed != nil && errors.Is(in.failed, ErrMalformed) && !errors.Is(in.failed, ErrPeerAborted)
 }
 
 // bystanderBias marks, in the agreement, a rank whose part of the exchange
@@ -267,22 +352,35 @@ func (f failures) result() error {
 // up), then completes every request still active; each wait is bounded by
 // the timeout. Messages from other sources are not touched: they may
 // already belong to the next exchange.
-func (e *exchange) settle() {
+func (e *exchange) settle() { e.settleWithin(e.x.lim.timeout) }
+
+// settleNow is settle without waiting: after an agreement that failed, a
+// rank it did not hear from may never take this rank's messages or send
+// the rest of its own, so what has not completed at once is left to MPI
+// (its memory stays held) and reported.
+func (e *exchange) settleNow() { e.settleWithin(-1) }
+
+// settleWithin is settle with waits bounded by limit since the last
+// progress (0: no limit; negative: no wait at all).
+func (e *exchange) settleWithin(limit time.Duration) {
 	x := e.x
 	last := time.Now()
-	expired := func() bool { return x.lim.timeout > 0 && time.Since(last) >= x.lim.timeout }
+	expired := func() bool { return limit < 0 || limit > 0 && time.Since(last) >= limit }
 	wait := func() time.Duration {
-		if x.lim.timeout <= 0 {
+		switch {
+		case limit < 0:
+			return 0
+		case limit == 0:
 			return -1
 		}
-		return max(x.lim.timeout-time.Since(last), 0)
+		return max(limit-time.Since(last), 0)
 	}
 	for s, sent := range e.agreeIn {
 		probe := cluster.Probe{Comm: x.comm, Source: s, Tag: cluster.AnyTag}
 		for e.matchedFrom[s] < sent {
 			if expired() {
 				e.fail(wireErr(ErrTimeout, s, x.o.Tag, "agreement", "rank %d says it sent %d MPI messages to this rank in this exchange, %d arrived within %v",
-					s, sent, e.matchedFrom[s], x.lim.timeout))
+					s, sent, e.matchedFrom[s], limit))
 				break
 			}
 			moved, ok := e.await(&probe, wait())
@@ -294,12 +392,21 @@ func (e *exchange) settle() {
 			}
 		}
 	}
-	for len(e.q.active) > 0 {
-		if expired() {
-			e.fail(fmt.Errorf("msg: exchange with tag %d: %d MPI requests did not complete within %v of the agreement (their memory stays held): %w",
-				x.o.Tag, len(e.q.active), x.lim.timeout, ErrTimeout))
+	if e.pat == nil || !e.pat.learned {
+		// The count exchange of the next exchange needs this rank's part:
+		// no rank sends anything of the next exchange before this rank
+		// has begun it, and every rank posted this exchange's messages
+		// before it joined the agreement. So whatever has come from a
+		// suspect source by now is this exchange's, or no exchange's.
+		e.drainSuspects()
+	}
+	for polled := false; len(e.q.active) > 0; {
+		if expired() && (limit >= 0 || polled) {
+			e.fail(fmt.Errorf("msg: exchange with tag %d: %d MPI requests with %s did not complete within %v of the agreement (their memory stays held): %w",
+				x.o.Tag, len(e.q.active), e.q.pendingPeers(), max(limit, 0), ErrTimeout))
 			break
 		}
+		polled = true
 		moved, ok := e.await(nil, wait())
 		if !ok {
 			break
@@ -308,6 +415,10 @@ func (e *exchange) settle() {
 			last = time.Now()
 		}
 	}
+	// Requests it gave up on stay the exchanger's, to complete later.
+	x.leftover = append(x.leftover, e.q.active...)
+	clear(e.q.active)
+	e.q.active, e.q.meta = e.q.active[:0], e.q.meta[:0]
 	// Messages the exchange stopped waiting for give back what they hold.
 	for _, in := range e.ins {
 		if !in.ended {
@@ -317,4 +428,34 @@ func (e *exchange) settle() {
 			e.endIn(in)
 		}
 	}
+}
+
+// pendingPeers names the ranks of the active requests: "rank 2" or
+// "ranks 1, 3".
+func (q *sched) pendingPeers() string {
+	var ranks []int
+	for _, op := range q.meta {
+		p := -1
+		switch {
+		case op.out != nil:
+			p = op.out.dest
+		case op.in != nil:
+			p = op.in.src
+		}
+		if p >= 0 && !slices.Contains(ranks, p) {
+			ranks = append(ranks, p)
+		}
+	}
+	slices.Sort(ranks)
+	switch len(ranks) {
+	case 0:
+		return "peers unknown"
+	case 1:
+		return fmt.Sprintf("rank %d", ranks[0])
+	}
+	names := make([]string, len(ranks))
+	for i, r := range ranks {
+		names[i] = strconv.Itoa(r)
+	}
+	return "ranks " + strings.Join(names, ", ")
 }

@@ -14,7 +14,8 @@
 // the node-local routes, the agreement that ends every exchange, and the
 // timeout. The count exchange and the agreement are the only steps of an
 // exchange that wait for every rank; both go through one place
-// (collective.go). Errors about a
+// (collective.go), as cluster's bounded collectives, like every collective
+// of New and Close. Errors about a
 // message are *WireError values naming the peer, the tag and the field,
 // matching ErrMalformed, ErrChecksum, ErrSizeMismatch, ErrUnexpectedPeer,
 // ErrPatternMismatch, ErrPeerAborted, ErrTooLarge or ErrTimeout.
@@ -68,11 +69,13 @@
 //   - RouteSelf: a rank's message to itself, one stream copy (below).
 //
 // The node-local routes are decided collectively over the node, from one
-// row per rank of an Allgather (docs/WIRE.md, "Setup"): two ranks use a
-// window, or reads, when both offer it; a rank with TransportMPI or
-// TransportStaged, or whose runtime or kernel refuses (no interprocess
-// functions; Yama's ptrace_scope 2 or more, a seccomp filter, another PID
-// namespace), keeps MPI for all its pairs. Inside the package a route is a
+// row per rank of an Allgather (docs/WIRE.md, "Setup"), each checked
+// against its sender: two ranks use a window, or reads, when both offer it
+// and every rank of the node could use what the others offered (open their
+// events, read their probe words), which one Allreduce tells them all; a
+// rank with TransportMPI or TransportStaged, or whose runtime or kernel
+// refuses (no interprocess functions; Yama's ptrace_scope 2 or more, a
+// seccomp filter, another PID namespace), keeps MPI for all its pairs. Inside the package a route is a
 // type implementing the route interface (route.go): how many MPI messages
 // a message travels as, how it is prepared, where its pieces are received
 // and what is done once they are in, and its part in each exchange's steps.
@@ -245,12 +248,9 @@
 // An exchange never leaves a peer waiting for a message this rank
 // announced or expects: a rank that fails before the count exchange
 // announces -1 (its peers skip it), a sender that fails afterwards sends an
-// abort notice in place of the message, and a receiver that cannot
-// allocate, or refuses the announced length, drains the pieces into
-// scratch memory as they come. A peer that sends fewer pieces than it
-// announced, or takes none of this rank's, cannot hold it for ever: when
-// nothing has moved for Options.Timeout (DISTBUF_MSG_TIMEOUT, 120 s by
-// default) the rank gives up what is owed (ErrTimeout).
+// abort notice in place of the message (a window it cannot allocate
+// included), and a receiver that cannot allocate, or refuses the announced
+// length, drains the pieces into scratch memory as they come.
 //
 // Every exchange ends with the agreement, one Alltoall in which each rank
 // tells each other how many MPI messages it sent it and whether its part
@@ -263,7 +263,28 @@
 // returns ErrPeerAborted naming them. No rank returns buffers from an
 // exchange whose data did not all arrive. On error Exchange returns no
 // buffers and frees those it received. Every exchange, failed ones
-// included, advances the epoch.
+// included, advances the epoch. A message that no agreement counts (sent
+// on the exchanger's communicator outside an exchange, or left by an
+// exchange whose agreement failed) fails the exchange that meets it: its
+// receiver drains everything that has come from its sender before and
+// after the agreement, and the next exchange with that rank works.
+//
+// No wait is without limit while Options.Timeout (DISTBUF_MSG_TIMEOUT, 120
+// s by default) is set. A peer that sends fewer pieces than it announced,
+// or takes none of this rank's, cannot hold a data phase: when nothing has
+// moved for the timeout the rank gives up what is owed (ErrTimeout). The
+// count exchange, the agreement and the collectives of New and Close are
+// cluster's bounded collectives: a rank that does not arrive within the
+// timeout (the agreement: the timeout and a grace of a second, or the
+// grace alone once this rank's data phase timed out) is named in an error
+// that matches ErrTimeout and cluster.ErrTimeout. So a rank that stops for
+// good anywhere in an exchange ends it on every other rank within the
+// timeout and a second of the last progress; one that stops for less than
+// the timeout costs nothing. After such a timeout the ranks no longer
+// agree on where they are (the stopped rank, once resumed, may even see
+// the exchange succeed): end the job (print the error, cluster.Abort). The
+// requests an exchange gave up on stay the exchanger's, which completes
+// them in a later exchange, or waits for them (up to the timeout) in Close.
 //
 // # Concurrency
 //
@@ -274,5 +295,6 @@
 // caller's communicator is taken for theirs. Exchanges are collective:
 // every rank of the communicator calls Exchange (or Pattern.Exchange) on
 // its exchanger the same number of times in the same order. An Exchanger
-// runs one exchange at a time. New and Close are collective too.
+// runs one exchange at a time. New and Close are collective too, and
+// bounded by the timeout like the exchanges.
 package msg

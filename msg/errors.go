@@ -2,7 +2,9 @@ package msg
 
 import (
 	"errors"
+	"fmt"
 
+	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/internal/wire"
 )
 
@@ -51,8 +53,12 @@ var (
 	// is allocated for it; what the peer sends is drained.
 	ErrTooLarge = errors.New("msg: announced message too large")
 	// ErrTimeout matches an exchange that waited longer than
-	// Options.Timeout without any of its messages moving: a peer sent fewer
-	// MPI messages than it announced, or took none of this rank's.
+	// Options.Timeout without any of its messages moving (a peer sent
+	// fewer MPI messages than it announced, or took none of this rank's),
+	// and a collective step of New, Exchange or Close that some rank did
+	// not reach within the timeout; the latter matches cluster.ErrTimeout
+	// too, and errors.As finds its *cluster.TimeoutError, which lists the
+	// ranks not heard from.
 	ErrTimeout = errors.New("msg: exchange timed out")
 )
 
@@ -72,3 +78,28 @@ func outgoing(e *WireError) *WireError {
 func wireErr(sentinel error, peer, tag int, field, format string, args ...any) *WireError {
 	return wire.Errorf(sentinel, peer, tag, field, format, args...)
 }
+
+// stepError is the failure of a collective step (the count exchange, the
+// agreement, a collective of New or Close): it names the step, and a
+// timeout matches ErrTimeout as well as cluster's *TimeoutError, which
+// names the ranks not heard from.
+func stepError(step string, err error) error {
+	var te *cluster.TimeoutError
+	if errors.As(err, &te) {
+		return &stepTimeout{step: step, err: err}
+	}
+	return fmt.Errorf("msg: %s: %w", step, err)
+}
+
+// stepTimeout is a collective step that some rank did not reach within
+// the timeout.
+type stepTimeout struct {
+	step string
+	err  error // wraps a *cluster.TimeoutError
+}
+
+func (e *stepTimeout) Error() string { return "msg: " + e.step + ": " + e.err.Error() }
+
+// Unwrap exposes ErrTimeout and cluster's error, which matches
+// cluster.ErrTimeout.
+func (e *stepTimeout) Unwrap() []error { return []error{ErrTimeout, e.err} }

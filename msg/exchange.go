@@ -3,12 +3,14 @@ package msg
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/wire"
 	"github.com/distbuf/distbuf/packing"
 )
 
@@ -76,6 +78,11 @@ type Exchanger struct {
 	// exchange that ended without error leaves its state here, since only
 	// then has every request that referenced it certainly completed.
 	spare *exchange
+	// leftover are the MPI requests of failed exchanges that had not
+	// completed when the exchange gave up on them (a peer not heard
+	// from): each exchange completes those MPI has completed since, and
+	// Close waits for the rest, so that what they hold is let go.
+	leftover []*cluster.Request
 }
 
 // limits are the exchanger's bounds, resolved from the options.
@@ -102,20 +109,48 @@ type transport interface {
 // check that they agree on the tag, the chunk size and the transport, and
 // that every rank could set up its part (a rank that cannot still takes
 // part, so that all fail alike), and they choose every peer's route
-// (Routes). The Exchanger owns its communicator and two streams of o.Alloc
-// (one for staging copies out, one for copies into received buffers);
-// Close frees them.
-func New(o Options) (*Exchanger, error) {
+// (Routes). Each of its collectives waits at most the timeout
+// (Options.Timeout) for every rank, and then fails naming the ranks not
+// heard from (an error matching ErrTimeout), since MPI_Comm_dup itself
+// cannot be bounded, a bounded barrier on o.Comm comes first. The
+// Exchanger owns its communicator and two streams of o.Alloc (one for
+// staging copies out, one for copies into received buffers); Close frees
+// them.
+func New(o Options) (*Exchanger, error) { return open(o, setupEdits{}) }
+
+// setupEdits alter what this rank contributes to New's collectives; only
+// tests set them, to play a peer whose rows lie.
+type setupEdits struct {
+	settings func(row []int64)        // the settings row (docs/WIRE.md, "Setup", step 2.3)
+	node     func(row *wire.SetupRow) // the node-local setup row
+}
+
+// The words of a rank's settings row in New's Allgather.
+const (
+	settingTag = iota
+	settingChunk
+	settingNCCL   // 1 when the rank asks for TransportNCCL
+	settingFailed // 1 when the rank could not set up its part, else 0
+	settingWords
+)
+
+func open(o Options, edits setupEdits) (*Exchanger, error) {
 	if o.Comm == nil {
 		return nil, fmt.Errorf("msg: Options.Comm is required: %w", distbuf.ErrInvalid)
 	}
 	o, lim, localErr := o.resolve()
+	// MPI_Comm_dup (and the node-local split that goes with it) waits for
+	// every rank without limit: a rank that never reaches New is named here
+	// instead.
+	if err := o.Comm.BarrierWithin(lim.timeout); err != nil {
+		return nil, errors.Join(localErr, stepError("new: the barrier before duplicating the communicator", err))
+	}
 	comm, err := o.Comm.Dup()
 	if err != nil {
 		return nil, errors.Join(localErr, fmt.Errorf("msg: new: %w", err))
 	}
 	x := &Exchanger{comm: comm, a: o.Alloc, o: o, lim: lim, rank: comm.Rank(), size: comm.Size(),
-		layouts: newLayoutCache(), coll: mpiCollectives{comm}}
+		layouts: newLayoutCache(), coll: boundedCollectives{comm}}
 	if localErr == nil {
 		localErr = x.openStreams()
 	}
@@ -126,32 +161,9 @@ func New(o Options) (*Exchanger, error) {
 	undo := func(err error) (*Exchanger, error) {
 		return nil, errors.Join(err, x.closeStreams(), comm.Free())
 	}
-	// One collective (docs/WIRE.md, "Setup"): max of (v, -v) gives max
-	// and min of every setting, and the last slot the lowest rank that
-	// could not set up (-size when none).
 	wantNCCL := o.Transport == TransportNCCL
-	useNCCL := int64(0)
-	if wantNCCL {
-		useNCCL = 1
-	}
-	failed := -int64(x.size)
-	if localErr != nil {
-		failed = -int64(x.rank)
-	}
-	all := []int64{int64(o.Tag), lim.chunk, useNCCL, -int64(o.Tag), -lim.chunk, -useNCCL, failed}
-	if err := cluster.Allreduce(comm, all, all, cluster.Max); err != nil {
-		return undo(errors.Join(localErr, fmt.Errorf("msg: new: %w", err)))
-	}
-	switch {
-	case localErr != nil:
-		return undo(localErr)
-	case all[6] > -int64(x.size):
-		return undo(fmt.Errorf("msg: new: rank %d could not set up its exchanger (its own error says why): %w", -all[6], ErrPeerAborted))
-	case all[0] != -all[3] || all[1] != -all[4]:
-		return undo(fmt.Errorf("msg: new: ranks disagree on the tag (%d..%d) or the chunk size (%d..%d); set them alike everywhere: %w",
-			-all[3], all[0], -all[4], all[1], distbuf.ErrInvalid))
-	case all[2] != -all[5]:
-		return undo(fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not; set it alike everywhere: %w", distbuf.ErrInvalid))
+	if err := x.agreeSettings(localErr, wantNCCL, edits.settings); err != nil {
+		return undo(err)
 	}
 	x.lim.maxIn = maxMessageBytes
 	if l := o.Alloc.Info().Limit; l > 0 {
@@ -160,12 +172,12 @@ func New(o Options) (*Exchanger, error) {
 	if total := o.Alloc.Info().TotalMemory; total > 0 {
 		x.lim.maxIn = min(x.lim.maxIn, total)
 	}
-	if err := x.chooseRoutes(wantNCCL); err != nil {
+	if err := x.chooseRoutes(wantNCCL, edits.node); err != nil {
 		return undo(err)
 	}
 	x.tr = &mpiTransport{x: x}
 	if wantNCCL {
-		link, why, err := openNCCL(comm, o.Alloc)
+		link, why, err := openNCCL(comm, o.Alloc, lim.timeout)
 		if err != nil {
 			// Nothing is opened or allocated by a route before the first
 			// exchange: each lets go of what it holds without a collective.
@@ -180,6 +192,72 @@ func New(o Options) (*Exchanger, error) {
 		x.routesWhy = why
 	}
 	return x, nil
+}
+
+// agreeSettings is New's first collective (docs/WIRE.md, "Setup"): one
+// AllgatherWithin of every rank's settings row (its tag, chunk size,
+// whether it asks for NCCL, and whether it failed to set up its part:
+// localErr). Each row sits at its sender's place, so a rank speaks only
+// for itself: every rank reads the same rows and fails alike, with its
+// own error when it failed, else naming the lowest rank that failed, a
+// row that breaks the format or the first rank that disagrees with rank
+// 0.
+func (x *Exchanger) agreeSettings(localErr error, wantNCCL bool, edit func([]int64)) error {
+	row := make([]int64, settingWords)
+	row[settingTag], row[settingChunk] = int64(x.o.Tag), x.lim.chunk
+	if wantNCCL {
+		row[settingNCCL] = 1
+	}
+	if localErr != nil {
+		row[settingFailed] = 1
+	}
+	if edit != nil {
+		edit(row)
+	}
+	all := make([]int64, settingWords*x.size)
+	if err := cluster.AllgatherWithin(x.comm, row, all, x.lim.timeout); err != nil {
+		return errors.Join(localErr, stepError("new: settings", err))
+	}
+	if localErr != nil {
+		return localErr
+	}
+	rows := make([][]int64, x.size)
+	for r := range rows {
+		rows[r] = all[r*settingWords : (r+1)*settingWords]
+	}
+	for r, v := range rows {
+		if f := v[settingFailed]; f != 0 && f != 1 || v[settingNCCL] != 0 && v[settingNCCL] != 1 {
+			return fmt.Errorf("msg: new: rank %d's settings row %v breaks the format (its failure and NCCL words are 0 or 1): %w", r, v, ErrMalformed)
+		}
+	}
+	for r, v := range rows {
+		if v[settingFailed] == 1 {
+			return fmt.Errorf("msg: new: rank %d could not set up its exchanger (its own error says why): %w", r, ErrPeerAborted)
+		}
+	}
+	first := rows[0]
+	for r, v := range rows {
+		switch {
+		case v[settingTag] != first[settingTag]:
+			return fmt.Errorf("msg: new: ranks disagree on the tag: rank 0 has %d, rank %d has %d; set it alike everywhere: %w",
+				first[settingTag], r, v[settingTag], distbuf.ErrInvalid)
+		case v[settingChunk] != first[settingChunk]:
+			return fmt.Errorf("msg: new: ranks disagree on the chunk size: rank 0 has %s, rank %d has %s; set it alike everywhere: %w",
+				chunkName(first[settingChunk]), r, chunkName(v[settingChunk]), distbuf.ErrInvalid)
+		case v[settingNCCL] != first[settingNCCL]:
+			return fmt.Errorf("msg: new: some ranks ask for TransportNCCL and some do not (rank 0: %v, rank %d: %v); set it alike everywhere: %w",
+				first[settingNCCL] == 1, r, v[settingNCCL] == 1, distbuf.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// chunkName shows a chunk size as a settings row carries it.
+func chunkName(c int64) string {
+	if c == maxChunk {
+		return "none (messages never cut)"
+	}
+	return fmt.Sprintf("%d bytes", c)
 }
 
 // maxMessageBytes bounds any announced length, whatever the memory: the
@@ -207,9 +285,11 @@ func (x *Exchanger) closeStreams() error {
 }
 
 // Close waits for the exchanger's copies, lets go of its routes
-// (collective over the node: every rank first lets go of what it opened of
-// its peers' windows, then frees its own), destroys its streams and frees
-// its communicator (MPI_Comm_free, collective: every rank closes its
+// (collective over the node, a bounded barrier: every rank first lets go
+// of what it opened of its peers' windows, then frees its own; after a
+// timeout the windows stay allocated), drains and completes what failed
+// exchanges left (waiting up to the timeout), destroys its streams and
+// frees its communicator (MPI_Comm_free, collective: every rank closes its
 // exchanger). Buffers received earlier stay valid and the caller's. After a
 // failure that ends the job, abort it (cluster.Abort) rather than Close:
 // the other ranks may never reach their Close.
@@ -225,13 +305,67 @@ func (x *Exchanger) Close() error {
 		errs = append(errs, r.detach())
 	}
 	// Every rank of the node, also one without node-local routes: no
-	// window is freed before every peer has let go of it.
-	errs = append(errs, x.comm.Local().Barrier())
-	for _, r := range x.steps {
-		errs = append(errs, r.close())
+	// window is freed before every peer has let go of it. A rank not heard
+	// from may still hold this rank's windows open: they stay allocated.
+	if err := x.comm.Local().BarrierWithin(x.lim.timeout); err != nil {
+		errs = append(errs, stepError("close: the node's barrier (this rank's node-local windows stay allocated)", err))
+	} else {
+		for _, r := range x.steps {
+			errs = append(errs, r.close())
+		}
 	}
-	errs = append(errs, x.closeStreams(), x.comm.Free())
+	errs = append(errs, x.drainLeft(), x.completeLeftover(x.lim.timeout), x.closeStreams(), x.comm.Free())
 	return errors.Join(errs...)
+}
+
+// drainLeft drains what failed exchanges left unmatched on the exchanger's
+// communicator (a message a rank sent after the others gave up on it),
+// before the communicator is freed: an MPI may give a later communicator
+// the freed one's context, where such a message would be taken for one of
+// its own.
+func (x *Exchanger) drainLeft() error {
+	probe := &cluster.Probe{Comm: x.comm, Source: cluster.AnySource, Tag: cluster.AnyTag}
+	for {
+		_, m, err := cluster.Await(nil, nil, probe, 0)
+		if err != nil || m == nil {
+			return err
+		}
+		r, err := m.Discard()
+		if err != nil {
+			return fmt.Errorf("msg: close: a message left by a failed exchange: %w", err)
+		}
+		x.stats.Drained++
+		x.leftover = append(x.leftover, r)
+	}
+}
+
+// completeLeftover completes the requests failed exchanges left behind
+// that MPI has completed, waiting up to timeout (none: 0; no limit:
+// negative) for the rest; an error names those still pending then.
+func (x *Exchanger) completeLeftover(timeout time.Duration) error {
+	start := time.Now()
+	for len(x.leftover) > 0 {
+		wait := timeout
+		if timeout > 0 {
+			wait = max(timeout-time.Since(start), 0)
+		}
+		done, _, err := cluster.Await(x.leftover, nil, nil, wait)
+		if err != nil {
+			return fmt.Errorf("msg: the requests of a failed exchange: %w", err)
+		}
+		for i := len(done) - 1; i >= 0; i-- {
+			k := done[i]
+			_, _ = x.leftover[k].Wait() // completed: its outcome was the failed exchange's
+			x.leftover = slices.Delete(x.leftover, k, k+1)
+		}
+		if len(done) == 0 {
+			break
+		}
+	}
+	if n := len(x.leftover); n > 0 && timeout != 0 {
+		return fmt.Errorf("msg: %d MPI requests of a failed exchange did not complete within %v (their memory stays held): %w", n, timeout, ErrTimeout)
+	}
+	return nil
 }
 
 // closedErr is the error of op on a closed exchanger, nil on an open one.

@@ -390,24 +390,41 @@ func TestHandWrittenPeer(t *testing.T) {
 		copy(m[wire.PayloadOffset(2):], payload)
 		return m
 	}
+	// A message of blocks of one type whose header says dtype 0 (mixed),
+	// and an empty message (no blocks, no payload): both valid.
+	oneType := func(epoch uint64) []byte {
+		entries := []packing.Entry{{ID: 5, Offset: 0, Rows: 2, Cols: 2, DType: packing.Float64}, {ID: 6, Offset: 32, Rows: 1, Cols: 2, DType: packing.Float64}}
+		m := make([]byte, wire.PayloadOffset(2)+48)
+		require.NoError(t, wire.EncodeManifest(m, wire.Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: epoch, DType: wire.Mixed, PayloadLen: 48}, entries))
+		return m
+	}
+	empty := func(epoch uint64) []byte {
+		m := make([]byte, wire.PayloadOffset(0))
+		require.NoError(t, wire.EncodeManifest(m, wire.Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: epoch, DType: packing.Float32}, nil))
+		return m
+	}
 	for _, tc := range []struct {
 		name     string
 		announce func(m []byte) int64
 		whole    func(m []byte) []byte
 		field    string
 		sentinel error
+		message  func(epoch uint64) []byte // in place of good's
+		blocks   int                       // received, when not good's
 	}{
-		{"well formed", nil, nil, "", nil},
-		{"shorter than announced", nil, func(m []byte) []byte { return m[:len(m)-8] }, "message_size", ErrSizeMismatch},
-		{"longer than announced", func(m []byte) int64 { return int64(len(m)) - 16 }, nil, "message_size", ErrSizeMismatch},
-		{"manifest only", func([]byte) int64 { return 256 }, func(m []byte) []byte { return m[:256] }, "payload_length", ErrMalformed},
-		{"header only", func([]byte) int64 { return 40 }, func(m []byte) []byte { return m[:40] }, "count", ErrMalformed},
-		{"absurd length", func([]byte) int64 { return 1 << 62 }, nil, "count", ErrTooLarge},
+		{"well formed", nil, nil, "", nil, nil, 0},
+		{"dtype 0 on one type", nil, nil, "", nil, oneType, 2},
+		{"empty message", nil, nil, "", nil, empty, 0},
+		{"shorter than announced", nil, func(m []byte) []byte { return m[:len(m)-8] }, "message_size", ErrSizeMismatch, nil, 0},
+		{"longer than announced", func(m []byte) int64 { return int64(len(m)) - 16 }, nil, "message_size", ErrSizeMismatch, nil, 0},
+		{"manifest only", func([]byte) int64 { return 256 }, func(m []byte) []byte { return m[:256] }, "payload_length", ErrMalformed, nil, 0},
+		{"header only", func([]byte) int64 { return 40 }, func(m []byte) []byte { return m[:40] }, "count", ErrMalformed, nil, 0},
+		{"absurd length", func([]byte) int64 { return 1 << 62 }, nil, "count", ErrTooLarge, nil, 0},
 		{"abort notice", nil, func(m []byte) []byte {
 			n := make([]byte, wire.AbortSize)
 			require.NoError(t, wire.EncodeAbort(n, wire.Header{Source: 0, Dest: 1, Tag: int32(x.Tag()), Epoch: x.Epoch()})) // rank 0 has already counted this exchange
 			return n
-		}, "flags", ErrPeerAborted},
+		}, "flags", ErrPeerAborted, nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if rank != 0 {
@@ -418,6 +435,15 @@ func TestHandWrittenPeer(t *testing.T) {
 						return
 					}
 					require.ErrorIs(t, err, ErrPeerAborted, "rank 1 (or rank 0's notice) failed the exchange everywhere")
+					return
+				}
+				if tc.sentinel == nil && tc.message != nil {
+					require.NoError(t, err)
+					c := r.From(0)
+					require.NotNil(t, c, "the message is delivered")
+					require.Equal(t, tc.blocks, c.Len())
+					require.Equal(t, []int{0}, r.Sources())
+					require.NoError(t, r.Free())
 					return
 				}
 				if tc.sentinel == nil {
@@ -450,6 +476,9 @@ func TestHandWrittenPeer(t *testing.T) {
 			epoch := uint64(x.stats.Exchanges)
 			x.mu.Unlock()
 			m := good(epoch)
+			if tc.message != nil {
+				m = tc.message(epoch)
+			}
 			announced := int64(len(m))
 			if tc.announce != nil {
 				announced = tc.announce(m)
@@ -459,7 +488,7 @@ func TestHandWrittenPeer(t *testing.T) {
 			}
 			sizes, got := make([]int64, size), make([]int64, size)
 			sizes[1] = announced
-			require.NoError(t, cluster.Alltoall(x.comm, sizes, got))
+			require.NoError(t, cluster.AlltoallWithin(x.comm, sizes, got, time.Minute))
 			for _, n := range got {
 				require.Zero(t, n, "nobody sends to rank 0")
 			}
@@ -470,16 +499,17 @@ func TestHandWrittenPeer(t *testing.T) {
 			req, err := x.comm.Isend(pin, 1, x.Tag())
 			require.NoError(t, err)
 			require.NoError(t, req.Attach(pin))
-			// The agreement: one MPI message sent to rank 1; failed when it
-			// was an abort notice. The send completes once rank 1 has
-			// matched it, which it may do only after the agreement (a
-			// length it refused is drained then).
+			// The agreement (like the count exchange, cluster's bounded
+			// Alltoall): one MPI message sent to rank 1; failed when it was
+			// an abort notice. The send completes once rank 1 has matched
+			// it, which it may do only after the agreement (a length it
+			// refused is drained then).
 			agree, got := make([]int64, size), make([]int64, size)
 			agree[1] = 1
 			if tc.name == "abort notice" {
 				agree[1] = -1 - 1
 			}
-			require.NoError(t, cluster.Alltoall(x.comm, agree, got))
+			require.NoError(t, cluster.AlltoallWithin(x.comm, agree, got, time.Minute))
 			for s, v := range got {
 				if s != 1 || tc.sentinel == nil {
 					require.Zero(t, v, "rank %d sent nothing to rank 0 and did not fail", s)

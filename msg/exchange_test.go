@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -482,14 +483,27 @@ func TestSendBuffersOfAnotherAllocator(t *testing.T) {
 }
 
 func TestTimeoutSetting(t *testing.T) {
-	for in, want := range map[string]time.Duration{"90s": 90 * time.Second, "2m30s": 150 * time.Second, "45": 45 * time.Second, "0.5": 500 * time.Millisecond, " off ": -1} {
+	for in, want := range map[string]time.Duration{
+		"90s": 90 * time.Second, "2m30s": 150 * time.Second, "45": 45 * time.Second, "0.5": 500 * time.Millisecond, " off ": -1,
+		"1e-9": time.Nanosecond, "6e-10": time.Nanosecond, "1ns": time.Nanosecond, "1e9": 1e9 * time.Second,
+	} {
 		got, err := ParseTimeout(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
 	}
-	for _, in := range []string{"", "soon", "-3", "0", "0s", "-1m", "1e300"} {
-		_, err := ParseTimeout(in)
+	// Nothing that is not a positive, finite duration of at least a
+	// nanosecond passes for one, and no refusal is read as "no limit".
+	for in, why := range map[string]string{
+		"": "not a duration", "soon": "not a duration", "OFF": "not a duration",
+		"NaN": "not a number", "nan": "not a number", "-NaN": "not a duration",
+		"Inf": "beyond", "+Inf": "beyond", "infinity": "beyond", "1e300": "beyond", "1e400": "beyond", "1.1e9": "beyond",
+		"-Inf": "negative", "-3": "negative", "-0": "negative", "-1m": "negative", "-1e-10": "negative",
+		"0": "zero", "0s": "zero", "1e-10": "rounds to zero", "4e-10": "rounds to zero", "1e-400": "rounds to zero", "0.1ns": "zero",
+	} {
+		d, err := ParseTimeout(in)
 		require.ErrorIs(t, err, distbuf.ErrBadConfig, in)
+		require.ErrorContains(t, err, fmt.Sprintf("%s=%q: %s", EnvTimeout, strings.TrimSpace(in), why), in)
+		require.Zero(t, d, in)
 	}
 	a := variant{name: "host", kind: devalloc.BackendHost}.open(t)
 	comm := world(t)
@@ -580,5 +594,21 @@ func TestStagedRing(t *testing.T) {
 			require.Less(t, len(mpi.stage.in.all), chunks, "the received chunks reuse their slots")
 			require.Positive(t, x.Stats().BytesStaged)
 		})
+	}
+}
+
+// TestAgreeTimeout: the agreement waits the timeout and a grace of a
+// second (the timeout itself when shorter), and only the grace once the
+// rank's own data phase timed out; no limit without a timeout.
+func TestAgreeTimeout(t *testing.T) {
+	for _, tc := range []struct{ timeout, normal, stalled time.Duration }{
+		{0, 0, 0},
+		{500 * time.Millisecond, time.Second, 500 * time.Millisecond},
+		{3 * time.Second, 4 * time.Second, time.Second},
+		{DefaultTimeout, DefaultTimeout + time.Second, time.Second},
+	} {
+		x := &Exchanger{lim: limits{timeout: tc.timeout}}
+		require.Equal(t, tc.normal, x.agreeTimeout(false), "timeout %v", tc.timeout)
+		require.Equal(t, tc.stalled, x.agreeTimeout(true), "timeout %v, after the data phase timed out", tc.timeout)
 	}
 }

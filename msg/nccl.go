@@ -3,6 +3,9 @@ package msg
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -35,12 +38,13 @@ type ncclLink struct {
 // buffer, and the unit messages are cut into.
 const ncclChunk = 64 << 20
 
-// openNCCL sets up the link, collectively over comm. It returns nil and the
-// reason when some rank cannot use NCCL: the allocator is not device
-// memory, libnccl does not load, or ranks share a GPU (NCCL wants one GPU
-// per rank). Errors are failures of the collectives or of NCCL itself once
-// every rank agreed to use it.
-func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, error) {
+// openNCCL sets up the link, collectively over comm, each collective
+// bounded by timeout. It returns nil and the reason when some rank cannot
+// use NCCL: the allocator is not device memory, libnccl does not load, or
+// ranks of one node share a GPU (NCCL wants one GPU per rank). Errors are
+// failures of the collectives, a rank's row that breaks the format, or
+// NCCL's own once every rank agreed to use it.
+func openNCCL(comm *cluster.Comm, a *devalloc.Allocator, timeout time.Duration) (*ncclLink, string, error) {
 	why := ""
 	var lib *nccl.Lib
 	var dev *cudart.Device
@@ -62,28 +66,21 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 			_ = dev.Free(drain)
 		}
 	}()
-	// One Allreduce: slot 0 counts the ranks that cannot use NCCL, the
-	// others count ranks per GPU.
-	const slots = 257
-	v := make([]int64, slots)
+	// One row per rank, at its own place: whether it cannot use NCCL, its
+	// GPU, and its node (the world rank of the node's first rank).
+	row := []int64{0, int64(a.Info().Device), int64(comm.Local().WorldRanks()[0])}
 	if why != "" {
-		v[0] = 1
-	} else if d := a.Info().Device; d < slots-1 {
-		v[1+d] = 1
+		row[0], row[1] = 1, -1
 	}
-	if err := cluster.Allreduce(comm, v, v, cluster.Sum); err != nil {
-		return nil, "", fmt.Errorf("msg: nccl: %w", err)
+	all := make([]int64, 3*comm.Size())
+	if err := cluster.AllgatherWithin(comm, row, all, timeout); err != nil {
+		return nil, "", stepError("nccl setup", err)
 	}
-	if v[0] > 0 {
+	if verdict, err := ncclVerdict(all, comm.Size()); verdict != "" || err != nil {
 		if why == "" {
-			why = fmt.Sprintf("%d of %d ranks cannot use NCCL", v[0], comm.Size())
+			why = verdict // else this rank's own reason says more
 		}
-		return nil, why, nil
-	}
-	for d, n := range v[1:] {
-		if n > 1 {
-			return nil, fmt.Sprintf("%d ranks share GPU %d, and NCCL needs one GPU per rank", n, d), nil
-		}
+		return nil, why, err
 	}
 	id := make([]byte, nccl.UniqueIDBytes)
 	var idErr error
@@ -96,8 +93,8 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 	if idErr != nil {
 		msgBuf[0] = 1
 	}
-	if err := cluster.Bcast(comm, msgBuf, 0); err != nil {
-		return nil, "", fmt.Errorf("msg: nccl: %w", err)
+	if err := cluster.BcastWithin(comm, msgBuf, 0, timeout); err != nil {
+		return nil, "", stepError("nccl setup: the unique id", err)
 	}
 	if msgBuf[0] != 0 {
 		if idErr == nil {
@@ -111,6 +108,38 @@ func openNCCL(comm *cluster.Comm, a *devalloc.Allocator) (*ncclLink, string, err
 	}
 	ok = true
 	return &ncclLink{comm: c, chunk: ncclChunk, dev: dev, drain: drain}, "", nil
+}
+
+// ncclVerdict reads the NCCL setup's rows (docs/WIRE.md, rule 8): why NCCL
+// is not used, "" when every rank can use it on a GPU no other rank of its
+// node has; an error naming the first rank whose row breaks the format.
+func ncclVerdict(all []int64, size int) (string, error) {
+	type gpu struct{ node, dev int64 }
+	owner := map[gpu]int{}
+	cannot := 0
+	var shared string
+	for r := range size {
+		v := all[3*r : 3*r+3]
+		switch {
+		case v[0] != 0 && v[0] != 1, v[0] == 0 && (v[1] < 0 || v[1] > math.MaxInt32), v[0] == 1 && v[1] != -1, v[2] < 0 || v[2] > math.MaxInt32:
+			return "", fmt.Errorf("msg: nccl setup: rank %d's row %v breaks the format: %w", r, v, ErrMalformed)
+		case v[0] == 1:
+			cannot++
+			continue
+		}
+		g := gpu{v[2], v[1]}
+		if other, ok := owner[g]; ok && shared == "" {
+			shared = fmt.Sprintf("ranks %d and %d share GPU %d of their node, and NCCL needs one GPU per rank", other, r, v[1])
+		}
+		owner[g] = r
+	}
+	switch {
+	case cannot > 0:
+		return fmt.Sprintf("%d of %d ranks cannot use NCCL", cannot, size), nil
+	case shared != "":
+		return shared, nil
+	}
+	return "", nil
 }
 
 // drainBuffer allocates the drain buffer on device ord.
@@ -199,8 +228,8 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	}
 	recvSize := e.recvSize
 	e.announce(localErr != nil)
-	if err := x.coll.counts(e.sendSize, recvSize); err != nil {
-		return nil, errors.Join(localErr, release(), fmt.Errorf("msg: count exchange: %w", err))
+	if err := x.coll.counts(e.sendSize, recvSize, x.lim.timeout); err != nil {
+		return nil, errors.Join(localErr, release(), stepError("count exchange", err))
 	}
 	x.stats.CountExchanges++
 	e.fail(localErr)
@@ -210,18 +239,22 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	e.checkCounts()
 	// NCCL cannot cancel a posted transfer, so the ranks decide together
 	// whether the group runs at all: not if any rank failed or refused a
-	// length (docs/WIRE.md, rule 5).
-	vote := []int64{-int64(n)}
+	// length (docs/WIRE.md, rule 8). Each rank's vote sits at its own
+	// place: a rank can name no other.
+	vote, votes := []int64{0}, make([]int64, n)
 	if e.errs.own() {
-		vote[0] = -int64(x.rank)
+		vote[0] = 1
 	}
-	if err := cluster.Allreduce(x.comm, vote, vote, cluster.Max); err != nil {
-		e.fail(fmt.Errorf("msg: nccl vote: %w", err))
+	if err := cluster.AllgatherWithin(x.comm, vote, votes, x.lim.timeout); err != nil {
+		e.fail(stepError("nccl vote", err))
 		e.fail(release())
 		return e.deliver()
 	}
-	if f := int(-vote[0]); f < n {
-		if f != x.rank && !e.errs.names(f) {
+	if f := slices.IndexFunc(votes, func(v int64) bool { return v != 0 }); f >= 0 {
+		switch {
+		case votes[f] != 1:
+			e.fail(wireErr(ErrMalformed, f, x.o.Tag, "vote", "rank %d voted %d (0 or 1) before the NCCL transfer, which no rank runs", f, votes[f]))
+		case f != x.rank && !e.errs.names(f):
 			e.fail(wireErr(ErrPeerAborted, f, x.o.Tag, "count", "rank %d failed or refused a length before the NCCL transfer, which no rank runs (its own error says why)", f))
 		}
 		e.fail(release())
@@ -231,7 +264,6 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 	// Receives: a pooled device buffer per source under a write hold, or
 	// the drain buffer when none can be had.
 	var recvs []transfer
-	var drained []*inMsg
 	for k := range n {
 		s := (x.rank - k + n) % n
 		if recvSize[s] <= 0 || (s == x.rank && !x.o.SelfViaMPI) {
@@ -243,12 +275,14 @@ func (t *ncclTransport) exchange(e *exchange, send []*packing.Coalesced) (*Recei
 		x.stats.MPIRecvs++ // one logical receive, counted as MPI's are
 		addr, h, err := t.alloc(e, in)
 		if err != nil {
+			// Received piece by piece into the drain buffer and dropped:
+			// the message ends here, its failure reported, and its pieces
+			// count as drained.
 			e.fail(e.x.inErr(in, "receive buffer", err))
-			in.drain = true
-			drained = append(drained, in)
+			in.drain, in.ended = true, true
 			for off := int64(0); off < in.size; off += link.chunk {
-				da := link.drain
-				recvs = append(recvs, transfer{da, min(link.chunk, in.size-off), s})
+				recvs = append(recvs, transfer{link.drain, min(link.chunk, in.size-off), s})
+				x.stats.Drained++
 			}
 			continue
 		}

@@ -28,9 +28,20 @@ const (
 	DefaultChunkBytes = 4 << 20
 	// MinChunkBytes is the smallest chunk size accepted.
 	MinChunkBytes = 64 << 10
-	// DefaultTimeout is how long an exchange waits without any of its
-	// messages moving before it gives up (Options.Timeout).
+	// DefaultTimeout bounds every wait of an exchanger when Options.Timeout
+	// and EnvTimeout leave it unset: a data phase in which nothing moves,
+	// and each collective step (New's setup, the count exchange, the
+	// agreement, Close). Long enough that the ranks' ordinary imbalance
+	// (one rank's local work between two exchanges taking longer than
+	// another's) and the slowest data phase of a rank stay well inside it;
+	// short against the hours of an HPC job's allocation, so that a rank
+	// that stops for good costs the job two minutes of it instead of the
+	// rest. A solver whose ranks may arrive at an exchange further apart
+	// than that raises it.
 	DefaultTimeout = 120 * time.Second
+	// maxTimeout bounds a timeout given as a number of seconds, far
+	// beyond any job and below what a time.Duration holds.
+	maxTimeout = 1e9 * time.Second
 
 	maxChunk = math.MaxInt64 // no chunking
 )
@@ -120,29 +131,34 @@ type Options struct {
 	// SelfViaMPI sends a rank's message to itself through MPI like any
 	// other. By default it is one stream-ordered copy, without MPI.
 	SelfViaMPI bool
-	// Timeout bounds how long an exchange waits while none of its
-	// messages moves: a peer that sends fewer MPI messages than it
-	// announced, or takes none of this rank's, makes the exchange fail with
-	// ErrTimeout after it instead of hanging. It is measured from the last
-	// progress, so a long transfer that keeps moving never times out; but a
-	// learned Pattern (which skips the count exchange) also waits this long
-	// for a peer that has not reached the exchange yet, so raise it when
-	// ranks may spend longer than that between such exchanges. It need not
-	// be the same on every rank. 0 means EnvTimeout, else DefaultTimeout;
-	// negative means no limit.
+	// Timeout bounds every wait of the exchanger, so that a rank that
+	// stops (a hung driver call, a lost node) cannot hold the others for
+	// ever. In a data phase it is measured from the last progress: a peer
+	// that sends fewer MPI messages than it announced, or takes none of
+	// this rank's, makes the exchange fail with ErrTimeout after it, while
+	// a long transfer that keeps moving never times out. Each collective
+	// step (New's setup, the count exchange, the agreement that ends every
+	// exchange, Close) waits at most Timeout for every rank to arrive
+	// (the agreement a little longer: see the package documentation,
+	// "Failures"), and then fails with an error matching ErrTimeout and
+	// cluster.ErrTimeout that names the ranks not heard from. So Timeout
+	// must exceed how far apart the ranks arrive at an exchange, and the
+	// longest data phase of any rank; a learned Pattern, which skips the
+	// count exchange, waits as long in its data phase for a peer that has
+	// not reached the exchange. It need not be the same on every rank. 0
+	// means EnvTimeout, else DefaultTimeout; negative means no limit.
 	Timeout time.Duration
 }
 
 // resolve fills in the defaults of o and checks it: the options, and the
 // limits they give (the chunk size, maxChunk for none, and the timeout, 0
-// for none).
+// for none). The timeout is resolved whatever else fails, and is
+// DefaultTimeout when it cannot be: a rank whose options are bad still
+// takes part in New's collectives, within a bound.
 func (o Options) resolve() (Options, limits, error) {
+	timeout, terr := o.resolveTimeout()
 	o, chunk, err := o.resolveChunks()
-	if err != nil {
-		return o, limits{chunk: chunk}, err
-	}
-	timeout, err := o.resolveTimeout()
-	return o, limits{chunk: chunk, timeout: timeout}, err
+	return o, limits{chunk: chunk, timeout: timeout}, errors.Join(err, terr)
 }
 
 func (o Options) resolveTimeout() (time.Duration, error) {
@@ -152,7 +168,7 @@ func (o Options) resolveTimeout() (time.Duration, error) {
 		if v, ok := os.LookupEnv(EnvTimeout); ok {
 			var err error
 			if t, err = ParseTimeout(v); err != nil {
-				return 0, fmt.Errorf("msg: %s=%q: %w", EnvTimeout, v, err)
+				return DefaultTimeout, err
 			}
 		}
 	}
@@ -160,22 +176,44 @@ func (o Options) resolveTimeout() (time.Duration, error) {
 }
 
 // ParseTimeout reads a timeout as EnvTimeout takes it: a Go duration
-// ("90s", "2m30s"), a number of seconds ("90"), or "off" for none
-// (returned as a negative duration).
+// ("90s", "2m30s"), a number of seconds ("90", "0.5"), or "off" for none
+// (returned as a negative duration). Anything else is an error naming
+// EnvTimeout and matching distbuf.ErrBadConfig: a timeout is positive and
+// finite, so NaN, infinities, zero, negative values and values that round
+// to zero nanoseconds are refused rather than read as no limit; so are
+// more than a billion seconds.
 func ParseTimeout(v string) (time.Duration, error) {
 	v = strings.TrimSpace(v)
 	if v == "off" {
 		return -1, nil
 	}
-	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if secs <= 0 || secs > 1e9 {
-			return 0, fmt.Errorf("timeout %q: want a positive number of seconds, a duration such as 90s, or off: %w", v, distbuf.ErrBadConfig)
+	bad := func(why string) (time.Duration, error) {
+		return 0, fmt.Errorf("msg: %s=%q: %s; want a positive number of seconds, a duration such as 90s, or off: %w", EnvTimeout, v, why, distbuf.ErrBadConfig)
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		ns := math.Round(secs * float64(time.Second))
+		switch {
+		case math.IsNaN(secs):
+			return bad("not a number")
+		case secs < 0 || math.Signbit(secs):
+			return bad("negative")
+		case math.IsInf(secs, 0) || secs > maxTimeout.Seconds():
+			return bad("beyond a billion seconds")
+		case secs == 0 && strings.Trim(strings.SplitN(strings.ToLower(v), "e", 2)[0], "+-0.") == "":
+			return bad("zero")
+		case ns < 1:
+			return bad("rounds to zero nanoseconds")
 		}
-		return time.Duration(secs * float64(time.Second)), nil
+		return time.Duration(ns), nil
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("timeout %q: want a positive number of seconds, a duration such as 90s, or off: %w", v, distbuf.ErrBadConfig)
+	switch {
+	case err != nil:
+		return bad("not a duration")
+	case d < 0:
+		return bad("negative")
+	case d == 0:
+		return bad("zero")
 	}
 	return d, nil
 }

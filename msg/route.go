@@ -2,6 +2,7 @@ package msg
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/distbuf/distbuf/cluster"
@@ -131,24 +132,34 @@ func (noSteps) close() error                 { return nil }
 
 // nodeRoute is a route between ranks of one node, which the ranks set up
 // together in New: every rank offers what it can in its row of one
-// Allgather over the node (docs/WIRE.md, "Setup"), then every route reads
-// every row and says which peers it serves.
+// Allgather over the node (docs/WIRE.md, "Setup"), every route checks
+// what it needs of the rows offered to it, the ranks learn together
+// whether every check passed, and every route then says which peers it
+// serves.
 type nodeRoute interface {
 	route
+	// bit is the setup row's flag of the route.
+	bit() uint64
 	// offer puts what this rank offers into its row; a route that cannot
 	// be used here leaves the row alone.
 	offer(row *wire.SetupRow)
-	// join decides, from every rank's row of the node, the peers this
-	// rank reaches on the route, or why none. It is collective over local:
-	// every rank calls it for every route, whatever it offered.
-	join(x *Exchanger, local *cluster.Comm, rows []wire.SetupRow) (peers []int, why string, err error)
+	// check tries, from every rank's row of the node, what this rank needs
+	// of the peers that offer the route (opening their events, reading
+	// their probe words): false and why when something fails. A rank that
+	// did not offer the route passes. No collective.
+	check(x *Exchanger, rows []wire.SetupRow) (ok bool, why string)
+	// join decides the peers this rank reaches on the route, or why none,
+	// once it is known whether every rank of the node passed its check
+	// (all).
+	join(x *Exchanger, rows []wire.SetupRow, all bool) (peers []int, why string)
 }
 
 // chooseRoutes gives every peer its route, once, collectively over the
 // node (the setup of docs/WIRE.md, "Setup"): the first node-local route
 // that serves the peer, in order of preference, else MPI, direct or
-// staged. Every rank joins the setup, whatever its options.
-func (x *Exchanger) chooseRoutes(wantNCCL bool) error {
+// staged. Every rank joins the setup, whatever its options. edit, a test's,
+// alters this rank's row before it is sent.
+func (x *Exchanger) chooseRoutes(wantNCCL bool, edit func(*wire.SetupRow)) error {
 	mpi := &mpiRoute{staged: x.a.Info().Backend == devalloc.BackendCUDA && !x.aware, chunk: x.lim.chunk, x: x}
 	if mpi.staged {
 		mpi.stage = newStager(x.a, x.lim.chunk)
@@ -158,38 +169,7 @@ func (x *Exchanger) chooseRoutes(wantNCCL bool) error {
 		newWindowRoute(x, auto),
 		newReadRoute(x, auto),
 	}
-	local := x.comm.Local()
-	row := wire.SetupRow{Rank: x.rank}
-	for _, c := range candidates {
-		c.offer(&row)
-	}
-	mine := make([]int64, wire.SetupRowWords)
-	row.Encode(mine)
-	all := make([]int64, wire.SetupRowWords*local.Size())
-	err := cluster.Allgather(local, mine, all)
-	rows := make([]wire.SetupRow, local.Size())
-	for i := range rows {
-		if err == nil {
-			rows[i], err = wire.DecodeSetupRow(all[i*wire.SetupRowWords:], x.size)
-		}
-	}
-	routes := make([]route, x.size)
-	var whys []string
-	for _, c := range candidates {
-		var peers []int
-		var why string
-		if err == nil {
-			peers, why, err = c.join(x, local, rows)
-		}
-		for _, p := range peers {
-			if routes[p] == nil {
-				routes[p] = c
-			}
-		}
-		if why != "" {
-			whys = append(whys, why)
-		}
-	}
+	routes, whys, err := x.setUpNode(candidates, edit)
 	if err != nil {
 		for _, c := range candidates {
 			_ = c.close()
@@ -210,6 +190,91 @@ func (x *Exchanger) chooseRoutes(wantNCCL bool) error {
 	}
 	x.routesWhy = strings.Join(whys, "; ")
 	return nil
+}
+
+// setUpNode runs the node-local setup: the Allgather of the rows, checked
+// against their senders, then, when some route is offered by two rows or
+// more, one AllreduceWithin(MIN) of every route's check over the node.
+// It returns the route of each peer a node-local route serves.
+func (x *Exchanger) setUpNode(candidates []nodeRoute, edit func(*wire.SetupRow)) ([]route, []string, error) {
+	local := x.comm.Local()
+	row := wire.SetupRow{Rank: x.rank}
+	for _, c := range candidates {
+		c.offer(&row)
+	}
+	if edit != nil {
+		edit(&row)
+	}
+	mine := make([]int64, wire.SetupRowWords)
+	row.Encode(mine)
+	all := make([]int64, wire.SetupRowWords*local.Size())
+	if err := cluster.AllgatherWithin(local, mine, all, x.lim.timeout); err != nil {
+		return nil, nil, stepError("node-local setup", err)
+	}
+	rows, err := wire.DecodeSetupRows(all, x.localRanks(), x.size)
+	if err != nil {
+		return nil, nil, err
+	}
+	checks := make([]int64, len(candidates))
+	checked := false
+	var whys []string
+	for i, c := range candidates {
+		ok, why := c.check(x, rows)
+		if ok {
+			checks[i] = 1
+		}
+		if why != "" {
+			whys = append(whys, why)
+		}
+		checked = checked || offeredBy(rows, c.bit()) >= 2
+	}
+	if checked {
+		if err := cluster.AllreduceWithin(local, checks, checks, cluster.Min, x.lim.timeout); err != nil {
+			return nil, nil, stepError("node-local setup: the checks", err)
+		}
+	}
+	routes := make([]route, x.size)
+	for i, c := range candidates {
+		// Anything but 1 (a peer's word outside 0 and 1 included) is a
+		// failed check.
+		peers, why := c.join(x, rows, checks[i] == 1)
+		for _, p := range peers {
+			if routes[p] == nil {
+				routes[p] = c
+			}
+		}
+		if why != "" && !slices.Contains(whys, why) {
+			whys = append(whys, why)
+		}
+	}
+	return routes, whys, nil
+}
+
+// offeredBy counts the rows with the flag bit set.
+func offeredBy(rows []wire.SetupRow, bit uint64) int {
+	n := 0
+	for _, row := range rows {
+		if row.Flags&bit != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// localRanks is, for each rank of the node-local communicator, its rank
+// in the exchanger's: whom each row of the node-local setup comes from.
+func (x *Exchanger) localRanks() []int {
+	world := x.comm.WorldRanks()
+	inComm := make(map[int]int, len(world))
+	for r, w := range world {
+		inComm[w] = r
+	}
+	local := x.comm.Local().WorldRanks()
+	out := make([]int, len(local))
+	for i, w := range local {
+		out[i] = inComm[w]
+	}
+	return out
 }
 
 // setRoutes makes routes the peers' routes, and lists each route once for

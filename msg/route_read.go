@@ -71,65 +71,67 @@ func (r *readRoute) offer(row *wire.SetupRow) {
 	row.PID, row.ProbeAddr, row.ProbeValue = int64(os.Getpid()), uint64(r.probe.Addr()), r.probe.Value()
 }
 
-// join ends the setup for reads: when two ranks or more offered them,
-// every rank of the node joins one MPI_Allreduce(MIN) of whether it read
-// the probe word of every other rank that offered them (1 when it offered
-// none), and reads are used between the offering ranks exactly when every
-// one of them could. Every rank computes the same count from the same
-// rows, so all join the Allreduce or none do. A rank keeps its probe until
-// the Allreduce has returned.
-func (r *readRoute) join(x *Exchanger, local *cluster.Comm, rows []wire.SetupRow) ([]int, string, error) {
+func (r *readRoute) bit() uint64 { return wire.SetupReads }
+
+// check reads the probe word of every other rank that offered reads: a
+// process that is not the one that made the word, or one this rank may not
+// read, fails it. The words of the ranks that offered reads are read only
+// when two rows or more offer them; every rank keeps its own word until the
+// checks are known (join).
+func (r *readRoute) check(x *Exchanger, rows []wire.SetupRow) (bool, string) {
+	if r.probe == nil || offeredBy(rows, wire.SetupReads) < 2 {
+		return true, ""
+	}
+	r.pid = make([]int, x.size)
+	ok := true
+	for _, row := range rows {
+		if row.Flags&wire.SetupReads == 0 || row.Rank == x.rank {
+			continue
+		}
+		if err := peermem.CheckProbe(int(row.PID), uintptr(row.ProbeAddr), row.ProbeValue); err != nil {
+			ok, r.why = false, fmt.Sprintf("reads: reading the memory of rank %d: %v", row.Rank, err)
+			continue
+		}
+		r.pid[row.Rank] = int(row.PID)
+	}
+	return ok, r.why
+}
+
+// join ends the setup for reads: two ranks that offered reads read each
+// other's messages, both ways, exactly when two rows or more offered them
+// and every rank of the node passed its check (all). The rows' rank
+// fields are their senders' and their processes distinct
+// (wire.DecodeSetupRows), so a process id is read only as the rank that
+// sent it.
+func (r *readRoute) join(x *Exchanger, rows []wire.SetupRow, all bool) ([]int, string) {
 	defer func() {
 		if r.probe != nil {
 			r.probe.Close()
 			r.probe = nil
 		}
 	}()
-	offering := 0
-	for _, row := range rows {
-		if row.Flags&wire.SetupReads != 0 {
-			offering++
-		}
-	}
-	if offering < 2 {
+	switch {
+	case offeredBy(rows, wire.SetupReads) < 2:
 		if r.why == "" && r.probe != nil {
 			r.why = "reads: no other rank on this node offers reads of its host memory"
 		}
-		return nil, r.why, nil
-	}
-	ok, why := int64(1), r.why
-	var pids []int
-	if r.probe != nil {
-		pids = make([]int, x.size)
-		for _, row := range rows {
-			if row.Flags&wire.SetupReads == 0 || row.Rank == x.rank {
-				continue
-			}
-			if err := peermem.CheckProbe(int(row.PID), uintptr(row.ProbeAddr), row.ProbeValue); err != nil {
-				ok, why = 0, fmt.Sprintf("reads: reading the memory of rank %d: %v", row.Rank, err)
-				continue
-			}
-			pids[row.Rank] = int(row.PID)
+		return nil, r.why
+	case r.probe == nil:
+		return nil, r.why
+	case !all:
+		r.pid = nil
+		if r.why == "" {
+			r.why = "reads: a rank of this node could not read another's memory (its own exchanger says why)"
 		}
+		return nil, r.why
 	}
-	all := []int64{0}
-	if err := cluster.Allreduce(local, []int64{ok}, all, cluster.Min); err != nil {
-		return nil, "", fmt.Errorf("reads: %w", err)
-	}
-	switch {
-	case all[0] == 0 && ok == 1:
-		return nil, "reads: a rank of this node could not read another's memory (its own exchanger says why)", nil
-	case all[0] == 0 || r.probe == nil:
-		return nil, why, nil
-	}
-	r.pid = pids
 	var peers []int
-	for p, pid := range pids {
+	for p, pid := range r.pid {
 		if pid != 0 {
 			peers = append(peers, p)
 		}
 	}
-	return peers, "", nil
+	return peers, ""
 }
 
 func (r *readRoute) kind() Route      { return RouteRead }

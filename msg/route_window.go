@@ -91,28 +91,56 @@ func (r *windowRoute) offer(row *wire.SetupRow) {
 	row.Ready, row.Consumed = ready, consumed
 }
 
-// join takes as peers the other ranks of the node that set the windows
-// bit: two ranks use windows, both ways, exactly when both set it.
-func (r *windowRoute) join(x *Exchanger, _ *cluster.Comm, rows []wire.SetupRow) ([]int, string, error) {
+func (r *windowRoute) bit() uint64 { return wire.SetupWindows }
+
+// check opens the interprocess events of every other rank that takes part
+// in windows: a handle this rank's runtime cannot open fails it, before
+// any exchange relies on it.
+func (r *windowRoute) check(x *Exchanger, rows []wire.SetupRow) (bool, string) {
 	if r.link == nil {
-		return nil, r.why, nil
+		return true, ""
 	}
-	var peers []int
+	ok := true
 	for _, row := range rows {
 		if row.Rank == x.rank || row.Flags&wire.SetupWindows == 0 {
 			continue
 		}
 		r.link.AddPeer(row.Rank, row.Ready, row.Consumed)
-		peers = append(peers, row.Rank)
+		if err := r.link.OpenEvents(row.Rank); err != nil {
+			ok, r.why = false, fmt.Sprintf("windows: rank %d's interprocess events: %v", row.Rank, err)
+		}
+	}
+	return ok, r.why
+}
+
+// join takes as peers the other ranks of the node that set the windows
+// bit: two ranks use windows, both ways, exactly when both set it and
+// every rank of the node could open the events of those that did (all).
+func (r *windowRoute) join(x *Exchanger, rows []wire.SetupRow, all bool) ([]int, string) {
+	if r.link == nil {
+		return nil, r.why
+	}
+	if !all {
+		_ = r.link.CloseImports()
+		if r.why == "" {
+			r.why = "windows: a rank of this node could not open another's interprocess events (its own exchanger says why)"
+		}
+		return nil, r.why
+	}
+	var peers []int
+	for _, row := range rows {
+		if row.Rank != x.rank && row.Flags&wire.SetupWindows != 0 {
+			peers = append(peers, row.Rank)
+		}
 	}
 	if len(peers) == 0 {
-		return nil, "windows: no other rank on this node moves device memory through CUDA IPC", nil
+		return nil, "windows: no other rank on this node moves device memory through CUDA IPC"
 	}
 	r.peer, r.offsets, r.jointOff = make([]bool, x.size), make([]int64, x.size), make([]int64, x.size)
 	for _, p := range peers {
 		r.peer[p] = true
 	}
-	return peers, "", nil
+	return peers, ""
 }
 
 func (r *windowRoute) kind() Route                     { return RouteWindow }

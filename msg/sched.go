@@ -227,6 +227,7 @@ func (e *exchange) run(self *outMsg) {
 func (e *exchange) timedOut() {
 	x := e.x
 	x.stats.Timeouts++
+	e.stalled = true
 	for _, in := range e.ins {
 		if in.matched < in.pieces {
 			err := wireErr(ErrTimeout, in.src, x.o.Tag, "pieces", "%d of the %d MPI messages of its %d-byte message arrived, then none for %v",

@@ -31,6 +31,9 @@ type exchange struct {
 	// agreeing: the agreement has begun; nothing is read from a peer's
 	// memory any more.
 	agreeing bool
+	// stalled: the data phase ended because nothing moved for the
+	// timeout; the agreement then waits only its grace (agreeTimeout).
+	stalled bool
 }
 
 // perRank is an exchange's state by rank, kept for the next exchange.
@@ -115,6 +118,7 @@ func (r *records) empty() {
 // begin returns the state of a new exchange: the spare one of the last
 // exchange, emptied, or a new one.
 func (x *Exchanger) begin(pat *Pattern) *exchange {
+	_ = x.completeLeftover(0) // what is still pending stays for later
 	e := x.spare
 	x.spare = nil
 	if e == nil {
@@ -123,7 +127,7 @@ func (x *Exchanger) begin(pat *Pattern) *exchange {
 	e.epoch, e.pat = uint64(x.stats.Exchanges), pat
 	e.probe = cluster.Probe{Comm: x.comm, Source: cluster.AnySource, Tag: cluster.AnyTag}
 	e.perRank.reset()
-	e.expecting, e.agreeing = 0, false
+	e.expecting, e.agreeing, e.stalled = 0, false, false
 	x.layouts.startExchange()
 	return e
 }

@@ -14,7 +14,10 @@
 #             (SIGSTOP, resumed by a watcher process) past the others'
 #             deadline (about 10 s a run at 2 and 4 ranks, in every pass),
 #             and internal/ranksettings' agreement with a late, a failed
-#             and a hostile rank.
+#             and a hostile rank, and msg's stalled ranks (a rank stopped
+#             inside an exchange past the others' timeout, and one stopped
+#             for less, at 2 and 4 ranks: about 15 s a run, in every pass
+#             that runs msg at 2 ranks).
 #   funneled  the same binaries under DISTBUF_MPI_THREAD=funneled: every MPI
 #             call runs on one locked thread and every wait polls
 #             (cluster/funnel.go), code the default pass never reaches.

@@ -183,7 +183,7 @@ func resolveSettings(cfg config) (benchPlan, []ranksettings.Setting, time.Durati
 	if v, ok := os.LookupEnv(msg.EnvTimeout); ok {
 		t, err := msg.ParseTimeout(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", msg.EnvTimeout, v, err))
+			errs = append(errs, err) // it names the variable and its value
 		} else {
 			timeout = t
 		}

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,4 +218,87 @@ func TestJobAgreesOnResolvedSettings(t *testing.T) {
 	out, code, _ := runJob(t, 90*time.Second, args...)
 	require.Zero(t, code, out)
 	require.Contains(t, out, "0 block(s) wrong", out)
+}
+
+// stallJob runs a 4-rank job of ranktest with run's flags and
+// DISTBUF_MSG_TIMEOUT=timeout on every rank, rank 2 started through a
+// shell that writes its process id, and stops rank 2 (SIGSTOP) after
+// once its process id has been known for after: for ever when resume is
+// 0, else for resume. It
+// returns the job's output and exit status, and how long the job ran on
+// after the stop. Rank 2 is killed at the end of the test whatever
+// happened, so that no stopped process outlives it.
+func stallJob(t *testing.T, run []string, timeout, after, resume time.Duration) (string, int, time.Duration) {
+	bin, flags := buildMPIRanktest(t)
+	pidFile := filepath.Join(t.TempDir(), "rank2.pid")
+	env := []string{"-x", "DISTBUF_MSG_TIMEOUT=" + timeout.String()}
+	ctx := func(n int, cmd ...string) []string {
+		return append(append(append([]string{"-n", strconv.Itoa(n)}, env...), cmd...), run...)
+	}
+	args := append(append([]string(nil), flags...), ctx(2, bin)...)
+	args = append(append(args, ":"), ctx(1, "sh", "-c", `echo $$ > "$0"; exec "$@"`, pidFile, bin)...)
+	args = append(append(args, ":"), ctx(1, bin)...)
+	stopped := make(chan time.Time, 1)
+	go func() {
+		defer close(stopped)
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			b, err := os.ReadFile(pidFile)
+			pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || perr != nil {
+				continue
+			}
+			t.Cleanup(func() { killRank(pid, bin) })
+			time.Sleep(after)
+			if syscall.Kill(pid, syscall.SIGSTOP) != nil {
+				return
+			}
+			stopped <- time.Now()
+			if resume > 0 {
+				time.Sleep(resume)
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+			return
+		}
+	}()
+	out, code, _ := runJob(t, 120*time.Second, args...)
+	end := time.Now()
+	at, ok := <-stopped
+	require.True(t, ok, "rank 2 was never stopped (the job ended first?):\n%s", out)
+	return out, code, end.Sub(at)
+}
+
+// killRank kills process pid if it is still the rank that ran bin (a
+// stopped process does not end by itself; a process id of one that ended
+// may belong to another process by now).
+func killRank(pid int, bin string) {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err == nil && bytes.Contains(cmdline, []byte(bin)) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// TestJobEndsWhenOneRankStalls: rank 2 of 4 stops (SIGSTOP) for good in
+// the middle of the solves, as a rank whose driver call hangs or whose
+// node is lost would. With DISTBUF_MSG_TIMEOUT=T every collective and
+// exchange the others wait in gives up within T and the agreement's
+// grace: the job ends within T + 5 s of the stop, non-zero, with a
+// message naming rank 2.
+func TestJobEndsWhenOneRankStalls(t *testing.T) {
+	const timeout = 3 * time.Second
+	out, code, after := stallJob(t, []string{"-iters", "1000000", "-blocks", "200"}, timeout, 2*time.Second, 0)
+	require.NotZero(t, code, out)
+	require.Less(t, after, timeout+5*time.Second, "the job ran %v after rank 2 stopped:\n%s", after, out)
+	require.Regexp(t, `not heard from ranks? (\d+, )*2( \(world [\d, ]+\))? of 4|message (from|to) rank 2 tag`, out, "the stalled rank is named")
+	require.Regexp(t, "timed out|timeout|none for", out)
+	t.Logf("the job ended with status %d, %v after the stop:\n%s", code, after.Round(time.Millisecond), out)
+}
+
+// TestJobSurvivesAShortStall: rank 2 of 4 stops for less than the
+// timeout, early in the job; the job runs to its end as if nothing had
+// happened.
+func TestJobSurvivesAShortStall(t *testing.T) {
+	out, code, after := stallJob(t, []string{"-iters", "6000", "-blocks", "200"}, 5*time.Second, 500*time.Millisecond, 2*time.Second)
+	require.Zero(t, code, out)
+	require.Greater(t, after, 2*time.Second, "the job outlived the stall:\n%s", out)
+	require.Contains(t, out, "verification: 0 block(s) wrong", out)
 }

@@ -95,6 +95,18 @@ func (l *Link) AddPeer(rank int, ready, consumed cudart.IpcEventHandle) {
 	l.peers[rank] = &peer{readyH: ready, consumedH: consumed}
 }
 
+// OpenEvents opens peer rank's ready and consumed events now, so that a
+// handle this rank cannot open is found at setup, not in an exchange.
+func (l *Link) OpenEvents(rank int) error {
+	if _, err := l.peerEvent(rank, true); err != nil {
+		return fmt.Errorf("ipcwin: rank %d's ready event: %w", rank, err)
+	}
+	if _, err := l.peerEvent(rank, false); err != nil {
+		return fmt.Errorf("ipcwin: rank %d's consumed event: %w", rank, err)
+	}
+	return nil
+}
+
 // Peers is how many peers the link has.
 func (l *Link) Peers() int { return len(l.peers) }
 

@@ -94,3 +94,46 @@ func DecodeSetupRow(src []int64, size int) (SetupRow, error) {
 	}
 	return r, nil
 }
+
+// DecodeSetupRows reads the rows the node-local Allgather left in words:
+// row i is the row of the process at position i, whose rank in the
+// exchanger's communicator (of size ranks) is ranks[i], as the receiver's
+// MPI says (the Allgather puts each row at its sender's place, which a
+// sender cannot choose). Besides each row's own format (DecodeSetupRow),
+// a row whose rank field is not its sender's rank, and two rows that
+// name one process or one event, break the format: ErrMalformed, naming
+// the sender. Every rank of the node finds the same rows, so all reach
+// the same verdict.
+func DecodeSetupRows(words []int64, ranks []int, size int) ([]SetupRow, error) {
+	if len(words) != len(ranks)*SetupRowWords {
+		return nil, fmt.Errorf("msg: node-local setup: %d words for %d rows of %d: %w", len(words), len(ranks), SetupRowWords, ErrMalformed)
+	}
+	rows := make([]SetupRow, len(ranks))
+	pids := make(map[int64]int, len(ranks))
+	events := make(map[[IPCEventHandleSize]byte]int, 2*len(ranks))
+	for i, sender := range ranks {
+		r, err := DecodeSetupRow(words[i*SetupRowWords:(i+1)*SetupRowWords], size)
+		if err != nil {
+			return nil, fmt.Errorf("%w (the row sent by rank %d, at position %d)", err, sender, i)
+		}
+		if r.Rank != sender {
+			return nil, fmt.Errorf("msg: node-local setup: the row of rank %d (position %d) says it is rank %d's: %w", sender, i, r.Rank, ErrMalformed)
+		}
+		switch r.Flags {
+		case SetupReads:
+			if other, ok := pids[r.PID]; ok {
+				return nil, fmt.Errorf("msg: node-local setup: the rows of ranks %d and %d both offer reads of process %d: %w", other, sender, r.PID, ErrMalformed)
+			}
+			pids[r.PID] = sender
+		case SetupWindows:
+			for _, h := range [][IPCEventHandleSize]byte{r.Ready, r.Consumed} {
+				if other, ok := events[h]; ok {
+					return nil, fmt.Errorf("msg: node-local setup: the rows of ranks %d and %d name one interprocess event: %w", other, sender, ErrMalformed)
+				}
+				events[h] = sender
+			}
+		}
+		rows[i] = r
+	}
+	return rows, nil
+}

@@ -106,3 +106,88 @@ func FuzzSetupRow(f *testing.F) {
 		require.Equal(t, words[:SetupRowWords], again)
 	})
 }
+
+// goldenRanks are the senders of the golden rows, by position.
+var goldenRanks = []int{2, 0, 1}
+
+func setupWords(rows []SetupRow) []int64 {
+	words := make([]int64, SetupRowWords*len(rows))
+	for i := range rows {
+		rows[i].Encode(words[i*SetupRowWords:])
+	}
+	return words
+}
+
+func TestSetupRowsAgainstSenders(t *testing.T) {
+	rows, err := DecodeSetupRows(setupWords(goldenSetupRows()), goldenRanks, 3)
+	require.NoError(t, err)
+	require.Equal(t, goldenSetupRows(), rows)
+
+	for _, tc := range []struct {
+		name  string
+		edit  func(rows []SetupRow)
+		ranks []int
+		want  string
+	}{
+		{"a rank field that is not its sender's", func(r []SetupRow) { r[2].Rank = 0 }, goldenRanks,
+			"the row of rank 1 (position 2) says it is rank 0's"},
+		{"rows that trade places", nil, []int{0, 2, 1}, "the row of rank 0 (position 0) says it is rank 2's"},
+		{"two rows offering reads of one process", func(r []SetupRow) {
+			r[2] = SetupRow{Rank: 1, Flags: SetupReads, PID: r[1].PID, ProbeAddr: 8, ProbeValue: 9}
+		}, goldenRanks, "the rows of ranks 0 and 1 both offer reads of process 4242"},
+		{"two rows naming one event", func(r []SetupRow) {
+			r[2] = SetupRow{Rank: 1, Flags: SetupWindows, Ready: r[0].Consumed}
+			r[2].Consumed[0] = 0xee
+		}, goldenRanks, "the rows of ranks 2 and 1 name one interprocess event"},
+		{"a malformed row names its sender", func(r []SetupRow) { r[1].ProbeValue = 0 }, goldenRanks,
+			"sent by rank 0, at position 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := goldenSetupRows()
+			if tc.edit != nil {
+				tc.edit(rows)
+			}
+			_, err := DecodeSetupRows(setupWords(rows), tc.ranks, 3)
+			require.ErrorIs(t, err, ErrMalformed)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	_, err = DecodeSetupRows(setupWords(goldenSetupRows())[1:], goldenRanks, 3)
+	require.ErrorIs(t, err, ErrMalformed, "a word short")
+}
+
+func FuzzSetupRows(f *testing.F) {
+	f.Add(setupBytes(goldenSetupRows()), []byte{2, 0, 1})
+	f.Add(setupBytes(goldenSetupRows()[1:]), []byte{0, 1})
+	f.Fuzz(func(t *testing.T, b []byte, senders []byte) {
+		words := make([]int64, len(b)/8)
+		for i := range words {
+			words[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		ranks := make([]int, len(senders))
+		for i, s := range senders {
+			ranks[i] = int(s % 8)
+		}
+		rows, err := DecodeSetupRows(words, ranks, 8)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not match ErrMalformed", err)
+			}
+			return
+		}
+		// Anything accepted is its senders' rows, each naming its
+		// sender, no process offered twice.
+		pids := map[int64]bool{}
+		for i, r := range rows {
+			if r.Rank != ranks[i] {
+				t.Fatalf("row %d of rank %d accepted naming rank %d", i, ranks[i], r.Rank)
+			}
+			if r.Flags == SetupReads {
+				if pids[r.PID] {
+					t.Fatalf("process %d offered twice", r.PID)
+				}
+				pids[r.PID] = true
+			}
+		}
+	})
+}

@@ -1,9 +1,12 @@
+//go:build mpi
+
 package msg
 
 import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
@@ -48,29 +51,15 @@ func (x *Exchanger) fault(set func(f *faultyRoute)) []*faultyRoute {
 	return out
 }
 
-// unwrap gives every peer its real route back.
-func (x *Exchanger) unwrap() {
-	for p, r := range x.routes {
-		if f, ok := r.(*faultyRoute); ok {
-			x.routes[p] = f.route
-		}
-	}
-	for i, r := range x.steps {
-		if f, ok := r.(*faultyRoute); ok {
-			x.steps[i] = f.route
-		}
-	}
-}
-
 // faultyCounts announces what announce makes of this rank's counts.
 type faultyCounts struct {
 	collectives
 	announce func(sizes []int64)
 }
 
-func (f faultyCounts) counts(send, recv []int64) error {
+func (f faultyCounts) counts(send, recv []int64, timeout time.Duration) error {
 	f.announce(send)
-	return f.collectives.counts(send, recv)
+	return f.collectives.counts(send, recv, timeout)
 }
 
 // faultyRoute is a route that plays a faulty peer, or watches the steps of
@@ -100,11 +89,13 @@ type faultyRoute struct {
 	// route is posted, onPrepared once every message is prepared (before
 	// the first is posted), onWaited after the first wait of the data
 	// phase (the first sends posted, the copy to self made), beforeRead
-	// before this rank reads src's message.
+	// before this rank reads src's message, onReceived once the data
+	// phase is over (before the agreement).
 	beforeRecv func()
 	onPrepared func(e *exchange)
 	onWaited   func(e *exchange)
 	beforeRead func(src int)
+	onReceived func(e *exchange)
 	// The epochs of the last exchange that ran beforeRecv and onWaited.
 	recvEpoch, waitEpoch uint64
 
@@ -320,6 +311,9 @@ func (f *faultyRoute) waited(e *exchange) {
 func (f *faultyRoute) received(e *exchange) {
 	f.failFrom(e)
 	f.route.received(e)
+	if f.onReceived != nil {
+		f.onReceived(e)
+	}
 }
 
 func (f *faultyRoute) recvMem(e *exchange, in *inMsg, i int, n int64) (cluster.Memory, cluster.Releaser, error) {
