@@ -271,3 +271,10 @@ func backendAllgather(_ commImpl, in, out []byte, _ byteLayout) error {
 	copy(out, in)
 	return nil
 }
+
+// boundedFastAvailable: a world of one rank has no parts to move.
+func boundedFastAvailable() bool { return false }
+
+func backendBoundedFast(commImpl, int, uintptr, []span, uintptr, []int, []int, int64, time.Duration, *fastResult) error {
+	return fmt.Errorf("cluster: no MPI: %w", ErrMPI)
+}

@@ -16,6 +16,8 @@ package cluster
 #cgo nocallback dist_comm_rank_size
 #cgo noescape dist_comm_split
 #cgo nocallback dist_comm_split
+#cgo noescape dist_bounded_fast
+#cgo nocallback dist_bounded_fast
 #cgo noescape dist_isend
 #cgo nocallback dist_isend
 #cgo noescape dist_irecv
@@ -761,4 +763,80 @@ func backendAbort(code int) {
 	}
 	C.dist_abort(C.int(code))
 	os.Exit(code)
+}
+
+// fastStack is how many peers a round may have for its C arrays to stay
+// on the stack.
+const fastStack = 16
+
+type fastArrays struct {
+	peer, serr, rstate, slots [fastStack]C.int
+	off, n                    [fastStack]C.int64_t
+	sreq, rreq                [fastStack]*C.MPI_Request
+	rst                       [fastStack]C.dist_status
+}
+
+// boundedFastAvailable: the all-in-C round runs on the calling thread,
+// which a funnelled MPI does not allow.
+func boundedFastAvailable() bool { return mpiEngine.fun == nil }
+
+// backendBoundedFast runs dist_bounded_fast for a round (see
+// bounded_fast.go) and reports what it left in res.
+func backendBoundedFast(c commImpl, tag int, send uintptr, sends []span, recv uintptr, from, slotOf []int, stride int64, spin time.Duration, res *fastResult) error {
+	ns, nf := len(sends), len(from)
+	// The usual rounds' arrays stay on the stack.
+	var f fastArrays
+	peer, off, n := f.peer[:0], f.off[:0], f.n[:0]
+	sreq, serr := f.sreq[:0], f.serr[:0]
+	rreq, rstate, rst := f.rreq[:0], f.rstate[:0], f.rst[:0]
+	slots := f.slots[:0]
+	if ns >= fastStack || nf >= fastStack || len(slotOf) >= fastStack {
+		peer, off, n = make([]C.int, 0, ns+1), make([]C.int64_t, 0, ns+1), make([]C.int64_t, 0, ns+1)
+		sreq, serr = make([]*C.MPI_Request, 0, ns+1), make([]C.int, 0, ns+1)
+		rreq, rstate, rst = make([]*C.MPI_Request, 0, nf+1), make([]C.int, 0, nf+1), make([]C.dist_status, 0, nf+1)
+		slots = make([]C.int, 0, len(slotOf)+1)
+	}
+	for _, s := range sends {
+		peer, off, n = append(peer, C.int(s.peer)), append(off, C.int64_t(s.off)), append(n, C.int64_t(s.n))
+	}
+	for _, v := range slotOf {
+		slots = append(slots, C.int(v))
+	}
+	// One more slot each, so that C gets valid arrays when a side is empty.
+	peer, off, n, slots = peer[:ns+1], off[:ns+1], n[:ns+1], slots[:len(slotOf)+1]
+	sreq, serr = sreq[:ns+1], serr[:ns+1]
+	rreq, rstate, rst = rreq[:nf+1], rstate[:nf+1], rst[:nf+1]
+	var out C.dist_round_out
+	rc := C.dist_bounded_fast(c.h, C.int(tag), C.uintptr_t(send), C.int(ns), &peer[0], &off[0], &n[0],
+		C.uintptr_t(recv), C.int(nf), &slots[0], C.int(len(slotOf)), C.int64_t(stride), C.int64_t(spin),
+		&sreq[0], &serr[0], &rreq[0], &rstate[0], &rst[0], &out)
+	res.posted = int(out.posted)
+	res.sends, res.recvs = res.sendBuf[:0], res.recvBuf[:0]
+	if res.posted > len(res.sendBuf) || nf > len(res.recvBuf) {
+		res.sends, res.recvs = make([]fastPart, 0, res.posted), make([]fastPart, 0, nf)
+	}
+	res.sends, res.recvs = res.sends[:res.posted], res.recvs[:nf]
+	for i := range res.sends {
+		res.sends[i] = fastPart{pending: sreq[i] != nil, handle: reqImpl{sreq[i]}, err: mpiErr("MPI_Isend", serr[i])}
+		res.pending = res.pending || sreq[i] != nil
+	}
+	for j := range res.recvs {
+		p := &res.recvs[j]
+		*p = fastPart{}
+		switch rstate[j] {
+		case 1:
+			p.matched, p.pending, p.handle = true, true, reqImpl{rreq[j]}
+			res.pending = true
+		case 2:
+			p.matched, p.complete, p.status, p.err = true, true, goStatus(&rst[j]), mpiErr("MPI_Imrecv", C.int(rst[j].err))
+		}
+	}
+	if out.extra != 0 {
+		res.extra, res.extraStatus = &msgImpl{out.extra_msg}, goStatus(&out.extra_st)
+	}
+	op := "MPI_Improbe or MPI_Imrecv"
+	if res.posted < len(sends) {
+		op = "MPI_Isend"
+	}
+	return mpiErr(op, rc)
 }

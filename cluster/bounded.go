@@ -99,15 +99,19 @@ func (c *Comm) enterBounded(op collOp) (func(), error) {
 	}, nil
 }
 
-// allPeers is every rank of c but this one.
+// allPeers is every rank of c but this one (made once; not to be
+// modified). Called with c's bounded state locked.
 func (c *Comm) allPeers() []int {
-	peers := make([]int, 0, c.size-1)
-	for p := range c.size {
-		if p != c.rank {
-			peers = append(peers, p)
+	if c.bounded.peers == nil {
+		peers := make([]int, 0, c.size-1)
+		for p := range c.size {
+			if p != c.rank {
+				peers = append(peers, p)
+			}
 		}
+		c.bounded.peers = peers
 	}
-	return peers
+	return c.bounded.peers
 }
 
 // broadcastSpans is one message of n bytes at the start of the send buffer
@@ -319,7 +323,7 @@ func AlltoallWithin[T int64 | float64](c *Comm, in, out []T, timeout time.Durati
 	}
 	const part = headerBytes + 8
 	peers := c.allPeers()
-	send := make([]byte, int64(len(peers))*part)
+	send := c.bounded.sendScratch(int64(len(peers)) * part)
 	spans := make([]span, len(peers))
 	bin := asBytes(in)
 	for i, p := range peers {

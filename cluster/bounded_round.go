@@ -27,6 +27,10 @@ type boundedState struct {
 	// that its sender, whose own collective waits until its message is
 	// taken, can finish.
 	late []lateRound
+	// spare is the last round whose buffers no request holds; peers is
+	// every rank but this one.
+	spare *boundedRound
+	peers []int
 }
 
 // lateRound is a failed collective whose parts from some ranks never
@@ -68,9 +72,10 @@ type boundedRound struct {
 	slotOf  []int // rank -> index in from, or -1
 	matched []bool
 	got     []bool
+	sendBuf []byte
 	recvBuf []byte
-	pins    *roundPins
-	mem     [2]Memory // the send and receive buffers as MPI takes them
+	pins    *roundPins // nil until a request outlives a call into MPI
+	mem     [2]Memory  // the send and receive buffers as MPI takes them, once pinned
 
 	live     []*Request // posted and not yet seen complete: this round's and leftovers
 	liveSlot []int      // for each live request: its slot in from (a receive), slotSend or slotLeftover
@@ -94,6 +99,18 @@ func (p *roundPins) Release() error {
 	return errors.Join(p.send.Release(), p.recv.Release())
 }
 
+// pin pins the round's buffers for requests that outlive a call into MPI
+// (the C loop needs none for the rounds it completes: the buffers are
+// referenced for the whole call).
+func (r *boundedRound) pin() {
+	if r.pins != nil {
+		return
+	}
+	r.pins = &roundPins{send: PinBytes(r.sendBuf), recv: PinBytes(r.recvBuf)}
+	r.pins.refs.Store(1)
+	r.mem = [2]Memory{r.pins.send, r.pins.recv}
+}
+
 // attach makes req hold a reference to the pins.
 func (p *roundPins) attach(req *Request) error {
 	p.refs.Add(1)
@@ -107,16 +124,21 @@ func (p *roundPins) attach(req *Request) error {
 // of from. c is entered and its bounded state locked by the caller.
 func (c *Comm) runBounded(op collOp, arg uint32, timeout time.Duration, sendBuf []byte, sends []span, from []int, payload int64) ([]byte, error) {
 	c.bounded.seq++
-	r := &boundedRound{
-		c:       c,
-		h:       header{seq: c.bounded.seq, op: op, arg: arg},
-		tag:     tagFor(c.bounded.seq, state.maxTag),
-		timeout: timeout,
-		stride:  headerBytes + payload,
-		from:    from,
-		slotOf:  make([]int, c.size),
-		matched: make([]bool, len(from)),
-		got:     make([]bool, len(from)),
+	r := c.bounded.takeRound()
+	*r = boundedRound{
+		c:        c,
+		h:        header{seq: c.bounded.seq, op: op, arg: arg},
+		tag:      tagFor(c.bounded.seq, state.maxTag),
+		timeout:  timeout,
+		stride:   headerBytes + payload,
+		from:     from,
+		slotOf:   resize(r.slotOf, c.size),
+		matched:  resize(r.matched, len(from)),
+		got:      resize(r.got, len(from)),
+		recvBuf:  resize(r.recvBuf, int(int64(len(from))*(headerBytes+payload))),
+		live:     r.live[:0],
+		liveSlot: r.liveSlot[:0],
+		livePeer: r.livePeer[:0],
 	}
 	for i := range r.slotOf {
 		r.slotOf[i] = -1
@@ -124,15 +146,10 @@ func (c *Comm) runBounded(op collOp, arg uint32, timeout time.Duration, sendBuf 
 	for i, p := range from {
 		r.slotOf[p] = i
 	}
-	if n := int64(len(from)) * r.stride; n > 0 {
-		r.recvBuf = make([]byte, n)
-	}
 	for _, s := range sends {
 		r.h.put(sendBuf[s.off:])
 	}
-	r.pins = &roundPins{send: PinBytes(sendBuf), recv: PinBytes(r.recvBuf)}
-	r.pins.refs.Store(1)
-	r.mem = [2]Memory{r.pins.send, r.pins.recv}
+	r.sendBuf = sendBuf
 	for _, req := range c.bounded.leftover {
 		r.add(req, slotLeftover, -1)
 	}
@@ -158,11 +175,49 @@ func (c *Comm) runBounded(op collOp, arg uint32, timeout time.Duration, sendBuf 
 		}
 	}
 	c.bounded.leftover = r.live
-	_ = r.pins.Release()
+	if r.pins != nil {
+		_ = r.pins.Release()
+	} else if len(r.live) == 0 {
+		// Nothing of MPI refers to its buffers: the next round may use
+		// them once the caller, holding the lock, has read this one's.
+		defer func() { c.bounded.spare = r }()
+	}
 	if err != nil {
 		return nil, err
 	}
 	return r.recvBuf, nil
+}
+
+// takeRound is the spare round of the last collective whose buffers no
+// request holds, to be reused, or a new one.
+func (s *boundedState) takeRound() *boundedRound {
+	r := s.spare
+	s.spare = nil
+	if r == nil {
+		r = new(boundedRound)
+	}
+	return r
+}
+
+// sendScratch is n zeroed bytes for a collective's send buffer: the spare
+// round's, when it has room, which that round then sends from.
+func (s *boundedState) sendScratch(n int64) []byte {
+	if s.spare != nil && int64(cap(s.spare.sendBuf)) >= n {
+		b := s.spare.sendBuf[:n]
+		clear(b)
+		return b
+	}
+	return make([]byte, n)
+}
+
+// resize is s with n zeroed elements, reusing its storage when it has room.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 func (r *boundedRound) name() string { return fmt.Sprintf("%v #%d", r.h.op, r.h.seq) }
@@ -178,17 +233,31 @@ func (r *boundedRound) add(req *Request, slot, peer int) {
 // (none when zero).
 func (r *boundedRound) exchange(sends []span, deadline time.Time) error {
 	ctl := r.c.ctl
-	for _, s := range sends {
-		req, err := ctl.Isend(Sub(r.mem[0], s.off, s.n), s.peer, r.tag)
-		if err == nil {
-			err = r.pins.attach(req)
+	expect := len(r.from)
+	if r.fastEligible(sends) {
+		matched, m, err := r.fast(sends, deadline)
+		if m != nil {
+			// Every part it could take was taken: this one is not the
+			// round's, and is dropped and reported.
+			err = errors.Join(err, r.matchedMessage(m))
 		}
 		if err != nil {
-			return fmt.Errorf("cluster: %s: sending to rank %d: %w", r.name(), s.peer, err)
+			return err
 		}
-		r.add(req, slotSend, s.peer)
+		expect -= matched
+	} else {
+		r.pin()
+		for _, s := range sends {
+			req, err := ctl.Isend(Sub(r.mem[0], s.off, s.n), s.peer, r.tag)
+			if err == nil {
+				err = r.pins.attach(req)
+			}
+			if err != nil {
+				return fmt.Errorf("cluster: %s: sending to rank %d: %w", r.name(), s.peer, err)
+			}
+			r.add(req, slotSend, s.peer)
+		}
 	}
-	expect := len(r.from)
 	probe := &Probe{Comm: ctl, Source: AnySource, Tag: r.tag}
 	var done []int
 	for expect > 0 || r.own > 0 {
@@ -358,6 +427,7 @@ func (r *boundedRound) matchedMessage(m *Message) error {
 		}
 		return fmt.Errorf("cluster: %s: rank %d %s: %w", r.name(), st.Source, why, distbuf.ErrInvalid)
 	}
+	r.pin()
 	req, err := m.Recv(Sub(r.mem[1], int64(slot)*r.stride, r.stride))
 	if err == nil {
 		err = r.pins.attach(req)

@@ -280,6 +280,114 @@ int dist_test_for(MPI_Request *req, int is_recv, int64_t spin_ns, int *flag, dis
 
 enum { STACK_REQS = 32 };
 
+// dist_bounded_fast posts a bounded collective's sends and takes its parts
+// (MPI_Improbe on any source with the round's tag, MPI_Imrecv into the
+// part's slot), testing everything in one loop until the round is complete
+// or spin_ns have passed. Every request lives in a heap cell from the
+// start, as dist_isend's do: what is still pending at the end is handed
+// back in its cell for the Go side's requests, and the cells of the
+// completed ones are freed. A matched message the round cannot take (an
+// unexpected source, a second part, a wrong length) stops the loop and is
+// handed back in a cell of its own, made before anything is matched so
+// that such a message always has a handle to be received through. It returns the first MPI error of posting or probing
+// (MPI_ERR_NO_MEM, before anything is posted, when the cells cannot be
+// had); a request's own error is in its entry.
+int dist_bounded_fast(MPI_Comm *c, int tag, uintptr_t send, int nsend, const int *send_peer, const int64_t *send_off,
+                      const int64_t *send_len, uintptr_t recv, int nfrom, const int *slot_of, int size, int64_t stride,
+                      int64_t spin_ns, MPI_Request **send_req, int *send_err, MPI_Request **recv_req, int *recv_state,
+                      dist_status *recv_st, dist_round_out *out) {
+	out->posted = 0;
+	out->extra = 0;
+	MPI_Message *msg = malloc(sizeof *msg);
+	if (!msg) return MPI_ERR_NO_MEM;
+	*msg = MPI_MESSAGE_NULL;
+	out->extra_msg = NULL;
+	for (int i = 0; i < nsend; i++) {
+		send_err[i] = MPI_SUCCESS;
+		send_req[i] = malloc(sizeof(MPI_Request));
+	}
+	for (int j = 0; j < nfrom; j++) {
+		recv_state[j] = 0;
+		recv_req[j] = malloc(sizeof(MPI_Request));
+	}
+	int ok = 1;
+	for (int i = 0; i < nsend; i++) ok = ok && send_req[i];
+	for (int j = 0; j < nfrom; j++) ok = ok && recv_req[j];
+	if (!ok) {
+		for (int i = 0; i < nsend; i++) free(send_req[i]), send_req[i] = NULL;
+		for (int j = 0; j < nfrom; j++) free(recv_req[j]), recv_req[j] = NULL;
+		free(msg);
+		return MPI_ERR_NO_MEM;
+	}
+	int rc = MPI_SUCCESS;
+	for (int i = 0; i < nsend && rc == MPI_SUCCESS; i++) {
+		rc = MPI_Isend((void *)(send + (uintptr_t)send_off[i]), (int)send_len[i], MPI_BYTE, send_peer[i], tag, *c, send_req[i]);
+		if (rc == MPI_SUCCESS) out->posted = i + 1;
+	}
+	for (int i = out->posted; i < nsend; i++) free(send_req[i]), send_req[i] = NULL;
+	int sends_left = out->posted, unmatched = nfrom, recvs_left = 0;
+	int64_t end = now_ns() + spin_ns;
+	while (rc == MPI_SUCCESS && (sends_left > 0 || unmatched > 0 || recvs_left > 0)) {
+		for (int i = 0; i < out->posted && sends_left > 0; i++) {
+			if (!send_req[i]) continue;
+			int flag = 0;
+			int trc = MPI_Test(send_req[i], &flag, MPI_STATUS_IGNORE);
+			if (trc != MPI_SUCCESS || flag) {
+				send_err[i] = trc;
+				free(send_req[i]);
+				send_req[i] = NULL;
+				sends_left--;
+			}
+		}
+		if (unmatched > 0) {
+			int flag = 0;
+			MPI_Status ps;
+			rc = MPI_Improbe(MPI_ANY_SOURCE, tag, *c, &flag, msg, &ps);
+			if (rc != MPI_SUCCESS) break;
+			if (flag) {
+				MPI_Count n = -1;
+				if (MPI_Get_elements_x(&ps, MPI_BYTE, &n) != MPI_SUCCESS || n == MPI_UNDEFINED) n = -1;
+				int src = ps.MPI_SOURCE;
+				int j = src >= 0 && src < size ? slot_of[src] : -1;
+				if (j < 0 || recv_state[j] != 0 || (int64_t)n != stride) {
+					out->extra = 1;
+					out->extra_msg = msg;
+					fill_status(&ps, 1, &out->extra_st);
+					break;
+				}
+				rc = MPI_Imrecv((void *)(recv + (uintptr_t)((int64_t)j * stride)), (int)stride, MPI_BYTE, msg, recv_req[j]);
+				if (rc != MPI_SUCCESS) break;
+				recv_state[j] = 1;
+				unmatched--;
+				recvs_left++;
+			}
+		}
+		for (int j = 0; j < nfrom && recvs_left > 0; j++) {
+			if (recv_state[j] != 1) continue;
+			int flag = 0;
+			MPI_Status s;
+			int trc = MPI_Test(recv_req[j], &flag, &s);
+			if (trc != MPI_SUCCESS || flag) {
+				if (trc == MPI_SUCCESS) fill_status(&s, 1, &recv_st[j]);
+				else recv_st[j].source = recv_st[j].tag = recv_st[j].bytes = -1;
+				recv_st[j].err = trc;
+				recv_state[j] = 2;
+				recvs_left--;
+			}
+		}
+		if (now_ns() >= end) break;
+	}
+	for (int j = 0; j < nfrom; j++) {
+		if (recv_state[j] == 1) continue;
+		free(recv_req[j]);
+		recv_req[j] = NULL;
+	}
+	if (!out->extra) free(msg);
+	return rc;
+}
+
+
+
 // dist_waitall completes every request, each with its own code in
 // sts[i].err. It loops on MPI_Waitsome rather than calling MPI_Waitall:
 // Open MPI 4.1 under MPI_THREAD_MULTIPLE never returns from MPI_Waitall

@@ -57,6 +57,21 @@ MPI_Request *dist_isend(MPI_Comm *c, uintptr_t buf, dist_layout lay, int dest, i
 MPI_Request *dist_irecv(MPI_Comm *c, uintptr_t buf, dist_layout lay, int source, int tag, int *rc);
 int dist_wait(MPI_Request *req, int is_recv, dist_status *st);
 int dist_test(MPI_Request *req, int is_recv, int *flag, dist_status *st);
+
+// dist_bounded_fast runs the usual case of a bounded collective's round
+// in one call; see shim.c and bounded_fast.go.
+typedef struct {
+	int posted;          // sends posted
+	int extra;           // a matched message the round cannot take, in extra_msg
+	MPI_Message *extra_msg;
+	dist_status extra_st;
+} dist_round_out;
+
+int dist_bounded_fast(MPI_Comm *c, int tag, uintptr_t send, int nsend, const int *send_peer, const int64_t *send_off,
+                      const int64_t *send_len, uintptr_t recv, int nfrom, const int *slot_of, int size, int64_t stride,
+                      int64_t spin_ns, MPI_Request **send_req, int *send_err, MPI_Request **recv_req, int *recv_state,
+                      dist_status *recv_st, dist_round_out *out);
+
 // Tests req until it completes (*flag = 1) or spin_ns have passed.
 int dist_test_for(MPI_Request *req, int is_recv, int64_t spin_ns, int *flag, dist_status *st);
 // Waitall and its polling form skip NULL entries and set completed ones to
