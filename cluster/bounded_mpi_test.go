@@ -5,16 +5,14 @@ package cluster_test
 import (
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/cluster"
+	"github.com/distbuf/distbuf/internal/mpitest"
 )
 
 // The stall tests' times. They are correctness tests with generous slack,
@@ -26,29 +24,6 @@ const (
 	stallFor      = 2 * time.Second
 	stallSlack    = time.Second
 )
-
-// stopFor stops this rank for d: with "sleep" the goroutine sleeps (the
-// process still runs, MPI's threads included); with "sigstop" the whole
-// process stops (SIGSTOP) and a watcher process started first resumes it
-// (SIGCONT), as a rank whose node stalls would be.
-func stopFor(t *testing.T, how string, d time.Duration) {
-	t.Helper()
-	if how == "sleep" {
-		time.Sleep(d)
-		return
-	}
-	pid := os.Getpid()
-	watcher := exec.Command("sh", "-c", fmt.Sprintf("sleep %.3f; kill -CONT %d", d.Seconds(), pid))
-	if err := watcher.Start(); err != nil {
-		t.Fatalf("starting the watcher that resumes this rank: %v", err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP: %v", err)
-	}
-	if err := watcher.Wait(); err != nil {
-		t.Fatalf("the watcher that resumed this rank: %v", err)
-	}
-}
 
 // TestBoundedStall: the last rank stops before it enters a bounded
 // collective, well past the others' deadline. Every other rank's
@@ -113,7 +88,7 @@ func TestBoundedStall(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if r == stalled {
-				stopFor(t, tc.how, stallFor)
+				mpitest.Stop(t, tc.how, stallFor)
 				if err := tc.call(generous); err != nil {
 					t.Fatalf("the stopped rank, resumed: %v", err)
 				}
@@ -159,7 +134,7 @@ func TestBoundedShortStall(t *testing.T) {
 	for _, how := range []string{"sleep", "sigstop"} {
 		t.Run("stop="+how, func(t *testing.T) {
 			if r == p-1 {
-				stopFor(t, how, 300*time.Millisecond)
+				mpitest.Stop(t, how, 300*time.Millisecond)
 			}
 			out := make([]int64, p)
 			if err := cluster.AllgatherWithin(w, []int64{int64(r)}, out, 20*time.Second); err != nil {

@@ -212,10 +212,7 @@ func (s *boundedState) sendScratch(n int64) []byte {
 
 // resize is s with n zeroed elements, reusing its storage when it has room.
 func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	s = s[:n]
+	s = slices.Grow(s[:0], n)[:n]
 	clear(s)
 	return s
 }

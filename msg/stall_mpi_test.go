@@ -4,14 +4,12 @@ package msg
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/distbuf/distbuf/cluster"
 	"github.com/distbuf/distbuf/devalloc"
+	"github.com/distbuf/distbuf/internal/mpitest"
 	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
 )
@@ -27,29 +25,6 @@ const (
 	stallFor     = 2*stallTimeout + stallSlack + time.Second
 	stallResync  = time.Minute // the bound of the collectives that bring the ranks back in step
 )
-
-// stopFor stops this rank for d: with "sleep" the exchange's goroutine
-// sleeps (the process runs on, but nothing drives its MPI); with "sigstop"
-// the whole process stops (SIGSTOP), as a rank whose node stalls would,
-// and a watcher process started first resumes it (SIGCONT).
-func stopFor(t *testing.T, how string, d time.Duration) {
-	if how == "sleep" {
-		time.Sleep(d)
-		return
-	}
-	pid := os.Getpid()
-	watcher := exec.Command("sh", "-c", fmt.Sprintf("sleep %.3f; kill -CONT %d", d.Seconds(), pid))
-	if err := watcher.Start(); err != nil {
-		t.Errorf("starting the watcher that resumes this rank: %v", err)
-		return
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Errorf("SIGSTOP: %v", err)
-	}
-	if err := watcher.Wait(); err != nil {
-		t.Errorf("the watcher that resumed this rank: %v", err)
-	}
-}
 
 // stallTraffic has every rank send every rank a few small blocks: each
 // message fits MPI's eager protocol, so a send completes without its
@@ -119,7 +94,7 @@ func TestStalledRank(t *testing.T) {
 					hook := func(*exchange) {
 						if !once {
 							once = true
-							stopFor(t, tc.how, stallFor)
+							mpitest.Stop(t, tc.how, stallFor)
 						}
 					}
 					switch tc.where {
@@ -130,7 +105,7 @@ func TestStalledRank(t *testing.T) {
 					}
 				})
 				if tc.where == stallBefore {
-					stopFor(t, tc.how, stallFor)
+					mpitest.Stop(t, tc.how, stallFor)
 				}
 				r, err := ex(bufs)
 				if err == nil {
@@ -180,7 +155,7 @@ func TestShortStall(t *testing.T) {
 						hook := func(*exchange) {
 							if !once {
 								once = true
-								stopFor(t, how, stop)
+								mpitest.Stop(t, how, stop)
 							}
 						}
 						if where == stallInData {
