@@ -45,6 +45,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"os"
 	"runtime"
 	"time"
@@ -810,12 +811,8 @@ func backendBoundedFast(c commImpl, tag int, send uintptr, sends []span, recv ui
 	rc := C.dist_bounded_fast(c.h, C.int(tag), C.uintptr_t(send), C.int(ns), &peer[0], &off[0], &n[0],
 		C.uintptr_t(recv), C.int(nf), &slots[0], C.int(len(slotOf)), C.int64_t(stride), C.int64_t(spin),
 		&sreq[0], &serr[0], &rreq[0], &rstate[0], &rst[0], &out)
-	res.posted = int(out.posted)
-	res.sends, res.recvs = res.sendBuf[:0], res.recvBuf[:0]
-	if res.posted > len(res.sendBuf) || nf > len(res.recvBuf) {
-		res.sends, res.recvs = make([]fastPart, 0, res.posted), make([]fastPart, 0, nf)
-	}
-	res.sends, res.recvs = res.sends[:res.posted], res.recvs[:nf]
+	posted := int(out.posted)
+	res.sends, res.recvs = slices.Grow(res.sends[:0], posted)[:posted], slices.Grow(res.recvs[:0], nf)[:nf]
 	for i := range res.sends {
 		res.sends[i] = fastPart{pending: sreq[i] != nil, handle: reqImpl{sreq[i]}, err: mpiErr("MPI_Isend", serr[i])}
 		res.pending = res.pending || sreq[i] != nil
@@ -835,7 +832,7 @@ func backendBoundedFast(c commImpl, tag int, send uintptr, sends []span, recv ui
 		res.extra, res.extraStatus = &msgImpl{out.extra_msg}, goStatus(&out.extra_st)
 	}
 	op := "MPI_Improbe or MPI_Imrecv"
-	if res.posted < len(sends) {
+	if posted < len(sends) {
 		op = "MPI_Isend"
 	}
 	return mpiErr(op, rc)

@@ -26,11 +26,10 @@ const fastSpin = 50 * time.Microsecond
 // (counts, agreements, settings rows). Larger rounds go through Go.
 const fastMaxBytes = 64 << 10
 
-// fastResult is what the C loop left: its sends (posted in order, the
-// first posted of them), its parts, and a matched message it could not
+// fastResult is what the C loop left: its sends (the ones posted, in
+// order), its parts, and a matched message it could not
 // take.
 type fastResult struct {
-	posted      int
 	pending     bool // a send or receive is still pending: its buffer must be pinned
 	sends       []fastPart
 	recvs       []fastPart // one per rank of the round's from
@@ -74,6 +73,7 @@ func (r *boundedRound) fast(sends []span, deadline time.Time) (matched int, m *M
 		spin = min(spin, until(deadline))
 	}
 	var res fastResult
+	res.sends, res.recvs = res.sendBuf[:0], res.recvBuf[:0]
 	ferr := backendBoundedFast(r.c.ctl.impl, r.tag, bytesAddr(r.sendBuf), sends, bytesAddr(r.recvBuf), r.from, r.slotOf, r.stride, spin, &res)
 	runtime.KeepAlive(r.sendBuf)
 	runtime.KeepAlive(r.recvBuf)
