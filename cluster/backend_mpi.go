@@ -45,9 +45,9 @@ import "C"
 
 import (
 	"fmt"
-	"slices"
 	"os"
 	"runtime"
+	"slices"
 	"time"
 	"unsafe"
 
