@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -278,3 +279,6 @@ func boundedFastAvailable() bool { return false }
 func backendBoundedFast(commImpl, int, uintptr, []span, uintptr, []int, []int, int64, time.Duration, *fastResult) error {
 	return fmt.Errorf("cluster: no MPI: %w", ErrMPI)
 }
+
+// backendNodeCPUs: the node is this process.
+func backendNodeCPUs() int { return runtime.NumCPU() }

@@ -837,3 +837,7 @@ func backendBoundedFast(c commImpl, tag int, send uintptr, sends []span, recv ui
 	}
 	return mpiErr(op, rc)
 }
+
+// backendNodeCPUs is how many CPUs the node has online, whatever this
+// process is bound to.
+func backendNodeCPUs() int { return int(C.dist_online_cpus()) }

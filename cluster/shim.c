@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 // Open MPI declares its CUDA extension in mpi-ext.h; MPICH (4.0 and later)
 // declares MPIX_GPU_query_support in mpi.h.
@@ -262,6 +263,11 @@ int dist_test(MPI_Request *req, int is_recv, int *flag, dist_status *st) {
 	}
 	st->err = rc;
 	return rc;
+}
+
+int dist_online_cpus(void) {
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
 }
 
 static int64_t now_ns(void) {

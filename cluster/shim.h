@@ -33,6 +33,7 @@ int dist_init(int required, int *provided, int *already);
 int dist_finalize(void);
 int dist_tag_ub(int *tag_ub);
 int dist_cuda_query(void);
+int dist_online_cpus(void);
 int dist_error_info(int code, int *cls, char *buf, int buflen);
 
 MPI_Comm *dist_comm_new(void);

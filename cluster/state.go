@@ -33,6 +33,11 @@ var state struct {
 	provided  string     // the level MPI reported, e.g. "MPI_THREAD_MULTIPLE"
 	cudaQuery bool       // what the library's CUDA-awareness query said
 	maxTag    int
+	// crowded: this node runs more ranks than it has CPUs online, so a
+	// rank that spins takes the core of a rank it may be waiting for.
+	// (Not this process's CPUs: mpirun binds each rank to cores of its own
+	// where there are enough.)
+	crowded bool
 }
 
 func phaseError() error {
@@ -96,6 +101,7 @@ func InitWith(o Options) error {
 		return err
 	}
 	state.world = world
+	state.crowded = world.Local().Size() > backendNodeCPUs()
 	state.phase.Store(phaseReady)
 	return nil
 }
