@@ -324,7 +324,8 @@ func AlltoallWithin[T int64 | float64](c *Comm, in, out []T, timeout time.Durati
 	const part = headerBytes + 8
 	peers := c.allPeers()
 	send := c.bounded.sendScratch(int64(len(peers)) * part)
-	spans := make([]span, len(peers))
+	spans := resize(c.bounded.spans, len(peers))
+	c.bounded.spans = spans
 	bin := asBytes(in)
 	for i, p := range peers {
 		off := int64(i) * part

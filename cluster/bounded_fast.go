@@ -79,9 +79,12 @@ func (r *boundedRound) fast(sends []span, deadline time.Time) (matched int, m *M
 	if !deadline.IsZero() {
 		spin = min(spin, until(deadline))
 	}
-	var res fastResult
+	// The round's own result storage: a round is reused (see takeRound),
+	// so the usual call allocates nothing for it.
+	res := &r.fastRes
+	*res = fastResult{}
 	res.sends, res.recvs = res.sendBuf[:0], res.recvBuf[:0]
-	ferr := backendBoundedFast(r.c.ctl.impl, r.tag, bytesAddr(r.sendBuf), sends, bytesAddr(r.recvBuf), r.from, r.slotOf, r.stride, spin, &res)
+	ferr := backendBoundedFast(r.c.ctl.impl, r.tag, bytesAddr(r.sendBuf), sends, bytesAddr(r.recvBuf), r.from, r.slotOf, r.stride, spin, res)
 	runtime.KeepAlive(r.sendBuf)
 	runtime.KeepAlive(r.recvBuf)
 	if res.pending {

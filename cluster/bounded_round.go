@@ -31,6 +31,7 @@ type boundedState struct {
 	// every rank but this one.
 	spare *boundedRound
 	peers []int
+	spans []span // AlltoallWithin's, reused: no round keeps them past its call
 }
 
 // lateRound is a failed collective whose parts from some ranks never
@@ -81,6 +82,8 @@ type boundedRound struct {
 	liveSlot []int      // for each live request: its slot in from (a receive), slotSend or slotLeftover
 	livePeer []int      // for each live request: its peer
 	own      int        // how many of live are this round's
+
+	fastRes fastResult // what the C loop left (bounded_fast.go)
 }
 
 // roundPins keeps a round's buffers pinned while MPI may use them: the
@@ -497,6 +500,9 @@ var stalls stallSet
 type stallSet struct {
 	mu   sync.Mutex
 	open map[*Comm]*TimeoutError
+	// any is whether open may have an entry: every completed collective
+	// resolves, and it need not take the lock when nothing timed out.
+	any atomic.Bool
 }
 
 func (s *stallSet) record(c *Comm, e *TimeoutError) {
@@ -506,12 +512,17 @@ func (s *stallSet) record(c *Comm, e *TimeoutError) {
 		s.open = map[*Comm]*TimeoutError{}
 	}
 	s.open[c] = e
+	s.any.Store(true)
 }
 
 func (s *stallSet) resolve(c *Comm) {
+	if !s.any.Load() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.open, c)
+	s.any.Store(len(s.open) > 0)
 }
 
 // stallError is the unresolved timeout Finalize reports, if any.
