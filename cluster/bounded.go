@@ -87,16 +87,18 @@ func readHeader(b []byte) header {
 }
 
 // enterBounded enters c for the bounded collective op and locks its
-// numbering; the caller calls the returned function when done.
-func (c *Comm) enterBounded(op collOp) (func(), error) {
+// numbering; the caller calls leaveBounded when done.
+func (c *Comm) enterBounded(op collOp) error {
 	if err := c.enter(op.within()); err != nil {
-		return nil, err
+		return err
 	}
 	c.bounded.mu.Lock()
-	return func() {
-		c.bounded.mu.Unlock()
-		exit()
-	}, nil
+	return nil
+}
+
+func (c *Comm) leaveBounded() {
+	c.bounded.mu.Unlock()
+	exit()
 }
 
 // allPeers is every rank of c but this one (made once; not to be
@@ -138,13 +140,12 @@ func (c *Comm) finish(err error) error {
 // from when timeout passes first; timeout <= 0 waits without limit. See
 // doc.go, "Bounded collectives".
 func (c *Comm) BarrierWithin(timeout time.Duration) error {
-	leave, err := c.enterBounded(opBarrier)
-	if err != nil {
+	if err := c.enterBounded(opBarrier); err != nil {
 		return err
 	}
-	defer leave()
+	defer c.leaveBounded()
 	peers := c.allPeers()
-	_, err = c.runBounded(opBarrier, 0, timeout, make([]byte, headerBytes), broadcastSpans(peers, headerBytes), peers, 0)
+	_, err := c.runBounded(opBarrier, 0, timeout, make([]byte, headerBytes), broadcastSpans(peers, headerBytes), peers, 0)
 	return c.finish(err)
 }
 
@@ -154,11 +155,10 @@ func (c *Comm) BarrierWithin(timeout time.Duration) error {
 // root: the ranks that had not taken its message). timeout <= 0 waits
 // without limit. Every rank passes the same length and root.
 func BcastWithin[T byte | int64 | float64](c *Comm, buf []T, root int, timeout time.Duration) error {
-	leave, err := c.enterBounded(opBcast)
-	if err != nil {
+	if err := c.enterBounded(opBcast); err != nil {
 		return err
 	}
-	defer leave()
+	defer c.leaveBounded()
 	if err := c.checkPeer("BcastWithin root", root, false); err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func BcastWithin[T byte | int64 | float64](c *Comm, buf []T, root int, timeout t
 	if c.rank == root {
 		send := make([]byte, headerBytes+n)
 		copy(send[headerBytes:], b)
-		_, err = c.runBounded(opBcast, uint32(root), timeout, send, broadcastSpans(c.allPeers(), headerBytes+n), nil, n)
+		_, err := c.runBounded(opBcast, uint32(root), timeout, send, broadcastSpans(c.allPeers(), headerBytes+n), nil, n)
 		return c.finish(err)
 	}
 	got, err := c.runBounded(opBcast, uint32(root), timeout, nil, nil, []int{root}, n)
@@ -185,11 +185,10 @@ func BcastWithin[T byte | int64 | float64](c *Comm, buf []T, root int, timeout t
 // *TimeoutError when timeout passes first; timeout <= 0 waits without
 // limit. Every rank passes the same len(in).
 func AllgatherWithin[T byte | int64 | float64](c *Comm, in, out []T, timeout time.Duration) error {
-	leave, err := c.enterBounded(opAllgather)
-	if err != nil {
+	if err := c.enterBounded(opAllgather); err != nil {
 		return err
 	}
-	defer leave()
+	defer c.leaveBounded()
 	if int64(len(out)) != int64(c.size)*int64(len(in)) {
 		return fmt.Errorf("cluster: AllgatherWithin: out has %d entries, want %d ranks x %d: %w", len(out), c.size, len(in), distbuf.ErrInvalid)
 	}
@@ -244,11 +243,10 @@ const (
 // number of ranks times len(in), so it is for the short vectors of
 // agreements and counts. in and out may be the same slice.
 func AllreduceWithin[T int64 | float64](c *Comm, in, out []T, op Op, timeout time.Duration) error {
-	leave, err := c.enterBounded(opAllreduce)
-	if err != nil {
+	if err := c.enterBounded(opAllreduce); err != nil {
 		return err
 	}
-	defer leave()
+	defer c.leaveBounded()
 	if _, err := checkReduce("AllreduceWithin", in, out, op); err != nil {
 		return err
 	}
@@ -310,11 +308,10 @@ func combine[T int64 | float64](acc, x []T, op Op) {
 // rank j's value for this rank arrives in out[j], or a *TimeoutError when
 // timeout passes first; timeout <= 0 waits without limit.
 func AlltoallWithin[T int64 | float64](c *Comm, in, out []T, timeout time.Duration) error {
-	leave, err := c.enterBounded(opAlltoall)
-	if err != nil {
+	if err := c.enterBounded(opAlltoall); err != nil {
 		return err
 	}
-	defer leave()
+	defer c.leaveBounded()
 	if len(in) != c.size || len(out) != c.size {
 		return fmt.Errorf("cluster: AlltoallWithin: in has %d and out %d entries, want %d (one per rank): %w", len(in), len(out), c.size, distbuf.ErrInvalid)
 	}
