@@ -634,14 +634,7 @@ func TestLocatorAgreesWithLocate(t *testing.T) {
 	a := openHost(t)
 	defer closeClean(t, a)
 	s := a.DefaultStream()
-	wide := make([]Desc, 70000)
-	for i := range wide {
-		sh := i
-		if i >= 40000 {
-			sh = i % 1000
-		}
-		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + sh%256, Cols: 1 + sh/256, Dest: sh % 2}
-	}
+	wide := wideDescs()
 	wideRuns := slices.Clone(wide)
 	for i := range wideRuns {
 		wideRuns[i].Dest = i * 2 / len(wideRuns)
@@ -681,10 +674,7 @@ func TestLocatorAgreesWithLocate(t *testing.T) {
 	}
 	p, err := NewPlan(mixed, Options{})
 	require.NoError(t, err)
-	entries, size, err := p.Manifest(1)
-	require.NoError(t, err)
-	m, err := FromManifest(entries, size)
-	require.NoError(t, err)
+	m, _, _ := received(t, p, 1)
 	c, err := Alloc(a, m, s)
 	require.NoError(t, err)
 	check("received", c)

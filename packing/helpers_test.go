@@ -109,3 +109,30 @@ func (p *Plan) groupMembers(g int) ([]int32, error) {
 	}
 	return out, nil
 }
+
+// wideDescs is a list with more classes than 32-bit places hold, so that a
+// plan of it keeps every block's offset: 70000 blocks leave 32768 classes to
+// 32-bit places; 40000 shapes, of which the first 1000 have 31 blocks each
+// (their ranks matter), over two destinations.
+func wideDescs() []Desc {
+	wide := make([]Desc, 70000)
+	for i := range wide {
+		s := i
+		if i >= 40000 {
+			s = i % 1000
+		}
+		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + s%256, Cols: 1 + s/256, Dest: s % 2}
+	}
+	return wide
+}
+
+// received is the layout that a rank receiving group g of p makes of its
+// manifest, with the manifest's entries and payload size.
+func received(t *testing.T, p *Plan, g int) (*Plan, []Entry, int64) {
+	t.Helper()
+	entries, size, err := p.Manifest(g)
+	require.NoError(t, err)
+	q, err := FromManifest(entries, size)
+	require.NoError(t, err)
+	return q, entries, size
+}
