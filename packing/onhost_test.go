@@ -91,23 +91,22 @@ func fillBlock(h *HostBlocks, k, salt int) error {
 	}
 	switch want := pattern(d, salt).(type) {
 	case []float32:
-		s, err := h.Float32s(k)
-		copy(s, want)
-		return err
+		return fillAs(h.Float32s, k, want)
 	case []float64:
-		s, err := h.Float64s(k)
-		copy(s, want)
-		return err
+		return fillAs(h.Float64s, k, want)
 	case []complex64:
-		s, err := h.Complex64s(k)
-		copy(s, want)
-		return err
+		return fillAs(h.Complex64s, k, want)
 	case []complex128:
-		s, err := h.Complex128s(k)
-		copy(s, want)
-		return err
+		return fillAs(h.Complex128s, k, want)
 	}
 	return nil
+}
+
+// fillAs copies want into block k as the typed method elems gives it.
+func fillAs[T any](elems func(int) ([]T, error), k int, want []T) error {
+	s, err := elems(k)
+	copy(s, want)
+	return err
 }
 
 // checkBlock compares block k, read through its typed method, with
