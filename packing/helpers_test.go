@@ -31,6 +31,18 @@ const (
 	problemAny       = "" // any bad argument
 )
 
+// forBackends runs test as a subtest on an allocator of each backend, with
+// its default stream, and closes the allocator after.
+func forBackends(t *testing.T, test func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream)) {
+	for _, bc := range backends {
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
+			defer closeClean(t, a)
+			test(t, a, a.DefaultStream())
+		})
+	}
+}
+
 // requireProblem checks that err reports a bad argument
 // (distbuf.ErrInvalid) whose text names the problem.
 func requireProblem(t *testing.T, err error, problem string, msgAndArgs ...any) {
