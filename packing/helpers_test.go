@@ -43,6 +43,16 @@ func forBackends(t *testing.T, test func(t *testing.T, a *devalloc.Allocator, s 
 	}
 }
 
+// leaveJunk leaves size bytes of b in freed memory, where the pool puts the
+// next allocation, so that a test sees what that allocation clears.
+func leaveJunk(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream, size int64, b byte) {
+	t.Helper()
+	junk, err := a.Alloc(size, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(junk, 0, size, b))
+	require.NoError(t, junk.Free())
+}
+
 // requireProblem checks that err reports a bad argument
 // (distbuf.ErrInvalid) whose text names the problem.
 func requireProblem(t *testing.T, err error, problem string, msgAndArgs ...any) {

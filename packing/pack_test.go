@@ -205,10 +205,7 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 		require.Equal(t, src, blocksOf(t, s, dev))
 		// CopyOf: the same layout and bytes, padding (zero) included,
 		// in memory that held junk before.
-		junk, err := a.Alloc(dev.Buffer().Size(), s)
-		require.NoError(t, err)
-		require.NoError(t, s.Memset(junk, 0, junk.Size(), 0xAB))
-		require.NoError(t, junk.Free())
+		leaveJunk(t, a, s, dev.Buffer().Size(), 0xAB)
 		cp, err := Alloc(a, p, s, AllocOptions{CopyOf: pin})
 		require.NoError(t, err)
 		require.Same(t, p, cp.Plan())
