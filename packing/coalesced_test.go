@@ -280,13 +280,7 @@ func TestWrapReceivedBuffer(t *testing.T) {
 		recv, err := Wrap(recvBuf, 0, q, 0, nil)
 		require.NoError(t, err)
 		require.Equal(t, before.AllocCalls, a.Stats().AllocCalls, "wrapping allocates nothing")
-		out := make([][]byte, len(descs))
-		for k, d := range descs {
-			out[k] = make([]byte, d.Bytes())
-		}
-		require.NoError(t, UnpackHost(s, recv, out))
-		require.NoError(t, s.Synchronize())
-		require.Equal(t, src, out)
+		require.Equal(t, src, unpacked(t, s, recv))
 		require.NoError(t, recv.Free())
 		_, _, _, err = recvBuf.Region()
 		require.ErrorIs(t, err, distbuf.ErrFreed, "the Coalesced owns the wrapped buffer")
@@ -448,24 +442,13 @@ func TestAllocPrefixedAndWrapAt(t *testing.T) {
 		w, err := Wrap(cp, prefix, p, 1, nil)
 		require.NoError(t, err)
 		require.EqualValues(t, prefix, w.Start())
-		out := make([][]byte, w.Len())
-		for k := range out {
-			out[k] = make([]byte, len(src[k]))
-		}
-		require.NoError(t, UnpackHost(s, w, out))
-		require.NoError(t, s.Synchronize())
-		require.Equal(t, src, out)
+		require.Equal(t, src, unpacked(t, s, w))
 
 		// Transfer between layouts at different starts.
 		flat, err := allocGroups(a, p, s)
 		require.NoError(t, err)
 		require.NoError(t, transfer(s, flat[1], w))
-		for k := range out {
-			clear(out[k])
-		}
-		require.NoError(t, UnpackHost(s, flat[1], out))
-		require.NoError(t, s.Synchronize())
-		require.Equal(t, src, out)
+		require.Equal(t, src, unpacked(t, s, flat[1]))
 		for _, f := range flat {
 			require.NoError(t, f.Free())
 		}

@@ -53,6 +53,21 @@ func leaveJunk(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream, size int
 	require.NoError(t, junk.Free())
 }
 
+// unpacked is c's blocks in group-position order, copied out by UnpackHost
+// on s once s has run.
+func unpacked(t *testing.T, s *devalloc.Stream, c *Coalesced) [][]byte {
+	t.Helper()
+	views, err := views(c)
+	require.NoError(t, err)
+	out := make([][]byte, len(views))
+	for k, v := range views {
+		out[k] = make([]byte, v.bytes())
+	}
+	require.NoError(t, UnpackHost(s, c, out))
+	require.NoError(t, s.Synchronize())
+	return out
+}
+
 // requireProblem checks that err reports a bad argument
 // (distbuf.ErrInvalid) whose text names the problem.
 func requireProblem(t *testing.T, err error, problem string, msgAndArgs ...any) {

@@ -239,12 +239,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		checkAll(t, s, c, 0, nil)
 		// The same bytes reach Go slices by UnpackHost, on another stream:
 		// the ledger orders it after the write.
-		out := make([][]byte, len(descs))
-		for k, d := range descs {
-			out[k] = make([]byte, d.Bytes())
-		}
-		require.NoError(t, UnpackHost(s2, c, out))
-		require.NoError(t, s2.Synchronize())
+		out := unpacked(t, s2, c)
 		for k, d := range descs {
 			require.Equal(t, rawBytes(pattern(d, 0)), out[k], "block %d", k)
 		}
@@ -462,12 +457,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		}))
 		views, err := views(c)
 		require.NoError(t, err)
-		out := make([][]byte, len(views))
-		for k, v := range views {
-			out[k] = make([]byte, v.bytes())
-		}
-		require.NoError(t, UnpackHost(s, c, out))
-		require.NoError(t, s.Synchronize())
+		out := unpacked(t, s, c)
 		for k, v := range views {
 			require.Equal(t, rawBytes(pattern(v.Desc(), 6)), out[k], "block %d", k)
 		}

@@ -221,13 +221,7 @@ func TestPackHostSlicesAndTransfer(t *testing.T) {
 			src[k][0] ^= 0xFF
 		}
 		require.NoError(t, PackHost(s, dev, src))
-		out := make([][]byte, len(src))
-		for k := range out {
-			out[k] = make([]byte, len(src[k]))
-		}
-		require.NoError(t, UnpackHost(s, dev, out))
-		require.NoError(t, s.Synchronize())
-		require.Equal(t, src, out)
+		require.Equal(t, src, unpacked(t, s, dev))
 		// Bad input.
 		require.ErrorIs(t, PackHost(s, dev, src[1:]), distbuf.ErrInvalid)
 		short := append([][]byte(nil), src...)
