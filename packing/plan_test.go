@@ -858,3 +858,22 @@ func TestGroupPosition(t *testing.T) {
 	}
 	check("received", m, ids, make([]int, len(ids)), ks)
 }
+
+func TestDTypeSizeAndString(t *testing.T) {
+	for _, tc := range []struct {
+		d    DType
+		size int64
+		name string
+	}{
+		{0, 0, "DType(0)"},
+		{Float32, 4, "float32"},
+		{Float64, 8, "float64"},
+		{Complex64, 8, "complex64"},
+		{Complex128, 16, "complex128"},
+		{5, 0, "DType(5)"},
+		{255, 0, "DType(255)"},
+	} {
+		require.Equal(t, tc.size, tc.d.Size(), "%d", uint8(tc.d))
+		require.Equal(t, tc.name, tc.d.String())
+	}
+}
