@@ -60,11 +60,7 @@ func benchPlanDescs(b *testing.B, descs []Desc, build func(descs []Desc, buf *de
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
+	a := openHostBench(b)
 	buf, err := a.Alloc(p0.Groups()[0].Bytes, a.DefaultStream())
 	if err != nil {
 		b.Fatal(err)
@@ -81,6 +77,18 @@ func benchPlanDescs(b *testing.B, descs []Desc, build func(descs []Desc, buf *de
 	// The process's CPU time (GC included) per block: steadier than the wall
 	// clock when other processes share the cores.
 	b.ReportMetric(float64((benchtimer.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/block")
+}
+
+// openHostBench opens a host allocator that keeps its warnings to itself,
+// closed when the benchmark ends.
+func openHostBench(b *testing.B) *devalloc.Allocator {
+	b.Helper()
+	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = a.Close() })
+	return a
 }
 
 var sink uintptr
@@ -262,24 +270,23 @@ func gatherSetup(b *testing.B, a *devalloc.Allocator) (*Coalesced, *devalloc.Buf
 // BenchmarkPackHost gathers 20000 scattered blocks of 4 KiB into one buffer
 // on the host: parallel goroutines against one goroutine, in one run.
 func BenchmarkPackHost(b *testing.B) {
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Warn: func(string) {}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
+	a := openHostBench(b)
 	s := a.DefaultStream()
 	c, src, refs := gatherSetup(b, a)
 	m, err := newMover(s, c, refs, copyHost)
 	if err != nil {
 		b.Fatal(err)
 	}
+	pack := func(b *testing.B) {
+		if err := m.Pack(s); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	// One pack before timing either variant, to fault the pages in.
-	if err := m.Pack(s); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Synchronize(); err != nil {
-		b.Fatal(err)
-	}
+	pack(b)
 	parallel := m.parts
 	var perWorker [2]float64
 	for w, name := range []string{"workers=1", fmt.Sprintf("workers=%d", len(parallel))} {
@@ -290,12 +297,7 @@ func BenchmarkPackHost(b *testing.B) {
 			}
 			b.SetBytes(gatherBlocks * gatherBlockBytes)
 			for range b.N {
-				if err := m.Pack(s); err != nil {
-					b.Fatal(err)
-				}
-				if err := s.Synchronize(); err != nil {
-					b.Fatal(err)
-				}
+				pack(b)
 			}
 			perWorker[w] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 			if w == 1 && perWorker[0] > 0 {

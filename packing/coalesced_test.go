@@ -9,30 +9,26 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/devalloc"
 	"github.com/stretchr/testify/require"
 )
 
 func TestCoalescedOneAllocation(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			descs := mixedDescs(10000, 21)
-			p, err := NewPlan(descs, Options{})
-			require.NoError(t, err)
-			before := a.Stats()
-			c, err := Alloc(a, p, s)
-			require.NoError(t, err)
-			after := a.Stats()
-			require.EqualValues(t, 1, after.AllocCalls-before.AllocCalls, "one Alloc for 10000 blocks")
-			require.EqualValues(t, 1, after.BackendCalls-before.BackendCalls, "one backend call for 10000 blocks")
-			require.EqualValues(t, 1, after.LiveBuffers-before.LiveBuffers)
-			require.Equal(t, p.Groups()[0].Bytes, c.Size())
-			require.NoError(t, c.Free())
-			require.EqualValues(t, 1, a.Stats().Frees-before.Frees, "one free")
-		})
-	}
+	forBackends(t, func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream) {
+		descs := mixedDescs(10000, 21)
+		p, err := NewPlan(descs, Options{})
+		require.NoError(t, err)
+		before := a.Stats()
+		c, err := Alloc(a, p, s)
+		require.NoError(t, err)
+		after := a.Stats()
+		require.EqualValues(t, 1, after.AllocCalls-before.AllocCalls, "one Alloc for 10000 blocks")
+		require.EqualValues(t, 1, after.BackendCalls-before.BackendCalls, "one backend call for 10000 blocks")
+		require.EqualValues(t, 1, after.LiveBuffers-before.LiveBuffers)
+		require.Equal(t, p.Groups()[0].Bytes, c.Size())
+		require.NoError(t, c.Free())
+		require.EqualValues(t, 1, a.Stats().Frees-before.Frees, "one free")
+	})
 }
 
 func TestCoalescedGroupsOneAllocationEach(t *testing.T) {
@@ -75,65 +71,56 @@ func TestCoalescedGroupsOneAllocationEach(t *testing.T) {
 }
 
 func TestCoalescedPaddingZero(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			// Padding between a few classes (one memset per gap on a device),
-			// between many (one memset of everything), and none at all.
-			few := []Desc{
-				{ID: 1, DType: Float32, Rows: 3, Cols: 1}, // 12 bytes, then padding to 256
-				{ID: 2, DType: Complex128, Rows: 2, Cols: 1},
-				{ID: 3, DType: Float32, Rows: 3, Cols: 1},
-				{ID: 4, DType: Float64, Rows: 1, Cols: 3},
+	forBackends(t, func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream) {
+		// Padding between a few classes (one memset per gap on a device),
+		// between many (one memset of everything), and none at all.
+		few := []Desc{
+			{ID: 1, DType: Float32, Rows: 3, Cols: 1}, // 12 bytes, then padding to 256
+			{ID: 2, DType: Complex128, Rows: 2, Cols: 1},
+			{ID: 3, DType: Float32, Rows: 3, Cols: 1},
+			{ID: 4, DType: Float64, Rows: 1, Cols: 3},
+		}
+		var many, none []Desc
+		for i := range 7 {
+			many = append(many, Desc{ID: uint64(i), DType: Float32, Rows: 1, Cols: i + 1})
+			none = append(none, Desc{ID: uint64(i), DType: Float32, Rows: 1, Cols: 64 * (i%3 + 1)})
+		}
+		for _, tc := range []struct {
+			descs []Desc
+			opts  Options
+		}{{few, Options{}}, {few, Options{BlockAlign: 64}}, {many, Options{}}, {none, Options{}}, {none, Options{BlockAlign: 256}}} {
+			descs, opts := tc.descs, tc.opts
+			p, err := NewPlan(descs, opts)
+			require.NoError(t, err)
+			leaveJunk(t, a, s, p.Groups()[0].Bytes, 0xAB)
+			require.NoError(t, s.Synchronize())
+			c, err := Alloc(a, p, s)
+			require.NoError(t, err)
+			views, err := views(c)
+			require.NoError(t, err)
+			// Fill every block with 0xFF; everything else must read zero.
+			fill := make([][]byte, len(views))
+			for k, v := range views {
+				fill[k] = bytes.Repeat([]byte{0xFF}, int(v.bytes()))
 			}
-			var many, none []Desc
-			for i := range 7 {
-				many = append(many, Desc{ID: uint64(i), DType: Float32, Rows: 1, Cols: i + 1})
-				none = append(none, Desc{ID: uint64(i), DType: Float32, Rows: 1, Cols: 64 * (i%3 + 1)})
+			require.NoError(t, PackHost(s, c, fill))
+			mem := readAll(t, s, c.Buffer())[:c.Size()]
+			inBlock := make([]bool, len(mem))
+			for _, v := range views {
+				for b := v.Offset(); b < v.Offset()+v.bytes(); b++ {
+					inBlock[b] = true
+				}
 			}
-			for _, tc := range []struct {
-				descs []Desc
-				opts  Options
-			}{{few, Options{}}, {few, Options{BlockAlign: 64}}, {many, Options{}}, {none, Options{}}, {none, Options{BlockAlign: 256}}} {
-				descs, opts := tc.descs, tc.opts
-				p, err := NewPlan(descs, opts)
-				require.NoError(t, err)
-				// Leave garbage where the buffer will go: the pool reuses freed memory.
-				junk, err := a.Alloc(p.Groups()[0].Bytes, s)
-				require.NoError(t, err)
-				require.NoError(t, s.Memset(junk, 0, junk.Size(), 0xAB))
-				require.NoError(t, junk.Free())
-				require.NoError(t, s.Synchronize())
-				c, err := Alloc(a, p, s)
-				require.NoError(t, err)
-				views, err := views(c)
-				require.NoError(t, err)
-				// Fill every block with 0xFF; everything else must read zero.
-				fill := make([][]byte, len(views))
-				for k, v := range views {
-					fill[k] = bytes.Repeat([]byte{0xFF}, int(v.bytes()))
+			for i, b := range mem {
+				if inBlock[i] {
+					require.Equal(t, byte(0xFF), b, "block byte %d", i)
+				} else {
+					require.Zero(t, b, "padding byte %d (options %+v)", i, opts)
 				}
-				require.NoError(t, PackHost(s, c, fill))
-				mem := readAll(t, s, c.Buffer())[:c.Size()]
-				inBlock := make([]bool, len(mem))
-				for _, v := range views {
-					for b := v.Offset(); b < v.Offset()+v.bytes(); b++ {
-						inBlock[b] = true
-					}
-				}
-				for i, b := range mem {
-					if inBlock[i] {
-						require.Equal(t, byte(0xFF), b, "block byte %d", i)
-					} else {
-						require.Zero(t, b, "padding byte %d (options %+v)", i, opts)
-					}
-				}
-				require.NoError(t, c.Free())
 			}
-		})
-	}
+			require.NoError(t, c.Free())
+		}
+	})
 }
 
 func TestViewsAndAccessors(t *testing.T) {
@@ -270,54 +257,43 @@ func TestFreeAfterLastViewCompletion(t *testing.T) {
 }
 
 func TestWrapReceivedBuffer(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			descs := mixedDescs(500, 31)
-			p, err := NewPlan(descs, Options{})
-			require.NoError(t, err)
-			sender, err := Alloc(a, p, s)
-			require.NoError(t, err)
-			src := make([][]byte, len(descs))
-			for k, d := range descs {
-				src[k] = bytes.Repeat([]byte{byte(k)}, int(d.Bytes()))
-			}
-			require.NoError(t, PackHost(s, sender, src))
-			// The "message": manifest plus payload copied into a fresh buffer.
-			entries, size, err := p.Manifest(0)
-			require.NoError(t, err)
-			recvBuf, err := a.Alloc(size, s)
-			require.NoError(t, err)
-			require.NoError(t, s.Copy(recvBuf, 0, sender.Buffer(), 0, size))
-			q, err := FromManifest(entries, size)
-			require.NoError(t, err)
-			before := a.Stats()
-			recv, err := Wrap(recvBuf, 0, q, 0, nil)
-			require.NoError(t, err)
-			require.Equal(t, before.AllocCalls, a.Stats().AllocCalls, "wrapping allocates nothing")
-			out := make([][]byte, len(descs))
-			for k, d := range descs {
-				out[k] = make([]byte, d.Bytes())
-			}
-			require.NoError(t, UnpackHost(s, recv, out))
-			require.NoError(t, s.Synchronize())
-			require.Equal(t, src, out)
-			require.NoError(t, recv.Free())
-			_, _, _, err = recvBuf.Region()
-			require.ErrorIs(t, err, distbuf.ErrFreed, "the Coalesced owns the wrapped buffer")
-			// A buffer too small for the layout.
-			small, err := a.Alloc(size/2, s)
-			require.NoError(t, err)
-			_, err = Wrap(small, 0, q, 0, nil)
-			require.ErrorIs(t, err, distbuf.ErrInvalid)
-			_, err = Wrap(small, 0, q, 1, nil)
-			require.ErrorIs(t, err, distbuf.ErrInvalid)
-			require.NoError(t, small.Free())
-			require.NoError(t, sender.Free())
-		})
-	}
+	forBackends(t, func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream) {
+		descs := mixedDescs(500, 31)
+		p, err := NewPlan(descs, Options{})
+		require.NoError(t, err)
+		sender, err := Alloc(a, p, s)
+		require.NoError(t, err)
+		src := make([][]byte, len(descs))
+		for k, d := range descs {
+			src[k] = bytes.Repeat([]byte{byte(k)}, int(d.Bytes()))
+		}
+		require.NoError(t, PackHost(s, sender, src))
+		// The "message": manifest plus payload copied into a fresh buffer.
+		entries, size, err := p.Manifest(0)
+		require.NoError(t, err)
+		recvBuf, err := a.Alloc(size, s)
+		require.NoError(t, err)
+		require.NoError(t, s.Copy(recvBuf, 0, sender.Buffer(), 0, size))
+		q, err := FromManifest(entries, size)
+		require.NoError(t, err)
+		before := a.Stats()
+		recv, err := Wrap(recvBuf, 0, q, 0, nil)
+		require.NoError(t, err)
+		require.Equal(t, before.AllocCalls, a.Stats().AllocCalls, "wrapping allocates nothing")
+		require.Equal(t, src, unpacked(t, s, recv))
+		require.NoError(t, recv.Free())
+		_, _, _, err = recvBuf.Region()
+		require.ErrorIs(t, err, distbuf.ErrFreed, "the Coalesced owns the wrapped buffer")
+		// A buffer too small for the layout.
+		small, err := a.Alloc(size/2, s)
+		require.NoError(t, err)
+		_, err = Wrap(small, 0, q, 0, nil)
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
+		_, err = Wrap(small, 0, q, 1, nil)
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
+		require.NoError(t, small.Free())
+		require.NoError(t, sender.Free())
+	})
 }
 
 func TestAllocManifestLayoutZeroed(t *testing.T) {
@@ -332,10 +308,7 @@ func TestAllocManifestLayoutZeroed(t *testing.T) {
 	}
 	p, err := FromManifest(entries, 64)
 	require.NoError(t, err)
-	junk, err := a.Alloc(64, s)
-	require.NoError(t, err)
-	require.NoError(t, s.Memset(junk, 0, 64, 0xCD))
-	require.NoError(t, junk.Free())
+	leaveJunk(t, a, s, 64, 0xCD)
 	require.NoError(t, s.Synchronize())
 	c, err := Alloc(a, p, s)
 	require.NoError(t, err)
@@ -419,97 +392,81 @@ func TestAllViews(t *testing.T) {
 }
 
 func TestAllocPrefixedAndWrapAt(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			descs := mixedDescs(300, 41)
-			for i := range descs {
-				descs[i].Dest = i % 2
-			}
-			p, err := NewPlan(descs, Options{})
+	forBackends(t, func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream) {
+		descs := mixedDescs(300, 41)
+		for i := range descs {
+			descs[i].Dest = i % 2
+		}
+		p, err := NewPlan(descs, Options{})
+		require.NoError(t, err)
+		const prefix = 512
+		before := a.Stats()
+		c, err := Alloc(a, p, s, AllocOptions{Group: 1, Prefix: prefix})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "prefix and layout are one allocation")
+		require.EqualValues(t, prefix, c.Start())
+		require.Equal(t, p.Groups()[1].Bytes, c.Size())
+		require.Equal(t, prefix+c.Size(), c.Buffer().Size())
+		require.Equal(t, 1, c.Dest())
+		base, _, _, err := c.Buffer().Region()
+		require.NoError(t, err)
+		members, err := p.groupMembers(1)
+		require.NoError(t, err)
+		src := make([][]byte, c.Len())
+		for k := range src {
+			v, err := c.View(k)
 			require.NoError(t, err)
-			const prefix = 512
-			before := a.Stats()
-			c, err := Alloc(a, p, s, AllocOptions{Group: 1, Prefix: prefix})
-			require.NoError(t, err)
-			require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "prefix and layout are one allocation")
-			require.EqualValues(t, prefix, c.Start())
-			require.Equal(t, p.Groups()[1].Bytes, c.Size())
-			require.Equal(t, prefix+c.Size(), c.Buffer().Size())
-			require.Equal(t, 1, c.Dest())
-			base, _, _, err := c.Buffer().Region()
-			require.NoError(t, err)
-			members, err := p.groupMembers(1)
-			require.NoError(t, err)
-			src := make([][]byte, c.Len())
-			for k := range src {
-				v, err := c.View(k)
-				require.NoError(t, err)
-				require.Equal(t, base+prefix+uintptr(v.Offset()), v.addr(), "views start after the prefix")
-				require.Equal(t, descs[members[k]].ID, v.id())
-				src[k] = bytes.Repeat([]byte{byte(k + 1)}, int(v.bytes()))
-			}
-			// Write the prefix and the blocks; the prefix must survive the
-			// padding clear and the packing.
-			pre, err := a.AllocPinned(prefix, s)
-			require.NoError(t, err)
-			mem, err := pre.Bytes()
-			require.NoError(t, err)
-			for i := range mem {
-				mem[i] = 0xAB
-			}
-			require.NoError(t, s.Copy(c.Buffer(), 0, pre, 0, prefix))
-			require.NoError(t, pre.Free())
-			require.NoError(t, PackHost(s, c, src))
-			all := readAll(t, s, c.Buffer())
-			require.Equal(t, bytes.Repeat([]byte{0xAB}, prefix), all[:prefix])
+			require.Equal(t, base+prefix+uintptr(v.Offset()), v.addr(), "views start after the prefix")
+			require.Equal(t, descs[members[k]].ID, v.id())
+			src[k] = bytes.Repeat([]byte{byte(k + 1)}, int(v.bytes()))
+		}
+		// Write the prefix and the blocks; the prefix must survive the
+		// padding clear and the packing.
+		pre, err := a.AllocPinned(prefix, s)
+		require.NoError(t, err)
+		mem, err := pre.Bytes()
+		require.NoError(t, err)
+		for i := range mem {
+			mem[i] = 0xAB
+		}
+		require.NoError(t, s.Copy(c.Buffer(), 0, pre, 0, prefix))
+		require.NoError(t, pre.Free())
+		require.NoError(t, PackHost(s, c, src))
+		all := readAll(t, s, c.Buffer())
+		require.Equal(t, bytes.Repeat([]byte{0xAB}, prefix), all[:prefix])
 
-			// The same bytes seen through Wrap at the prefix over a copy of the buffer.
-			cp, err := a.Alloc(c.Buffer().Size(), s)
-			require.NoError(t, err)
-			require.NoError(t, s.Copy(cp, 0, c.Buffer(), 0, cp.Size()))
-			w, err := Wrap(cp, prefix, p, 1, nil)
-			require.NoError(t, err)
-			require.EqualValues(t, prefix, w.Start())
-			out := make([][]byte, w.Len())
-			for k := range out {
-				out[k] = make([]byte, len(src[k]))
-			}
-			require.NoError(t, UnpackHost(s, w, out))
-			require.NoError(t, s.Synchronize())
-			require.Equal(t, src, out)
+		// The same bytes seen through Wrap at the prefix over a copy of the buffer.
+		cp, err := a.Alloc(c.Buffer().Size(), s)
+		require.NoError(t, err)
+		require.NoError(t, s.Copy(cp, 0, c.Buffer(), 0, cp.Size()))
+		w, err := Wrap(cp, prefix, p, 1, nil)
+		require.NoError(t, err)
+		require.EqualValues(t, prefix, w.Start())
+		require.Equal(t, src, unpacked(t, s, w))
 
-			// Transfer between layouts at different starts.
-			flat, err := allocGroups(a, p, s)
-			require.NoError(t, err)
-			require.NoError(t, transfer(s, flat[1], w))
-			for k := range out {
-				clear(out[k])
-			}
-			require.NoError(t, UnpackHost(s, flat[1], out))
-			require.NoError(t, s.Synchronize())
-			require.Equal(t, src, out)
-			for _, f := range flat {
-				require.NoError(t, f.Free())
-			}
+		// Transfer between layouts at different starts.
+		flat, err := allocGroups(a, p, s)
+		require.NoError(t, err)
+		require.NoError(t, transfer(s, flat[1], w))
+		require.Equal(t, src, unpacked(t, s, flat[1]))
+		for _, f := range flat {
+			require.NoError(t, f.Free())
+		}
 
-			// Bad starts.
-			_, err = Alloc(a, p, s, AllocOptions{Group: 0, Prefix: 100})
-			requireProblem(t, err, problemAlign, "a prefix that would misalign the classes")
-			_, err = Alloc(a, p, s, AllocOptions{Prefix: -256})
-			requireProblem(t, err, problemAlign)
-			_, err = Alloc(a, p, s, AllocOptions{Group: 2, Prefix: 256})
-			require.ErrorIs(t, err, distbuf.ErrInvalid)
-			_, err = Wrap(cp, 8, p, 1, nil)
-			requireProblem(t, err, problemAlign)
-			_, err = Wrap(cp, prefix+256, p, 1, nil)
-			require.ErrorIs(t, err, distbuf.ErrInvalid, "the layout would run past the buffer")
-			require.NoError(t, w.Free())
-			require.NoError(t, c.Free())
-		})
-	}
+		// Bad starts.
+		_, err = Alloc(a, p, s, AllocOptions{Group: 0, Prefix: 100})
+		requireProblem(t, err, problemAlign, "a prefix that would misalign the classes")
+		_, err = Alloc(a, p, s, AllocOptions{Prefix: -256})
+		requireProblem(t, err, problemAlign)
+		_, err = Alloc(a, p, s, AllocOptions{Group: 2, Prefix: 256})
+		require.ErrorIs(t, err, distbuf.ErrInvalid)
+		_, err = Wrap(cp, 8, p, 1, nil)
+		requireProblem(t, err, problemAlign)
+		_, err = Wrap(cp, prefix+256, p, 1, nil)
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "the layout would run past the buffer")
+		require.NoError(t, w.Free())
+		require.NoError(t, c.Free())
+	})
 }
 
 func TestWrapAtManifestPlan(t *testing.T) {
@@ -634,14 +591,7 @@ func TestLocatorAgreesWithLocate(t *testing.T) {
 	a := openHost(t)
 	defer closeClean(t, a)
 	s := a.DefaultStream()
-	wide := make([]Desc, 70000)
-	for i := range wide {
-		sh := i
-		if i >= 40000 {
-			sh = i % 1000
-		}
-		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + sh%256, Cols: 1 + sh/256, Dest: sh % 2}
-	}
+	wide := wideDescs()
 	wideRuns := slices.Clone(wide)
 	for i := range wideRuns {
 		wideRuns[i].Dest = i * 2 / len(wideRuns)
@@ -681,10 +631,7 @@ func TestLocatorAgreesWithLocate(t *testing.T) {
 	}
 	p, err := NewPlan(mixed, Options{})
 	require.NoError(t, err)
-	entries, size, err := p.Manifest(1)
-	require.NoError(t, err)
-	m, err := FromManifest(entries, size)
-	require.NoError(t, err)
+	m, _, _ := received(t, p, 1)
 	c, err := Alloc(a, m, s)
 	require.NoError(t, err)
 	check("received", c)

@@ -12,15 +12,23 @@ const (
 	Complex128                  // 16 bytes: two float64, real first
 )
 
-// elemSizes is indexed by DType; 0 marks an unknown type.
-var elemSizes = [...]int64{0, 4, 8, 8, 16}
+// dtypes is indexed by DType; a zero size marks an unknown type.
+var dtypes = [...]struct {
+	size int64
+	name string
+}{
+	Float32:    {4, "float32"},
+	Float64:    {8, "float64"},
+	Complex64:  {8, "complex64"},
+	Complex128: {16, "complex128"},
+}
 
 // Size is the number of bytes of one element, 0 for an unknown type (a DType outside the four constants).
 func (d DType) Size() int64 {
-	if int(d) >= len(elemSizes) {
+	if int(d) >= len(dtypes) {
 		return 0
 	}
-	return elemSizes[d]
+	return dtypes[d].size
 }
 
 // valid reports whether d is one of the four element types.
@@ -30,15 +38,8 @@ func (d DType) valid() bool { return d.Size() != 0 }
 func (d DType) IsComplex() bool { return d == Complex64 || d == Complex128 }
 
 func (d DType) String() string {
-	switch d {
-	case Float32:
-		return "float32"
-	case Float64:
-		return "float64"
-	case Complex64:
-		return "complex64"
-	case Complex128:
-		return "complex128"
+	if d.valid() {
+		return dtypes[d].name
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }

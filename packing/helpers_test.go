@@ -31,6 +31,43 @@ const (
 	problemAny       = "" // any bad argument
 )
 
+// forBackends runs test as a subtest on an allocator of each backend, with
+// its default stream, and closes the allocator after.
+func forBackends(t *testing.T, test func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream)) {
+	for _, bc := range backends {
+		t.Run(bc.Name, func(t *testing.T) {
+			a := bc.Open(t)
+			defer closeClean(t, a)
+			test(t, a, a.DefaultStream())
+		})
+	}
+}
+
+// leaveJunk leaves size bytes of b in freed memory, where the pool puts the
+// next allocation, so that a test sees what that allocation clears.
+func leaveJunk(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream, size int64, b byte) {
+	t.Helper()
+	junk, err := a.Alloc(size, s)
+	require.NoError(t, err)
+	require.NoError(t, s.Memset(junk, 0, size, b))
+	require.NoError(t, junk.Free())
+}
+
+// unpacked is c's blocks in group-position order, copied out by UnpackHost
+// on s once s has run.
+func unpacked(t *testing.T, s *devalloc.Stream, c *Coalesced) [][]byte {
+	t.Helper()
+	views, err := views(c)
+	require.NoError(t, err)
+	out := make([][]byte, len(views))
+	for k, v := range views {
+		out[k] = make([]byte, v.bytes())
+	}
+	require.NoError(t, UnpackHost(s, c, out))
+	require.NoError(t, s.Synchronize())
+	return out
+}
+
 // requireProblem checks that err reports a bad argument
 // (distbuf.ErrInvalid) whose text names the problem.
 func requireProblem(t *testing.T, err error, problem string, msgAndArgs ...any) {
@@ -108,4 +145,31 @@ func (p *Plan) groupMembers(g int) ([]int32, error) {
 		out[k] = int32(first + k)
 	}
 	return out, nil
+}
+
+// wideDescs is a list with more classes than 32-bit places hold, so that a
+// plan of it keeps every block's offset: 70000 blocks leave 32768 classes to
+// 32-bit places; 40000 shapes, of which the first 1000 have 31 blocks each
+// (their ranks matter), over two destinations.
+func wideDescs() []Desc {
+	wide := make([]Desc, 70000)
+	for i := range wide {
+		s := i
+		if i >= 40000 {
+			s = i % 1000
+		}
+		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + s%256, Cols: 1 + s/256, Dest: s % 2}
+	}
+	return wide
+}
+
+// received is the layout that a rank receiving group g of p makes of its
+// manifest, with the manifest's entries and payload size.
+func received(t *testing.T, p *Plan, g int) (*Plan, []Entry, int64) {
+	t.Helper()
+	entries, size, err := p.Manifest(g)
+	require.NoError(t, err)
+	q, err := FromManifest(entries, size)
+	require.NoError(t, err)
+	return q, entries, size
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/distbuf/distbuf"
+	"github.com/distbuf/distbuf/devalloc"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,110 +15,105 @@ import (
 // holds them all with zero padding and prefixes, and the parts are the
 // groups over that allocation, sharing its memory and its lifetime.
 func TestJoined(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			descs := mixedDescs(400, 7)
-			for i := range descs {
-				descs[i].Dest = []int{0, 2, 3}[i%3]
-			}
-			p, err := NewPlan(descs, Options{})
+	forBackends(t, func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream) {
+		descs := mixedDescs(400, 7)
+		for i := range descs {
+			descs[i].Dest = []int{0, 2, 3}[i%3]
+		}
+		p, err := NewPlan(descs, Options{})
+		require.NoError(t, err)
+		align := p.Options().Align
+		prefix := func(g int) int64 { return align * int64(g+1) }
+		j, err := p.Joined(prefix)
+		require.NoError(t, err)
+		from, starts, ok := j.joinedFrom()
+		require.True(t, ok)
+		require.Same(t, p, from)
+		require.Len(t, j.Groups(), 1)
+		require.Equal(t, -1, j.Groups()[0].Dest)
+		require.Equal(t, p.Len(), j.Len())
+		var end int64
+		for g, grp := range p.Groups() {
+			require.Equal(t, end+prefix(g), starts[g], "group %d begins after its prefix", g)
+			end = starts[g] + grp.Bytes
+		}
+		require.Equal(t, end, j.Groups()[0].Bytes)
+		for i := range descs {
+			d, off, err := p.block(i)
 			require.NoError(t, err)
-			align := p.Options().Align
-			prefix := func(g int) int64 { return align * int64(g+1) }
-			j, err := p.Joined(prefix)
+			jd, joff, err := j.block(i)
 			require.NoError(t, err)
-			from, starts, ok := j.joinedFrom()
-			require.True(t, ok)
-			require.Same(t, p, from)
-			require.Len(t, j.Groups(), 1)
-			require.Equal(t, -1, j.Groups()[0].Dest)
-			require.Equal(t, p.Len(), j.Len())
-			var end int64
-			for g, grp := range p.Groups() {
-				require.Equal(t, end+prefix(g), starts[g], "group %d begins after its prefix", g)
-				end = starts[g] + grp.Bytes
-			}
-			require.Equal(t, end, j.Groups()[0].Bytes)
-			for i := range descs {
-				d, off, err := p.block(i)
-				require.NoError(t, err)
-				jd, joff, err := j.block(i)
-				require.NoError(t, err)
-				g := p.Classes()[p.classIndex(i)].Group
-				require.Equal(t, starts[g]+off, joff, "block %d", i)
-				require.Equal(t, d.ID, jd.ID)
-				require.Equal(t, [2]int{d.Rows, d.Cols}, [2]int{jd.Rows, jd.Cols})
-			}
+			g := p.Classes()[p.classIndex(i)].Group
+			require.Equal(t, starts[g]+off, joff, "block %d", i)
+			require.Equal(t, d.ID, jd.ID)
+			require.Equal(t, [2]int{d.Rows, d.Cols}, [2]int{jd.Rows, jd.Cols})
+		}
 
-			// Garbage first, so that the padding clear shows.
-			junk, err := a.Alloc(end, s)
+		// Garbage first, so that the padding clear shows.
+		junk, err := a.Alloc(end, s)
+		require.NoError(t, err)
+		writeAll(t, s, junk, bytes.Repeat([]byte{0xEE}, int(end)))
+		require.NoError(t, junk.Free())
+		before := a.Stats()
+		c, err := Alloc(a, j, s)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "one allocation for every group")
+		parts, err := c.Parts()
+		require.NoError(t, err)
+		require.Len(t, parts, len(p.Groups()))
+		base, _, _, err := c.Buffer().Region()
+		require.NoError(t, err)
+		want := make([]byte, end)
+		for g, part := range parts {
+			require.Same(t, p, part.Plan())
+			require.Equal(t, g, part.Group())
+			require.Equal(t, p.Groups()[g].Dest, part.Dest())
+			require.Equal(t, starts[g], part.Start())
+			require.Same(t, c.Buffer(), part.Buffer())
+			members, err := p.groupMembers(g)
 			require.NoError(t, err)
-			writeAll(t, s, junk, bytes.Repeat([]byte{0xEE}, int(end)))
-			require.NoError(t, junk.Free())
-			before := a.Stats()
-			c, err := Alloc(a, j, s)
-			require.NoError(t, err)
-			require.EqualValues(t, 1, a.Stats().AllocCalls-before.AllocCalls, "one allocation for every group")
-			parts, err := c.Parts()
-			require.NoError(t, err)
-			require.Len(t, parts, len(p.Groups()))
-			base, _, _, err := c.Buffer().Region()
-			require.NoError(t, err)
-			want := make([]byte, end)
-			for g, part := range parts {
-				require.Same(t, p, part.Plan())
-				require.Equal(t, g, part.Group())
-				require.Equal(t, p.Groups()[g].Dest, part.Dest())
-				require.Equal(t, starts[g], part.Start())
-				require.Same(t, c.Buffer(), part.Buffer())
-				members, err := p.groupMembers(g)
+			for k, i := range members {
+				v, err := part.View(k)
 				require.NoError(t, err)
-				for k, i := range members {
-					v, err := part.View(k)
-					require.NoError(t, err)
-					jv, err := c.View(int(i))
-					require.NoError(t, err)
-					require.Equal(t, jv.addr(), v.addr(), "group %d position %d", g, k)
-					require.Equal(t, base+uintptr(starts[g]+v.Offset()), v.addr())
-					at := starts[g] + v.Offset()
-					copy(want[at:at+v.bytes()], bytes.Repeat([]byte{byte(1 + k%200)}, int(v.bytes())))
-				}
+				jv, err := c.View(int(i))
+				require.NoError(t, err)
+				require.Equal(t, jv.addr(), v.addr(), "group %d position %d", g, k)
+				require.Equal(t, base+uintptr(starts[g]+v.Offset()), v.addr())
+				at := starts[g] + v.Offset()
+				copy(want[at:at+v.bytes()], bytes.Repeat([]byte{byte(1 + k%200)}, int(v.bytes())))
 			}
-			got := readAll(t, s, c.Buffer())[:end]
-			for i := range got {
-				if want[i] == 0 {
-					require.Zero(t, got[i], "byte %d is padding or a prefix: cleared at allocation", i)
-				}
+		}
+		got := readAll(t, s, c.Buffer())[:end]
+		for i := range got {
+			if want[i] == 0 {
+				require.Zero(t, got[i], "byte %d is padding or a prefix: cleared at allocation", i)
 			}
-			// Blocks written through the parts are the joined buffer's.
-			writeAll(t, s, c.Buffer(), want)
-			for g, part := range parts {
-				for k, v := range part.All() {
-					jv, err := c.View(int(must(p.groupMembers(g))[k]))
-					require.NoError(t, err)
-					require.Equal(t, jv.Offset(), starts[g]+v.Offset())
-				}
+		}
+		// Blocks written through the parts are the joined buffer's.
+		writeAll(t, s, c.Buffer(), want)
+		for g, part := range parts {
+			for k, v := range part.All() {
+				jv, err := c.View(int(must(p.groupMembers(g))[k]))
+				require.NoError(t, err)
+				require.Equal(t, jv.Offset(), starts[g]+v.Offset())
 			}
+		}
 
-			require.ErrorIs(t, parts[0].Free(), distbuf.ErrInvalid, "a part owns nothing")
-			_, err = parts[0].View(0)
-			require.NoError(t, err, "a refused Free leaves the part usable")
-			require.NoError(t, c.Free())
-			for _, part := range parts {
-				_, err := part.View(0)
-				require.ErrorIs(t, err, distbuf.ErrFreed, "the joined buffer's Free ends its parts")
-				_, err = part.Buffer().Read(s)
-				require.ErrorIs(t, err, distbuf.ErrFreed, "a part's buffer is the joined buffer")
-				_, _, ok := part.Locate(0)
-				require.False(t, ok)
-			}
-			_, err = c.Parts()
-			require.ErrorIs(t, err, distbuf.ErrFreed)
-		})
-	}
+		require.ErrorIs(t, parts[0].Free(), distbuf.ErrInvalid, "a part owns nothing")
+		_, err = parts[0].View(0)
+		require.NoError(t, err, "a refused Free leaves the part usable")
+		require.NoError(t, c.Free())
+		for _, part := range parts {
+			_, err := part.View(0)
+			require.ErrorIs(t, err, distbuf.ErrFreed, "the joined buffer's Free ends its parts")
+			_, err = part.Buffer().Read(s)
+			require.ErrorIs(t, err, distbuf.ErrFreed, "a part's buffer is the joined buffer")
+			_, _, ok := part.Locate(0)
+			require.False(t, ok)
+		}
+		_, err = c.Parts()
+		require.ErrorIs(t, err, distbuf.ErrFreed)
+	})
 }
 
 func must[T any](v T, err error) T {

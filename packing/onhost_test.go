@@ -91,23 +91,22 @@ func fillBlock(h *HostBlocks, k, salt int) error {
 	}
 	switch want := pattern(d, salt).(type) {
 	case []float32:
-		s, err := h.Float32s(k)
-		copy(s, want)
-		return err
+		return fillAs(h.Float32s, k, want)
 	case []float64:
-		s, err := h.Float64s(k)
-		copy(s, want)
-		return err
+		return fillAs(h.Float64s, k, want)
 	case []complex64:
-		s, err := h.Complex64s(k)
-		copy(s, want)
-		return err
+		return fillAs(h.Complex64s, k, want)
 	case []complex128:
-		s, err := h.Complex128s(k)
-		copy(s, want)
-		return err
+		return fillAs(h.Complex128s, k, want)
 	}
 	return nil
+}
+
+// fillAs copies want into block k as the typed method elems gives it.
+func fillAs[T any](elems func(int) ([]T, error), k int, want []T) error {
+	s, err := elems(k)
+	copy(s, want)
+	return err
 }
 
 // checkBlock compares block k, read through its typed method, with
@@ -240,12 +239,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		checkAll(t, s, c, 0, nil)
 		// The same bytes reach Go slices by UnpackHost, on another stream:
 		// the ledger orders it after the write.
-		out := make([][]byte, len(descs))
-		for k, d := range descs {
-			out[k] = make([]byte, d.Bytes())
-		}
-		require.NoError(t, UnpackHost(s2, c, out))
-		require.NoError(t, s2.Synchronize())
+		out := unpacked(t, s2, c)
 		for k, d := range descs {
 			require.Equal(t, rawBytes(pattern(d, 0)), out[k], "block %d", k)
 		}
@@ -463,12 +457,7 @@ func testOnHost(t *testing.T, a *devalloc.Allocator, kind string) {
 		}))
 		views, err := views(c)
 		require.NoError(t, err)
-		out := make([][]byte, len(views))
-		for k, v := range views {
-			out[k] = make([]byte, v.bytes())
-		}
-		require.NoError(t, UnpackHost(s, c, out))
-		require.NoError(t, s.Synchronize())
+		out := unpacked(t, s, c)
 		for k, v := range views {
 			require.Equal(t, rawBytes(pattern(v.Desc(), 6)), out[k], "block %d", k)
 		}

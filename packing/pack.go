@@ -396,43 +396,64 @@ func checkSlices(c *Coalesced, blocks [][]byte) ([]int64, int64, error) {
 	return sizes, total, nil
 }
 
+// hostSide checks c and the slices of PackHost or UnpackHost, and returns
+// the layout that the host copy works on: c where its memory is
+// host-accessible, else a pinned staging copy of its layout, whose padding
+// is zeroed when clearPadding. sizes and total are checkSlices's.
+func hostSide(s *devalloc.Stream, c *Coalesced, slices [][]byte, clearPadding bool) (host *Coalesced, sizes []int64, total int64, err error) {
+	if err = c.check(); err != nil {
+		return nil, nil, 0, err
+	}
+	if sizes, total, err = checkSlices(c, slices); err != nil {
+		return nil, nil, 0, err
+	}
+	if c.host != nil {
+		return c, sizes, total, nil
+	}
+	if host, err = allocLayout(c.buf.Allocator(), c.plan, c.group, 0, s, true, clearPadding); err != nil {
+		return nil, nil, 0, err
+	}
+	return host, sizes, total, nil
+}
+
+// enqueueHostCopy enqueues on s the copy of the slices into c's blocks on
+// the host, or of the blocks into the slices when unpack, under the caller's
+// hold on c's buffer. sizes and total are checkSlices's.
+func enqueueHostCopy(s *devalloc.Stream, c *Coalesced, slices [][]byte, sizes []int64, total int64, unpack bool) error {
+	blks, ptrs, usz := make([]unsafe.Pointer, len(slices)), make([]unsafe.Pointer, len(slices)), make([]uintptr, len(slices))
+	for k := range slices {
+		blks[k] = unsafe.Add(c.host, c.viewAt(k).Offset())
+		usz[k] = uintptr(sizes[k])
+	}
+	parts := splitByBytes(sizes, total)
+	return s.Enqueue(func() error {
+		for k, b := range slices {
+			if len(b) > 0 {
+				ptrs[k] = unsafe.Pointer(unsafe.SliceData(b))
+			}
+		}
+		if unpack {
+			return hostCopyFunc(ptrs, blks, usz, parts)()
+		}
+		return hostCopyFunc(blks, ptrs, usz, parts)()
+	})
+}
+
 // PackHost copies Go slices, one per block in group-position order, into
 // dst in the order of s, with parallel goroutines. The slices are read when
 // the stream reaches this point: do not modify them before it has (an event
 // or Synchronize). On device memory the blocks are packed into a pinned
 // staging buffer first and moved by one copy.
 func PackHost(s *devalloc.Stream, dst *Coalesced, src [][]byte) error {
-	if err := dst.check(); err != nil {
-		return err
-	}
-	sizes, total, err := checkSlices(dst, src)
+	target, sizes, total, err := hostSide(s, dst, src, true)
 	if err != nil {
 		return err
-	}
-	target := dst
-	if dst.host == nil {
-		if target, err = allocLayout(dst.buf.Allocator(), dst.plan, dst.group, 0, s, true, true); err != nil {
-			return err
-		}
 	}
 	w, err := target.buf.Write(s)
 	if err != nil {
 		return err
 	}
-	ptrs, srcs, usz := make([]unsafe.Pointer, len(src)), make([]unsafe.Pointer, len(src)), make([]uintptr, len(src))
-	for k := range src {
-		ptrs[k] = unsafe.Add(target.host, target.viewAt(k).Offset())
-		usz[k] = uintptr(sizes[k])
-	}
-	parts := splitByBytes(sizes, total)
-	err = s.Enqueue(func() error {
-		for k, b := range src {
-			if len(b) > 0 {
-				srcs[k] = unsafe.Pointer(unsafe.SliceData(b))
-			}
-		}
-		return hostCopyFunc(ptrs, srcs, usz, parts)()
-	})
+	err = enqueueHostCopy(s, target, src, sizes, total, false)
 	if derr := w.Done(); err == nil {
 		err = derr
 	}
@@ -451,18 +472,11 @@ func PackHost(s *devalloc.Stream, dst *Coalesced, src [][]byte) error {
 // group-position order, in the order of s. The slices are written when the
 // stream reaches this point: read them after an event or Synchronize.
 func UnpackHost(s *devalloc.Stream, src *Coalesced, dst [][]byte) error {
-	if err := src.check(); err != nil {
-		return err
-	}
-	sizes, total, err := checkSlices(src, dst)
+	from, sizes, total, err := hostSide(s, src, dst, false)
 	if err != nil {
 		return err
 	}
-	from := src
-	if src.host == nil {
-		if from, err = allocLayout(src.buf.Allocator(), src.plan, src.group, 0, s, true, false); err != nil {
-			return err
-		}
+	if from != src {
 		if err = transfer(s, from, src); err != nil {
 			_ = from.Free()
 			return err
@@ -470,20 +484,7 @@ func UnpackHost(s *devalloc.Stream, src *Coalesced, dst [][]byte) error {
 	}
 	r, err := from.buf.Read(s)
 	if err == nil {
-		ptrs, dsts, usz := make([]unsafe.Pointer, len(dst)), make([]unsafe.Pointer, len(dst)), make([]uintptr, len(dst))
-		for k := range dst {
-			ptrs[k] = unsafe.Add(from.host, from.viewAt(k).Offset())
-			usz[k] = uintptr(sizes[k])
-		}
-		parts := splitByBytes(sizes, total)
-		err = s.Enqueue(func() error {
-			for k, b := range dst {
-				if len(b) > 0 {
-					dsts[k] = unsafe.Pointer(unsafe.SliceData(b))
-				}
-			}
-			return hostCopyFunc(dsts, ptrs, usz, parts)()
-		})
+		err = enqueueHostCopy(s, from, dst, sizes, total, true)
 		if derr := r.Done(); err == nil {
 			err = derr
 		}

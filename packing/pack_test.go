@@ -186,124 +186,105 @@ func TestMoverBadInput(t *testing.T) {
 }
 
 func TestPackHostSlicesAndTransfer(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			descs := mixedDescs(4000, 50)
-			p, err := NewPlan(descs, Options{})
-			require.NoError(t, err)
-			src := make([][]byte, len(descs))
-			for k, d := range descs {
-				src[k] = bytes.Repeat([]byte{byte(k % 251), byte(k / 251)}, int(d.Bytes()/2))
-			}
-			// Pack on the host into pinned memory, one copy to the buffer.
-			pin, err := Alloc(a, p, s, AllocOptions{Group: 0, Pinned: true})
-			require.NoError(t, err)
-			require.Equal(t, devalloc.Pinned, pin.Buffer().Location())
-			require.NoError(t, PackHost(s, pin, src))
-			dev, err := Alloc(a, p, s)
-			require.NoError(t, err)
-			require.NoError(t, transfer(s, dev, pin))
-			require.Equal(t, src, blocksOf(t, s, dev))
-			// CopyOf: the same layout and bytes, padding (zero) included,
-			// in memory that held junk before.
-			junk, err := a.Alloc(dev.Buffer().Size(), s)
-			require.NoError(t, err)
-			require.NoError(t, s.Memset(junk, 0, junk.Size(), 0xAB))
-			require.NoError(t, junk.Free())
-			cp, err := Alloc(a, p, s, AllocOptions{CopyOf: pin})
-			require.NoError(t, err)
-			require.Same(t, p, cp.Plan())
-			require.Equal(t, (a.Info().Backend == devalloc.BackendCUDA), cp.Buffer().Location() == devalloc.OnDevice, "the allocator's own memory")
-			require.Equal(t, readAll(t, s, pin.Buffer())[:pin.Size()], readAll(t, s, cp.Buffer())[:cp.Size()])
-			require.NoError(t, cp.Free())
-			_, err = Alloc(a, p, s, AllocOptions{Group: 1, CopyOf: pin})
-			require.ErrorIs(t, err, distbuf.ErrInvalid, "no group 1")
-			_, err = Alloc(a, p, s, AllocOptions{}, AllocOptions{})
-			require.ErrorIs(t, err, distbuf.ErrInvalid, "two options")
-			// PackHost straight into the buffer, UnpackHost back.
-			for k := range src {
-				src[k][0] ^= 0xFF
-			}
-			require.NoError(t, PackHost(s, dev, src))
-			out := make([][]byte, len(src))
-			for k := range out {
-				out[k] = make([]byte, len(src[k]))
-			}
-			require.NoError(t, UnpackHost(s, dev, out))
-			require.NoError(t, s.Synchronize())
-			require.Equal(t, src, out)
-			// Bad input.
-			require.ErrorIs(t, PackHost(s, dev, src[1:]), distbuf.ErrInvalid)
-			short := append([][]byte(nil), src...)
-			short[3] = short[3][1:]
-			require.ErrorIs(t, UnpackHost(s, dev, short), distbuf.ErrInvalid)
-			q, err := NewPlan(descs[:10], Options{})
-			require.NoError(t, err)
-			other, err := Alloc(a, q, s)
-			require.NoError(t, err)
-			require.ErrorIs(t, transfer(s, other, pin), distbuf.ErrInvalid)
-			_, err = Alloc(a, q, s, AllocOptions{CopyOf: pin})
-			require.ErrorIs(t, err, distbuf.ErrInvalid, "CopyOf of another plan")
-			requireProblem(t, transfer(s, pin, pin), problemOverlap)
-			require.NoError(t, other.Free())
-			require.NoError(t, pin.Free())
-			require.NoError(t, dev.Free())
-			require.ErrorIs(t, transfer(s, dev, pin), distbuf.ErrFreed)
-			_, err = Alloc(a, p, s, AllocOptions{CopyOf: pin})
-			require.ErrorIs(t, err, distbuf.ErrFreed)
-		})
-	}
+	forBackends(t, func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream) {
+		descs := mixedDescs(4000, 50)
+		p, err := NewPlan(descs, Options{})
+		require.NoError(t, err)
+		src := make([][]byte, len(descs))
+		for k, d := range descs {
+			src[k] = bytes.Repeat([]byte{byte(k % 251), byte(k / 251)}, int(d.Bytes()/2))
+		}
+		// Pack on the host into pinned memory, one copy to the buffer.
+		pin, err := Alloc(a, p, s, AllocOptions{Group: 0, Pinned: true})
+		require.NoError(t, err)
+		require.Equal(t, devalloc.Pinned, pin.Buffer().Location())
+		require.NoError(t, PackHost(s, pin, src))
+		dev, err := Alloc(a, p, s)
+		require.NoError(t, err)
+		require.NoError(t, transfer(s, dev, pin))
+		require.Equal(t, src, blocksOf(t, s, dev))
+		// CopyOf: the same layout and bytes, padding (zero) included,
+		// in memory that held junk before.
+		leaveJunk(t, a, s, dev.Buffer().Size(), 0xAB)
+		cp, err := Alloc(a, p, s, AllocOptions{CopyOf: pin})
+		require.NoError(t, err)
+		require.Same(t, p, cp.Plan())
+		require.Equal(t, (a.Info().Backend == devalloc.BackendCUDA), cp.Buffer().Location() == devalloc.OnDevice, "the allocator's own memory")
+		require.Equal(t, readAll(t, s, pin.Buffer())[:pin.Size()], readAll(t, s, cp.Buffer())[:cp.Size()])
+		require.NoError(t, cp.Free())
+		_, err = Alloc(a, p, s, AllocOptions{Group: 1, CopyOf: pin})
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "no group 1")
+		_, err = Alloc(a, p, s, AllocOptions{}, AllocOptions{})
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "two options")
+		// PackHost straight into the buffer, UnpackHost back.
+		for k := range src {
+			src[k][0] ^= 0xFF
+		}
+		require.NoError(t, PackHost(s, dev, src))
+		require.Equal(t, src, unpacked(t, s, dev))
+		// Bad input.
+		require.ErrorIs(t, PackHost(s, dev, src[1:]), distbuf.ErrInvalid)
+		short := append([][]byte(nil), src...)
+		short[3] = short[3][1:]
+		require.ErrorIs(t, UnpackHost(s, dev, short), distbuf.ErrInvalid)
+		q, err := NewPlan(descs[:10], Options{})
+		require.NoError(t, err)
+		other, err := Alloc(a, q, s)
+		require.NoError(t, err)
+		require.ErrorIs(t, transfer(s, other, pin), distbuf.ErrInvalid)
+		_, err = Alloc(a, q, s, AllocOptions{CopyOf: pin})
+		require.ErrorIs(t, err, distbuf.ErrInvalid, "CopyOf of another plan")
+		requireProblem(t, transfer(s, pin, pin), problemOverlap)
+		require.NoError(t, other.Free())
+		require.NoError(t, pin.Free())
+		require.NoError(t, dev.Free())
+		require.ErrorIs(t, transfer(s, dev, pin), distbuf.ErrFreed)
+		_, err = Alloc(a, p, s, AllocOptions{CopyOf: pin})
+		require.ErrorIs(t, err, distbuf.ErrFreed)
+	})
 }
 
 // TestMoverRefsByGroupPosition: a program that keeps each block's storage
 // in list order packs the groups of a plan whose destinations interleave by
 // building each group's Refs with Plan.GroupPosition, and unpacks them back.
 func TestMoverRefsByGroupPosition(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			descs := mixedDescs(500, 43)
-			for i := range descs {
-				descs[i].Dest = (i * 5) % 3
-			}
-			p, err := NewPlan(descs, Options{})
+	forBackends(t, func(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream) {
+		descs := mixedDescs(500, 43)
+		for i := range descs {
+			descs[i].Dest = (i * 5) % 3
+		}
+		p, err := NewPlan(descs, Options{})
+		require.NoError(t, err)
+		sc := scatter(t, s, p, 44) // sc.refs[i] and sc.data[i]: block i's storage
+		defer sc.free(t)
+		cs, err := allocGroups(a, p, s)
+		require.NoError(t, err)
+		refs := make([][]Ref, len(cs))
+		want := make([][][]byte, len(cs))
+		for g, c := range cs {
+			refs[g], want[g] = make([]Ref, c.Len()), make([][]byte, c.Len())
+		}
+		for i := range descs {
+			g, k, err := p.GroupPosition(i)
 			require.NoError(t, err)
-			sc := scatter(t, s, p, 44) // sc.refs[i] and sc.data[i]: block i's storage
-			defer sc.free(t)
-			cs, err := allocGroups(a, p, s)
+			refs[g][k], want[g][k] = sc.refs[i], sc.data[i]
+		}
+		movers := make([]*Mover, len(cs))
+		for g, c := range cs {
+			movers[g], err = NewMover(s, c, refs[g])
 			require.NoError(t, err)
-			refs := make([][]Ref, len(cs))
-			want := make([][][]byte, len(cs))
-			for g, c := range cs {
-				refs[g], want[g] = make([]Ref, c.Len()), make([][]byte, c.Len())
-			}
-			for i := range descs {
-				g, k, err := p.GroupPosition(i)
-				require.NoError(t, err)
-				refs[g][k], want[g][k] = sc.refs[i], sc.data[i]
-			}
-			movers := make([]*Mover, len(cs))
-			for g, c := range cs {
-				movers[g], err = NewMover(s, c, refs[g])
-				require.NoError(t, err)
-				require.NoError(t, movers[g].Pack(s))
-				require.Equal(t, want[g], blocksOf(t, s, c), "group %d packed", g)
-			}
-			for _, b := range sc.bufs {
-				require.NoError(t, s.Memset(b, 0, b.Size(), 0x5A))
-			}
-			for _, m := range movers {
-				require.NoError(t, m.Unpack(s))
-			}
-			require.Equal(t, sc.data, sc.read(t, s), "every block back in its storage")
-			for g, c := range cs {
-				require.NoError(t, errors.Join(movers[g].Close(), c.Free()))
-			}
-		})
-	}
+			require.NoError(t, movers[g].Pack(s))
+			require.Equal(t, want[g], blocksOf(t, s, c), "group %d packed", g)
+		}
+		for _, b := range sc.bufs {
+			require.NoError(t, s.Memset(b, 0, b.Size(), 0x5A))
+		}
+		for _, m := range movers {
+			require.NoError(t, m.Unpack(s))
+		}
+		require.Equal(t, sc.data, sc.read(t, s), "every block back in its storage")
+		for g, c := range cs {
+			require.NoError(t, errors.Join(movers[g].Close(), c.Free()))
+		}
+	})
 }

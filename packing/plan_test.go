@@ -268,10 +268,7 @@ func TestFromManifest(t *testing.T) {
 	descs := mixedDescs(200, 11)
 	p, err := NewPlan(descs, Options{})
 	require.NoError(t, err)
-	entries, size, err := p.Manifest(0)
-	require.NoError(t, err)
-	q, err := FromManifest(entries, size)
-	require.NoError(t, err)
+	q, entries, size := received(t, p, 0)
 	require.Equal(t, p.Len(), q.Len())
 	for i := range descs {
 		a, offA, _ := p.block(i)
@@ -695,17 +692,7 @@ func TestDetached(t *testing.T) {
 // beside its ranks keeps every block's offset, and Detached makes its
 // groups' layouts from those (the other plans keep ranks instead).
 func TestDetachedWidePlaces(t *testing.T) {
-	// 70000 blocks leave 32768 classes to 32-bit places; 40000 shapes, of
-	// which the first 1000 have 31 blocks each (their ranks matter).
-	wide := make([]Desc, 70000)
-	for i := range wide {
-		s := i
-		if i >= 40000 {
-			s = i % 1000
-		}
-		wide[i] = Desc{ID: uint64(i), DType: Float32, Rows: 1 + s%256, Cols: 1 + s/256, Dest: s % 2}
-	}
-	p, err := NewPlan(wide, Options{})
+	p, err := NewPlan(wideDescs(), Options{})
 	require.NoError(t, err)
 	require.NotNil(t, p.offs, "a plan of 40000 classes keeps its offsets")
 	require.Greater(t, p.Classes()[0].Count, 1)
@@ -863,14 +850,30 @@ func TestGroupPosition(t *testing.T) {
 	}
 	p, err := NewPlan(mixed, Options{})
 	require.NoError(t, err)
-	entries, size, err := p.Manifest(1)
-	require.NoError(t, err)
-	m, err := FromManifest(entries, size)
-	require.NoError(t, err)
+	m, entries, _ := received(t, p, 1)
 	ids := make([]uint64, len(entries))
 	ks := make([]int, len(entries))
 	for k, e := range entries {
 		ids[k], ks[k] = e.ID, k
 	}
 	check("received", m, ids, make([]int, len(ids)), ks)
+}
+
+func TestDTypeSizeAndString(t *testing.T) {
+	for _, tc := range []struct {
+		d    DType
+		size int64
+		name string
+	}{
+		{0, 0, "DType(0)"},
+		{Float32, 4, "float32"},
+		{Float64, 8, "float64"},
+		{Complex64, 8, "complex64"},
+		{Complex128, 16, "complex128"},
+		{5, 0, "DType(5)"},
+		{255, 0, "DType(255)"},
+	} {
+		require.Equal(t, tc.size, tc.d.Size(), "%d", uint8(tc.d))
+		require.Equal(t, tc.name, tc.d.String())
+	}
 }
