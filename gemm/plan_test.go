@@ -401,19 +401,10 @@ func TestPlanFirstError(t *testing.T) {
 // a closed plan keeps only its summary, and the next plan, of another
 // size, multiplies right in memory that held the first one's products.
 func TestPlanAfterClose(t *testing.T) {
-	a := openHost(t)
-	defer closeClean(t, a)
-	s := a.DefaultStream()
-	eng, err := NewEngine(s, EngineOptions{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, eng.Close()) }()
-	free := func(ops ...*operand) {
-		for _, op := range ops {
-			require.NoError(t, op.c.Free())
-		}
-	}
+	s := openClean(t, openHost).DefaultStream()
+	eng := newEngine(t, s)
 	big, A1, B1, C1 := sparseProblem(t, s, packing.Float64, NoTrans, NoTrans, 7)
-	defer free(A1, B1, C1)
+	defer freeOperands(t, A1, B1, C1)
 	p1, err := NewPlan(big, Options{})
 	require.NoError(t, err)
 	sum := p1.Summary()
@@ -425,10 +416,8 @@ func TestPlanAfterClose(t *testing.T) {
 		ref, mag := reference(pr, A, B, C)
 		p, err := NewPlan(pr, Options{})
 		require.NoError(t, err)
-		require.NoError(t, eng.Run(p))
-		checkResult(t, packing.Float64, C.read(t, s), ref, mag)
-		require.NoError(t, p.Close())
-		free(A, B, C)
+		runChecked(t, eng, p, packing.Float64, C, ref, mag)
+		freeOperands(t, A, B, C)
 	}
 }
 
