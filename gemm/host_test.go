@@ -25,7 +25,7 @@ func TestHostEdges(t *testing.T) {
 	for _, dt := range dtypes {
 		e := int(hostTinyMax(dt))
 		shapes := [][3]int{{e, e, e}, {e + 1, e, e}, {e, e + 1, e}, {e, e, e + 1}, {1, 1, 1}, {2, e + 1, 1}, {3, 40, 2}, {33, 5, 17}, {e - 1, 1, e}}
-		for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
+		for _, ops := range opPairs {
 			t.Run(fmt.Sprintf("%v/%v%v", dt, ops[0], ops[1]), func(t *testing.T) {
 				var da, db, dc []packing.Desc
 				var triples []Triple

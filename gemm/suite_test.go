@@ -310,6 +310,17 @@ func engineOn(t *testing.T, s *devalloc.Stream, fake, grouped, kernels bool) (*E
 	return eng, f
 }
 
+// onBackends runs test on each backend, with an engine on the allocator's
+// default stream.
+func onBackends(t *testing.T, test func(t *testing.T, s *devalloc.Stream, eng *Engine)) {
+	for _, bc := range backends {
+		t.Run(bc.Name, func(t *testing.T) {
+			s := openClean(t, bc.Open).DefaultStream()
+			test(t, s, newEngine(t, s))
+		})
+	}
+}
+
 // runChecked runs p on eng, checks C against the reference ref and mag,
 // and closes p.
 func runChecked(t *testing.T, eng *Engine, p *Plan, dt packing.DType, C *operand, ref, mag []values) {
@@ -328,6 +339,9 @@ func freeOperands(t *testing.T, ops ...*operand) {
 
 var dtypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
 
+// opPairs are the four pairs of operations on A and B.
+var opPairs = [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}}
+
 // TestContractions is the shared correctness suite: every dtype, every
 // transpose combination and every strategy, on the host, on CUDA, and on
 // the CUDA engine's launch code driven through a column-major fake of
@@ -342,7 +356,7 @@ func TestContractions(t *testing.T) {
 			eng, fake := engineOn(t, run, bc.Name == "fake-cublas", true, true)
 			seed := uint64(1)
 			for _, dt := range dtypes {
-				for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
+				for _, ops := range opPairs {
 					for _, st := range []Strategy{Auto, Loop, PerShape, Grouped, Kernel} {
 						seed++
 						name := fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st)
@@ -387,7 +401,7 @@ func TestContractionsSizes(t *testing.T) {
 			s := openClean(t, bc.Open).DefaultStream()
 			eng, fake := engineOn(t, s, bc.Name == "fake-cublas", true, true)
 			seed := uint64(300)
-			dts, allOps := dtypes, [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}}
+			dts, allOps := dtypes, opPairs
 			if fake != nil { // the fake's element-by-element products are slow: a real and a complex type, two transposes
 				dts, allOps = []packing.DType{packing.Float64, packing.Complex64}, [][2]Op{{NoTrans, Trans}, {Trans, NoTrans}}
 			}
@@ -419,60 +433,52 @@ func TestContractionsSizes(t *testing.T) {
 
 // TestSharedBuffer puts A, B and C blocks in one Coalesced.
 func TestSharedBuffer(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			s := openClean(t, bc.Open).DefaultStream()
-			eng := newEngine(t, s)
-			rng := rand.New(rand.NewPCG(77, 1))
-			descs := []packing.Desc{
-				{ID: 1, DType: packing.Float64, Rows: 3, Cols: 4}, // A
-				{ID: 2, DType: packing.Float64, Rows: 4, Cols: 2}, // B
-				{ID: 3, DType: packing.Float64, Rows: 3, Cols: 2}, // C
-				{ID: 4, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 A
-				{ID: 5, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 B
-				{ID: 6, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 C
-			}
-			op := makeOperand(t, s, descs, rng)
-			pr := Problem{A: op.c, B: op.c, C: op.c, Alpha: 2, Beta: 0.5, Triples: []Triple{{0, 1, 2}, {3, 4, 5}, {4, 3, 5}}}
-			ref, mag := reference(pr, op, op, op)
-			p, err := NewPlan(pr, Options{})
-			require.NoError(t, err)
-			require.NoError(t, eng.Run(p))
-			got := op.read(t, s)
-			checkResult(t, packing.Float64, got[2:3], ref[2:3], mag[2:3])
-			checkResult(t, packing.Float64, got[5:6], ref[5:6], mag[5:6])
-			require.Equal(t, op.vals[0], got[0], "inputs untouched")
-			require.NoError(t, p.Close())
-			require.NoError(t, op.c.Free())
-		})
-	}
+	onBackends(t, func(t *testing.T, s *devalloc.Stream, eng *Engine) {
+		rng := rand.New(rand.NewPCG(77, 1))
+		descs := []packing.Desc{
+			{ID: 1, DType: packing.Float64, Rows: 3, Cols: 4}, // A
+			{ID: 2, DType: packing.Float64, Rows: 4, Cols: 2}, // B
+			{ID: 3, DType: packing.Float64, Rows: 3, Cols: 2}, // C
+			{ID: 4, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 A
+			{ID: 5, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 B
+			{ID: 6, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 C
+		}
+		op := makeOperand(t, s, descs, rng)
+		pr := Problem{A: op.c, B: op.c, C: op.c, Alpha: 2, Beta: 0.5, Triples: []Triple{{0, 1, 2}, {3, 4, 5}, {4, 3, 5}}}
+		ref, mag := reference(pr, op, op, op)
+		p, err := NewPlan(pr, Options{})
+		require.NoError(t, err)
+		require.NoError(t, eng.Run(p))
+		got := op.read(t, s)
+		checkResult(t, packing.Float64, got[2:3], ref[2:3], mag[2:3])
+		checkResult(t, packing.Float64, got[5:6], ref[5:6], mag[5:6])
+		require.Equal(t, op.vals[0], got[0], "inputs untouched")
+		require.NoError(t, p.Close())
+		require.NoError(t, op.c.Free())
+	})
 }
 
 // Operands whose layouts start inside their buffers (a send buffer with its
 // manifest first) are addressed from the layout's start.
 func TestPrefixedOperands(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			s := openClean(t, bc.Open).DefaultStream()
-			eng := newEngine(t, s)
-			rng := rand.New(rand.NewPCG(78, 1))
-			A := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 4), rng, 256)
-			B := makeOperandAt(t, s, uniform(3, packing.Float64, 4, 6), rng, 512)
-			C := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 6), rng, 768)
-			pr := Problem{A: A.c, B: B.c, C: C.c, Alpha: 1.5, Beta: 0.25, Triples: []Triple{{0, 0, 0}, {1, 1, 1}, {2, 2, 2}}}
-			ref, mag := reference(pr, A, B, C)
-			for _, strategy := range []Strategy{Auto, Loop} {
-				if strategy == Loop { // run again from the original C
-					pr.Beta = 0
-					ref, mag = reference(pr, A, B, C)
-				}
-				p, err := NewPlan(pr, Options{Strategy: strategy})
-				require.NoError(t, err)
-				runChecked(t, eng, p, packing.Float64, C, ref, mag)
+	onBackends(t, func(t *testing.T, s *devalloc.Stream, eng *Engine) {
+		rng := rand.New(rand.NewPCG(78, 1))
+		A := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 4), rng, 256)
+		B := makeOperandAt(t, s, uniform(3, packing.Float64, 4, 6), rng, 512)
+		C := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 6), rng, 768)
+		pr := Problem{A: A.c, B: B.c, C: C.c, Alpha: 1.5, Beta: 0.25, Triples: []Triple{{0, 0, 0}, {1, 1, 1}, {2, 2, 2}}}
+		ref, mag := reference(pr, A, B, C)
+		for _, strategy := range []Strategy{Auto, Loop} {
+			if strategy == Loop { // run again from the original C
+				pr.Beta = 0
+				ref, mag = reference(pr, A, B, C)
 			}
-			freeOperands(t, A, B, C)
-		})
-	}
+			p, err := NewPlan(pr, Options{Strategy: strategy})
+			require.NoError(t, err)
+			runChecked(t, eng, p, packing.Float64, C, ref, mag)
+		}
+		freeOperands(t, A, B, C)
+	})
 }
 
 // refill makes an operand laid out as op (the same packing plan and group)
@@ -736,45 +742,41 @@ func TestOperandsOfOnePlan(t *testing.T) {
 // 20 rows: the host's plain loops and gonum's BLAS, the kernel's warp and
 // tile paths), so no NaN survives, in every dtype and pair of operations.
 func TestBetaZeroOverwrites(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			s := openClean(t, bc.Open).DefaultStream()
-			eng := newEngine(t, s)
-			rng := rand.New(rand.NewPCG(91, 1))
-			for _, dt := range dtypes {
-				for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
-					for _, st := range []Strategy{Auto, Loop} {
-						t.Run(fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st), func(t *testing.T) {
-							var da, db, dc []packing.Desc
-							for i, d := range []int{5, 20} {
-								a, b, c := productDescs(uint64(i), dt, ops, d, d+1, d+2)
-								da, db, dc = append(da, a), append(db, b), append(dc, c)
+	onBackends(t, func(t *testing.T, s *devalloc.Stream, eng *Engine) {
+		rng := rand.New(rand.NewPCG(91, 1))
+		for _, dt := range dtypes {
+			for _, ops := range opPairs {
+				for _, st := range []Strategy{Auto, Loop} {
+					t.Run(fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st), func(t *testing.T) {
+						var da, db, dc []packing.Desc
+						for i, d := range []int{5, 20} {
+							a, b, c := productDescs(uint64(i), dt, ops, d, d+1, d+2)
+							da, db, dc = append(da, a), append(db, b), append(dc, c)
+						}
+						A, B, C := makeOperand(t, s, da, rng), makeOperand(t, s, db, rng), makeOperand(t, s, dc, rng)
+						raw := make([][]byte, len(dc))
+						for k, v := range C.vals {
+							for i := range v {
+								v[i] = 0 // the reference's C: Beta*NaN would be NaN
 							}
-							A, B, C := makeOperand(t, s, da, rng), makeOperand(t, s, db, rng), makeOperand(t, s, dc, rng)
-							raw := make([][]byte, len(dc))
-							for k, v := range C.vals {
-								for i := range v {
-									v[i] = 0 // the reference's C: Beta*NaN would be NaN
-								}
-								nan := make(values, len(v))
-								for i := range nan {
-									nan[i] = complex(math.NaN(), math.NaN())
-								}
-								raw[k] = encode(dt, nan)
+							nan := make(values, len(v))
+							for i := range nan {
+								nan[i] = complex(math.NaN(), math.NaN())
 							}
-							require.NoError(t, packing.PackHost(s, C.c, raw))
-							pr := Problem{A: A.c, B: B.c, C: C.c, TransA: ops[0], TransB: ops[1], Alpha: 1.5, Beta: 0, Triples: []Triple{{0, 0, 0}, {1, 1, 1}}}
-							ref, mag := reference(pr, A, B, C)
-							p, err := NewPlan(pr, Options{Strategy: st})
-							require.NoError(t, err)
-							runChecked(t, eng, p, dt, C, ref, mag)
-							freeOperands(t, A, B, C)
-						})
-					}
+							raw[k] = encode(dt, nan)
+						}
+						require.NoError(t, packing.PackHost(s, C.c, raw))
+						pr := Problem{A: A.c, B: B.c, C: C.c, TransA: ops[0], TransB: ops[1], Alpha: 1.5, Beta: 0, Triples: []Triple{{0, 0, 0}, {1, 1, 1}}}
+						ref, mag := reference(pr, A, B, C)
+						p, err := NewPlan(pr, Options{Strategy: st})
+						require.NoError(t, err)
+						runChecked(t, eng, p, dt, C, ref, mag)
+						freeOperands(t, A, B, C)
+					})
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // productDescs are the descriptors of block id of A, B and C for a product
