@@ -111,6 +111,29 @@ func (g *gemmBench) timePlan(b *testing.B, o *operands, st gemm.Strategy, iters 
 	return us, p.Launches()
 }
 
+// timeRuns times the benchmark's own plan, that of o under st, over b.N
+// runs and reports their median as ns/op; b's timer runs only around them,
+// so that setup and baselines stay out of b's own measure.
+func (g *gemmBench) timeRuns(b *testing.B, o *operands, st gemm.Strategy) (us float64, launches int) {
+	b.Helper()
+	b.ResetTimer()
+	us, launches = g.timePlan(b, o, st, b.N)
+	b.StopTimer()
+	b.ReportMetric(us*1e3, "ns/op")
+	return us, launches
+}
+
+// baseline times the plan of o under st over iters runs as the baseline
+// name of a plan whose median is us, and reports its median (name-us) and
+// how many times faster the plan is (vs-name).
+func (g *gemmBench) baseline(b *testing.B, o *operands, st gemm.Strategy, iters int, name string, us float64) (baseUS float64, launches int) {
+	b.Helper()
+	baseUS, launches = g.timePlan(b, o, st, iters)
+	b.ReportMetric(baseUS, name+"-us")
+	b.ReportMetric(baseUS/us, "vs-"+name)
+	return baseUS, launches
+}
+
 func goal(b *testing.B, what string, met bool) {
 	b.Logf("goal %s: %s", what, map[bool]string{true: "met", false: "MISSED"}[met])
 }
@@ -128,18 +151,13 @@ func BenchmarkBatchedVsLoop(b *testing.B) {
 		shapes[i] = [3]int{dim, dim, dim}
 	}
 	o := g.operands(b, shapes)
-	b.ResetTimer()
-	us, launches := g.timePlan(b, o, gemm.Auto, b.N)
-	b.StopTimer()
+	us, launches := g.timeRuns(b, o, gemm.Auto)
 	// 20000 launches take about 0.2 s each time.
-	loopUS, loopLaunches := g.timePlan(b, o, gemm.Loop, min(b.N, 5))
+	loopUS, loopLaunches := g.baseline(b, o, gemm.Loop, min(b.N, 5), "loop", us)
 	direct := g.directStrided(b, o, dim, n, b.N)
-	b.ReportMetric(us*1e3, "ns/op")
 	b.ReportMetric(float64(launches), "launches")
 	b.ReportMetric(o.flops/us/1e3, "GFLOP/s")
-	b.ReportMetric(loopUS, "loop-us")
 	b.ReportMetric(float64(loopLaunches), "loop-launches")
-	b.ReportMetric(loopUS/us, "vs-loop")
 	b.ReportMetric(direct, "strided-direct-us")
 	b.ReportMetric(us/direct, "vs-strided-direct")
 	goal(b, "vs-loop >= 1000", loopUS/us >= 1000)
@@ -192,15 +210,10 @@ func BenchmarkGroupedVsPerShape(b *testing.B) {
 		}
 	}
 	o := g.operands(b, shapes)
-	b.ResetTimer()
-	us, launches := g.timePlan(b, o, gemm.Grouped, b.N)
-	b.StopTimer()
-	perUS, perLaunches := g.timePlan(b, o, gemm.PerShape, b.N)
-	b.ReportMetric(us*1e3, "ns/op")
+	us, launches := g.timeRuns(b, o, gemm.Grouped)
+	perUS, perLaunches := g.baseline(b, o, gemm.PerShape, b.N, "pershape", us)
 	b.ReportMetric(float64(launches), "launches")
-	b.ReportMetric(perUS, "pershape-us")
 	b.ReportMetric(float64(perLaunches), "pershape-launches")
-	b.ReportMetric(perUS/us, "vs-pershape")
 	b.ReportMetric(float64(g.eng.Stats().GroupedFallbacks), "grouped-fallbacks")
 	goal(b, "vs-pershape >= 2", perUS/us >= 2)
 }
@@ -233,36 +246,24 @@ func BenchmarkSpectrum(b *testing.B) {
 	b.Run("case=tiny", func(b *testing.B) {
 		g := newGemmBench(b)
 		o := g.operands(b, randomShapes(2000, 1, 8, 0, 0, 0, 1))
-		b.ResetTimer()
-		us, launches := g.timePlan(b, o, gemm.Kernel, b.N)
-		b.StopTimer()
-		grouped, groupedLaunches := g.timePlan(b, o, gemm.Grouped, b.N)
-		per, perLaunches := g.timePlan(b, o, gemm.PerShape, b.N)
+		us, launches := g.timeRuns(b, o, gemm.Kernel)
+		grouped, groupedLaunches := g.baseline(b, o, gemm.Grouped, b.N, "grouped", us)
+		_, perLaunches := g.baseline(b, o, gemm.PerShape, b.N, "pershape", us)
 		if err := g.eng.KernelStatus(); err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(us*1e3, "ns/op")
 		b.ReportMetric(float64(launches), "launches")
-		b.ReportMetric(grouped, "grouped-us")
 		b.ReportMetric(float64(groupedLaunches), "grouped-launches")
-		b.ReportMetric(per, "pershape-us")
 		b.ReportMetric(float64(perLaunches), "pershape-launches")
-		b.ReportMetric(grouped/us, "vs-grouped")
-		b.ReportMetric(per/us, "vs-pershape")
 		goal(b, "vs-grouped >= 3", grouped/us >= 3)
 	})
 	b.Run("case=solve", func(b *testing.B) {
 		g := newGemmBench(b)
 		o := g.operands(b, randomShapes(2000, 1, 8, 0.01, 24, 64, 2))
-		b.ResetTimer()
-		us, launches := g.timePlan(b, o, gemm.Auto, b.N)
-		b.StopTimer()
-		grouped, groupedLaunches := g.timePlan(b, o, gemm.Grouped, b.N)
-		b.ReportMetric(us*1e3, "ns/op")
+		us, launches := g.timeRuns(b, o, gemm.Auto)
+		_, groupedLaunches := g.baseline(b, o, gemm.Grouped, b.N, "grouped", us)
 		b.ReportMetric(float64(launches), "launches")
-		b.ReportMetric(grouped, "grouped-us")
 		b.ReportMetric(float64(groupedLaunches), "grouped-launches")
-		b.ReportMetric(grouped/us, "vs-grouped")
 	})
 }
 
@@ -277,13 +278,8 @@ func BenchmarkKernelCrossover(b *testing.B) {
 			g := newGemmBench(b)
 			// 512 products, fewer of the largest: about 2^24 multiply-adds a band at most.
 			o := g.operands(b, randomShapes(min(512, max(32, (1<<24)/(d*d*d))), d/2+1, d, 0, 0, 0, uint64(d)))
-			b.ResetTimer()
-			us, _ := g.timePlan(b, o, gemm.Kernel, b.N)
-			b.StopTimer()
-			grouped, _ := g.timePlan(b, o, gemm.Grouped, b.N)
-			b.ReportMetric(us*1e3, "ns/op")
-			b.ReportMetric(grouped, "grouped-us")
-			b.ReportMetric(grouped/us, "vs-grouped")
+			us, _ := g.timeRuns(b, o, gemm.Kernel)
+			grouped, _ := g.baseline(b, o, gemm.Grouped, b.N, "grouped", us)
 			b.ReportMetric(o.flops/us/1e3, "kernel-GFLOP/s")
 			b.ReportMetric(o.flops/grouped/1e3, "grouped-GFLOP/s")
 			inSmallMax := 0.0
@@ -313,13 +309,8 @@ func BenchmarkUniformCrossover(b *testing.B) {
 					shapes[i] = [3]int{d, d, d}
 				}
 				o := g.operands(b, shapes)
-				b.ResetTimer()
-				us, _ := g.timePlan(b, o, gemm.Kernel, b.N)
-				b.StopTimer()
-				strided, _ := g.timePlan(b, o, gemm.PerShape, b.N)
-				b.ReportMetric(us*1e3, "ns/op")
-				b.ReportMetric(strided, "strided-us")
-				b.ReportMetric(strided/us, "vs-strided")
+				us, _ := g.timeRuns(b, o, gemm.Kernel)
+				g.baseline(b, o, gemm.PerShape, b.N, "strided", us)
 			})
 		}
 	}

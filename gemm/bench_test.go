@@ -43,10 +43,7 @@ func BenchmarkHostBatch(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			tr := make([]Triple, c.n)
-			for i := range tr {
-				tr[i] = Triple{i, i, i}
-			}
+			tr := diagonal(c.n)
 			eng, err := NewEngine(s, EngineOptions{})
 			if err != nil {
 				b.Fatal(err)
@@ -132,10 +129,7 @@ func spectrumProblem(b *testing.B, a *devalloc.Allocator, n int) (Problem, func(
 			b.Fatal(err)
 		}
 	}
-	tr := make([]Triple, n)
-	for i := range tr {
-		tr[i] = Triple{i, i, i}
-	}
+	tr := diagonal(n)
 	return Problem{A: ops[0], B: ops[1], C: ops[2], Alpha: 1, Triples: tr}, free
 }
 
@@ -346,10 +340,7 @@ func BenchmarkHostGemm(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			tr := make([]Triple, n)
-			for i := range tr {
-				tr[i] = Triple{i, i, i}
-			}
+			tr := diagonal(n)
 			p, err := NewPlan(Problem{A: ops[0], B: ops[1], C: ops[2], TransA: w.ta, TransB: w.tb, Alpha: 1, Beta: 1, Triples: tr}, Options{})
 			if err != nil {
 				b.Fatal(err)

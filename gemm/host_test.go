@@ -19,17 +19,13 @@ import (
 // it (gonum), 1 x 1, a long inner dimension between tiny ones and medium
 // blocks (gonum's strides for each transpose), against the naive reference.
 func TestHostEdges(t *testing.T) {
-	a := openHost(t)
-	defer closeClean(t, a)
-	s := a.DefaultStream()
-	eng, err := NewEngine(s, EngineOptions{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, eng.Close()) }()
+	s := openClean(t, openHost).DefaultStream()
+	eng := newEngine(t, s)
 	rng := rand.New(rand.NewPCG(41, 2))
 	for _, dt := range dtypes {
 		e := int(hostTinyMax(dt))
 		shapes := [][3]int{{e, e, e}, {e + 1, e, e}, {e, e + 1, e}, {e, e, e + 1}, {1, 1, 1}, {2, e + 1, 1}, {3, 40, 2}, {33, 5, 17}, {e - 1, 1, e}}
-		for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
+		for _, ops := range opPairs {
 			t.Run(fmt.Sprintf("%v/%v%v", dt, ops[0], ops[1]), func(t *testing.T) {
 				var da, db, dc []packing.Desc
 				var triples []Triple
@@ -43,12 +39,8 @@ func TestHostEdges(t *testing.T) {
 				ref, mag := reference(pr, A, B, C)
 				p, err := NewPlan(pr, Options{})
 				require.NoError(t, err)
-				require.NoError(t, eng.Run(p))
-				checkResult(t, dt, C.read(t, s), ref, mag)
-				require.NoError(t, p.Close())
-				for _, op := range []*operand{A, B, C} {
-					require.NoError(t, op.c.Free())
-				}
+				runChecked(t, eng, p, dt, C, ref, mag)
+				freeOperands(t, A, B, C)
 			})
 		}
 	}

@@ -20,6 +20,23 @@ func uniform(n int, dt packing.DType, rows, cols int) []packing.Desc {
 	return out
 }
 
+// diagonal is n triples {i, i, i}: C block i takes the product of A and B
+// blocks i.
+func diagonal(n int) []Triple {
+	tr := make([]Triple, n)
+	for i := range tr {
+		tr[i] = Triple{i, i, i}
+	}
+	return tr
+}
+
+// uniformOperands are the A, B and C of count float64 products of one
+// shape, C (m x n) = A (m x k) B (k x n), block i of each for product i.
+func uniformOperands(t *testing.T, a *devalloc.Allocator, count, m, k, n int) (A, B, C *packing.Coalesced) {
+	t.Helper()
+	return alloc(t, a, uniform(count, packing.Float64, m, k)), alloc(t, a, uniform(count, packing.Float64, k, n)), alloc(t, a, uniform(count, packing.Float64, m, n))
+}
+
 func alloc(t *testing.T, a *devalloc.Allocator, descs []packing.Desc) *packing.Coalesced {
 	t.Helper()
 	p, err := packing.NewPlan(descs, packing.Options{})
@@ -34,13 +51,8 @@ func TestPlanLaunchCounts(t *testing.T) {
 	a := openHost(t)
 	defer func() { require.NoError(t, a.Sync()) }()
 	const n = 2000
-	A := alloc(t, a, uniform(n, packing.Float64, 4, 5))
-	B := alloc(t, a, uniform(n, packing.Float64, 5, 6))
-	C := alloc(t, a, uniform(n, packing.Float64, 4, 6))
-	diag := make([]Triple, n)
-	for i := range diag {
-		diag[i] = Triple{i, i, i}
-	}
+	A, B, C := uniformOperands(t, a, n, 4, 5, 6)
+	diag := diagonal(n)
 	plan := func(tr []Triple, st Strategy) Summary {
 		t.Helper()
 		p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: tr}, Options{Strategy: st, SmallMax: -1})
@@ -350,16 +362,7 @@ func TestPlanFirstError(t *testing.T) {
 	a := openHost(t)
 	defer func() { require.NoError(t, a.Sync()) }()
 	const n = 4096
-	A := alloc(t, a, uniform(n, packing.Float64, 4, 5))
-	B := alloc(t, a, uniform(n, packing.Float64, 5, 6))
-	C := alloc(t, a, uniform(n, packing.Float64, 4, 6))
-	diag := func() []Triple {
-		tr := make([]Triple, n)
-		for i := range tr {
-			tr[i] = Triple{i, i, i}
-		}
-		return tr
-	}
+	A, B, C := uniformOperands(t, a, n, 4, 5, 6)
 	cases := []struct {
 		name    string
 		breakIt func(tr []Triple)
@@ -373,7 +376,7 @@ func TestPlanFirstError(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tr := diag()
+			tr := diagonal(n)
 			c.breakIt(tr)
 			_, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: tr}, Options{})
 			require.ErrorIs(t, err, c.err)
@@ -387,7 +390,7 @@ func TestPlanFirstError(t *testing.T) {
 		descs := uniform(n, packing.Float64, 5, 6)
 		descs[2600].Cols = 7 // op(A)*B is then 4x7 where C is 4x6
 		mixed := alloc(t, a, descs)
-		tr := diag()
+		tr := diagonal(n)
 		tr[3500].A = n
 		_, err := NewPlan(Problem{A: A, B: mixed, C: C, Alpha: 1, Triples: tr}, Options{})
 		require.ErrorIs(t, err, errShape)
@@ -401,19 +404,10 @@ func TestPlanFirstError(t *testing.T) {
 // a closed plan keeps only its summary, and the next plan, of another
 // size, multiplies right in memory that held the first one's products.
 func TestPlanAfterClose(t *testing.T) {
-	a := openHost(t)
-	defer closeClean(t, a)
-	s := a.DefaultStream()
-	eng, err := NewEngine(s, EngineOptions{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, eng.Close()) }()
-	free := func(ops ...*operand) {
-		for _, op := range ops {
-			require.NoError(t, op.c.Free())
-		}
-	}
+	s := openClean(t, openHost).DefaultStream()
+	eng := newEngine(t, s)
 	big, A1, B1, C1 := sparseProblem(t, s, packing.Float64, NoTrans, NoTrans, 7)
-	defer free(A1, B1, C1)
+	defer freeOperands(t, A1, B1, C1)
 	p1, err := NewPlan(big, Options{})
 	require.NoError(t, err)
 	sum := p1.Summary()
@@ -425,10 +419,8 @@ func TestPlanAfterClose(t *testing.T) {
 		ref, mag := reference(pr, A, B, C)
 		p, err := NewPlan(pr, Options{})
 		require.NoError(t, err)
-		require.NoError(t, eng.Run(p))
-		checkResult(t, packing.Float64, C.read(t, s), ref, mag)
-		require.NoError(t, p.Close())
-		free(A, B, C)
+		runChecked(t, eng, p, packing.Float64, C, ref, mag)
+		freeOperands(t, A, B, C)
 	}
 }
 
@@ -448,13 +440,8 @@ func TestAutoUniformRuns(t *testing.T) {
 		{32, uniformRunMin - 1, false, "one product short of uniformRunMin"},
 		{16, uniformRunMin, false, "dimensions of 16"},
 	} {
-		A := alloc(t, a, uniform(tc.n, packing.Float64, tc.dim, tc.dim))
-		B := alloc(t, a, uniform(tc.n, packing.Float64, tc.dim, tc.dim))
-		C := alloc(t, a, uniform(tc.n, packing.Float64, tc.dim, tc.dim))
-		diag := make([]Triple, tc.n)
-		for i := range diag {
-			diag[i] = Triple{i, i, i}
-		}
+		A, B, C := uniformOperands(t, a, tc.n, tc.dim, tc.dim, tc.dim)
+		diag := diagonal(tc.n)
 		for _, st := range []Strategy{Auto, Kernel} {
 			p, err := NewPlan(Problem{A: A, B: B, C: C, Alpha: 1, Triples: diag}, Options{Strategy: st})
 			require.NoError(t, err)

@@ -279,7 +279,68 @@ func checkResult(t *testing.T, dt packing.DType, got, ref, mag []values) {
 	t.Logf("worst relative error %.3g (tolerance %g)", worst, tol)
 }
 
+// openClean opens an allocator with open, closed clean when the test ends,
+// after what the test makes on it later (an engine's cleanup runs first).
+func openClean(t *testing.T, open func(*testing.T) *devalloc.Allocator) *devalloc.Allocator {
+	t.Helper()
+	a := open(t)
+	t.Cleanup(func() { closeClean(t, a) })
+	return a
+}
+
+// newEngine makes an engine on s, closed when the test ends.
+func newEngine(t *testing.T, s *devalloc.Stream) *Engine {
+	t.Helper()
+	eng, err := NewEngine(s, EngineOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, eng.Close()) })
+	return eng
+}
+
+// engineOn is newEngine, or where fake is set the CUDA engine's launch
+// code on a fake cuBLAS over host memory (newFakeEngine's, with or without
+// grouped calls and kernels), closed when the test ends.
+func engineOn(t *testing.T, s *devalloc.Stream, fake, grouped, kernels bool) (*Engine, *fakeBLAS) {
+	t.Helper()
+	if !fake {
+		return newEngine(t, s), nil
+	}
+	eng, f := newFakeEngine(s, grouped, kernels)
+	t.Cleanup(func() { require.NoError(t, eng.Close()) })
+	return eng, f
+}
+
+// onBackends runs test on each backend, with an engine on the allocator's
+// default stream.
+func onBackends(t *testing.T, test func(t *testing.T, s *devalloc.Stream, eng *Engine)) {
+	for _, bc := range backends {
+		t.Run(bc.Name, func(t *testing.T) {
+			s := openClean(t, bc.Open).DefaultStream()
+			test(t, s, newEngine(t, s))
+		})
+	}
+}
+
+// runChecked runs p on eng, checks C against the reference ref and mag,
+// and closes p.
+func runChecked(t *testing.T, eng *Engine, p *Plan, dt packing.DType, C *operand, ref, mag []values) {
+	t.Helper()
+	require.NoError(t, eng.Run(p))
+	checkResult(t, dt, C.read(t, eng.Stream()), ref, mag)
+	require.NoError(t, p.Close())
+}
+
+func freeOperands(t *testing.T, ops ...*operand) {
+	t.Helper()
+	for _, op := range ops {
+		require.NoError(t, op.c.Free())
+	}
+}
+
 var dtypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64, packing.Complex128}
+
+// opPairs are the four pairs of operations on A and B.
+var opPairs = [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}}
 
 // TestContractions is the shared correctness suite: every dtype, every
 // transpose combination and every strategy, on the host, on CUDA, and on
@@ -288,23 +349,14 @@ var dtypes = []packing.DType{packing.Float32, packing.Float64, packing.Complex64
 func TestContractions(t *testing.T) {
 	for _, bc := range append(backends, alloctest.Backend{Name: "fake-cublas", Open: openHost}) {
 		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
+			a := openClean(t, bc.Open)
 			s := a.DefaultStream()
 			run, err := a.NewStream() // a second stream: the ledger must order it after the fills
 			require.NoError(t, err)
-			var eng *Engine
-			var fake *fakeBLAS
-			if bc.Name == "fake-cublas" {
-				eng, fake = newFakeEngine(run, true, true)
-			} else {
-				eng, err = NewEngine(run, EngineOptions{})
-				require.NoError(t, err)
-			}
-			defer func() { require.NoError(t, eng.Close()) }()
+			eng, fake := engineOn(t, run, bc.Name == "fake-cublas", true, true)
 			seed := uint64(1)
 			for _, dt := range dtypes {
-				for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
+				for _, ops := range opPairs {
 					for _, st := range []Strategy{Auto, Loop, PerShape, Grouped, Kernel} {
 						seed++
 						name := fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st)
@@ -325,12 +377,8 @@ func TestContractions(t *testing.T) {
 							if st == Loop {
 								require.Equal(t, len(pr.Triples), sum.Launches)
 							}
-							require.NoError(t, eng.Run(p))
-							checkResult(t, dt, C.read(t, run), ref, mag)
-							require.NoError(t, p.Close())
-							for _, op := range []*operand{A, B, C} {
-								require.NoError(t, op.c.Free())
-							}
+							runChecked(t, eng, p, dt, C, ref, mag)
+							freeOperands(t, A, B, C)
 						})
 					}
 				}
@@ -350,21 +398,10 @@ func TestContractions(t *testing.T) {
 func TestContractionsSizes(t *testing.T) {
 	for _, bc := range append(backends, alloctest.Backend{Name: "fake-cublas", Open: openHost}) {
 		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			var eng *Engine
-			var fake *fakeBLAS
-			if bc.Name == "fake-cublas" {
-				eng, fake = newFakeEngine(s, true, true)
-			} else {
-				var err error
-				eng, err = NewEngine(s, EngineOptions{})
-				require.NoError(t, err)
-			}
-			defer func() { require.NoError(t, eng.Close()) }()
+			s := openClean(t, bc.Open).DefaultStream()
+			eng, fake := engineOn(t, s, bc.Name == "fake-cublas", true, true)
 			seed := uint64(300)
-			dts, allOps := dtypes, [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}}
+			dts, allOps := dtypes, opPairs
 			if fake != nil { // the fake's element-by-element products are slow: a real and a complex type, two transposes
 				dts, allOps = []packing.DType{packing.Float64, packing.Complex64}, [][2]Op{{NoTrans, Trans}, {Trans, NoTrans}}
 			}
@@ -384,12 +421,8 @@ func TestContractionsSizes(t *testing.T) {
 							} else {
 								require.LessOrEqual(t, sum.SmallProblems, sum.Problems)
 							}
-							require.NoError(t, eng.Run(p))
-							checkResult(t, dt, C.read(t, s), ref, mag)
-							require.NoError(t, p.Close())
-							for _, op := range []*operand{A, B, C} {
-								require.NoError(t, op.c.Free())
-							}
+							runChecked(t, eng, p, dt, C, ref, mag)
+							freeOperands(t, A, B, C)
 						})
 					}
 				}
@@ -400,72 +433,52 @@ func TestContractionsSizes(t *testing.T) {
 
 // TestSharedBuffer puts A, B and C blocks in one Coalesced.
 func TestSharedBuffer(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			eng, err := NewEngine(s, EngineOptions{})
-			require.NoError(t, err)
-			defer eng.Close()
-			rng := rand.New(rand.NewPCG(77, 1))
-			descs := []packing.Desc{
-				{ID: 1, DType: packing.Float64, Rows: 3, Cols: 4}, // A
-				{ID: 2, DType: packing.Float64, Rows: 4, Cols: 2}, // B
-				{ID: 3, DType: packing.Float64, Rows: 3, Cols: 2}, // C
-				{ID: 4, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 A
-				{ID: 5, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 B
-				{ID: 6, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 C
-			}
-			op := makeOperand(t, s, descs, rng)
-			pr := Problem{A: op.c, B: op.c, C: op.c, Alpha: 2, Beta: 0.5, Triples: []Triple{{0, 1, 2}, {3, 4, 5}, {4, 3, 5}}}
-			ref, mag := reference(pr, op, op, op)
-			p, err := NewPlan(pr, Options{})
-			require.NoError(t, err)
-			require.NoError(t, eng.Run(p))
-			got := op.read(t, s)
-			checkResult(t, packing.Float64, got[2:3], ref[2:3], mag[2:3])
-			checkResult(t, packing.Float64, got[5:6], ref[5:6], mag[5:6])
-			require.Equal(t, op.vals[0], got[0], "inputs untouched")
-			require.NoError(t, p.Close())
-			require.NoError(t, op.c.Free())
-		})
-	}
+	onBackends(t, func(t *testing.T, s *devalloc.Stream, eng *Engine) {
+		rng := rand.New(rand.NewPCG(77, 1))
+		descs := []packing.Desc{
+			{ID: 1, DType: packing.Float64, Rows: 3, Cols: 4}, // A
+			{ID: 2, DType: packing.Float64, Rows: 4, Cols: 2}, // B
+			{ID: 3, DType: packing.Float64, Rows: 3, Cols: 2}, // C
+			{ID: 4, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 A
+			{ID: 5, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 B
+			{ID: 6, DType: packing.Float64, Rows: 1, Cols: 1}, // 1x1 C
+		}
+		op := makeOperand(t, s, descs, rng)
+		pr := Problem{A: op.c, B: op.c, C: op.c, Alpha: 2, Beta: 0.5, Triples: []Triple{{0, 1, 2}, {3, 4, 5}, {4, 3, 5}}}
+		ref, mag := reference(pr, op, op, op)
+		p, err := NewPlan(pr, Options{})
+		require.NoError(t, err)
+		require.NoError(t, eng.Run(p))
+		got := op.read(t, s)
+		checkResult(t, packing.Float64, got[2:3], ref[2:3], mag[2:3])
+		checkResult(t, packing.Float64, got[5:6], ref[5:6], mag[5:6])
+		require.Equal(t, op.vals[0], got[0], "inputs untouched")
+		require.NoError(t, p.Close())
+		require.NoError(t, op.c.Free())
+	})
 }
 
 // Operands whose layouts start inside their buffers (a send buffer with its
 // manifest first) are addressed from the layout's start.
 func TestPrefixedOperands(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			eng, err := NewEngine(s, EngineOptions{})
+	onBackends(t, func(t *testing.T, s *devalloc.Stream, eng *Engine) {
+		rng := rand.New(rand.NewPCG(78, 1))
+		A := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 4), rng, 256)
+		B := makeOperandAt(t, s, uniform(3, packing.Float64, 4, 6), rng, 512)
+		C := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 6), rng, 768)
+		pr := Problem{A: A.c, B: B.c, C: C.c, Alpha: 1.5, Beta: 0.25, Triples: []Triple{{0, 0, 0}, {1, 1, 1}, {2, 2, 2}}}
+		ref, mag := reference(pr, A, B, C)
+		for _, strategy := range []Strategy{Auto, Loop} {
+			if strategy == Loop { // run again from the original C
+				pr.Beta = 0
+				ref, mag = reference(pr, A, B, C)
+			}
+			p, err := NewPlan(pr, Options{Strategy: strategy})
 			require.NoError(t, err)
-			defer eng.Close()
-			rng := rand.New(rand.NewPCG(78, 1))
-			A := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 4), rng, 256)
-			B := makeOperandAt(t, s, uniform(3, packing.Float64, 4, 6), rng, 512)
-			C := makeOperandAt(t, s, uniform(3, packing.Float64, 5, 6), rng, 768)
-			pr := Problem{A: A.c, B: B.c, C: C.c, Alpha: 1.5, Beta: 0.25, Triples: []Triple{{0, 0, 0}, {1, 1, 1}, {2, 2, 2}}}
-			ref, mag := reference(pr, A, B, C)
-			for _, strategy := range []Strategy{Auto, Loop} {
-				if strategy == Loop { // run again from the original C
-					pr.Beta = 0
-					ref, mag = reference(pr, A, B, C)
-				}
-				p, err := NewPlan(pr, Options{Strategy: strategy})
-				require.NoError(t, err)
-				require.NoError(t, eng.Run(p))
-				checkResult(t, packing.Float64, C.read(t, s), ref, mag)
-				require.NoError(t, p.Close())
-			}
-			for _, op := range []*operand{A, B, C} {
-				require.NoError(t, op.c.Free())
-			}
-		})
-	}
+			runChecked(t, eng, p, packing.Float64, C, ref, mag)
+		}
+		freeOperands(t, A, B, C)
+	})
 }
 
 // refill makes an operand laid out as op (the same packing plan and group)
@@ -491,19 +504,8 @@ func TestRunOnNewBuffers(t *testing.T) {
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			var eng *Engine
-			var fake *fakeBLAS
-			if v.fake {
-				eng, fake = newFakeEngine(s, true, v.kernels)
-			} else {
-				var err error
-				eng, err = NewEngine(s, EngineOptions{})
-				require.NoError(t, err)
-			}
-			defer func() { require.NoError(t, eng.Close()) }()
+			s := openClean(t, v.open).DefaultStream()
+			eng, fake := engineOn(t, s, v.fake, true, v.kernels)
 			for _, dt := range []packing.DType{packing.Float64, packing.Complex64} {
 				for _, st := range []Strategy{Auto, PerShape, Grouped} {
 					t.Run(fmt.Sprintf("%v/%v", dt, st), func(t *testing.T) {
@@ -533,9 +535,7 @@ func TestRunOnNewBuffers(t *testing.T) {
 							require.ErrorIs(t, eng.RunOn(p, Operands{A: A.c, B: B.c, C: C.c, Alpha: 1i}), errDType)
 						}
 						require.NoError(t, p.Close())
-						for _, op := range append(live, other) {
-							require.NoError(t, op.c.Free())
-						}
+						freeOperands(t, append(live, other)...)
 					})
 				}
 			}
@@ -562,23 +562,18 @@ func TestRunOnTwoStreams(t *testing.T) {
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			a := v.open(t)
-			defer closeClean(t, a)
+			a := openClean(t, v.open)
 			s1 := a.DefaultStream()
 			s2, err := a.NewStream()
 			require.NoError(t, err)
 			var engs [2]*Engine
 			var fakes []*fakeBLAS
 			for i, s := range []*devalloc.Stream{s1, s2} {
+				var f *fakeBLAS
+				engs[i], f = engineOn(t, s, v.fake, true, true)
 				if v.fake {
-					var f *fakeBLAS
-					engs[i], f = newFakeEngine(s, true, true)
 					fakes = append(fakes, f)
-				} else {
-					engs[i], err = NewEngine(s, EngineOptions{})
-					require.NoError(t, err)
 				}
-				defer func() { require.NoError(t, engs[i].Close()) }()
 			}
 			pr, A, B, C := sparseProblem(t, s1, packing.Float64, NoTrans, NoTrans, 900)
 			rng := rand.New(rand.NewPCG(9, 9))
@@ -638,9 +633,7 @@ func TestRunOnTwoStreams(t *testing.T) {
 				C.vals = C.read(t, engs[1].Stream())
 			}
 			require.NoError(t, p.Close())
-			for _, op := range []*operand{A, B, C, A2, B2, C2} {
-				require.NoError(t, op.c.Free())
-			}
+			freeOperands(t, A, B, C, A2, B2, C2)
 		})
 	}
 }
@@ -659,19 +652,8 @@ func TestContractionsManyClasses(t *testing.T) {
 // on the CUDA engine's launch code through the fake cuBLAS, where the
 // grouped calls depend on the shape classes.
 func testManyClasses(t *testing.T, viaCUBLAS bool) {
-	a := openHost(t)
-	defer closeClean(t, a)
-	s := a.DefaultStream()
-	var eng *Engine
-	var fake *fakeBLAS
-	if viaCUBLAS {
-		eng, fake = newFakeEngine(s, false, false) // no kernels: a pointer-array call per shape run
-	} else {
-		var err error
-		eng, err = NewEngine(s, EngineOptions{})
-		require.NoError(t, err)
-	}
-	defer func() { require.NoError(t, eng.Close()) }()
+	s := openClean(t, openHost).DefaultStream()
+	eng, fake := engineOn(t, s, viaCUBLAS, false, false) // no kernels: a pointer-array call per shape run
 	rng := rand.New(rand.NewPCG(7, 7))
 	const side = 10 // A block x is (x/side+1) x (x%side+1); B block y is (y/side+1) x (y%side+1)
 	grid := func() []packing.Desc {
@@ -706,12 +688,8 @@ func testManyClasses(t *testing.T, viaCUBLAS bool) {
 	require.NoError(t, err)
 	fake.track(p, A, B, C)
 	require.Equal(t, len(triples), p.Summary().Problems)
-	require.NoError(t, eng.Run(p))
-	checkResult(t, packing.Float64, C.read(t, s), ref, mag)
-	require.NoError(t, p.Close())
-	for _, op := range []*operand{A, B, C} {
-		require.NoError(t, op.c.Free())
-	}
+	runChecked(t, eng, p, packing.Float64, C, ref, mag)
+	freeOperands(t, A, B, C)
 }
 
 // TestOperandsOfOnePlan: A and B as the two parts of one joined layout, a
@@ -720,12 +698,9 @@ func testManyClasses(t *testing.T, viaCUBLAS bool) {
 // group only, so it is built where the whole plan's classes would be too
 // many for it.
 func TestOperandsOfOnePlan(t *testing.T) {
-	a := openHost(t)
-	defer closeClean(t, a)
+	a := openClean(t, openHost)
 	s := a.DefaultStream()
-	eng, err := NewEngine(s, EngineOptions{})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, eng.Close()) }()
+	eng := newEngine(t, s)
 	rng := rand.New(rand.NewPCG(11, 3))
 	const n = 2000 // the solve's count, with its tiny blocks' dimensions
 	var descs, aD, bD, cD []packing.Desc
@@ -759,9 +734,7 @@ func TestOperandsOfOnePlan(t *testing.T) {
 	ref, mag := reference(pr, A, B, C)
 	p, err := NewPlan(pr, Options{})
 	require.NoError(t, err)
-	require.NoError(t, eng.Run(p))
-	checkResult(t, packing.Float64, C.read(t, s), ref, mag)
-	require.NoError(t, p.Close())
+	runChecked(t, eng, p, packing.Float64, C, ref, mag)
 }
 
 // TestBetaZeroOverwrites fills C with NaN and runs with Beta = 0: C is
@@ -769,53 +742,41 @@ func TestOperandsOfOnePlan(t *testing.T) {
 // 20 rows: the host's plain loops and gonum's BLAS, the kernel's warp and
 // tile paths), so no NaN survives, in every dtype and pair of operations.
 func TestBetaZeroOverwrites(t *testing.T) {
-	for _, bc := range backends {
-		t.Run(bc.Name, func(t *testing.T) {
-			a := bc.Open(t)
-			defer closeClean(t, a)
-			s := a.DefaultStream()
-			eng, err := NewEngine(s, EngineOptions{})
-			require.NoError(t, err)
-			defer func() { require.NoError(t, eng.Close()) }()
-			rng := rand.New(rand.NewPCG(91, 1))
-			for _, dt := range dtypes {
-				for _, ops := range [][2]Op{{NoTrans, NoTrans}, {Trans, NoTrans}, {NoTrans, Trans}, {Trans, Trans}} {
-					for _, st := range []Strategy{Auto, Loop} {
-						t.Run(fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st), func(t *testing.T) {
-							var da, db, dc []packing.Desc
-							for i, d := range []int{5, 20} {
-								a, b, c := productDescs(uint64(i), dt, ops, d, d+1, d+2)
-								da, db, dc = append(da, a), append(db, b), append(dc, c)
+	onBackends(t, func(t *testing.T, s *devalloc.Stream, eng *Engine) {
+		rng := rand.New(rand.NewPCG(91, 1))
+		for _, dt := range dtypes {
+			for _, ops := range opPairs {
+				for _, st := range []Strategy{Auto, Loop} {
+					t.Run(fmt.Sprintf("%v/%v%v/%v", dt, ops[0], ops[1], st), func(t *testing.T) {
+						var da, db, dc []packing.Desc
+						for i, d := range []int{5, 20} {
+							a, b, c := productDescs(uint64(i), dt, ops, d, d+1, d+2)
+							da, db, dc = append(da, a), append(db, b), append(dc, c)
+						}
+						A, B, C := makeOperand(t, s, da, rng), makeOperand(t, s, db, rng), makeOperand(t, s, dc, rng)
+						raw := make([][]byte, len(dc))
+						for k, v := range C.vals {
+							for i := range v {
+								v[i] = 0 // the reference's C: Beta*NaN would be NaN
 							}
-							A, B, C := makeOperand(t, s, da, rng), makeOperand(t, s, db, rng), makeOperand(t, s, dc, rng)
-							raw := make([][]byte, len(dc))
-							for k, v := range C.vals {
-								for i := range v {
-									v[i] = 0 // the reference's C: Beta*NaN would be NaN
-								}
-								nan := make(values, len(v))
-								for i := range nan {
-									nan[i] = complex(math.NaN(), math.NaN())
-								}
-								raw[k] = encode(dt, nan)
+							nan := make(values, len(v))
+							for i := range nan {
+								nan[i] = complex(math.NaN(), math.NaN())
 							}
-							require.NoError(t, packing.PackHost(s, C.c, raw))
-							pr := Problem{A: A.c, B: B.c, C: C.c, TransA: ops[0], TransB: ops[1], Alpha: 1.5, Beta: 0, Triples: []Triple{{0, 0, 0}, {1, 1, 1}}}
-							ref, mag := reference(pr, A, B, C)
-							p, err := NewPlan(pr, Options{Strategy: st})
-							require.NoError(t, err)
-							require.NoError(t, eng.Run(p))
-							checkResult(t, dt, C.read(t, s), ref, mag)
-							require.NoError(t, p.Close())
-							for _, op := range []*operand{A, B, C} {
-								require.NoError(t, op.c.Free())
-							}
-						})
-					}
+							raw[k] = encode(dt, nan)
+						}
+						require.NoError(t, packing.PackHost(s, C.c, raw))
+						pr := Problem{A: A.c, B: B.c, C: C.c, TransA: ops[0], TransB: ops[1], Alpha: 1.5, Beta: 0, Triples: []Triple{{0, 0, 0}, {1, 1, 1}}}
+						ref, mag := reference(pr, A, B, C)
+						p, err := NewPlan(pr, Options{Strategy: st})
+						require.NoError(t, err)
+						runChecked(t, eng, p, dt, C, ref, mag)
+						freeOperands(t, A, B, C)
+					})
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // productDescs are the descriptors of block id of A, B and C for a product
