@@ -9,16 +9,7 @@ import (
 
 func openHostForBench(b *testing.B, cfg devalloc.Config) *devalloc.Allocator {
 	b.Helper()
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Config: &cfg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := a.Close(); err != nil {
-			b.Error(err)
-		}
-	})
-	return a
+	return devalloc.OpenTB(b, devalloc.Options{Backend: devalloc.BackendHost, Config: &cfg})
 }
 
 // BenchmarkAllocFree is the cost of one Alloc+Free pair on the host backend

@@ -20,16 +20,7 @@ func cudaBenchAllocator(b *testing.B, cfg devalloc.Config) *devalloc.Allocator {
 	if n, err := devalloc.DeviceCount(); err != nil || n == 0 {
 		b.Skipf("CUDA unavailable: %v", err)
 	}
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &cfg, Warn: func(string) {}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := a.Close(); err != nil {
-			b.Error(err)
-		}
-	})
-	return a
+	return devalloc.OpenTB(b, devalloc.Options{Backend: devalloc.BackendCUDA, Config: &cfg, Warn: func(string) {}})
 }
 
 func BenchmarkCUDAAllocFree(b *testing.B) {
