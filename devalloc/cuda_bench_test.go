@@ -50,13 +50,7 @@ func BenchmarkCUDAAllocFree(b *testing.B) {
 					a := cudaBenchAllocator(b, c.cfg)
 					s := a.DefaultStream()
 					for b.Loop() {
-						buf, err := a.Alloc(size, s)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if err := buf.Free(); err != nil {
-							b.Fatal(err)
-						}
+						allocFree(b, a, size, s)
 						if sync {
 							if err := s.Synchronize(); err != nil {
 								b.Fatal(err)
