@@ -182,6 +182,13 @@ func (e countingEvent) destroy() error {
 	return nil
 }
 
+// openCounting opens an allocator on a fresh countingBackend.
+func openCounting(t *testing.T) (*countingBackend, *Allocator) {
+	t.Helper()
+	be := &countingBackend{destroyed: map[int]int{}}
+	return be, openOn(t, be)
+}
+
 func (b *countingBackend) waitCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -197,8 +204,7 @@ func (b *countingBackend) destroys(id int) int {
 // TestDoneAllEventLifetime: the shared event lives while any buffer's
 // ledger holds it and is destroyed once, with the last.
 func TestDoneAllEventLifetime(t *testing.T) {
-	be := &countingBackend{destroyed: map[int]int{}}
-	a := openOn(t, be)
+	be, a := openCounting(t)
 	s := a.DefaultStream()
 	var bufs []*Buffer
 	var xs []*Access
@@ -225,8 +231,7 @@ func TestDoneAllEventLifetime(t *testing.T) {
 // ledger events does not wait again for an earlier one, and waits for a
 // later one.
 func TestWaitsSkipped(t *testing.T) {
-	be := &countingBackend{destroyed: map[int]int{}}
-	a := openOn(t, be)
+	be, a := openCounting(t)
 	s1 := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)
@@ -258,8 +263,7 @@ func TestWaitsSkipped(t *testing.T) {
 // one it still waits for. A stream's Synchronize covers every event
 // recorded before it.
 func TestHostWaitsSkipped(t *testing.T) {
-	be := &countingBackend{destroyed: map[int]int{}}
-	a := openOn(t, be)
+	be, a := openCounting(t)
 	s := a.DefaultStream()
 	bufs := make([]*Buffer, 4)
 	for i := range bufs {
@@ -379,8 +383,7 @@ func TestPinnedUsableAtOnce(t *testing.T) {
 // freed on its allocating stream, with no wait and no event, once that
 // read has run; before, the reclamation stream waits for it.
 func TestFreeAfterOtherStreamRan(t *testing.T) {
-	be := &countingBackend{destroyed: map[int]int{}}
-	a := openOn(t, be)
+	be, a := openCounting(t)
 	s1 := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)
