@@ -108,24 +108,7 @@ func BenchmarkCUDACycle(b *testing.B) {
 	}
 	bufs := make([]*devalloc.Buffer, len(sizes))
 	for b.Loop() {
-		for i, n := range sizes {
-			buf, err := a.Alloc(n, s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			bufs[i] = buf
-		}
-		for _, buf := range bufs {
-			if err := s.Memset(buf, 0, 4096, 1); err != nil {
-				b.Fatal(err)
-			}
-			if err := buf.Free(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := s.Synchronize(); err != nil {
-			b.Fatal(err)
-		}
+		devalloc.Cycle(b, a, s, sizes, 4096, bufs)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "us/cycle")
 }

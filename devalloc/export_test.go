@@ -2,6 +2,9 @@ package devalloc
 
 import "testing"
 
+// Cycle is one cycle of the cycle benchmarks, for BenchmarkCUDACycle.
+var Cycle = cycle
+
 // OpenTB opens an allocator for tb and closes it when tb ends; either
 // failing fails tb. It is exported for the external tests' benchmarks.
 func OpenTB(tb testing.TB, opts Options) *Allocator {
