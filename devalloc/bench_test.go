@@ -9,16 +9,20 @@ import (
 
 func openHostForBench(b *testing.B, cfg devalloc.Config) *devalloc.Allocator {
 	b.Helper()
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendHost, Config: &cfg})
+	return devalloc.OpenTB(b, devalloc.Options{Backend: devalloc.BackendHost, Config: &cfg})
+}
+
+// allocFree allocates size bytes on s and frees them: the pair the
+// allocation benchmarks time. It leaves out b.Helper, which would add its
+// own cost to every pair timed.
+func allocFree(b *testing.B, a *devalloc.Allocator, size int64, s *devalloc.Stream) {
+	buf, err := a.Alloc(size, s)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		if err := a.Close(); err != nil {
-			b.Error(err)
-		}
-	})
-	return a
+	if err := buf.Free(); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkAllocFree is the cost of one Alloc+Free pair on the host backend
@@ -29,13 +33,7 @@ func BenchmarkAllocFree(b *testing.B) {
 			a := openHostForBench(b, devalloc.Config{})
 			s := a.DefaultStream()
 			for b.Loop() {
-				buf, err := a.Alloc(size, s)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := buf.Free(); err != nil {
-					b.Fatal(err)
-				}
+				allocFree(b, a, size, s)
 			}
 			b.StopTimer()
 			if err := a.Sync(); err != nil {

@@ -20,16 +20,7 @@ func cudaBenchAllocator(b *testing.B, cfg devalloc.Config) *devalloc.Allocator {
 	if n, err := devalloc.DeviceCount(); err != nil || n == 0 {
 		b.Skipf("CUDA unavailable: %v", err)
 	}
-	a, err := devalloc.Open(devalloc.Options{Backend: devalloc.BackendCUDA, Config: &cfg, Warn: func(string) {}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := a.Close(); err != nil {
-			b.Error(err)
-		}
-	})
-	return a
+	return devalloc.OpenTB(b, devalloc.Options{Backend: devalloc.BackendCUDA, Config: &cfg, Warn: func(string) {}})
 }
 
 func BenchmarkCUDAAllocFree(b *testing.B) {
@@ -59,13 +50,7 @@ func BenchmarkCUDAAllocFree(b *testing.B) {
 					a := cudaBenchAllocator(b, c.cfg)
 					s := a.DefaultStream()
 					for b.Loop() {
-						buf, err := a.Alloc(size, s)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if err := buf.Free(); err != nil {
-							b.Fatal(err)
-						}
+						allocFree(b, a, size, s)
 						if sync {
 							if err := s.Synchronize(); err != nil {
 								b.Fatal(err)
@@ -123,24 +108,7 @@ func BenchmarkCUDACycle(b *testing.B) {
 	}
 	bufs := make([]*devalloc.Buffer, len(sizes))
 	for b.Loop() {
-		for i, n := range sizes {
-			buf, err := a.Alloc(n, s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			bufs[i] = buf
-		}
-		for _, buf := range bufs {
-			if err := s.Memset(buf, 0, 4096, 1); err != nil {
-				b.Fatal(err)
-			}
-			if err := buf.Free(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := s.Synchronize(); err != nil {
-			b.Fatal(err)
-		}
+		devalloc.Cycle(b, a, s, sizes, 4096, bufs)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "us/cycle")
 }

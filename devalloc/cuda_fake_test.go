@@ -7,7 +7,6 @@ import (
 
 	"github.com/distbuf/distbuf"
 	"github.com/distbuf/distbuf/devalloc"
-	"github.com/distbuf/distbuf/internal/alloctest"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/cudart/cudarttest"
 	"github.com/stretchr/testify/require"
@@ -26,13 +25,12 @@ func useFakeCUDA(t *testing.T, defines ...string) {
 
 func TestCUDAFakeConformance(t *testing.T) {
 	useFakeCUDA(t)
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Pool: true})
+	cudaConformance(t, true)
 }
 
 func TestCUDAFakeConformanceFallback(t *testing.T) {
 	useFakeCUDA(t)
-	defer devalloc.ForceCUDAPoolOff()()
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA})
+	cudaConformance(t, false)
 }
 
 // TestCUDAFakeAutoReachesFree is TestAutoReachesFree on the fake driver's

@@ -19,15 +19,6 @@ func BenchmarkCUDAOverhead(b *testing.B) {
 	b.Setenv(cudart.EnvCUDART, cudarttest.Build(b, "FAKE_NO_WORK"))
 	benchOverhead(b, func(tb testing.TB) *Allocator {
 		tb.Helper()
-		a, err := Open(Options{Backend: BackendCUDA, Warn: func(string) {}})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() {
-			if err := a.Close(); err != nil {
-				tb.Error(err)
-			}
-		})
-		return a
+		return OpenTB(tb, Options{Backend: BackendCUDA, Warn: func(string) {}})
 	})
 }

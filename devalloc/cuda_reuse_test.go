@@ -41,6 +41,15 @@ func allocAddr(t *testing.T, a *devalloc.Allocator, n int64, s *devalloc.Stream)
 	return b, addr
 }
 
+// requireKeptTaken requires that the one block a kept has gone to an
+// allocation.
+func requireKeptTaken(t *testing.T, a *devalloc.Allocator) {
+	t.Helper()
+	st := a.Stats()
+	require.EqualValues(t, 0, st.ReuseKept)
+	require.EqualValues(t, 1, st.ReuseHits)
+}
+
 func testReuse(t *testing.T, setup func(*testing.T)) {
 	t.Run("same size, same stream", func(t *testing.T) {
 		setup(t)
@@ -54,9 +63,7 @@ func testReuse(t *testing.T, setup func(*testing.T)) {
 		b2, addr2 := allocAddr(t, a, 1000, s)
 		require.Equal(t, addr, addr2, "the next allocation of that size on that stream takes it")
 		require.Empty(t, callsSince(before), "without a driver call")
-		st := a.Stats()
-		require.EqualValues(t, 0, st.ReuseKept)
-		require.EqualValues(t, 1, st.ReuseHits)
+		requireKeptTaken(t, a)
 
 		// Another size, or another stream, gets memory of its own: the
 		// kept block waits for its stream.
@@ -91,9 +98,7 @@ func testReuse(t *testing.T, setup func(*testing.T)) {
 		calls := callsSince(before)
 		require.NotContains(t, calls, "cudaMallocFromPoolAsync")
 		require.Contains(t, calls, "cudaEventQuery", "it asked whether the free had run")
-		st := a.Stats()
-		require.EqualValues(t, 0, st.ReuseKept)
-		require.EqualValues(t, 1, st.ReuseHits)
+		requireKeptTaken(t, a)
 		require.NoError(t, b2.Free())
 		require.NoError(t, other.Close())
 		require.NoError(t, s.Synchronize())

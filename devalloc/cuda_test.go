@@ -26,15 +26,24 @@ func requireCUDA(t *testing.T) {
 	}
 }
 
+// cudaConformance runs the conformance suite on the CUDA backend: on its
+// pool, or with pool false on the cudaMalloc fallback.
+func cudaConformance(t *testing.T, pool bool) {
+	t.Helper()
+	if !pool {
+		defer devalloc.ForceCUDAPoolOff()()
+	}
+	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Pool: pool})
+}
+
 func TestCUDAConformance(t *testing.T) {
 	requireCUDA(t)
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA, Pool: true})
+	cudaConformance(t, true)
 }
 
 func TestCUDAConformanceFallback(t *testing.T) {
 	requireCUDA(t)
-	defer devalloc.ForceCUDAPoolOff()()
-	alloctest.Run(t, alloctest.Harness{Backend: devalloc.BackendCUDA})
+	cudaConformance(t, false)
 }
 
 func TestCUDAHostWaitCallback(t *testing.T) {

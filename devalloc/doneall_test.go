@@ -29,6 +29,30 @@ func hostWithTwoStreams(t *testing.T, n int) (*Allocator, *Stream, *Stream, []*B
 	return a, s1, s2, bufs
 }
 
+// writeHeldBack declares a write of x on s whose work waits until release
+// is called, then a write of y on s, so that s's ledger holds x's event
+// before y's. xWritten reports whether x's work has run.
+func writeHeldBack(t *testing.T, s *Stream, x, y *Buffer) (release func(), xWritten *atomic.Bool) {
+	t.Helper()
+	ch := make(chan struct{})
+	xWritten = new(atomic.Bool)
+	w, err := x.Write(s)
+	require.NoError(t, err)
+	require.NoError(t, s.Enqueue(func() error { <-ch; xWritten.Store(true); return nil }))
+	require.NoError(t, w.Done())
+	touch(t, y, s, Write)
+	return func() { close(ch) }, xWritten
+}
+
+// touch declares an access of b on s and ends it at once, as a caller
+// whose work on s is already enqueued would.
+func touch(t *testing.T, b *Buffer, s *Stream, mode Mode) {
+	t.Helper()
+	x, err := b.begin(s, mode)
+	require.NoError(t, err)
+	require.NoError(t, x.Done())
+}
+
 // TestDoneAllOneEvent: accesses of three buffers ended together by DoneAll
 // cost one ledger event, and later work on another stream still follows
 // each of them as it would have followed three.
@@ -158,6 +182,13 @@ func (e countingEvent) destroy() error {
 	return nil
 }
 
+// openCounting opens an allocator on a fresh countingBackend.
+func openCounting(t *testing.T) (*countingBackend, *Allocator) {
+	t.Helper()
+	be := &countingBackend{destroyed: map[int]int{}}
+	return be, openOn(t, be)
+}
+
 func (b *countingBackend) waitCount() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -173,8 +204,7 @@ func (b *countingBackend) destroys(id int) int {
 // TestDoneAllEventLifetime: the shared event lives while any buffer's
 // ledger holds it and is destroyed once, with the last.
 func TestDoneAllEventLifetime(t *testing.T) {
-	be := &countingBackend{destroyed: map[int]int{}}
-	a := openOn(t, be)
+	be, a := openCounting(t)
 	s := a.DefaultStream()
 	var bufs []*Buffer
 	var xs []*Access
@@ -201,8 +231,7 @@ func TestDoneAllEventLifetime(t *testing.T) {
 // ledger events does not wait again for an earlier one, and waits for a
 // later one.
 func TestWaitsSkipped(t *testing.T) {
-	be := &countingBackend{destroyed: map[int]int{}}
-	a := openOn(t, be)
+	be, a := openCounting(t)
 	s1 := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)
@@ -213,23 +242,15 @@ func TestWaitsSkipped(t *testing.T) {
 	y, err := a.Alloc(64, s1)
 	require.NoError(t, err)
 	for _, b := range []*Buffer{x, y} { // x's write, then y's: events 1 and 2 of s1's ledger
-		w, err := b.Write(s1)
-		require.NoError(t, err)
-		require.NoError(t, w.Done())
+		touch(t, b, s1, Write)
 	}
-	read := func(b *Buffer, s *Stream) {
-		t.Helper()
-		r, err := b.Read(s)
-		require.NoError(t, err)
-		require.NoError(t, r.Done())
-	}
-	read(y, s2) // waits for y's write
+	touch(t, y, s2, Read) // waits for y's write
 	require.Equal(t, 1, be.waitCount())
-	read(x, s2) // x's write came before y's: covered
+	touch(t, x, s2, Read) // x's write came before y's: covered
 	require.Equal(t, 1, be.waitCount())
 	require.EqualValues(t, 1, a.Stats().WaitsSkipped)
-	read(x, s3) // the other order: both waits needed
-	read(y, s3)
+	touch(t, x, s3, Read) // the other order: both waits needed
+	touch(t, y, s3, Read)
 	require.Equal(t, 3, be.waitCount())
 	require.EqualValues(t, 1, a.Stats().WaitsSkipped)
 	require.NoError(t, x.Free())
@@ -242,20 +263,13 @@ func TestWaitsSkipped(t *testing.T) {
 // one it still waits for. A stream's Synchronize covers every event
 // recorded before it.
 func TestHostWaitsSkipped(t *testing.T) {
-	be := &countingBackend{destroyed: map[int]int{}}
-	a := openOn(t, be)
+	be, a := openCounting(t)
 	s := a.DefaultStream()
 	bufs := make([]*Buffer, 4)
 	for i := range bufs {
 		var err error
 		bufs[i], err = a.Alloc(64, s)
 		require.NoError(t, err)
-	}
-	write := func(b *Buffer) {
-		t.Helper()
-		w, err := b.Write(s)
-		require.NoError(t, err)
-		require.NoError(t, w.Done())
 	}
 	wait := func(b *Buffer) {
 		t.Helper()
@@ -265,19 +279,19 @@ func TestHostWaitsSkipped(t *testing.T) {
 		require.NoError(t, h.Release())
 	}
 	x, y, z, w := bufs[0], bufs[1], bufs[2], bufs[3]
-	write(x) // the stream's ledger events in this order: x, y
-	write(y)
+	touch(t, x, s, Write) // the stream's ledger events in this order: x, y
+	touch(t, y, s, Write)
 	wait(y)
 	require.EqualValues(t, 1, be.syncs.Load())
 	wait(x) // recorded before y's: complete
 	require.EqualValues(t, 1, be.syncs.Load())
 	require.EqualValues(t, 1, a.Stats().HostWaitsSkipped)
-	write(z) // after y's: waited for
+	touch(t, z, s, Write) // after y's: waited for
 	wait(z)
 	require.EqualValues(t, 2, be.syncs.Load())
 	require.EqualValues(t, 1, a.Stats().HostWaitsSkipped)
 
-	write(w)
+	touch(t, w, s, Write)
 	require.NoError(t, s.Synchronize())
 	wait(w)
 	require.EqualValues(t, 2, be.syncs.Load(), "the stream's synchronisation covers w's write")
@@ -294,20 +308,12 @@ func TestHostWaitsSkipped(t *testing.T) {
 func TestSkippedHostWaitStillOrders(t *testing.T) {
 	a, s1, _, bufs := hostWithTwoStreams(t, 2)
 	x, y := bufs[0], bufs[1]
-	release := make(chan struct{})
-	var xWritten atomic.Bool
-	w, err := x.Write(s1)
-	require.NoError(t, err)
-	require.NoError(t, s1.Enqueue(func() error { <-release; xWritten.Store(true); return nil }))
-	require.NoError(t, w.Done())
-	w, err = y.Write(s1)
-	require.NoError(t, err)
-	require.NoError(t, w.Done())
+	release, xWritten := writeHeldBack(t, s1, x, y)
 	hy, err := y.Hold(Read)
 	require.NoError(t, err)
 	hx, err := x.Hold(Read)
 	require.NoError(t, err)
-	close(release)
+	release()
 	require.NoError(t, hy.Wait())
 	skipped := a.Stats().HostWaitsSkipped
 	require.NoError(t, hx.Wait())
@@ -321,15 +327,7 @@ func TestSkippedHostWaitStillOrders(t *testing.T) {
 func TestSkippedWaitStillOrders(t *testing.T) {
 	a, s1, s2, bufs := hostWithTwoStreams(t, 2)
 	x, y := bufs[0], bufs[1]
-	release := make(chan struct{})
-	var xWritten atomic.Bool
-	w, err := x.Write(s1)
-	require.NoError(t, err)
-	require.NoError(t, s1.Enqueue(func() error { <-release; xWritten.Store(true); return nil }))
-	require.NoError(t, w.Done())
-	w, err = y.Write(s1)
-	require.NoError(t, err)
-	require.NoError(t, w.Done())
+	release, xWritten := writeHeldBack(t, s1, x, y)
 
 	skipped := a.Stats().WaitsSkipped
 	var sawX bool
@@ -340,7 +338,7 @@ func TestSkippedWaitStillOrders(t *testing.T) {
 	require.Equal(t, skipped+1, a.Stats().WaitsSkipped, "x's wait is covered by y's")
 	require.NoError(t, s2.Enqueue(func() error { sawX = xWritten.Load(); return nil }))
 	require.NoError(t, DoneAll(ry, rx))
-	close(release)
+	release()
 	require.NoError(t, s2.Synchronize())
 	require.True(t, sawX, "s2 read x after s1 wrote it")
 	require.NoError(t, x.Free())
@@ -385,8 +383,7 @@ func TestPinnedUsableAtOnce(t *testing.T) {
 // freed on its allocating stream, with no wait and no event, once that
 // read has run; before, the reclamation stream waits for it.
 func TestFreeAfterOtherStreamRan(t *testing.T) {
-	be := &countingBackend{destroyed: map[int]int{}}
-	a := openOn(t, be)
+	be, a := openCounting(t)
 	s1 := a.DefaultStream()
 	s2, err := a.NewStream()
 	require.NoError(t, err)

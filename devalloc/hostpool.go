@@ -366,23 +366,25 @@ func (p *hostPool) freeLocked(c *chunk) error {
 	p.used -= c.size
 	if n := c.nextPhys; n != nil && n.free {
 		p.removeFree(n)
-		c.size += n.size
-		c.nextPhys = n.nextPhys
-		if c.nextPhys != nil {
-			c.nextPhys.prevPhys = c
-		}
+		c.absorbNext()
 	}
 	if pr := c.prevPhys; pr != nil && pr.free {
 		p.removeFree(pr)
-		pr.size += c.size
-		pr.nextPhys = c.nextPhys
-		if pr.nextPhys != nil {
-			pr.nextPhys.prevPhys = pr
-		}
+		pr.absorbNext()
 		c = pr
 	}
 	p.insertFree(c)
 	return nil
+}
+
+// absorbNext merges the chunk physically after c into c.
+func (c *chunk) absorbNext() {
+	n := c.nextPhys
+	c.size += n.size
+	c.nextPhys = n.nextPhys
+	if c.nextPhys != nil {
+		c.nextPhys.prevPhys = c
+	}
 }
 
 // prime reserves one segment of at least bytes and leaves it free.

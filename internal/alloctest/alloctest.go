@@ -68,6 +68,22 @@ func stillPending(t *testing.T, s *devalloc.Stream, why string) *devalloc.Event 
 	return ev
 }
 
+// alloc allocates size bytes of device memory of a on s.
+func alloc(t *testing.T, a *devalloc.Allocator, size int64, s *devalloc.Stream) *devalloc.Buffer {
+	t.Helper()
+	b, err := a.Alloc(size, s)
+	require.NoError(t, err)
+	return b
+}
+
+// allocPinned allocates size bytes of pinned host memory of a on s.
+func allocPinned(t *testing.T, a *devalloc.Allocator, size int64, s *devalloc.Stream) *devalloc.Buffer {
+	t.Helper()
+	b, err := a.AllocPinned(size, s)
+	require.NoError(t, err)
+	return b
+}
+
 // newStream makes a stream of a, closed with it.
 func newStream(t *testing.T, a *devalloc.Allocator) *devalloc.Stream {
 	t.Helper()
@@ -80,8 +96,7 @@ func newStream(t *testing.T, a *devalloc.Allocator) *devalloc.Stream {
 // bytes once s has run.
 func readBack(t *testing.T, a *devalloc.Allocator, s *devalloc.Stream, b *devalloc.Buffer) []byte {
 	t.Helper()
-	p, err := a.AllocPinned(b.Size(), s)
-	require.NoError(t, err)
+	p := allocPinned(t, a, b.Size(), s)
 	require.NoError(t, s.Copy(p, 0, b, 0, b.Size()))
 	require.NoError(t, s.Synchronize())
 	mem, err := p.Bytes()
@@ -177,8 +192,7 @@ func testBadInput(t *testing.T, h Harness) {
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorContains(t, err, "another allocator")
 
-	b, err := a.Alloc(100, s)
-	require.NoError(t, err)
+	b := alloc(t, a, 100, s)
 	_, err = b.Read(other.DefaultStream())
 	require.ErrorIs(t, err, distbuf.ErrInvalid)
 	require.ErrorIs(t, s.Memset(b, 90, 20, 0), distbuf.ErrInvalid)
@@ -208,8 +222,7 @@ func testBadInput(t *testing.T, h Harness) {
 func testUseAfterFree(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s := a.DefaultStream()
-	b, err := a.Alloc(4096, s)
-	require.NoError(t, err)
+	b := alloc(t, a, 4096, s)
 	x, err := b.Write(s)
 	require.NoError(t, err)
 	require.NoError(t, b.Free())
@@ -229,8 +242,7 @@ func testUseAfterFree(t *testing.T, h Harness) {
 	require.ErrorIs(t, err, distbuf.ErrFreed)
 	require.ErrorIs(t, s.Memset(b, 0, 1, 0), distbuf.ErrFreed)
 
-	c, err := a.Alloc(64, s)
-	require.NoError(t, err)
+	c := alloc(t, a, 64, s)
 	x, err = c.Read(s)
 	require.NoError(t, err)
 	require.NoError(t, x.Done())
@@ -246,8 +258,7 @@ func testUseAfterFree(t *testing.T, h Harness) {
 
 func testAfterClose(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
-	s, err := a.NewStream()
-	require.NoError(t, err)
+	s := newStream(t, a)
 	ev, err := s.Record()
 	require.NoError(t, err)
 	closeClean(t, a)
@@ -268,8 +279,7 @@ func testAfterClose(t *testing.T, h Harness) {
 func testEvents(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s1, s2 := newStream(t, a), newStream(t, a)
-	b, err := a.Alloc(1024, s1)
-	require.NoError(t, err)
+	b := alloc(t, a, 1024, s1)
 	require.NoError(t, s1.Memset(b, 0, 1024, 0))
 	require.NoError(t, s1.Synchronize())
 
@@ -282,8 +292,7 @@ func testEvents(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.False(t, done, "event behind a closed gate must not be done")
 	require.NoError(t, s2.Wait(ev))
-	p, err := a.AllocPinned(1024, s2)
-	require.NoError(t, err)
+	p := allocPinned(t, a, 1024, s2)
 	// Copy on s2 without a ledger declaration for b: only the event orders it.
 	x, err := p.Write(s2)
 	require.NoError(t, err)
@@ -321,17 +330,12 @@ func testEvents(t *testing.T, h Harness) {
 // order the two streams by itself.
 func testWaitOrdersStreams(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
-	s1, err := a.NewStream()
-	require.NoError(t, err)
-	s2, err := a.NewStream()
-	require.NoError(t, err)
+	s1 := newStream(t, a)
+	s2 := newStream(t, a)
 	const n = 256
-	gateBuf, err := a.AllocPinned(n, s1)
-	require.NoError(t, err)
-	flag, err := a.AllocPinned(n, s1)
-	require.NoError(t, err)
-	sink, err := a.AllocPinned(n, s1)
-	require.NoError(t, err)
+	gateBuf := allocPinned(t, a, n, s1)
+	flag := allocPinned(t, a, n, s1)
+	sink := allocPinned(t, a, n, s1)
 	require.NoError(t, s1.Memset(flag, 0, n, 0))
 	require.NoError(t, s1.Synchronize())
 	hold, err := gateBuf.Hold(devalloc.Write)
@@ -385,8 +389,7 @@ func testReadWaitsForWriter(t *testing.T, h Harness) {
 	s1, _ := a.NewStream()
 	s2, _ := a.NewStream()
 	const n = 64 << 10
-	b, err := a.Alloc(n, s1)
-	require.NoError(t, err)
+	b := alloc(t, a, n, s1)
 	require.NoError(t, s1.Memset(b, 0, n, 0x11))
 	require.NoError(t, s1.Synchronize())
 	readWaitsForMemset(t, a, s1, s2, b, 0x22, nil)
@@ -401,8 +404,7 @@ func testReadWaitsForWriter(t *testing.T, h Harness) {
 func readWaitsForMemset(t *testing.T, a *devalloc.Allocator, writer, reader *devalloc.Stream, b *devalloc.Buffer, val byte, afterCopy func()) {
 	t.Helper()
 	n := b.Size()
-	p, err := a.AllocPinned(n, reader)
-	require.NoError(t, err)
+	p := allocPinned(t, a, n, reader)
 	open := gate(t, writer)
 	require.NoError(t, writer.Memset(b, 0, n, val)) // the writer, held back
 	require.NoError(t, reader.Copy(p, 0, b, 0, n))  // the reader must wait for it
@@ -424,13 +426,10 @@ func testWriteWaitsForReaders(t *testing.T, h Harness) {
 	s2, _ := a.NewStream()
 	s3, _ := a.NewStream()
 	const n = 64 << 10
-	b, err := a.Alloc(n, s1)
-	require.NoError(t, err)
+	b := alloc(t, a, n, s1)
 	require.NoError(t, s1.Memset(b, 0, n, 0x33))
-	p1, err := a.AllocPinned(n, s1)
-	require.NoError(t, err)
-	p2, err := a.AllocPinned(n, s2)
-	require.NoError(t, err)
+	p1 := allocPinned(t, a, n, s1)
+	p2 := allocPinned(t, a, n, s2)
 	require.NoError(t, a.Sync())
 
 	open1 := gate(t, s1)
@@ -467,16 +466,14 @@ func testFreeAfterCompletions(t *testing.T, h Harness) {
 			s2, _ := a.NewStream()
 			churnS, _ := a.NewStream()
 			const n = 1 << 20
-			b, err := a.Alloc(n, s1)
-			require.NoError(t, err)
+			b := alloc(t, a, n, s1)
 			require.NoError(t, s1.Memset(b, 0, n, 0x77))
 			require.NoError(t, s1.Synchronize())
 			reader := s1
 			if other {
 				reader = s2
 			}
-			p, err := a.AllocPinned(n, reader)
-			require.NoError(t, err)
+			p := allocPinned(t, a, n, reader)
 
 			open := gate(t, reader)
 			require.NoError(t, reader.Copy(p, 0, b, 0, n)) // a pending reader
@@ -487,8 +484,7 @@ func testFreeAfterCompletions(t *testing.T, h Harness) {
 			// copy would read 0xee.
 			var churn []*devalloc.Buffer
 			for range 8 {
-				c, err := a.Alloc(n, churnS)
-				require.NoError(t, err)
+				c := alloc(t, a, n, churnS)
 				require.NoError(t, churnS.Memset(c, 0, n, 0xee))
 				churn = append(churn, c)
 			}
@@ -513,8 +509,7 @@ func testAllocStreamOrder(t *testing.T, h Harness) {
 	s2, _ := a.NewStream()
 	const n = 256 << 10
 	open := gate(t, s1)
-	b, err := a.Alloc(n, s1)
-	require.NoError(t, err)
+	b := alloc(t, a, n, s1)
 	// Undeclared work on the allocating stream: Free must still follow it.
 	require.NoError(t, s1.Memset(b, 0, n, 0x99))
 	require.NoError(t, s2.Memset(b, 0, n, 0x12)) // declared: waits for s1's writer
@@ -531,8 +526,7 @@ func testConflicts(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s1, _ := a.NewStream()
 	s2, _ := a.NewStream()
-	b, err := a.Alloc(256, s1)
-	require.NoError(t, err)
+	b := alloc(t, a, 256, s1)
 	w, err := b.Write(s1)
 	require.NoError(t, err)
 	_, err = b.Read(s2)
@@ -574,8 +568,7 @@ func testHoldRead(t *testing.T, h Harness) {
 	s := a.DefaultStream()
 	const n = 64 << 10
 	// A pinned buffer stands for a send buffer: Go can look at its memory.
-	p, err := a.AllocPinned(n, s)
-	require.NoError(t, err)
+	p := allocPinned(t, a, n, s)
 	require.NoError(t, s.Memset(p, 0, n, 0x5e))
 	hd, err := p.Hold(devalloc.Read) // the "send" starts
 	require.NoError(t, err)
@@ -587,8 +580,7 @@ func testHoldRead(t *testing.T, h Harness) {
 
 	require.NoError(t, p.Free()) // freed while the send is in flight
 	require.EqualValues(t, 1, a.Stats().PendingFrees)
-	q, err := a.AllocPinned(n, s)
-	require.NoError(t, err)
+	q := allocPinned(t, a, n, s)
 	qaddr, _, _, _ := q.Region()
 	require.NotEqual(t, addr, qaddr, "memory held by a send was handed out again")
 	require.NoError(t, s.Memset(q, 0, n, 0xff))
@@ -607,10 +599,8 @@ func testHoldWrite(t *testing.T, h Harness) {
 	s1, _ := a.NewStream()
 	s2, _ := a.NewStream()
 	const n = 4096
-	p, err := a.AllocPinned(n, s1)
-	require.NoError(t, err)
-	out, err := a.AllocPinned(n, s2)
-	require.NoError(t, err)
+	p := allocPinned(t, a, n, s1)
+	out := allocPinned(t, a, n, s2)
 	open := gate(t, s1)
 	require.NoError(t, s1.Memset(p, 0, n, 0x01)) // pending stream work
 	hw, err := p.Hold(devalloc.Write)            // the "receive" must follow it
@@ -648,10 +638,8 @@ func testMarksOneStream(t *testing.T, h Harness) {
 	const n = 64 << 10
 	before := a.Stats().LedgerEvents
 	for range 3 {
-		x, err := a.Alloc(n, s)
-		require.NoError(t, err)
-		y, err := a.Alloc(n, s)
-		require.NoError(t, err)
+		x := alloc(t, a, n, s)
+		y := alloc(t, a, n, s)
 		require.NoError(t, s.Memset(x, 0, n, 0x5a))
 		require.NoError(t, s.Copy(y, 0, x, 0, n))
 		require.NoError(t, x.Free())
@@ -660,8 +648,7 @@ func testMarksOneStream(t *testing.T, h Harness) {
 	require.NoError(t, s.Synchronize())
 	require.Equal(t, before, a.Stats().LedgerEvents, "one stream's own work recorded events")
 
-	x, err := a.Alloc(n, s)
-	require.NoError(t, err)
+	x := alloc(t, a, n, s)
 	w, err := x.Write(s)
 	require.NoError(t, err)
 	require.NoError(t, w.Done())
@@ -669,8 +656,7 @@ func testMarksOneStream(t *testing.T, h Harness) {
 	// alloc's mark is recorded before it, and its completion after.
 	require.Equal(t, before+2, a.Stats().LedgerEvents, "a declared access")
 
-	s2, err := a.NewStream()
-	require.NoError(t, err)
+	s2 := newStream(t, a)
 	// The memset ends in s's mark; the copy on s2 must wait for it.
 	readWaitsForMemset(t, a, s, s2, x, 0x6b, func() {
 		require.Equal(t, before+3, a.Stats().LedgerEvents, "the reader elsewhere records the mark once")
@@ -699,20 +685,16 @@ func waitsNotFor(t *testing.T, s *devalloc.Stream, what string) {
 func testMarkSealedBeforeHostWait(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s := a.DefaultStream()
-	s2, err := a.NewStream()
-	require.NoError(t, err)
+	s2 := newStream(t, a)
 	const n = 4096
-	held, err := a.Alloc(n, s)
-	require.NoError(t, err)
+	held := alloc(t, a, n, s)
 	hr, err := held.Hold(devalloc.Read) // an outside send from held
 	require.NoError(t, err)
 	require.NoError(t, hr.Wait())
-	x, err := a.Alloc(n, s)
-	require.NoError(t, err)
+	x := alloc(t, a, n, s)
 	require.NoError(t, s.Memset(x, 0, n, 0x3c))    // x's writer: s's mark
 	require.NoError(t, s.Memset(held, 0, n, 0x00)) // s now waits for the send
-	p, err := a.AllocPinned(n, s2)
-	require.NoError(t, err)
+	p := allocPinned(t, a, n, s2)
 	require.NoError(t, s2.Copy(p, 0, x, 0, n))
 	waitsNotFor(t, s2, "an unreleased hold")
 	mem, _ := p.Bytes()
@@ -730,15 +712,12 @@ func testMarkSealedBeforeHostWait(t *testing.T, h Harness) {
 func testMarkSealedBeforeEnqueue(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s := a.DefaultStream()
-	s2, err := a.NewStream()
-	require.NoError(t, err)
+	s2 := newStream(t, a)
 	const n = 4096
-	x, err := a.Alloc(n, s)
-	require.NoError(t, err)
+	x := alloc(t, a, n, s)
 	require.NoError(t, s.Memset(x, 0, n, 0x4d))
 	open := gate(t, s)
-	p, err := a.AllocPinned(n, s2)
-	require.NoError(t, err)
+	p := allocPinned(t, a, n, s2)
 	require.NoError(t, s2.Copy(p, 0, x, 0, n))
 	waitsNotFor(t, s2, "a host function behind it")
 	mem, _ := p.Bytes()
@@ -755,8 +734,7 @@ func testPolicy(t *testing.T, h Harness) {
 	s := a.DefaultStream()
 	const n = 32 << 20
 	cycle := func() {
-		b, err := a.Alloc(n, s)
-		require.NoError(t, err)
+		b := alloc(t, a, n, s)
 		require.NoError(t, s.Memset(b, 0, n, 1))
 		require.NoError(t, b.Free())
 		require.NoError(t, a.Sync())
@@ -783,8 +761,7 @@ func testPrimeTrim(t *testing.T, h Harness) {
 	s := a.DefaultStream()
 	st := a.Stats()
 	require.GreaterOrEqual(t, st.ReservedCurrent, int64(prime))
-	b, err := a.Alloc(prime/2, s)
-	require.NoError(t, err)
+	b := alloc(t, a, prime/2, s)
 	require.Equal(t, st.ReservedCurrent, a.Stats().ReservedCurrent, "allocation inside the primed pool reserves nothing new")
 	require.NoError(t, a.Trim(0))
 	require.GreaterOrEqual(t, a.Stats().ReservedCurrent, int64(prime/2), "trim never releases memory in use")
@@ -800,9 +777,8 @@ func testBudget(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{Limit: 1 << 20})
 	require.EqualValues(t, 1<<20, a.Info().Limit)
 	s := a.DefaultStream()
-	b1, err := a.Alloc(512<<10, s)
-	require.NoError(t, err)
-	_, err = a.Alloc(768<<10, s)
+	b1 := alloc(t, a, 512<<10, s)
+	_, err := a.Alloc(768<<10, s)
 	require.ErrorIs(t, err, distbuf.ErrOutOfMemory)
 	var oom *devalloc.OutOfMemoryError
 	require.ErrorAs(t, err, &oom)
@@ -814,8 +790,7 @@ func testBudget(t *testing.T, h Harness) {
 	b2, err := a.Alloc(512<<10, s) // exactly up to the budget is fine
 	require.NoError(t, err)
 	require.NoError(t, b1.Free())
-	b3, err := a.Alloc(256<<10, s)
-	require.NoError(t, err)
+	b3 := alloc(t, a, 256<<10, s)
 	require.NoError(t, b2.Free())
 	require.NoError(t, b3.Free())
 
@@ -893,8 +868,7 @@ func testStats(t *testing.T, h Harness) {
 	var bufs []*devalloc.Buffer
 	var total int64
 	for _, n := range sizes {
-		b, err := a.Alloc(n, s)
-		require.NoError(t, err)
+		b := alloc(t, a, n, s)
 		bufs = append(bufs, b)
 		total += n
 	}
@@ -921,8 +895,7 @@ func testStats(t *testing.T, h Harness) {
 	st = a.Stats()
 	require.Equal(t, st.RequestedCurrent, st.RequestedPeak)
 	require.LessOrEqual(t, st.ReservedPeak, st.ReservedCurrent+0)
-	b, err := a.Alloc(10, s)
-	require.NoError(t, err)
+	b := alloc(t, a, 10, s)
 	st = a.Stats()
 	require.Equal(t, total-(1<<20)+10, st.RequestedPeak)
 	require.Equal(t, total+10, st.RequestedTotal)
@@ -984,8 +957,7 @@ func testCloseAbandonsHoldWaits(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s := a.DefaultStream()
 	const n = 4096
-	b, err := a.Alloc(n, s)
-	require.NoError(t, err)
+	b := alloc(t, a, n, s)
 	hr, err := b.Hold(devalloc.Read) // an MPI send that never completes
 	require.NoError(t, err)
 	require.NoError(t, s.Memset(b, 0, n, 1)) // a write: the stream waits for the send
@@ -1049,8 +1021,7 @@ func testOOMCallbackDuringClose(t *testing.T, h Harness) {
 func testPinned(t *testing.T, h Harness) {
 	a := h.open(t, devalloc.Config{})
 	s := a.DefaultStream()
-	p, err := a.AllocPinned(10000, s)
-	require.NoError(t, err)
+	p := allocPinned(t, a, 10000, s)
 	require.Equal(t, devalloc.Pinned, p.Location())
 	mem, err := p.Bytes()
 	require.NoError(t, err)
@@ -1063,8 +1034,7 @@ func testPinned(t *testing.T, h Harness) {
 	require.False(t, device)
 	require.NotZero(t, addr)
 	// Round trip through device (or host-backend) memory.
-	d, err := a.Alloc(10000, s)
-	require.NoError(t, err)
+	d := alloc(t, a, 10000, s)
 	require.NoError(t, s.Copy(d, 0, p, 0, 10000))
 	got := readBack(t, a, s, d)
 	require.Equal(t, mem, got)
@@ -1073,8 +1043,7 @@ func testPinned(t *testing.T, h Harness) {
 	calls := a.Stats().PinnedAllocCalls
 	require.NoError(t, a.Sync())
 	for range 5 { // once its guard has passed, the block is reused
-		q, err := a.AllocPinned(9000, s)
-		require.NoError(t, err)
+		q := allocPinned(t, a, 9000, s)
 		require.NoError(t, q.Free())
 		require.NoError(t, a.Sync())
 	}

@@ -90,6 +90,17 @@ func unavailableCode(code int) bool {
 	return false
 }
 
+// DriverError is a failed driver call (a CUresult, not a cudaError_t).
+type DriverError struct {
+	Op     string
+	Device int
+	Code   int // the CUresult value
+}
+
+func (e *DriverError) Error() string {
+	return fmt.Sprintf("cudart: %s on device %d: CUresult %d", e.Op, e.Device, e.Code)
+}
+
 // LoadError is a failure to open the library or bind its required symbols.
 type LoadError struct {
 	Cause error // a dl.NotFoundError, dl.MissingSymbolsError or dl.ErrNoCgo

@@ -3,7 +3,6 @@
 package cudart
 
 import (
-	"fmt"
 	"unsafe"
 
 	"github.com/distbuf/distbuf/internal/dl"
@@ -22,17 +21,6 @@ type Runtime struct{}
 
 // Device makes calls on one device; without cgo there is none.
 type Device struct{}
-
-// DriverError is a failed driver call (a CUresult, not a cudaError_t).
-type DriverError struct {
-	Op     string
-	Device int
-	Code   int // the CUresult value
-}
-
-func (e *DriverError) Error() string {
-	return fmt.Sprintf("cudart: %s on device %d: CUresult %d", e.Op, e.Device, e.Code)
-}
 
 // DeviceAttr is an enum cudaDeviceAttr value. The values are cudart_decl.h's;
 // without cgo none ever reaches a runtime.

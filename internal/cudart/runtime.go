@@ -281,17 +281,6 @@ func (rt *Runtime) fail(op string, dev int, code C.int) error {
 	}
 }
 
-// DriverError is a failed driver call (a CUresult, not a cudaError_t).
-type DriverError struct {
-	Op     string
-	Device int
-	Code   int // the CUresult value
-}
-
-func (e *DriverError) Error() string {
-	return fmt.Sprintf("cudart: %s on device %d: CUresult %d", e.Op, e.Device, e.Code)
-}
-
 // failDriver interprets a trampoline result: positive values are
 // cudaError_t from setting the device, negative ones are -CUresult.
 func (rt *Runtime) failDriver(op string, dev int, code C.int) error {

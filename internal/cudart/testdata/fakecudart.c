@@ -156,6 +156,16 @@ static __thread int device_set; /* a primary context is current to the thread */
 static char primary_ctx[NDEV];
 static int device_fault; /* a sticky error from a kernel, as after a device-side assert */
 
+/* PUSH_LOCKED links node at the head of list, under mu: the lists of
+ * handles the API hands out are shared by all threads. */
+#define PUSH_LOCKED(list, node)                                                                              \
+	do {                                                                                                        \
+		pthread_mutex_lock(&mu);                                                                                   \
+		(node)->next = (list);                                                                                     \
+		(list) = (node);                                                                                           \
+		pthread_mutex_unlock(&mu);                                                                                 \
+	} while (0)
+
 static int ret(int e) {
 	if (e != OK && e != E_NOT_READY) last_error = e;
 	return e;
@@ -1187,10 +1197,7 @@ API int cudaLibraryLoadData(void **lib, const void *code, void *jo, void **jv, u
 	if (memcmp(code, IMAGE_MAGIC, 8) != 0) return ret(E_INVALID_KERNEL_IMAGE);
 	library *l = calloc(1, sizeof *l);
 	if (!l || !(l->source = strdup((const char *)code + 8))) { free(l); return ret(E_MEMORY_ALLOCATION); }
-	pthread_mutex_lock(&mu);
-	l->next = libraries;
-	libraries = l;
-	pthread_mutex_unlock(&mu);
+	PUSH_LOCKED(libraries, l);
 	*lib = l;
 	return OK;
 }
@@ -1219,10 +1226,7 @@ API int cudaLibraryGetKernel(void **k, void *lib, const char *name) {
 	strcpy(kn->name, name);
 	for (size_t i = 0; i < sizeof known_kernels / sizeof known_kernels[0]; i++)
 		if (strcmp(name, known_kernels[i].name) == 0) kn->kind = known_kernels[i].kind;
-	pthread_mutex_lock(&mu);
-	kn->next = kernels;
-	kernels = kn;
-	pthread_mutex_unlock(&mu);
+	PUSH_LOCKED(kernels, kn);
 	*k = kn;
 	return OK;
 }
@@ -1367,10 +1371,7 @@ API int cudaIpcOpenMemHandle(void **out, ipc_handle h, unsigned flags) {
 	im->base = base;
 	im->len = len;
 	im->refs = 1;
-	pthread_mutex_lock(&mu);
-	im->next = imports;
-	imports = im;
-	pthread_mutex_unlock(&mu);
+	PUSH_LOCKED(imports, im);
 	*out = base + PAGE;
 	return OK;
 }
@@ -1434,10 +1435,7 @@ API int cudaMemPoolCreate(void **out, const void *props) {
 	if (!pl) return ret(E_MEMORY_ALLOCATION);
 	pl->dev = ((const int *)props)[3]; /* location.id */
 	pl->reuse[1] = pl->reuse[2] = pl->reuse[3] = 1;
-	pthread_mutex_lock(&mu);
-	pl->next = pools;
-	pools = pl;
-	pthread_mutex_unlock(&mu);
+	PUSH_LOCKED(pools, pl);
 	*out = pl;
 	return OK;
 }
