@@ -19,11 +19,10 @@ import (
 // way.
 
 // fastSpin bounds the part in C: long enough for parts already on their
-// way, short against any timeout. Where a node runs more ranks than a
-// process has CPUs, the loop makes one pass and no more: a rank spinning
-// in C there takes the core of the rank it waits for (the 4-rank solve on
-// 2 cores: 1.0-1.1 ms with rounds stepped from Go, 1.2-1.5 ms with a
-// 50 us spin), while Await's polling, which gives way, does not.
+// way, short against any timeout. Where a node runs more ranks than it has
+// CPUs online (state.crowded), the loop makes one pass and no more: a
+// rank spinning in C there takes the core of the rank it waits for, while
+// Await's polling, which gives way, does not (docs/PERFORMANCE.md).
 const fastSpin = 50 * time.Microsecond
 
 // fastMaxBytes bounds the parts the C loop takes: the control messages
@@ -31,8 +30,7 @@ const fastSpin = 50 * time.Microsecond
 const fastMaxBytes = 64 << 10
 
 // fastResult is what the C loop left: its sends (the ones posted, in
-// order), its parts, and a matched message it could not
-// take.
+// order), its parts, and a matched message it could not take.
 type fastResult struct {
 	pending     bool // a send or receive is still pending: its buffer must be pinned
 	sends       []fastPart
