@@ -52,10 +52,14 @@ type fastPart struct {
 	err               error
 }
 
-// fastEligible: the C loop runs only for a round with nothing of earlier
-// rounds to look after (no leftover requests, no late parts to drop) and
-// small parts, on a backend that has it.
+// fastEligible: the C loop runs only for a round that moves something
+// (a rank alone, as in every 1-rank solve, has nothing to move), with
+// nothing of earlier rounds to look after (no leftover requests, no late
+// parts to drop) and small parts, on a backend that has it.
 func (r *boundedRound) fastEligible(sends []span) bool {
+	if len(sends) == 0 && len(r.from) == 0 {
+		return false
+	}
 	if !boundedFastAvailable() || len(r.live) > 0 || len(r.c.bounded.late) > 0 || r.stride > fastMaxBytes {
 		return false
 	}
