@@ -155,9 +155,10 @@ func newExchanger(t *testing.T, o Options) *Exchanger {
 // derive the same blocks from it, so a receiver knows what it must get.
 type traffic struct {
 	seed      uint64
-	density   float64 // probability that a pair of ranks talks (self included)
-	maxBlocks int     // blocks per pair: 1..maxBlocks
-	dims      []int   // rows and cols are drawn from these
+	density   float64       // probability that a pair of ranks talks (self included)
+	maxBlocks int           // blocks per pair: 1..maxBlocks
+	dims      []int         // rows and cols are drawn from these
+	srcDims   map[int][]int // a sender's own dims, in place of dims
 	dtypes    []packing.DType
 	iter      uint64 // changes the contents (not the layout) between exchanges
 	selfOnly  bool   // every rank talks to itself only
@@ -175,12 +176,16 @@ func (tr traffic) blocks(src, dest int) []packing.Desc {
 	}
 	n := 1 + rng.IntN(tr.maxBlocks)
 	out := make([]packing.Desc, n)
+	dims := tr.dims
+	if d, ok := tr.srcDims[src]; ok {
+		dims = d
+	}
 	for k := range out {
 		out[k] = packing.Desc{
 			ID:    uint64(dest)<<40 | uint64(rng.IntN(1<<20))<<20 | uint64(k), // unique, not in order
 			DType: tr.dtypes[rng.IntN(len(tr.dtypes))],
-			Rows:  tr.dims[rng.IntN(len(tr.dims))],
-			Cols:  tr.dims[rng.IntN(len(tr.dims))],
+			Rows:  dims[rng.IntN(len(dims))],
+			Cols:  dims[rng.IntN(len(dims))],
 			Dest:  dest,
 		}
 	}

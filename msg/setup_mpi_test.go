@@ -12,6 +12,7 @@ import (
 	"github.com/distbuf/distbuf/devalloc"
 	"github.com/distbuf/distbuf/internal/cudart"
 	"github.com/distbuf/distbuf/internal/wire"
+	"github.com/distbuf/distbuf/packing"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,34 +92,54 @@ func TestUncountedMessage(t *testing.T) {
 	}
 }
 
-// TestWindowCannotBeAllocated: rank 1's device has no room for its window
-// (every byte but one MiB taken outside the allocator). Its exchange fails
-// with its own error and sends abort notices in place of its window
-// messages: no panic, every other rank names rank 1. Once memory is back,
-// the next exchange allocates the window and works everywhere.
+// TestWindowCannotBeAllocated: rank 1's window must grow for its large
+// messages, and the device has no room for it. Its exchange fails with its
+// own error and sends abort notices in place of its window messages: no
+// panic, every other rank names rank 1. Once memory is back, the next
+// exchange grows the window and works everywhere.
+//
+// On a real GPU every rank's process shares the device's memory, and a
+// failed cudaMalloc makes the driver give back what the caller's own pools
+// keep unused. So the windows are first made (round 0, small messages
+// everywhere), and rank 1 gives back its pool's reservation before it takes
+// all but a few MiB, leaving the other ranks' windows and pools as they
+// are: only rank 1's growth can fail.
 func TestWindowCannotBeAllocated(t *testing.T) {
 	x, a, rank, size := nodeLocalExchanger(t)
 	s := a.DefaultStream()
+	comm := world(t)
 	var hog uintptr
 	var dev *cudart.Device
 	if rank == 1 {
 		rt, err := cudart.Load()
 		require.NoError(t, err)
 		dev = rt.Device(a.Info().Device)
-		free, _, err := dev.MemGetInfo()
-		require.NoError(t, err)
-		hog, err = dev.Malloc(free - 1<<20)
-		require.NoError(t, err)
 	}
-	for round := range 2 {
-		tr := traffic{seed: 61, iter: uint64(round), density: 1, maxBlocks: 10, dims: []int{8}, dtypes: mixedTypes}
+	// From round 1, rank 1 sends each peer one or two blocks of 768 x 768
+	// doubles (4.5 MiB): more than round 0's 4 MiB window holds, more than
+	// the hog leaves free.
+	big := map[int][]int{1: {768}}
+	for round := range 3 {
+		tr := traffic{seed: 61, iter: uint64(round), density: 1, maxBlocks: 2, dims: []int{8}, dtypes: []packing.DType{packing.Float64}}
+		if round > 0 {
+			tr.srcDims = big
+		}
 		bufs, err := AllocSend(a, tr.plan(t, rank, size), s)
 		require.NoError(t, err)
 		tr.fill(t, s, rank, bufs)
+		require.NoError(t, a.Sync())
+		if round == 1 && rank == 1 {
+			require.NoError(t, a.Trim(0))
+			free, _, err := dev.MemGetInfo()
+			require.NoError(t, err)
+			hog, err = dev.Malloc(free - 4<<20)
+			require.NoError(t, err)
+		}
+		require.NoError(t, comm.BarrierWithin(stallResync), "the hog is taken before anyone exchanges")
 		r, err := x.Exchange(bufs)
 		switch {
-		case round == 1:
-			require.NoError(t, err, "the exchange once the memory is back")
+		case round != 1:
+			require.NoError(t, err, "round %d: every window has room", round)
 			tr.verify(t, s, rank, size, r)
 			require.NoError(t, r.Free())
 		case rank == 1:

@@ -33,8 +33,9 @@
 #         bench      gemm's GPU benchmarks and packing's BenchmarkGather on the GPU
 #         mpi        cluster MPI tests under mpirun -n 2, msg's under -n 3, on the GPU
 #         msgcheck   msg's fault matrix and node-local windows under memcheck (-n 3)
-#         examples   msg's runnable examples, unchanged, on the CUDA backend under mpirun -n 1 and
-#                    -n 2, then Example_contraction under memcheck (-n 2)
+#         examples   msg's runnable examples, unchanged, and TestLibraryHeldBuffers (a phase that frees
+#                    what it allocated reads LiveBuffers == 0) on the CUDA backend under mpirun -n 1, 3
+#                    and 5, then Example_contraction under memcheck (-n 2)
 #         exchange   distbench exchange under mpirun -n 2 on the GPU; then the host
 #                    packed / raw goal as docs/PERFORMANCE.md measures it (2000
 #                    exchanges of packed, persistent, packed-mpi and raw in turns), three times,
@@ -206,7 +207,7 @@ run() {
         # The staged and node-local paths of msg, fault matrix included, under memcheck on every rank.
         step msg-memcheck 400 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 3 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run 'TestFaultMatrix|TestNodeLocalWindows|TestSendBuffersOfAnotherAllocator|TestJoinedSendBuffers' -test.timeout 380s" ;;
       examples)
-        step examples 180 "cd msg && for n in 1 2; do DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n \$n ../$BIN/msg-mpi.test -test.count=1 -test.run Example -test.v || exit 1; done"
+        step examples 240 "cd msg && for n in 1 3 5; do DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n \$n ../$BIN/msg-mpi.test -test.count=1 -test.run 'Example|TestLibraryHeldBuffers' -test.v || exit 1; done"
         step examples-memcheck 240 "cd msg && DISTBUF_BACKEND=cuda mpirun --allow-run-as-root --oversubscribe -x DISTBUF_BACKEND -x DISTBUF_REQUIRE_GPU -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no --leak-check no ../$BIN/msg-mpi.test -test.count=1 -test.run Example_contraction -test.v" ;;
       exchange)
         step bench-exchange 180 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/distbench-mpi exchange -backend cuda > $LOG/bench-exchange.jsonl"
