@@ -53,12 +53,14 @@ type inMsg struct {
 
 // accepted is what a receiver learns of a message's manifest.
 type accepted struct {
-	header  wire.Header
-	p       uint64 // payload offset, once the header is read
-	man     []byte // staged: the manifest gathered across chunks, when longer than the first
-	plan    *packing.Plan
-	crc     uint32 // staged: the payload's, so far
-	learned *learnedIn
+	header wire.Header
+	p      uint64 // payload offset, once the header is read
+	man    []byte // staged: the manifest gathered across chunks, when longer than the first
+	plan   *packing.Plan
+	crc    uint32 // staged: the payload's, so far
+	// staged: the header announces a payload checksum, so crc is summed
+	sumStaged bool
+	learned   *learnedIn
 }
 
 type inChunk struct {

@@ -219,6 +219,18 @@ func ManifestSize(header []byte) (uint64, bool) {
 	return PayloadOffset(int(binary.LittleEndian.Uint32(header[24:]))), true
 }
 
+// PayloadChecksumAnnounced reads, from the first HeaderSize bytes of a
+// message, whether its header announces a payload checksum, without
+// validating anything else: a receiver that gets the payload in pieces
+// and lets each go once it is copied on learns from it whether to sum
+// them as they pass. DecodeHeader checks the flag with the rest.
+func PayloadChecksumAnnounced(header []byte) (bool, bool) {
+	if len(header) < HeaderSize {
+		return false, false
+	}
+	return binary.LittleEndian.Uint16(header[6:])&flagPayloadChecksum != 0, true
+}
+
 // DecodeHeader runs validation steps 1 to 6 of docs/WIRE.md on man, which
 // holds at least the manifest of a message of msgLen bytes (all of it when
 // it is shorter), and returns the header; DecodeEntries then reads the

@@ -296,3 +296,19 @@ func TestWireDocShowsTheGoldenFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestPayloadChecksumAnnounced: the flag as the header carries it, read
+// from the header alone, as DecodeHeader reads it.
+func TestPayloadChecksumAnnounced(t *testing.T) {
+	golden := goldenMessage(t)
+	on, ok := PayloadChecksumAnnounced(golden[:HeaderSize])
+	require.True(t, ok)
+	require.True(t, on)
+	abort := make([]byte, AbortSize)
+	require.NoError(t, EncodeAbort(abort, Header{Source: 1, Dest: 0, Tag: 9}))
+	on, ok = PayloadChecksumAnnounced(abort)
+	require.True(t, ok)
+	require.False(t, on)
+	_, ok = PayloadChecksumAnnounced(golden[:HeaderSize-1])
+	require.False(t, ok, "a short header says nothing")
+}
