@@ -14,7 +14,8 @@
 # build makes them (and build-base COMMIT, for an older commit, in
 # gpubin/base/). ROUNDS is 3 unless given. The cases: one rank on a
 # repeated and on a fresh layout, two ranks, and two and eight ranks under
-# MPS when nvidia-cuda-mps-control is there. OUTDIR receives every run's
+# MPS when nvidia-cuda-mps-control is there; CASES (names separated by spaces)
+# runs only those. OUTDIR receives every run's
 # output and turns.txt, the table. Needs mpirun and python3.
 set -uo pipefail
 old=${1:?usage: solve-turns.sh OLDBIN NEWBIN OUTDIR [ROUNDS]}
@@ -57,18 +58,27 @@ rounds_of() { # rounds_of CASE...: every round of the cases, the builds in turns
     done
   done
 }
-rounds_of cuda-1 cuda-1-fresh cuda-2
-if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control -d; then
+wanted() { # wanted CASE...: those CASES names (all when CASES is unset)
+  local c
+  for c in "$@"; do
+    if [ -z "${CASES:-}" ] || [[ " $CASES " == *" $c "* ]]; then echo "$c"; fi
+  done
+}
+# shellcheck disable=SC2046
+rounds_of $(wanted cuda-1 cuda-1-fresh cuda-2)
+under_mps=$(wanted cuda-2-mps cuda-8-mps)
+if [ -n "$under_mps" ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control -d; then
   mps=1
   sleep 1
-  rounds_of cuda-2-mps cuda-8-mps
+  # shellcheck disable=SC2086
+  rounds_of $under_mps
   echo quit | nvidia-cuda-mps-control
 fi
 
-python3 - "$out" "$rounds" "$mps" <<'EOF' | tee "$out/turns.txt"
+python3 - "$out" "$rounds" "$mps" $(wanted cuda-1 cuda-1-fresh cuda-2 cuda-2-mps cuda-8-mps) <<'EOF' | tee "$out/turns.txt"
 import json, os, statistics, sys
 out, rounds, mps = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-cases = ["cuda-1", "cuda-1-fresh", "cuda-2"] + (["cuda-2-mps", "cuda-8-mps"] if mps else [])
+cases = [c for c in sys.argv[4:] if mps or not c.endswith("-mps")]
 phases = ["alloc", "upload", "gemm_plan", "gemm", "exchange", "free"]
 
 def summary(path):
