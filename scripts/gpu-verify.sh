@@ -45,6 +45,9 @@
 #                    goals (1, 2 and 8 ranks, host, perblock, MPS, the GEMM kernel)
 #         sweep      the solve, packed and perblock, over 250 to 4000 blocks per rank (for the plot)
 #         turns      scripts/solve-turns.sh: gpubin/base/ against gpubin/ in turns (not in the default)
+#         staged     the device exchange on the staged route (256 MiB each way, 2 ranks) at chunk
+#                    sizes from 256 KiB to 16 MiB, against MPI's pinned rate in each run
+#                    (staged-chunks.jsonl; not in the default)
 #         mpibench   MPI ping-pong from Go against the same loop in C, 64 KiB to 4 MiB
 #         soak       a short ranktest soak under compute-sanitizer
 set -uo pipefail
@@ -219,6 +222,7 @@ run() {
       goals) step goals 900 "scripts/solve-goals.sh $BIN $LOG/goals 5 && cp $LOG/goals/goals.txt $LOG/goals.txt" ;;
       turns) step turns 1500 "scripts/solve-turns.sh $BIN/base $BIN $LOG/turns 3 && cp $LOG/turns/turns.txt $LOG/turns.txt" ;;
       sweep) step solve-sweep 300 "for mode in packed perblock; do for b in 250 500 1000 2000 4000; do mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/ranktest-mpi -backend cuda -mode \$mode -blocks \$b -iters 5 -json | tail -n 1 >> $LOG/solve-sweep.jsonl || exit 1; done; done" ;;
+      staged) step staged 400 "for c in 256KiB 512KiB 1MiB 2MiB 4MiB 8MiB 16MiB; do DISTBUF_MSG_TRANSPORT=staged DISTBUF_MSG_CHUNK=\$c mpirun --allow-run-as-root --oversubscribe -x DISTBUF_MSG_TRANSPORT -x DISTBUF_MSG_CHUNK -n 2 $BIN/distbench-mpi exchange -backend cuda -mode device -iters 20 | tail -n 1 >> $LOG/staged-chunks.jsonl || exit 1; done" ;;
       mpibench) step mpibench 240 "mpirun --allow-run-as-root --oversubscribe -n 2 $BIN/mpibench.test -test.run '^\$' -test.bench 'PingPong/bytes=(65536|262144|1048576|4194304)/' -test.benchtime 1000x -test.count 3" ;;
       soak) step soak 300 "mpirun --allow-run-as-root --oversubscribe -n 2 /usr/local/cuda/bin/compute-sanitizer --tool memcheck --error-exitcode 1 --report-api-errors no $BIN/ranktest-mpi -backend cuda -iters 20 -blocks 1000 -json" ;;
       *) echo "unknown step $s" | tee -a "$LOG/summary.txt"; failed+=("$s") ;;
