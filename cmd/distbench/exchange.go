@@ -43,6 +43,12 @@ const (
 //	perblock    one MPI message per block through cluster: the baseline
 //	raw         one MPI_Isend/MPI_Irecv of the packed message's bytes, in C
 //
+// With raw, two more baselines run in the same rounds: raw-payload, the
+// payload's bytes alone, and raw-protocol (rawmpi.Protocol), the MPI calls
+// of a packed-mpi exchange in C with none of msg's work: the count
+// Alltoall, the send, the probe and matched receive, the agreement
+// Alltoall. A msg mode's <mode>_over_protocol is its time over that floor.
+//
 // With a msg mode, the bounded Alltoall of one int64 per rank that ends
 // every exchange (the agreement; cluster.AlltoallWithin) is timed in the
 // same rounds, alone, and reported as agreement_alltoall_us with the msg
@@ -345,6 +351,15 @@ func benchExchangeHost(c *benchContext, r exchangeRun) error {
 			}
 			return err
 		},
+		"raw-protocol": func() error {
+			sa, _, _, _ := rawSend.Region()
+			ra, _, _, _ := rawRecv.Region()
+			got, err := rawmpi.Protocol(sa, e.wire(), ra, e.wire(), e.peer, tagRaw)
+			if err == nil && got != e.wire() {
+				err = fmt.Errorf("raw-protocol: received %d bytes, want %d", got, e.wire())
+			}
+			return err
+		},
 		"raw-payload": func() error {
 			sa, _, _, _ := rawSend.Region()
 			ra, _, _, _ := rawRecv.Region()
@@ -358,7 +373,7 @@ func benchExchangeHost(c *benchContext, r exchangeRun) error {
 	}
 	measured := append([]string(nil), modes...)
 	if slices.Contains(modes, "raw") {
-		measured = append(measured, "raw-payload")
+		measured = append(measured, "raw-payload", "raw-protocol")
 	}
 	if slices.Contains(modes, "packed") || slices.Contains(modes, "packed-cold") || slices.Contains(modes, "persistent") || slices.Contains(modes, "packed-mpi") {
 		measured = append(measured, "alltoall")
@@ -421,6 +436,7 @@ func benchExchangeHost(c *benchContext, r exchangeRun) error {
 			if r, ok := med["raw"]; ok {
 				extra[m+"_over_raw"] = med[m] / r
 				extra[m+"_over_raw_payload"] = med[m] / med["raw-payload"]
+				extra[m+"_over_protocol"] = med[m] / med["raw-protocol"]
 				extra["goal_packed_over_raw"] = 1.15
 			}
 			// What the agreement costs: its collective alone, timed in
@@ -431,6 +447,8 @@ func benchExchangeHost(c *benchContext, r exchangeRun) error {
 			}
 		case "raw":
 			extra["raw_payload_us"] = med["raw-payload"]
+			extra["protocol_us"] = med["raw-protocol"]
+			extra["protocol_over_raw"] = med["raw-protocol"] / med["raw"]
 		case "perblock":
 			extra["mpi_messages_per_exchange"] = e.n
 		}

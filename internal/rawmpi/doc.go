@@ -2,7 +2,9 @@
 // exchange -mode raw), not part of the exchange API: the same
 // exchange written straight against MPI's C API, one MPI_Irecv and one
 // MPI_Isend per peer and one MPI_Waitall, with none of package msg's work
-// (no manifest, no count exchange, no ledger). It needs the mpi build tag;
+// (no manifest, no count exchange, no ledger); and Protocol, the MPI calls
+// of msg's exchange over MPI in the same C (count exchange, send, probe,
+// matched receive, agreement), the floor of msg's protocol. It needs the mpi build tag;
 // without it every call returns ErrNoMPI. MPI must have been initialised
 // (cluster.Init); the loop uses MPI_COMM_WORLD.
 //

@@ -41,6 +41,13 @@ func TestExchangeWithPeer(t *testing.T) {
 	for i := range 1000 {
 		require.Equal(t, byte(i+1-w.Rank()), in[i])
 	}
+	clear(in)
+	got, err = Protocol(sa, 1000, ra, 2000, 1-w.Rank(), 6)
+	require.NoError(t, err)
+	require.EqualValues(t, 1000, got)
+	for i := range 1000 {
+		require.Equal(t, byte(i+1-w.Rank()), in[i])
+	}
 	require.NoError(t, send.Free())
 	require.NoError(t, recv.Free())
 }
