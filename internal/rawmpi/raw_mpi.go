@@ -62,14 +62,7 @@ import (
 // from peer into recv, with tag, on MPI_COMM_WORLD, and returns the bytes
 // received.
 func Exchange(send uintptr, sendBytes int64, recv uintptr, recvBytes int64, peer, tag int) (int64, error) {
-	if sendBytes < 0 || recvBytes < 0 || sendBytes > math.MaxInt32 || recvBytes > math.MaxInt32 {
-		return 0, fmt.Errorf("rawmpi: %d and %d bytes: want [0, 2^31)", sendBytes, recvBytes)
-	}
-	var got C.int
-	if rc := C.raw_exchange(C.uintptr_t(send), C.int(sendBytes), C.uintptr_t(recv), C.int(recvBytes), C.int(peer), C.int(tag), &got); rc != 0 {
-		return 0, fmt.Errorf("rawmpi: MPI error %d", int(rc))
-	}
-	return int64(got), nil
+	return run(false, send, sendBytes, recv, recvBytes, peer, tag)
 }
 
 // Protocol is Exchange by the steps of msg's exchange over MPI, written
@@ -78,11 +71,21 @@ func Exchange(send uintptr, sendBytes int64, recv uintptr, recvBytes int64, peer
 // msg's time over it is msg's own work. It needs exactly two ranks in
 // MPI_COMM_WORLD.
 func Protocol(send uintptr, sendBytes int64, recv uintptr, recvBytes int64, peer, tag int) (int64, error) {
+	return run(true, send, sendBytes, recv, recvBytes, peer, tag)
+}
+
+func run(protocol bool, send uintptr, sendBytes int64, recv uintptr, recvBytes int64, peer, tag int) (int64, error) {
 	if sendBytes < 0 || recvBytes < 0 || sendBytes > math.MaxInt32 || recvBytes > math.MaxInt32 {
 		return 0, fmt.Errorf("rawmpi: %d and %d bytes: want [0, 2^31)", sendBytes, recvBytes)
 	}
 	var got C.int
-	if rc := C.raw_protocol(C.uintptr_t(send), C.int(sendBytes), C.uintptr_t(recv), C.int(recvBytes), C.int(peer), C.int(tag), &got); rc != 0 {
+	var rc C.int
+	if protocol {
+		rc = C.raw_protocol(C.uintptr_t(send), C.int(sendBytes), C.uintptr_t(recv), C.int(recvBytes), C.int(peer), C.int(tag), &got)
+	} else {
+		rc = C.raw_exchange(C.uintptr_t(send), C.int(sendBytes), C.uintptr_t(recv), C.int(recvBytes), C.int(peer), C.int(tag), &got)
+	}
+	if rc != 0 {
 		return 0, fmt.Errorf("rawmpi: MPI error %d", int(rc))
 	}
 	return int64(got), nil
